@@ -1,0 +1,62 @@
+"""Per-request error handling: bad input fails its own request, never the batch or the stub."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+
+class InputError(ValueError):
+    """A client sent something this model cannot process; the message is sent back verbatim."""
+
+
+def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any], Any]) -> list:
+    """Run ``handle(request) -> InferenceResponse`` for every request, one response each.
+
+    An ``InputError`` (or any other exception) becomes an error response for that request
+    only, so the other requests of the same dynamic batch are still answered.
+    """
+    responses = []
+    for request in requests:
+        try:
+            responses.append(handle(request))
+        except InputError as exc:
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the stub down
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+    return responses
+
+
+def output_dtypes(pb_utils: Any, model_config: dict) -> dict:
+    """Map each output name in the model config to its numpy dtype."""
+    return {
+        output["name"]: pb_utils.triton_string_to_numpy(output["data_type"])
+        for output in model_config["output"]
+    }
+
+
+def single_bytes_items(values: Any, name: str) -> list[bytes]:
+    """Flatten a BYTES input into a list of ``bytes`` items, rejecting an empty tensor."""
+    import numpy as np
+
+    array = np.asarray(values)
+    if array.size == 0:
+        raise InputError(f"input '{name}' is empty: send at least one element")
+    items = []
+    for value in array.reshape(-1):
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        if not isinstance(value, (bytes, bytearray)):
+            raise InputError(f"input '{name}' must be BYTES, got {type(value).__name__}")
+        items.append(bytes(value))
+    return items
+
+
+def decode_utf8(data: bytes, name: str) -> str:
+    """Decode UTF-8 text or fail with a message naming the input and the bad byte offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"input '{name}' is not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+        ) from None

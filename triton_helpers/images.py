@@ -1,0 +1,54 @@
+"""Image decoding for Python-backend pre-processing: bytes in, RGB uint8 array out.
+
+Limits are checked before any pixel is decoded, so a decompression bomb (a 40000x40000 PNG
+that is small on disk) is refused from its header alone.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from triton_helpers.errors import InputError
+
+DEFAULT_MAX_PIXELS = 40_000_000
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+
+
+def open_image(
+    data: bytes,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    exif_transpose: bool = True,
+) -> Image.Image:
+    """Open encoded image bytes with PIL, checked against size limits; RGB, EXIF applied."""
+    if not data:
+        raise InputError("image is empty (0 bytes)")
+    if len(data) > max_bytes:
+        raise InputError(f"image is {len(data)} bytes, over the limit of {max_bytes}")
+    try:
+        image = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise InputError(f"cannot decode image: not a known image format (first bytes {data[:8]!r})") from None
+    width, height = image.size
+    if width <= 0 or height <= 0:
+        raise InputError(f"image has an empty size {width}x{height}")
+    if width * height > max_pixels:
+        raise InputError(
+            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}"
+        )
+    try:
+        image.load()
+        if exif_transpose:
+            image = ImageOps.exif_transpose(image)
+        return image.convert("RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise InputError(f"cannot decode {image.format or 'image'}: {exc}") from None
+
+
+def decode_rgb(data: bytes, **limits) -> np.ndarray:
+    """Decode to an RGB ``uint8`` array of shape ``(height, width, 3)``."""
+    return np.asarray(open_image(data, **limits))
