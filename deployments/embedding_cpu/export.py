@@ -1,0 +1,72 @@
+"""Export the sentence-transformers model to ONNX for ``embedding_onnx`` with optimum.
+
+``optimum`` exports the transformer with ``--task feature-extraction`` (output
+``last_hidden_state``). BERT-family exports also take ``token_type_ids``, which clients of
+the public contract (``input_ids`` + ``attention_mask``) never send, so that input is
+replaced inside the graph by zeros of the shape of ``input_ids`` (what the model uses when
+it is not given). Usage: ``python export.py [--model-dir DIR] [--output PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = HERE / "model_repository" / "embedding_onnx" / "1" / "model.onnx"
+
+
+def default_model_dir() -> Path:
+    from triton_helpers.text_embedding import default_model_dir as find
+
+    return find()
+
+
+def drop_token_type_ids(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Feed ``token_type_ids`` from zeros shaped like ``input_ids`` instead of a graph input."""
+    graph = model.graph
+    inputs = {i.name: i for i in graph.input}
+    if "token_type_ids" not in inputs:
+        return model
+    graph.input.remove(inputs["token_type_ids"])
+    zeros = helper.make_tensor("zero_int64", TensorProto.INT64, [1], [0])
+    graph.node.insert(0, helper.make_node("Shape", ["input_ids"], ["input_ids_shape"], name="token_type_ids_shape"))
+    graph.node.insert(1, helper.make_node("ConstantOfShape", ["input_ids_shape"], ["token_type_ids"],
+                                          name="token_type_ids_zeros", value=zeros))
+    return model
+
+
+def export(model_dir: Path, output: Path, opset: int = 18) -> Path:
+    """Run optimum's exporter offline and write the contract-shaped ONNX to ``output``."""
+    from optimum.exporters.onnx import main_export
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        main_export(str(model_dir), output=tmp, task="feature-extraction", library_name="transformers",
+                    opset=opset, do_validation=False)
+        model = drop_token_type_ids(onnx.load(Path(tmp) / "model.onnx"))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    onnx.checker.check_model(model)
+    onnx.save(model, output)
+    digest = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    print(f"exported {output} from {model_dir} (weights sha256 {digest[:16]}...)")
+    return output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, default=None, help="sentence-transformers folder")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--opset", type=int, default=18)
+    args = parser.parse_args()
+    export(args.model_dir or default_model_dir(), args.output, args.opset)
+
+
+if __name__ == "__main__":
+    main()

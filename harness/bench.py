@@ -1,0 +1,62 @@
+"""Benchmark scenarios from the manifests, run by the load generator, written as records."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from harness.context import DeploymentContext
+from harness.deployments import Benchmark
+from harness.loadgen import GENERATOR, LoadResult, Workload, sweep
+from harness.records import append_record
+
+
+def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
+    """``{model: backend implementation}`` for a model and, for an ensemble, its steps."""
+    with ctx.http_client() as client:
+        config = client.get_model_config(model)
+        found = {}
+        steps = config.get("ensemble_scheduling", {}).get("step", [])
+        for name in [model] + [s["model_name"] for s in steps]:
+            cfg = config if name == model else client.get_model_config(name)
+            backend = cfg.get("backend") or cfg.get("platform") or "unknown"
+            found[name] = ctx.server.backend_implementation(backend)
+    return found
+
+
+def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: float, warmup_s: float = 1.0,
+                  concurrencies: list[int] | None = None, protocol: str | None = None,
+                  on_level: Callable[[LoadResult], None] | None = None) -> list[dict]:
+    """Run one scenario at each concurrency and append a record per level; returns them."""
+    workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
+    protocol = protocol or benchmark.protocol
+    if protocol == "grpc" and not ctx.server.grpc_url:
+        protocol = "http"
+    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
+    server = ctx.server.describe()
+    backends = model_backends(ctx, workload.model)
+    records = []
+
+    def record(level: LoadResult) -> None:
+        row = {
+            "deployment": ctx.deployment.name,
+            "benchmark": benchmark.id,
+            "model": workload.model,
+            "variant": workload.variant or benchmark.id,
+            "target": ctx.target,
+            "protocol": protocol,
+            "generator": f"{GENERATOR} (tritonclient {protocol}.aio)",
+            "server_mode": server["server_mode"],
+            "server_version": server["server_version"],
+            "backend_implementation": backends,
+            "items_per_request": workload.items_per_request,
+            "notes": workload.notes,
+            **level.metrics(workload.items_per_request),
+        }
+        append_record(row)
+        records.append(row)
+        if on_level:
+            on_level(level)
+
+    sweep(workload, list(concurrencies or benchmark.concurrency), protocol=protocol, url=url,
+          http_url=ctx.server.http_url, duration_s=duration_s, warmup_s=warmup_s, on_level=record)
+    return records

@@ -1,0 +1,197 @@
+"""Deployment discovery: every ``deployments/<name>/deployment.toml`` is a deployment.
+
+The manifest alone says how to export, which models are public entry points, where the
+checks and fixtures are, which benchmark scenarios exist and which targets are supported,
+so a copied folder with an edited manifest is picked up with no harness change.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+from harness import PROJECT_ROOT
+from harness.launchers import ServerOptions
+
+MANIFEST = "deployment.toml"
+
+
+class ManifestError(ValueError):
+    """A deployment.toml that is missing something or names something that does not exist."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark scenario of a deployment."""
+
+    id: str
+    workload: str
+    concurrency: tuple[int, ...]
+    protocol: str = "grpc"
+    targets: tuple[str, ...] = ()
+
+
+@dataclass
+class Deployment:
+    """A deployment folder and its parsed manifest."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def model_repository(self) -> Path:
+        return self.path / self.manifest.get("model_repository", "model_repository")
+
+    @property
+    def fixtures_path(self) -> Path:
+        return self.path / self.manifest.get("fixtures", "fixtures")
+
+    @property
+    def entry_models(self) -> list[str]:
+        return list(self.manifest.get("entry_models", []))
+
+    @property
+    def targets(self) -> list[str]:
+        return list(self.manifest.get("targets", ["cpu"]))
+
+    @property
+    def benchmarks(self) -> list[Benchmark]:
+        return [
+            Benchmark(
+                id=b["id"],
+                workload=b["workload"],
+                concurrency=tuple(b.get("concurrency", [1])),
+                protocol=b.get("protocol", "grpc"),
+                targets=tuple(b.get("targets", ())),
+            )
+            for b in self.manifest.get("benchmarks", [])
+        ]
+
+    def export_outputs(self) -> list[Path]:
+        return [self.path / p for p in self.manifest.get("export", {}).get("outputs", [])]
+
+    def missing_exports(self) -> list[Path]:
+        return [p for p in self.export_outputs() if not p.exists()]
+
+    def export(self, force: bool = False, python: str | None = None) -> bool:
+        """Run the manifest's export command when an output is missing; True if it ran."""
+        spec = self.manifest.get("export")
+        if not spec or (not force and not self.missing_exports()):
+            return False
+        command = [part.replace("{python}", python or sys.executable) for part in spec["command"]]
+        subprocess.run(command, cwd=self.path, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        missing = self.missing_exports()
+        if missing:
+            raise ManifestError(f"{self.name}: export ran but did not produce {[str(p) for p in missing]}")
+        return True
+
+    def server_options(self, target: str = "cpu", **overrides) -> ServerOptions:
+        """Launcher options for this deployment on ``target`` (manifest's [targets.<t>] table)."""
+        if target not in self.targets:
+            raise ManifestError(f"{self.name} does not support target {target!r} (it has {self.targets})")
+        per_target = self.manifest.get("target", {}).get(target, {})
+        options = ServerOptions(
+            model_repository=str(self.model_repository),
+            target=target,
+            model_config_name=per_target.get("model_config_name"),
+            backend_config=list(per_target.get("backend_config", [])),
+            extra_args=list(self.manifest.get("server", {}).get("args", [])) + list(per_target.get("server_args", [])),
+            required_models=self.entry_models,
+            env=dict(per_target.get("env", {})),
+        )
+        for key, value in overrides.items():
+            setattr(options, key, value)
+        return options
+
+    @cached_property
+    def checks_module(self) -> ModuleType | None:
+        module_file = self.manifest.get("tests", {}).get("module")
+        return load_module(self.path / module_file, f"deployment_{self.name}_checks") if module_file else None
+
+    def checks(self) -> dict[str, Callable]:
+        """``check_<name>`` functions of the checks module, by name without the prefix."""
+        module = self.checks_module
+        if module is None:
+            return {}
+        return {
+            name[len("check_"):]: fn
+            for name, fn in vars(module).items()
+            if name.startswith("check_") and callable(fn)
+        }
+
+    def resolve(self, reference: str) -> Callable:
+        """Resolve ``"file.py:function"`` relative to the deployment folder."""
+        file_name, _, attr = reference.partition(":")
+        if not attr:
+            raise ManifestError(f"{self.name}: {reference!r} must look like 'file.py:function'")
+        if self.manifest.get("tests", {}).get("module") == file_name and self.checks_module is not None:
+            module = self.checks_module
+        else:
+            module = load_module(self.path / file_name, f"deployment_{self.name}_{Path(file_name).stem}")
+        try:
+            return getattr(module, attr)
+        except AttributeError:
+            raise ManifestError(f"{self.name}: {file_name} has no function {attr!r}") from None
+
+
+def load_module(path: Path, module_name: str) -> ModuleType:
+    """Import a Python file by path under a unique module name."""
+    if not path.exists():
+        raise ManifestError(f"{path} does not exist")
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_deployment(path: Path) -> Deployment:
+    """Parse and validate one deployment folder."""
+    manifest_path = path / MANIFEST
+    with manifest_path.open("rb") as handle:
+        manifest = tomllib.load(handle)
+    for key in ("name", "entry_models"):
+        if key not in manifest:
+            raise ManifestError(f"{manifest_path}: missing required key {key!r}")
+    if manifest["name"] != path.name:
+        raise ManifestError(f"{manifest_path}: name {manifest['name']!r} differs from its folder {path.name!r}")
+    deployment = Deployment(path=path.resolve(), manifest=manifest)
+    if not deployment.model_repository.is_dir():
+        raise ManifestError(f"{manifest_path}: model repository {deployment.model_repository} does not exist")
+    for model in deployment.entry_models:
+        if not (deployment.model_repository / model).is_dir():
+            raise ManifestError(f"{manifest_path}: entry model {model!r} has no folder in the model repository")
+    return deployment
+
+
+def discover(root: Path | None = None) -> list[Deployment]:
+    """All deployments under ``root`` (default: $HARNESS_DEPLOYMENTS_DIR or ./deployments)."""
+    root = Path(root or os.environ.get("HARNESS_DEPLOYMENTS_DIR") or PROJECT_ROOT / "deployments")
+    return [load_deployment(p.parent) for p in sorted(root.glob(f"*/{MANIFEST}"))]
+
+
+def get_deployment(name: str, root: Path | None = None) -> Deployment:
+    """The deployment called ``name``, with the list of known ones in the error."""
+    deployments = {d.name: d for d in discover(root)}
+    normalised = name.replace("-", "_")
+    for key in (name, normalised):
+        if key in deployments:
+            return deployments[key]
+    matches = [d for key, d in deployments.items() if key.startswith(normalised)]
+    if len(matches) == 1:
+        return matches[0]
+    raise ManifestError(f"no deployment {name!r}; known: {sorted(deployments)}")

@@ -1,0 +1,182 @@
+"""One interface for every way of getting a tritonserver: start, wait ready, URLs, logs, stop."""
+
+from __future__ import annotations
+
+import abc
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import tritonclient.http as httpclient
+
+#: Log lines that mean the server will never become ready (or is already broken).
+FAILURE_PATTERNS = [
+    re.compile(p)
+    for p in (
+        r"error while loading shared libraries",
+        r"failed to load '[^']+'",
+        r"failed to load model",
+        r"Failed to (?:start|initialize|create) (?:the )?stub",
+        r"Stub process '[^']*' is not healthy",
+        r"Unable to start the stub",
+        r"error: creating server",
+        r"poll failed: model '[^']+'",
+        r"Unrecognized option",
+    )
+]
+
+#: Error-looking lines that are harmless on CPU-only machines (PLATFORM.md).
+HARMLESS_PATTERNS = [
+    re.compile(p)
+    for p in (r"CUDA driver", r"NVML", r"DCGM", r"unable to create stream", r"cuda", r"GPU metrics")
+]
+
+
+class ServerStartError(RuntimeError):
+    """The server did not become ready; the message carries the server's own log lines."""
+
+
+@dataclass
+class ServerOptions:
+    """What a launcher needs to serve one model repository for one target."""
+
+    model_repository: str
+    target: str = "cpu"
+    model_config_name: str | None = None
+    backend_config: list[str] = field(default_factory=list)
+    extra_args: list[str] = field(default_factory=list)
+    required_models: list[str] = field(default_factory=list)
+    model_control_mode: str = "none"
+    allow_grpc: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 180.0
+
+
+def find_failure(log_text: str) -> list[str]:
+    """Return the log lines that show a fatal start-up problem (empty when none)."""
+    hits = []
+    for line in log_text.splitlines():
+        if any(p.search(line) for p in FAILURE_PATTERNS) and not any(
+            p.search(line) for p in HARMLESS_PATTERNS
+        ):
+            hits.append(line.strip())
+    return hits
+
+
+class TritonServer(abc.ABC):
+    """A tritonserver reachable over HTTP (and gRPC unless the image lacks it)."""
+
+    mode: str = "abstract"
+
+    def __init__(self, options: ServerOptions):
+        self.options = options
+
+    @property
+    @abc.abstractmethod
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP/REST endpoint."""
+
+    @property
+    def grpc_url(self) -> str | None:
+        """``host:port`` of the gRPC endpoint, or None when the server has no gRPC."""
+        return None
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``host:port`` of the Prometheus metrics endpoint, when known."""
+        return None
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start the server (returns before it is ready)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the server and clean up what it left behind."""
+
+    def logs(self) -> str:
+        """The server's log so far ('' when it cannot be read)."""
+        return ""
+
+    def is_running(self) -> bool:
+        """False once the server process is known to have exited."""
+        return True
+
+    def backend_implementation(self, backend: str) -> str:
+        """Which implementation serves ``backend`` on this server, for the results matrix."""
+        return backend
+
+    def describe(self) -> dict:
+        """Mode, version and endpoints, for records and for the user."""
+        version = None
+        try:
+            version = httpclient.InferenceServerClient(self.http_url).get_server_metadata()["version"]
+        except Exception:  # noqa: BLE001 - describe() must work on a broken server too
+            pass
+        return {
+            "server_mode": self.mode,
+            "server_version": version,
+            "http_url": self.http_url,
+            "grpc_url": self.grpc_url,
+            "metrics_url": self.metrics_url,
+        }
+
+    def wait_ready(self, timeout_s: float | None = None, models: Iterable[str] | None = None) -> float:
+        """Poll readiness against a deadline, reading the log as it goes; returns seconds waited.
+
+        Fails fast (within a poll interval) when the process exits or the log shows a model
+        that failed to load or a stub that cannot start, instead of waiting for the deadline.
+        """
+        timeout_s = timeout_s if timeout_s is not None else self.options.startup_timeout_s
+        models = list(models if models is not None else self.options.required_models)
+        started = time.monotonic()
+        deadline = started + timeout_s
+        client = httpclient.InferenceServerClient(self.http_url, connection_timeout=2, network_timeout=2)
+        try:
+            while True:
+                if not self.is_running():
+                    raise ServerStartError(self._failure_message("tritonserver exited during start-up"))
+                failures = find_failure(self.logs())
+                if failures:
+                    raise ServerStartError(
+                        self._failure_message("tritonserver reported a start-up failure", failures)
+                    )
+                if self._ready(client, models):
+                    return time.monotonic() - started
+                if time.monotonic() > deadline:
+                    raise ServerStartError(
+                        self._failure_message(f"tritonserver not ready after {timeout_s:.0f} s")
+                    )
+                time.sleep(0.25)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _ready(client: httpclient.InferenceServerClient, models: list[str]) -> bool:
+        try:
+            if not client.is_server_ready():
+                return False
+            return all(client.is_model_ready(m) for m in models)
+        except Exception:  # noqa: BLE001 - not listening yet
+            return False
+
+    def _failure_message(self, headline: str, lines: list[str] | None = None) -> str:
+        tail = "\n".join(self.logs().splitlines()[-40:])
+        parts = [f"{headline} ({self.mode} server, repository {self.options.model_repository})"]
+        if lines:
+            parts.append("Relevant log lines:\n  " + "\n  ".join(lines[:20]))
+        parts.append("Log tail:\n" + tail)
+        return "\n".join(parts)
+
+    def __enter__(self) -> "TritonServer":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

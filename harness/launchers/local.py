@@ -1,0 +1,206 @@
+"""The default launcher: the tritonserver binary shipped in the ``nvidia-pytriton`` wheel.
+
+No Docker needed. The harness assembles a backend directory (the Python backend with the
+stub for the running interpreter, plus the harness's Python-based ``onnxruntime`` backend),
+sets the library path the binary and the stub need, binds to 127.0.0.1 on free ports, gives
+the server its own shared-memory prefix and captures its log to a file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import uuid
+from pathlib import Path
+
+import onnxruntime
+
+from harness.launchers.base import ServerOptions, TritonServer
+
+HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
+PR_SET_PDEATHSIG = 1
+
+
+def pytriton_root() -> Path:
+    """Folder of the tritonserver distribution inside the nvidia-pytriton wheel."""
+    import pytriton
+
+    return Path(pytriton.__file__).resolve().parent / "tritonserver"
+
+
+def stub_for(python_version: str) -> Path:
+    """The python-backend stub built for ``python_version`` (e.g. '3.11')."""
+    stub = pytriton_root() / "python_backend_stubs" / python_version / "triton_python_backend_stub"
+    if not stub.exists():
+        available = sorted(p.name for p in (pytriton_root() / "python_backend_stubs").iterdir())
+        raise FileNotFoundError(f"no Triton python stub for Python {python_version}; the wheel has {available}")
+    return stub
+
+
+def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
+    """Lay out ``dest/python`` (backend + matching stub) and ``dest/onnxruntime/model.py``."""
+    python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    source = pytriton_root() / "backends" / "python"
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.name != "triton_python_backend_stub":
+            _copy(item, python_dir / item.name)
+    shutil.copy2(stub_for(python_version), python_dir / "triton_python_backend_stub")
+    for backend in HARNESS_BACKENDS.iterdir():
+        if (backend / "model.py").exists():
+            (dest / backend.name).mkdir(exist_ok=True)
+            _copy(backend / "model.py", dest / backend.name / "model.py")
+    return dest
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy, not link: Triton refuses backend files that resolve outside the backend dir."""
+    if source.is_dir():
+        return
+    shutil.copy2(source, target)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class LocalTritonServer(TritonServer):
+    """tritonserver from the pip wheel, as a child process that dies with its parent."""
+
+    mode = "local"
+
+    def __init__(self, options: ServerOptions, work_dir: str | Path | None = None, exit_timeout_s: int = 5):
+        super().__init__(options)
+        self._own_work_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
+        self.exit_timeout_s = exit_timeout_s
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        self.log_path = self.work_dir / "tritonserver.log"
+        self.process: subprocess.Popen | None = None
+        self._log_file = None
+        self._envs_before: set[str] = set()
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str | None:
+        return f"127.0.0.1:{self.grpc_port}" if self.options.allow_grpc else None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
+
+    def command(self) -> list[str]:
+        """The full tritonserver command line."""
+        opts = self.options
+        cmd = [
+            str(pytriton_root() / "bin" / "tritonserver"),
+            f"--model-repository={Path(opts.model_repository).resolve()}",
+            f"--backend-directory={self.work_dir / 'backends'}",
+            "--http-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            f"--allow-grpc={'true' if opts.allow_grpc else 'false'}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.grpc_port}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            f"--model-control-mode={opts.model_control_mode}",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+        ]
+        if opts.model_config_name:
+            cmd.append(f"--model-config-name={opts.model_config_name}")
+        cmd += [f"--backend-config={value}" for value in opts.backend_config]
+        if opts.model_control_mode == "explicit":
+            cmd += [f"--load-model={m}" for m in opts.required_models]
+        return cmd + list(opts.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        """Library path for the binary and the stub; the venv first on PATH for the stub."""
+        env = dict(os.environ)
+        site = Path(onnxruntime.__file__).resolve().parent.parent
+        libs = [
+            str(site / "nvidia_pytriton.libs"),
+            str(pytriton_root() / "external_libs"),
+            str(pytriton_root() / "lib"),
+            sysconfig.get_config_var("LIBDIR") or "",
+        ]
+        env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if p and Path(p).exists()] + [env.get("LD_LIBRARY_PATH", "")])
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env.update(self.options.env)
+        return env
+
+    def start(self) -> None:
+        assemble_backend_dir(self.work_dir / "backends")
+        self._envs_before = set(glob.glob("/tmp/python_env_*"))
+        self._log_file = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.environment(),
+            cwd=self.work_dir,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def backend_implementation(self, backend: str) -> str:
+        if backend == "onnxruntime":
+            return f"onnxruntime via harness Python backend (onnxruntime {onnxruntime.__version__})"
+        return backend
+
+    def stop(self) -> None:
+        """SIGTERM, wait, SIGKILL the group; then remove our shm regions and unpacked envs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=self.exit_timeout_s + 10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        for region in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
+            Path(region).unlink(missing_ok=True)
+        for env_dir in set(glob.glob("/tmp/python_env_*")) - self._envs_before:
+            shutil.rmtree(env_dir, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """Shared-memory regions of this server still present (empty after a clean stop)."""
+        return glob.glob(f"/dev/shm/{self.shm_prefix}*")

@@ -1,0 +1,213 @@
+"""Asyncio load generator on tritonclient (HTTP and gRPC): fixed duration after warm-up.
+
+Reports what perf_analyzer and model_analyzer report, under model_analyzer's metric names
+(``perf_throughput``, ``perf_latency_p99`` ... in ms) plus bytes on the wire per request and
+the server-side queue / compute split read from Triton's statistics API over the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import tritonclient.grpc.aio as grpc_aio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as http_aio
+
+from harness.tensors import make_inputs, make_outputs, request_bytes, response_bytes, result_arrays
+
+GENERATOR = "harness-asyncio"
+
+
+@dataclass
+class Workload:
+    """What one benchmark sends: the same inputs every request, or ``prepare()`` per request.
+
+    ``prepare`` and ``finish`` run client-side work (pre-/post-processing) inside the timed
+    latency, for the paths where the client does that work itself.
+    """
+
+    model: str
+    inputs: dict[str, np.ndarray] | None = None
+    outputs: list[str] | None = None
+    items_per_request: int = 1
+    variant: str | None = None
+    prepare: Callable[[], dict[str, np.ndarray]] | None = None
+    finish: Callable[[dict[str, np.ndarray]], Any] | None = None
+    parameters: dict | None = None
+    notes: dict = field(default_factory=dict)
+
+    def request_inputs(self) -> dict[str, np.ndarray]:
+        if self.prepare is not None:
+            return self.prepare()
+        if self.inputs is None:
+            raise ValueError(f"workload for {self.model} has neither inputs nor prepare()")
+        return self.inputs
+
+
+@dataclass
+class LoadResult:
+    """One concurrency level of one workload."""
+
+    concurrency: int
+    duration_s: float
+    requests: int
+    errors: int
+    latencies_ms: list[float]
+    bytes_sent_per_request: int
+    bytes_received_per_request: int
+    server: dict
+    first_error: str | None = None
+
+    def metrics(self, items_per_request: int = 1) -> dict:
+        lat = np.asarray(self.latencies_ms) if self.latencies_ms else np.asarray([np.nan])
+        throughput = self.requests / self.duration_s if self.duration_s else 0.0
+        return {
+            "concurrency": self.concurrency,
+            "duration_s": round(self.duration_s, 3),
+            "requests": self.requests,
+            "errors": self.errors,
+            "first_error": self.first_error,
+            "perf_throughput": round(throughput, 2),
+            "items_per_second": round(throughput * items_per_request, 2),
+            "perf_latency_avg": round(float(np.mean(lat)), 3),
+            "perf_latency_p50": round(float(np.percentile(lat, 50)), 3),
+            "perf_latency_p90": round(float(np.percentile(lat, 90)), 3),
+            "perf_latency_p95": round(float(np.percentile(lat, 95)), 3),
+            "perf_latency_p99": round(float(np.percentile(lat, 99)), 3),
+            "bytes_sent_per_request": self.bytes_sent_per_request,
+            "bytes_received_per_request": self.bytes_received_per_request,
+            **self.server,
+        }
+
+
+def _stats(http_url: str, model: str) -> dict:
+    with httpclient.InferenceServerClient(http_url) as client:
+        stats = client.get_inference_statistics(model)["model_stats"]
+    total: dict[str, float] = {}
+    for entry in stats:
+        inference = entry["inference_stats"]
+        for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+            total[f"{key}_ns"] = total.get(f"{key}_ns", 0) + int(inference[key]["ns"])
+        total["success_count"] = total.get("success_count", 0) + int(inference["success"]["count"])
+        total["inference_count"] = total.get("inference_count", 0) + int(entry.get("inference_count", 0))
+        total["execution_count"] = total.get("execution_count", 0) + int(entry.get("execution_count", 0))
+    return total
+
+
+def server_split(before: dict, after: dict) -> dict:
+    """Average per-request server times (ms) and batch size over a measurement window."""
+    count = after.get("success_count", 0) - before.get("success_count", 0)
+    if count <= 0:
+        return {}
+    per = lambda key: round((after[key] - before[key]) / count / 1e6, 3)  # noqa: E731
+    executions = after["execution_count"] - before["execution_count"]
+    inferences = after["inference_count"] - before["inference_count"]
+    return {
+        "perf_server_queue": per("queue_ns"),
+        "perf_server_compute_input": per("compute_input_ns"),
+        "perf_server_compute_infer": per("compute_infer_ns"),
+        "perf_server_compute_output": per("compute_output_ns"),
+        "perf_server_request": per("success_ns"),
+        "server_avg_batch_size": round(inferences / executions, 2) if executions else None,
+    }
+
+
+async def _run_level(workload: Workload, protocol: str, url: str, http_url: str, concurrency: int,
+                     duration_s: float, warmup_s: float) -> LoadResult:
+    if protocol == "http":
+        client = http_aio.InferenceServerClient(url, conn_limit=max(concurrency, 1))
+    else:
+        client = grpc_aio.InferenceServerClient(url)
+    outputs = make_outputs(protocol, workload.outputs)
+    static_inputs = None if workload.prepare else make_inputs(protocol, workload.request_inputs())
+    latencies: list[float] = []
+    counters = {"requests": 0, "errors": 0, "first_error": None, "sent": 0, "received": 0}
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    measure_from = start + warmup_s
+    stop_at = measure_from + duration_s
+    window: dict[str, dict] = {}
+
+    async def worker() -> None:
+        while True:
+            began = loop.time()
+            if began >= stop_at:
+                return
+            try:
+                inputs = static_inputs or make_inputs(protocol, workload.request_inputs())
+                result = await client.infer(workload.model, inputs, outputs=outputs, parameters=workload.parameters)
+                if workload.finish is not None:
+                    workload.finish(result_arrays(result, workload.outputs))
+                ok = True
+            except Exception as exc:  # noqa: BLE001 - counted, first one reported
+                ok = False
+                if counters["first_error"] is None:
+                    counters["first_error"] = f"{type(exc).__name__}: {exc}"
+            ended = loop.time()
+            if began >= measure_from and ended <= stop_at:
+                counters["requests" if ok else "errors"] += 1
+                if ok:
+                    latencies.append((ended - began) * 1e3)
+                    if not counters["sent"]:
+                        counters["sent"] = request_bytes(protocol, workload.model, inputs, outputs, workload.parameters)
+                        counters["received"] = response_bytes(result)
+
+    async def snapshots() -> None:
+        await asyncio.sleep(max(measure_from - loop.time(), 0))
+        window["before"] = await loop.run_in_executor(None, _stats, http_url, workload.model)
+        await asyncio.sleep(max(stop_at - loop.time(), 0))
+        window["after"] = await loop.run_in_executor(None, _stats, http_url, workload.model)
+
+    try:
+        await asyncio.gather(snapshots(), *(worker() for _ in range(concurrency)))
+    finally:
+        await client.close()
+    return LoadResult(
+        concurrency=concurrency,
+        duration_s=duration_s,
+        requests=counters["requests"],
+        errors=counters["errors"],
+        latencies_ms=latencies,
+        bytes_sent_per_request=counters["sent"],
+        bytes_received_per_request=counters["received"],
+        server=server_split(window.get("before", {}), window.get("after", {})),
+        first_error=counters["first_error"],
+    )
+
+
+def run_load(workload: Workload, *, protocol: str, url: str, http_url: str, concurrency: int,
+             duration_s: float = 5.0, warmup_s: float = 1.0) -> LoadResult:
+    """Hold ``concurrency`` requests in flight for ``duration_s`` after ``warmup_s``."""
+    return asyncio.run(_run_level(workload, protocol, url, http_url, concurrency, duration_s, warmup_s))
+
+
+def sweep(workload: Workload, concurrencies: list[int], *, protocol: str, url: str, http_url: str,
+          duration_s: float = 5.0, warmup_s: float = 1.0, on_level: Callable[[LoadResult], None] | None = None
+          ) -> list[LoadResult]:
+    """``run_load`` at each concurrency in turn."""
+    results = []
+    for concurrency in concurrencies:
+        result = run_load(workload, protocol=protocol, url=url, http_url=http_url, concurrency=concurrency,
+                          duration_s=duration_s, warmup_s=warmup_s)
+        results.append(result)
+        if on_level:
+            on_level(result)
+    return results
+
+
+def measure_in_process(run: Callable[[], Any], items_per_call: int, duration_s: float = 3.0,
+                       warmup_calls: int = 2) -> dict:
+    """The in-process ceiling: call ``run()`` back to back in this process for ``duration_s``."""
+    for _ in range(warmup_calls):
+        run()
+    calls = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < duration_s:
+        run()
+        calls += 1
+    elapsed = time.perf_counter() - started
+    return {"calls_per_second": round(calls / elapsed, 2), "items_per_second": round(calls * items_per_call / elapsed, 2)}

@@ -1,0 +1,54 @@
+"""Every deployment's checks and benchmark scenarios, as tests ids ``<deployment>-<name>``.
+
+``pytest harness/ -k <deployment>`` runs exactly that deployment's correctness, bad-input and
+throughput tests against a real server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench import run_benchmark
+from harness.deployments import discover
+
+DEPLOYMENTS = discover()
+
+CHECKS = [
+    pytest.param(deployment, name, id=f"{deployment.name}-{name}")
+    for deployment in DEPLOYMENTS
+    for name in deployment.checks()
+]
+
+BENCHMARKS = [
+    pytest.param(deployment, benchmark, id=f"{deployment.name}-{benchmark.id}")
+    for deployment in DEPLOYMENTS
+    for benchmark in deployment.benchmarks
+]
+
+
+def _context(server_pool, deployment, request):
+    target = request.config.getoption("--target")
+    if target not in deployment.targets:
+        pytest.skip(f"{deployment.name} does not support target {target}")
+    return server_pool.context(deployment)
+
+
+@pytest.mark.parametrize(("deployment", "check"), CHECKS)
+def test_check(server_pool, deployment, check, request):
+    """One correctness or bad-input check of a deployment, on its real server."""
+    ctx = _context(server_pool, deployment, request)
+    deployment.checks()[check](ctx)
+
+
+@pytest.mark.benchmark
+@pytest.mark.parametrize(("deployment", "benchmark"), BENCHMARKS)
+def test_benchmark(server_pool, deployment, benchmark, request):
+    """A short run of one benchmark scenario: no errors under load, records written."""
+    ctx = _context(server_pool, deployment, request)
+    if benchmark.targets and ctx.target not in benchmark.targets:
+        pytest.skip(f"{benchmark.id} is not defined for target {ctx.target}")
+    duration = request.config.getoption("--bench-duration")
+    records = run_benchmark(ctx, benchmark, duration_s=duration, warmup_s=min(1.0, duration / 2))
+    for row in records:
+        assert row["errors"] == 0, f"{benchmark.id} at concurrency {row['concurrency']}: {row['first_error']}"
+        assert row["requests"] > 0, f"{benchmark.id} at concurrency {row['concurrency']}: no request completed"

