@@ -21,15 +21,17 @@ FAILURE_PATTERNS = [
         r"Stub process '[^']*' is not healthy",
         r"Unable to start the stub",
         r"error: creating server",
-        r"poll failed: model '[^']+'",
+        r"Poll failed for model directory",
+        r"Error parsing text-format",
+        r"^E\d{4} ",
         r"Unrecognized option",
     )
 ]
 
 #: Error-looking lines that are harmless on CPU-only machines (PLATFORM.md).
 HARMLESS_PATTERNS = [
-    re.compile(p)
-    for p in (r"CUDA driver", r"NVML", r"DCGM", r"unable to create stream", r"cuda", r"GPU metrics")
+    re.compile(p, re.IGNORECASE)
+    for p in (r"cuda", r"nvml", r"dcgm", r"unable to create stream", r"gpu metrics", r"pinned memory")
 ]
 
 

@@ -85,12 +85,16 @@ class LocalTritonServer(TritonServer):
 
     mode = "local"
 
-    def __init__(self, options: ServerOptions, work_dir: str | Path | None = None, exit_timeout_s: int = 5):
+    def __init__(self, options: ServerOptions, work_dir: str | Path | None = None, exit_timeout_s: int = 5,
+                 ports: tuple[int, int, int] | None = None, host: str = "127.0.0.1",
+                 stub_python: str | None = None):
         super().__init__(options)
+        self.host = host
+        self.stub_python = stub_python
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
         self.exit_timeout_s = exit_timeout_s
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.http_port, self.grpc_port, self.metrics_port = ports or (free_port(), free_port(), free_port())
         self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.log_path = self.work_dir / "tritonserver.log"
         self.process: subprocess.Popen | None = None
@@ -99,15 +103,15 @@ class LocalTritonServer(TritonServer):
 
     @property
     def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def grpc_url(self) -> str | None:
-        return f"127.0.0.1:{self.grpc_port}" if self.options.allow_grpc else None
+        return f"{self.host}:{self.grpc_port}" if self.options.allow_grpc else None
 
     @property
     def metrics_url(self) -> str:
-        return f"127.0.0.1:{self.metrics_port}"
+        return f"{self.host}:{self.metrics_port}"
 
     def command(self) -> list[str]:
         """The full tritonserver command line."""
@@ -116,12 +120,12 @@ class LocalTritonServer(TritonServer):
             str(pytriton_root() / "bin" / "tritonserver"),
             f"--model-repository={Path(opts.model_repository).resolve()}",
             f"--backend-directory={self.work_dir / 'backends'}",
-            "--http-address=127.0.0.1",
+            f"--http-address={self.host}",
             f"--http-port={self.http_port}",
             f"--allow-grpc={'true' if opts.allow_grpc else 'false'}",
-            "--grpc-address=127.0.0.1",
+            f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
-            "--metrics-address=127.0.0.1",
+            f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
             "--allow-gpu-metrics=false",
             f"--model-control-mode={opts.model_control_mode}",
@@ -151,7 +155,7 @@ class LocalTritonServer(TritonServer):
         return env
 
     def start(self) -> None:
-        assemble_backend_dir(self.work_dir / "backends")
+        assemble_backend_dir(self.work_dir / "backends", self.stub_python)
         self._envs_before = set(glob.glob("/tmp/python_env_*"))
         self._log_file = open(self.log_path, "wb")
         self.process = subprocess.Popen(

@@ -75,8 +75,14 @@ class TritonPythonModel:
                 f"onnxruntime backend: config inputs {missing} are not inputs of {filename} "
                 f"(it has {sorted(session_inputs)})"
             )
-        self.session_input_types = {name: session_inputs[name].type for name in self.input_names}
-        pb_utils.Logger.log_info(f"{self.config['name']}: served by {IMPLEMENTATION}, file {filename}")
+        options = self.session.get_session_options()
+        pb_utils.Logger.log_info(
+            f"{self.config['name']}: served by {IMPLEMENTATION}, file {filename}, "
+            f"intra_op_thread_count={options.intra_op_num_threads} "
+            f"inter_op_thread_count={options.inter_op_num_threads} "
+            f"execution_mode={options.execution_mode.name} "
+            f"graph_optimization_level={options.graph_optimization_level.name}"
+        )
 
     def execute(self, requests):
         """Group requests by non-batch input shapes; one session run per group; split results."""

@@ -1,0 +1,60 @@
+# Triton reference deployments. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DEPLOYMENT ?=
+TARGET ?= cpu
+MODE ?= local
+BENCH_DURATION ?= 5
+PYTEST_ARGS ?=
+DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-fast list export deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "Variables: DEPLOYMENT=<name> TARGET=cpu|gpu|npu MODE=local|docker|external BENCH_DURATION=<s>"
+
+$(VENV)/.installed: requirements/base.txt requirements/no-deps.txt pyproject.toml $(wildcard deployments/*/requirements.txt)
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip wheel
+	$(PIP) install -r requirements/base.txt $(DEPLOYMENT_REQUIREMENTS)
+	$(PIP) install --no-deps -r requirements/no-deps.txt
+	$(PIP) install --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed ## Create .venv with everything the deployments and tests need (registries only)
+
+test: install ## Run the whole default suite against real tritonservers (pytest harness/)
+	$(PY) -m pytest harness/ $(PYTEST_ARGS)
+
+list: install ## List the deployments the harness discovers
+	$(PY) -m harness list
+
+export: install ## Export model files of DEPLOYMENT (e.g. make export DEPLOYMENT=embedding_cpu)
+	$(PY) -m harness export $(DEPLOYMENT)
+
+deploy: install ## Serve DEPLOYMENT on TARGET until Ctrl-C (exports what is missing)
+	$(PY) -m harness serve $(DEPLOYMENT) --mode $(MODE) --target $(TARGET)
+
+deploy-embedding: ## Serve embedding_cpu (embedding_py, embedding_onnx) on :8000/:8001
+	$(MAKE) deploy DEPLOYMENT=embedding_cpu
+
+deploy-yolo11: ## Serve yolo11_ensemble on :8000/:8001
+	$(MAKE) deploy DEPLOYMENT=yolo11_ensemble
+
+deploy-cn-clip: ## Serve cn_clip on :8000/:8001
+	$(MAKE) deploy DEPLOYMENT=cn_clip
+
+deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an Ascend host)
+	$(MAKE) deploy DEPLOYMENT=resnet_npu
+
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl
+	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION)
+
+clean: ## Remove exported model files and results (keeps .venv)
+	rm -rf results
+	find deployments -name '*.onnx' -path '*/model_repository/*' -delete

@@ -1,0 +1,143 @@
+"""Command line: ``python -m harness {list,export,serve,bench}``.
+
+    python -m harness serve embedding_cpu            # export what is missing, serve until Ctrl-C
+    python -m harness bench embedding_cpu --duration 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from harness.deployments import discover, get_deployment
+from harness.launchers import MODES, LocalTritonServer, ServerStartError, create_server
+
+
+def _list(args) -> int:
+    for deployment in discover():
+        print(f"{deployment.name:20} targets={','.join(deployment.targets):10} models={','.join(deployment.entry_models)}")
+        print(f"{'':20} {deployment.manifest.get('summary', '')}")
+    return 0
+
+
+def _export(args) -> int:
+    deployment = get_deployment(args.deployment)
+    ran = deployment.export(force=args.force)
+    print(f"{deployment.name}: {'exported' if ran else 'nothing to export (all outputs present; --force to redo)'}")
+    return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _serve(args) -> int:
+    deployment = get_deployment(args.deployment)
+    if args.mode in ("local", "docker"):
+        deployment.export()
+    options = deployment.server_options(args.target)
+    if args.mode == "local":
+        server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
+    else:
+        server = create_server(args.mode, options, url=args.server_url)
+    signal.signal(signal.SIGTERM, _interrupt)
+    began = time.monotonic()
+    server.start()
+    try:
+        server.wait_ready()
+        print(f"{deployment.name} ready in {time.monotonic() - began:.1f} s ({server.mode} server, target {args.target})")
+        print(f"  HTTP    {server.http_url}")
+        if server.grpc_url:
+            print(f"  gRPC    {server.grpc_url}")
+        if server.metrics_url:
+            print(f"  metrics {server.metrics_url}/metrics")
+        print(f"  models  {', '.join(deployment.entry_models)}")
+        if isinstance(server, LocalTritonServer):
+            print(f"  log     {server.log_path}")
+        print("Ctrl-C to stop.", flush=True)
+        while server.is_running():
+            time.sleep(0.5)
+        print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
+        return 1
+    except ServerStartError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping tritonserver")
+        return 0
+    finally:
+        server.stop()
+
+
+def _bench(args) -> int:
+    from harness.bench import run_benchmark
+    from harness.session import ServerPool
+
+    names = [args.deployment] if args.deployment else [d.name for d in discover()]
+    pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
+    try:
+        for name in names:
+            deployment = get_deployment(name)
+            if args.target not in deployment.targets:
+                print(f"{deployment.name}: target {args.target} not supported, skipped")
+                continue
+            ctx = pool.context(deployment)
+            for benchmark in deployment.benchmarks:
+                if benchmark.targets and args.target not in benchmark.targets:
+                    continue
+                concurrencies = args.concurrency or list(benchmark.concurrency)
+
+                def show(level, benchmark=benchmark):
+                    m = level.metrics()
+                    print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
+                          f"{m['perf_throughput']:9.1f} infer/s  p50 {m['perf_latency_p50']:8.1f} ms  "
+                          f"p99 {m['perf_latency_p99']:8.1f} ms  errors {m['errors']}", flush=True)
+
+                run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
+                              concurrencies=concurrencies, on_level=show)
+            pool.release(deployment.name)
+    finally:
+        pool.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description="Triton reference deployments harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the deployments the harness finds").set_defaults(func=_list)
+
+    export = sub.add_parser("export", help="run a deployment's export step")
+    export.add_argument("deployment")
+    export.add_argument("--force", action="store_true", help="export even when the outputs exist")
+    export.set_defaults(func=_export)
+
+    def server_flags(p):
+        p.add_argument("--mode", choices=MODES, default=None, help="local (default), docker or external")
+        p.add_argument("--target", default="cpu", help="cpu / gpu / npu")
+        p.add_argument("--server-url", default=None, help="host:port of a running server (external mode)")
+
+    serve = sub.add_parser("serve", help="export what is missing and serve a deployment until Ctrl-C")
+    serve.add_argument("deployment")
+    server_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.set_defaults(func=_serve)
+
+    bench = sub.add_parser("bench", help="run the benchmark scenarios of one or all deployments")
+    bench.add_argument("deployment", nargs="?")
+    server_flags(bench)
+    bench.add_argument("--duration", type=float, default=5.0, help="seconds measured per concurrency level")
+    bench.add_argument("--warmup", type=float, default=1.0)
+    bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
+    bench.set_defaults(func=_bench)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Small model repositories built in a temp dir for the harness's own tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+DOUBLE_CONFIG = """
+name: "double"
+backend: "onnxruntime"
+max_batch_size: 16
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [ 4 ] }
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+parameters { key: "inter_op_thread_count" value: { string_value: "1" } }
+parameters { key: "execution_mode" value: { string_value: "0" } }
+optimization { graph { level: 1 } }
+"""
+
+ECHO_CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 8
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+ECHO_MODEL = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Returns its input."""
+
+    def execute(self, requests):
+        """One response per request."""
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("TEXT_OUT", pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy())])
+                for r in requests]
+'''
+
+
+def write_double_onnx(path: Path) -> None:
+    """An ONNX graph that multiplies a ``[batch, 4]`` float input by 2."""
+    x = helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", 4])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
+    graph = helper.make_graph([helper.make_node("Mul", ["INPUT", "two"], ["OUTPUT"])], "double", [x], [y],
+                              initializer=[two])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+
+
+def make_repository(root: Path, models: tuple[str, ...] = ("double", "echo")) -> Path:
+    """A repository with the ``double`` (onnxruntime) and ``echo`` (python) models."""
+    repo = root / "model_repository"
+    if "double" in models:
+        write_double_onnx(repo / "double" / "1" / "model.onnx")
+        (repo / "double" / "config.pbtxt").write_text(DOUBLE_CONFIG)
+    if "echo" in models:
+        (repo / "echo" / "1").mkdir(parents=True, exist_ok=True)
+        (repo / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
+        (repo / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
+    return repo

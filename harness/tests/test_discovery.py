@@ -1,0 +1,55 @@
+"""Deployment discovery: a copied folder with an edited manifest is a new deployment."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.deployments import ManifestError, discover, get_deployment
+from harness.session import ServerPool
+
+SOURCE = PROJECT_ROOT / "deployments" / "embedding_cpu"
+
+
+def _copy_as(root: Path, name: str) -> Path:
+    target = root / name
+    shutil.copytree(SOURCE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = target / "deployment.toml"
+    manifest.write_text(manifest.read_text().replace('name = "embedding_cpu"', f'name = "{name}"'))
+    return target
+
+
+def test_every_deployment_in_the_repo_loads():
+    names = [d.name for d in discover()]
+    assert "embedding_cpu" in names
+    for deployment in discover():
+        for benchmark in deployment.benchmarks:
+            assert callable(deployment.resolve(benchmark.workload))
+
+
+def test_manifest_errors_name_the_problem(tmp_path):
+    target = _copy_as(tmp_path, "broken_copy")
+    manifest = target / "deployment.toml"
+    manifest.write_text(manifest.read_text().replace('"embedding_py", "embedding_onnx"', '"no_such_model"'))
+    with pytest.raises(ManifestError, match="no_such_model"):
+        discover(tmp_path)
+
+
+def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path):
+    get_deployment("embedding_cpu").export()
+    _copy_as(tmp_path, "my_embedding")
+    copies = discover(tmp_path)
+    assert [d.name for d in copies] == ["my_embedding"]
+    copy = copies[0]
+    assert copy.path == (tmp_path / "my_embedding").resolve()
+    assert {"embedding_py_matches_reference", "bad_input_is_rejected_clearly"} <= set(copy.checks())
+    pool = ServerPool(mode="local")
+    try:
+        ctx = pool.context(copy)
+        assert str(tmp_path) in ctx.server.options.model_repository
+        copy.checks()["embedding_py_matches_reference"](ctx)
+    finally:
+        pool.close()
