@@ -6,7 +6,7 @@ from typing import Callable
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark
-from harness.loadgen import GENERATOR, LoadResult, Workload, sweep
+from harness.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, sweep
 from harness.records import append_record
 
 
@@ -37,6 +37,16 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
     records = []
 
     def record(level: LoadResult) -> None:
+        metrics = level.metrics(workload.items_per_request)
+        ceiling = {}
+        if workload.ceiling is not None:
+            batch = level.concurrency * workload.items_per_request
+            measured = measure_in_process(workload.ceiling(batch), batch, duration_s=min(duration_s, 3.0))
+            ceiling = {
+                "ceiling_items_per_second": measured["items_per_second"],
+                "ceiling_batch_size": batch,
+                "served_over_ceiling": round(metrics["items_per_second"] / measured["items_per_second"], 3),
+            }
         row = {
             "deployment": ctx.deployment.name,
             "benchmark": benchmark.id,
@@ -50,7 +60,8 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
             "backend_implementation": backends,
             "items_per_request": workload.items_per_request,
             "notes": workload.notes,
-            **level.metrics(workload.items_per_request),
+            **metrics,
+            **ceiling,
         }
         append_record(row)
         records.append(row)

@@ -27,7 +27,9 @@ class Workload:
     """What one benchmark sends: the same inputs every request, or ``prepare()`` per request.
 
     ``prepare`` and ``finish`` run client-side work (pre-/post-processing) inside the timed
-    latency, for the paths where the client does that work itself.
+    latency, for the paths where the client does that work itself. ``ceiling(batch)``, when
+    given, returns a function that does the same work for ``batch`` items directly in this
+    process (no server): the in-process ceiling each concurrency level is compared with.
     """
 
     model: str
@@ -39,6 +41,7 @@ class Workload:
     finish: Callable[[dict[str, np.ndarray]], Any] | None = None
     parameters: dict | None = None
     notes: dict = field(default_factory=dict)
+    ceiling: Callable[[int], Callable[[], Any]] | None = None
 
     def request_inputs(self) -> dict[str, np.ndarray]:
         if self.prepare is not None:

@@ -60,3 +60,13 @@ def decode_utf8(data: bytes, name: str) -> str:
         raise InputError(
             f"input '{name}' is not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
         ) from None
+
+
+def utf8_texts(values: Any, name: str, max_bytes: int) -> list[str]:
+    """A BYTES input as UTF-8 strings, each at most ``max_bytes`` long."""
+    texts = []
+    for item in single_bytes_items(values, name):
+        if len(item) > max_bytes:
+            raise InputError(f"{name} element is {len(item)} bytes, over the limit of {max_bytes}")
+        texts.append(decode_utf8(item, name))
+    return texts

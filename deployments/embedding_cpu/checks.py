@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +16,10 @@ from tritonclient.utils import InferenceServerException
 
 from harness.deployments import load_module
 from harness.loadgen import Workload
-from triton_helpers.text_embedding import default_model_dir, tokenize
+from triton_helpers.text_embedding import EmbeddingModelInfo, default_model_dir, pool, tokenize
 
 HERE = Path(__file__).resolve().parent
+DOCUMENTS = HERE / "fixtures" / "documents"
 client = load_module(HERE / "client.py", "embedding_cpu_client")
 REGENERATE = "python deployments/embedding_cpu/make_fixtures.py"
 SHORT_SENTENCES = [
@@ -27,129 +32,288 @@ SHORT_SENTENCES = [
     "Throughput grows with the batch size.",
     "Short text.",
 ]
+MIN_COSINE = {"embedding_py": 0.9999, "embedding_onnx": 0.999, "embedding_onnx_text": 0.999,
+              "embedding_onnx_int8": 0.99}
 
 
-def _fixture() -> dict:
-    fixture = json.loads((HERE / "fixtures" / "expected_embeddings.json").read_text())
+@lru_cache(maxsize=None)
+def _fixture(name: str = "expected_embeddings.json") -> dict:
+    fixture = json.loads((HERE / "fixtures" / name).read_text())
     weights = default_model_dir() / fixture["weights_file"]
     actual = hashlib.sha256(weights.read_bytes()).hexdigest()
     assert actual == fixture["weights_sha256"], (
-        f"fixtures were made with weights {fixture['weights_sha256'][:12]}, installed are {actual[:12]}: "
-        f"regenerate them with `{REGENERATE}`"
+        f"{name} was made with weights {fixture['weights_sha256'][:12]}, installed are {actual[:12]}: "
+        f"regenerate the fixtures with `{REGENERATE}`"
     )
     return fixture
 
 
 def _cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
-    actual = actual / np.linalg.norm(actual, axis=1, keepdims=True)
-    expected = expected / np.linalg.norm(expected, axis=1, keepdims=True)
-    return (actual * expected).sum(axis=1)
+    actual = actual / np.linalg.norm(actual, axis=-1, keepdims=True)
+    expected = expected / np.linalg.norm(expected, axis=-1, keepdims=True)
+    return (actual * expected).sum(axis=-1)
 
 
-def _assert_close(name: str, sentences: list[str], actual: np.ndarray, expected: np.ndarray, minimum: float):
+def _assert_close(name: str, labels: list[str], actual: np.ndarray, expected: np.ndarray, minimum: float):
     assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
-    cosines = _cosines(actual, expected)
+    cosines = np.atleast_1d(_cosines(actual, expected))
     worst = int(np.argmin(cosines))
-    assert cosines.min() >= minimum, (
-        f"{name}: cosine {cosines[worst]:.6f} < {minimum} for {sentences[worst][:60]!r}"
-    )
+    assert cosines.min() >= minimum, f"{name}: cosine {cosines[worst]:.6f} < {minimum} for {labels[worst][:60]!r}"
+
+
+def _url(ctx, protocol: str) -> str:
+    return ctx.server.http_url if protocol == "http" else ctx.server.grpc_url
+
+
+def _check_sentence_model(ctx, model: str, skip_empty: bool = False) -> None:
+    fixture = _fixture()
+    keep = [i for i, s in enumerate(fixture["sentences"]) if s or not skip_empty]
+    sentences = [fixture["sentences"][i] for i in keep]
+    expected = np.asarray(fixture["embeddings"], np.float32)[keep]
+    for protocol in ("http", "grpc"):
+        with client.connect(_url(ctx, protocol), protocol) as c:
+            actual = client.embed_texts(c, sentences, model)
+        _assert_close(f"{model}/{protocol}", sentences, actual, expected, MIN_COSINE[model])
 
 
 def check_embedding_py_matches_reference(ctx):
-    fixture = _fixture()
-    for protocol in ("http", "grpc"):
-        with client.connect(ctx.server.http_url if protocol == "http" else ctx.server.grpc_url, protocol) as c:
-            actual = client.embed_py(c, fixture["sentences"])
-        _assert_close(f"embedding_py/{protocol}", fixture["sentences"], actual,
-                      np.asarray(fixture["embeddings"], np.float32), 0.9999)
+    _check_sentence_model(ctx, "embedding_py")
 
 
-def check_embedding_onnx_matches_reference(ctx):
+def check_embedding_onnx_client_tokenized_matches_reference(ctx):
+    _check_sentence_model(ctx, "embedding_onnx")
+
+
+def check_embedding_onnx_text_matches_reference(ctx):
+    _check_sentence_model(ctx, "embedding_onnx_text")
+
+
+def check_embedding_onnx_int8_within_tolerance(ctx):
+    """INT8 >= 0.99 cosine on real sentences; the empty string ([CLS][SEP] only) has its own bound."""
+    _check_sentence_model(ctx, "embedding_onnx_int8", skip_empty=True)
+    with client.connect(ctx.server.http_url, "http") as c:
+        empty = client.embed_texts(c, [""], "embedding_onnx_int8")
+    reference = np.asarray(_fixture()["embeddings"][_fixture()["sentences"].index("")], np.float32)[None]
+    _assert_close("embedding_onnx_int8 empty string", [""], empty, reference, 0.97)
+
+
+def check_asyncio_clients_send_text_over_http_and_grpc(ctx):
     fixture = _fixture()
+    expected = np.asarray(fixture["embeddings"], np.float32)
     for protocol in ("http", "grpc"):
-        with client.connect(ctx.server.http_url if protocol == "http" else ctx.server.grpc_url, protocol) as c:
-            actual = client.embed_onnx(c, fixture["sentences"])
-        _assert_close(f"embedding_onnx/{protocol}", fixture["sentences"], actual,
-                      np.asarray(fixture["embeddings"], np.float32), 0.999)
+        for model in ("embedding_py", "embedding_onnx_text"):
+            actual = asyncio.run(client.embed_texts_async(_url(ctx, protocol), protocol, fixture["sentences"], model))
+            _assert_close(f"{model}/{protocol}.aio", fixture["sentences"], actual, expected, MIN_COSINE[model])
 
 
 def check_one_sentence_per_request_equals_batch(ctx):
     fixture = _fixture()
     expected = np.asarray(fixture["embeddings"], np.float32)
     with client.connect(ctx.server.http_url, "http") as c:
-        singles = np.concatenate([client.embed_py(c, [s]) for s in fixture["sentences"]])
-    _assert_close("embedding_py one per request", fixture["sentences"], singles, expected, 0.9999)
+        for model in ("embedding_py", "embedding_onnx_text"):
+            singles = np.concatenate([client.embed_texts(c, [s], model) for s in fixture["sentences"]])
+            _assert_close(f"{model} one per request", fixture["sentences"], singles, expected, MIN_COSINE[model])
 
 
-def _expect_error(ctx, model, inputs, *fragments):
+def _document_cases():
+    fixture = _fixture("expected_documents.json")
+    for case in fixture["cases"]:
+        yield case, (DOCUMENTS / case["file"]).read_bytes()
+
+
+def check_pipelines_match_reference_and_each_other(ctx):
+    with client.connect(ctx.server.grpc_url, "grpc") as c:
+        for case, data in _document_cases():
+            label = f"{case['file']} @ {case['chunk_tokens']} tokens"
+            expected = np.asarray(case["final_embedding"], np.float32)
+            finals = {}
+            for model in client.FILE_MODELS:
+                out = client.embed_file(c, data, model, chunk_tokens=case["chunk_tokens"])
+                assert int(out["CHUNK_COUNT"][0, 0]) == len(case["chunks"]), (
+                    f"{model} {label}: {out['CHUNK_COUNT'][0, 0]} chunks, reference chunker made {len(case['chunks'])}")
+                finals[model] = out["FINAL_EMBEDDING"][0]
+                _assert_close(f"{model} {label}", [label], finals[model], expected, 0.999)
+            _assert_close(f"pipelines agree on {label}", [label], finals["full_pipeline_py"],
+                          finals["pipeline_orchestrator"], 0.999)
+
+
+def check_pipelines_return_chunk_vectors_without_aggregation(ctx):
+    case, data = next(c for c in _document_cases() if c[0]["file"] == "serving_notes.txt" and c[0]["chunk_size"] == "small")
+    expected = np.asarray(case["chunk_embeddings"], np.float32)
+    with client.connect(ctx.server.http_url, "http") as c:
+        for model in client.FILE_MODELS:
+            out = client.embed_file(c, data, model, chunk_tokens=case["chunk_tokens"], aggregation="none")
+            _assert_close(f"{model} chunk vectors", case["chunks"], out["CHUNK_EMBEDDINGS"][0], expected, 0.999)
+
+
+def check_pipeline_contract_with_plain_http_json(ctx):
+    """A client that knows only the SPEC contract: HTTP/JSON, RAW_FILE as a BYTES string."""
+    case, data = next(c for c in _document_cases() if c[0]["file"] == "serving_notes.txt" and c[0]["chunk_size"] == "default")
+    body = json.dumps({"inputs": [{"name": "RAW_FILE", "shape": [1, 1], "datatype": "BYTES",
+                                   "data": [data.decode("utf-8")]}],
+                       "outputs": [{"name": "FINAL_EMBEDDING"}]}).encode()
+    for model in client.FILE_MODELS:
+        request = urllib.request.Request(f"http://{ctx.server.http_url}/v2/models/{model}/infer", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        output = next(o for o in answer["outputs"] if o["name"] == "FINAL_EMBEDDING")
+        assert output["datatype"] == "FP32" and output["shape"] == [1, 384], output["shape"]
+        _assert_close(f"{model} via JSON", ["serving_notes.txt"], np.asarray(output["data"], np.float32),
+                      np.asarray(case["final_embedding"], np.float32), 0.999)
+
+
+def _expect_error(ctx, model, inputs, *fragments, parameters=None, within_s: float | None = None):
+    began = time.monotonic()
     try:
-        ctx.infer(model, inputs)
+        ctx.infer(model, inputs, parameters=parameters)
     except InferenceServerException as exc:
         message = str(exc)
         assert any(f.lower() in message.lower() for f in fragments), f"{model}: unclear error {message!r}"
+        if within_s is not None:
+            assert time.monotonic() - began < within_s, f"{model}: error took {time.monotonic() - began:.1f} s"
         return message
-    raise AssertionError(f"{model} accepted bad input {list(inputs)}")
+    raise AssertionError(f"{model} accepted bad input {list(inputs)} {parameters or ''}")
 
 
-def check_bad_input_is_rejected_clearly(ctx):
-    _expect_error(ctx, "embedding_py", {"TEXT": np.ones((1, 1), np.float32)}, "data-type", "datatype", "expected")
-    _expect_error(ctx, "embedding_py", {"TEXT": np.array([b"a", b"b"], dtype=object)}, "shape")
-    _expect_error(ctx, "embedding_py", {"TEXT": np.array([[b"\xff\xfe bad"]], dtype=object)}, "UTF-8")
-    _expect_error(ctx, "embedding_py", {"WRONG": np.array([[b"x"]], dtype=object)}, "unexpected inference input",
-                  "expected", "TEXT")
-    _expect_error(ctx, "embedding_py", {"TEXT": np.array([[b"x" * (1 << 20 + 1)]], dtype=object)}, "limit")
-    _expect_error(ctx, "embedding_onnx", {"input_ids": np.ones((1, 4), np.float32),
-                                          "attention_mask": np.ones((1, 4), np.int64)}, "data-type", "datatype")
-    _expect_error(ctx, "embedding_onnx", {"input_ids": np.ones((1, 4), np.int64)}, "attention_mask", "expected")
+def check_bad_sentence_input_is_rejected_clearly(ctx):
+    for model in ("embedding_py", "embedding_onnx_text"):
+        _expect_error(ctx, model, {"TEXT": np.ones((1, 1), np.float32)}, "data-type", "datatype", "expected")
+        _expect_error(ctx, model, {"TEXT": np.array([b"a", b"b"], dtype=object)}, "shape")
+        _expect_error(ctx, model, {"TEXT": np.array([[b"\xff\xfe bad"]], dtype=object)}, "UTF-8")
+        _expect_error(ctx, model, {"WRONG": np.array([[b"x"]], dtype=object)}, "unexpected inference input",
+                      "expected", "TEXT")
+        _expect_error(ctx, model, {"TEXT": np.array([[b"x" * ((1 << 20) + 1)]], dtype=object)}, "limit")
+    for model in ("embedding_onnx", "embedding_onnx_int8"):
+        _expect_error(ctx, model, {"input_ids": np.ones((1, 4), np.float32),
+                                   "attention_mask": np.ones((1, 4), np.int64)}, "data-type", "datatype")
+        _expect_error(ctx, model, {"input_ids": np.ones((1, 4), np.int64)}, "attention_mask", "expected")
+    ctx.assert_healthy()
+
+
+def _corrupt_pdf() -> bytes:
+    data = (DOCUMENTS / "two_pages.pdf").read_bytes()
+    return data[: len(data) // 3]
+
+
+def check_bad_files_get_clear_errors_in_bounded_time(ctx):
+    cases = [
+        (b"", {}, ("empty",)),
+        (bytes(range(256)) * 64, {}, ("UTF-8", "binary")),
+        ("café au lait".encode("latin-1"), {}, ("UTF-8",)),
+        (_corrupt_pdf(), {}, ("PDF",)),
+        ((DOCUMENTS / "encrypted.pdf").read_bytes(), {}, ("encrypted",)),
+        (b"a" * (50 * 1024 * 1024), {}, ("limit",)),
+        ("".join(f"paragraph {i}.\n\n" for i in range(100_000)).encode(), {"chunk_tokens": 8}, ("limit",)),
+        (b"fine text", {"chunk_tokens": 1}, ("chunk_tokens",)),
+        (b"fine text", {"aggregation": "max"}, ("aggregation",)),
+        (b"fine text", {"colour": "blue"}, ("unknown request parameters",)),
+    ]
+    for model in client.FILE_MODELS:
+        for data, parameters, fragments in cases:
+            _expect_error(ctx, model, {"RAW_FILE": np.array([[data]], dtype=object)}, *fragments,
+                          parameters=parameters or None, within_s=30)
     ctx.assert_healthy()
 
 
 def check_bad_request_does_not_break_its_batch(ctx):
-    good = [[s.encode()] for s in SHORT_SENTENCES]
-    bad = [[b"\xc3\x28 invalid"]]
-    jobs = [("good", np.array([g], dtype=object)) for g in good] + [("bad", np.array(bad, dtype=object))] * 4
+    notes = (DOCUMENTS / "serving_notes.txt").read_bytes()
+    jobs = [("TEXT", m, [s.encode()], True) for m in ("embedding_py", "embedding_onnx_text") for s in SHORT_SENTENCES]
+    jobs += [("TEXT", m, [b"\xc3\x28 invalid"], False) for m in ("embedding_py", "embedding_onnx_text")] * 3
+    jobs += [("RAW_FILE", m, [notes], True) for m in client.FILE_MODELS] * 3
+    jobs += [("RAW_FILE", m, [b"\x00\x01\x02 garbage"], False) for m in client.FILE_MODELS] * 2
 
     def send(job):
-        kind, array = job
+        name, model, items, good = job
         try:
-            return kind, ctx.infer("embedding_py", {"TEXT": array})["EMBEDDING"]
+            return job, ctx.infer(model, {name: np.array([items], dtype=object)})
         except InferenceServerException as exc:
-            return kind, exc
+            return job, exc
 
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        outcomes = list(pool.map(send, jobs))
-    for kind, outcome in outcomes:
-        if kind == "good":
-            assert isinstance(outcome, np.ndarray) and outcome.shape == (1, 384), f"good request failed: {outcome}"
+    with ThreadPoolExecutor(max_workers=16) as workers:
+        outcomes = list(workers.map(send, jobs))
+    for (name, model, items, good), outcome in outcomes:
+        if good:
+            assert isinstance(outcome, dict), f"{model}: a good request in a mixed batch failed: {outcome}"
         else:
-            assert isinstance(outcome, InferenceServerException) and "UTF-8" in str(outcome), outcome
+            assert isinstance(outcome, InferenceServerException), f"{model} accepted {items[0][:20]!r}"
     ctx.assert_healthy()
 
 
-def _texts(batch: int) -> np.ndarray:
+def _text_rows(batch: int) -> np.ndarray:
     return np.array([[SHORT_SENTENCES[i % len(SHORT_SENTENCES)].encode()] for i in range(batch)], dtype=object)
 
 
+@lru_cache(maxsize=2)
+def _session(precision: str, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    name = "embedding_onnx" if precision == "fp32" else "embedding_onnx_int8"
+    return ort.InferenceSession(str(HERE / "model_repository" / name / "1" / "model.onnx"), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def _ceiling(precision: str):
+    """Tokenize + ONNX + pool in this process, batch of ``n``, threads = the server's total."""
+    normalize = EmbeddingModelInfo.read().normalize
+
+    def for_batch(n: int):
+        session = _session(precision, threads=2)
+        texts = [SHORT_SENTENCES[i % len(SHORT_SENTENCES)] for i in range(n)]
+
+        def run():
+            tokens = tokenize(texts)
+            pool(session.run(["last_hidden_state"], tokens)[0], tokens["attention_mask"], normalize)
+        return run
+    return for_batch
+
+
 def workload_embedding_py_sentence(ctx) -> Workload:
-    return Workload(model="embedding_py", inputs={"TEXT": _texts(1)}, outputs=["EMBEDDING"],
+    return Workload(model="embedding_py", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
                     variant="embedding_py (sentence-transformers, python backend)")
 
 
-def workload_embedding_onnx_sentence(ctx) -> Workload:
-    """Client tokenizes every request and pools the result: its time is in the latency."""
-    from triton_helpers.text_embedding import EmbeddingModelInfo, pool
+def workload_embedding_onnx_text_sentence(ctx) -> Workload:
+    return Workload(model="embedding_onnx_text", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
+                    variant="embedding_onnx_text fp32 (server tokenizes + pools, BLS)", ceiling=_ceiling("fp32"))
 
+
+def _client_tokenized(model: str, variant: str, precision: str) -> Workload:
+    """Client tokenizes every request and pools the result: its time is in the latency."""
     normalize = EmbeddingModelInfo.read().normalize
-    state = {"i": 0}
+    counter = iter(range(1 << 62))
 
     def prepare():
-        state["i"] += 1
-        text = SHORT_SENTENCES[state["i"] % len(SHORT_SENTENCES)]
-        tokens = tokenize([text])
-        return tokens
+        return tokenize([SHORT_SENTENCES[next(counter) % len(SHORT_SENTENCES)]])
 
     def finish(outputs):
-        pool(outputs["last_hidden_state"], np.ones(outputs["last_hidden_state"].shape[:2], np.int64), normalize)
+        hidden = outputs["last_hidden_state"]
+        pool(hidden, np.ones(hidden.shape[:2], np.int64), normalize)
 
-    return Workload(model="embedding_onnx", prepare=prepare, finish=finish, outputs=["last_hidden_state"],
-                    variant="embedding_onnx fp32 (client tokenizes + pools)")
+    return Workload(model=model, prepare=prepare, finish=finish, outputs=["last_hidden_state"], variant=variant,
+                    ceiling=_ceiling(precision))
+
+
+def workload_embedding_onnx_sentence(ctx) -> Workload:
+    return _client_tokenized("embedding_onnx", "embedding_onnx fp32 (client tokenizes + pools)", "fp32")
+
+
+def workload_embedding_onnx_int8_sentence(ctx) -> Workload:
+    return _client_tokenized("embedding_onnx_int8", "embedding_onnx_int8 (client tokenizes + pools)", "int8")
+
+
+def _document_workload(model: str) -> Workload:
+    data = (DOCUMENTS / "serving_notes.txt").read_bytes()
+    return Workload(model=model, inputs={"RAW_FILE": np.array([[data]], dtype=object)}, outputs=["FINAL_EMBEDDING"],
+                    variant=f"{model} (serving_notes.txt, {len(data)} bytes, 2 chunks)")
+
+
+def workload_full_pipeline_py_document(ctx) -> Workload:
+    return _document_workload("full_pipeline_py")
+
+
+def workload_pipeline_orchestrator_document(ctx) -> Workload:
+    return _document_workload("pipeline_orchestrator")

@@ -1,44 +1,55 @@
-"""Client for embedding_cpu: embed sentences through ``embedding_py`` or ``embedding_onnx``.
+"""Client for embedding_cpu: sentences and whole files, sync and asyncio, HTTP and gRPC.
 
-``embedding_py`` takes the text itself. ``embedding_onnx`` is the bare transformer: this
-client tokenizes with the model's fast tokenizer, sends ``input_ids`` + ``attention_mask``
-and mean-pools ``last_hidden_state`` (+ L2 normalisation, as the model folder declares).
+    python deployments/embedding_cpu/client.py sentences "A sentence." "另一句话" --model embedding_onnx_text
+    python deployments/embedding_cpu/client.py files docs/ --model pipeline_orchestrator --concurrency 8
 
-    python deployments/embedding_cpu/client.py "A sentence." "另一句话" --model embedding_onnx
+Models: ``embedding_py`` / ``embedding_onnx_text`` take TEXT and return EMBEDDING.
+``embedding_onnx`` / ``embedding_onnx_int8`` are the bare transformer: this client tokenizes
+with the model's fast tokenizer, sends ``input_ids`` + ``attention_mask`` and mean-pools
+``last_hidden_state`` (+ L2 normalisation, as the model folder declares). ``full_pipeline_py``
+/ ``pipeline_orchestrator`` take a file's bytes (RAW_FILE) and return FINAL_EMBEDDING.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
+import tritonclient.http.aio as http_aio
 
 from triton_helpers.text_embedding import EmbeddingModelInfo, pool, tokenize
 
-MODELS = ("embedding_py", "embedding_onnx")
+TEXT_MODELS = ("embedding_py", "embedding_onnx_text")
+TOKEN_MODELS = ("embedding_onnx", "embedding_onnx_int8")
+FILE_MODELS = ("pipeline_orchestrator", "full_pipeline_py")
+FILE_SUFFIXES = {".txt", ".md", ".markdown", ".pdf"}
 
 
 def _module(client):
-    return grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
+    if isinstance(client, (grpcclient.InferenceServerClient, grpc_aio.InferenceServerClient)):
+        return grpcclient
+    return httpclient
 
 
-def text_input(module, texts: list[str], name: str = "TEXT"):
-    """A ``[n, 1]`` BYTES input with one UTF-8 text per row."""
-    array = np.array([[t.encode("utf-8")] for t in texts], dtype=object)
+def bytes_input(module, name: str, items: list[bytes]):
+    """A ``[n, 1]`` BYTES input."""
+    array = np.array([[item] for item in items], dtype=object)
     infer_input = module.InferInput(name, list(array.shape), "BYTES")
     infer_input.set_data_from_numpy(array)
     return infer_input
 
 
-def embed_py(client, texts: list[str]) -> np.ndarray:
-    """Embeddings from ``embedding_py`` (server runs sentence-transformers)."""
-    result = client.infer("embedding_py", [text_input(_module(client), texts)])
-    return result.as_numpy("EMBEDDING")
+def text_input(module, texts: list[str]):
+    """``TEXT``: one UTF-8 text per row."""
+    return bytes_input(module, "TEXT", [t.encode("utf-8") for t in texts])
 
 
-def onnx_inputs(module, texts: list[str]) -> tuple[list, np.ndarray]:
+def token_inputs(module, texts: list[str]) -> tuple[list, np.ndarray]:
     """Tokenized ``input_ids`` / ``attention_mask`` inputs and the mask (for pooling)."""
     tokens = tokenize(texts)
     inputs = []
@@ -49,33 +60,125 @@ def onnx_inputs(module, texts: list[str]) -> tuple[list, np.ndarray]:
     return inputs, tokens["attention_mask"]
 
 
-def embed_onnx(client, texts: list[str]) -> np.ndarray:
-    """Embeddings from ``embedding_onnx``: tokenize here, pool ``last_hidden_state`` here."""
-    inputs, mask = onnx_inputs(_module(client), texts)
-    hidden = client.infer("embedding_onnx", inputs).as_numpy("last_hidden_state")
-    return pool(hidden, mask, EmbeddingModelInfo.read().normalize)
+def embed_texts(client, texts: list[str], model: str = "embedding_py") -> np.ndarray:
+    """Sentence embeddings from any of the sentence models (sync client)."""
+    module = _module(client)
+    if model in TOKEN_MODELS:
+        inputs, mask = token_inputs(module, texts)
+        hidden = client.infer(model, inputs).as_numpy("last_hidden_state")
+        return pool(hidden, mask, EmbeddingModelInfo.read().normalize)
+    return client.infer(model, [text_input(module, texts)]).as_numpy("EMBEDDING")
 
 
-EMBED = {"embedding_py": embed_py, "embedding_onnx": embed_onnx}
+def file_parameters(chunk_tokens: int | None = None, aggregation: str | None = None) -> dict | None:
+    """Triton request parameters of the document pipelines."""
+    parameters = {}
+    if chunk_tokens:
+        parameters["chunk_tokens"] = int(chunk_tokens)
+    if aggregation:
+        parameters["aggregation"] = aggregation
+    return parameters or None
+
+
+def embed_file(client, data: bytes, model: str = "pipeline_orchestrator", **options) -> dict[str, np.ndarray]:
+    """FINAL_EMBEDDING, CHUNK_COUNT (and CHUNK_EMBEDDINGS with aggregation='none') of one file."""
+    result = client.infer(model, [bytes_input(_module(client), "RAW_FILE", [data])],
+                          parameters=file_parameters(**options))
+    names = ["FINAL_EMBEDDING", "CHUNK_COUNT"] + (["CHUNK_EMBEDDINGS"] if options.get("aggregation") == "none" else [])
+    return {name: result.as_numpy(name) for name in names}
 
 
 def connect(url: str, protocol: str):
-    """A tritonclient client for ``url`` (host:port)."""
+    """A sync tritonclient client for ``url`` (host:port)."""
     return (grpcclient if protocol == "grpc" else httpclient).InferenceServerClient(url)
 
 
+def connect_async(url: str, protocol: str):
+    """An asyncio tritonclient client for ``url`` (host:port)."""
+    return (grpc_aio if protocol == "grpc" else http_aio).InferenceServerClient(url)
+
+
+async def embed_files_async(url: str, protocol: str, paths: list[Path], model: str = "pipeline_orchestrator",
+                            concurrency: int = 8, progress: bool = True, **options) -> dict[Path, np.ndarray]:
+    """The asyncio pattern: many files in flight at once (bounded), one request each."""
+    from tqdm.asyncio import tqdm
+
+    client = connect_async(url, protocol)
+    module = _module(client)
+    limit = asyncio.Semaphore(concurrency)
+    parameters = file_parameters(**options)
+
+    async def one(path: Path):
+        async with limit:
+            result = await client.infer(model, [bytes_input(module, "RAW_FILE", [path.read_bytes()])],
+                                        parameters=parameters)
+            return path, result.as_numpy("FINAL_EMBEDDING")[0]
+
+    try:
+        pairs = await tqdm.gather(*(one(p) for p in paths), desc=f"embedding files ({model})", disable=not progress)
+    finally:
+        await client.close()
+    return dict(pairs)
+
+
+async def embed_texts_async(url: str, protocol: str, texts: list[str], model: str = "embedding_onnx_text",
+                            concurrency: int = 16) -> np.ndarray:
+    """The asyncio pattern for sentences: one request per text, ``concurrency`` in flight."""
+    client = connect_async(url, protocol)
+    module = _module(client)
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(text: str) -> np.ndarray:
+        async with limit:
+            result = await client.infer(model, [text_input(module, [text])])
+            return result.as_numpy("EMBEDDING")[0]
+
+    try:
+        return np.stack(await asyncio.gather(*(one(t) for t in texts)))
+    finally:
+        await client.close()
+
+
+def collect_files(paths: list[Path]) -> list[Path]:
+    """Files named, plus the text/Markdown/PDF files under named folders."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
+        else:
+            found.append(path)
+    return found
+
+
+def _show(label: str, vector: np.ndarray) -> None:
+    head = ", ".join(f"{x:+.4f}" for x in vector[:6])
+    print(f"{label[:50]!r:54} dim={vector.shape[0]} norm={np.linalg.norm(vector):.4f} [{head}, ...]")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Embed sentences with the embedding_cpu deployment.")
-    parser.add_argument("texts", nargs="+", help="sentences to embed")
+    parser = argparse.ArgumentParser(description="Embed sentences or files with the embedding_cpu deployment.")
     parser.add_argument("--url", default="127.0.0.1:8000", help="server host:port (HTTP 8000 / gRPC 8001)")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    parser.add_argument("--model", choices=MODELS, default="embedding_py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sentences = sub.add_parser("sentences", help="embed sentences given on the command line")
+    sentences.add_argument("texts", nargs="+")
+    sentences.add_argument("--model", choices=TEXT_MODELS + TOKEN_MODELS, default="embedding_onnx_text")
+    files = sub.add_parser("files", help="embed files or every .txt/.md/.pdf under folders")
+    files.add_argument("paths", nargs="+", type=Path)
+    files.add_argument("--model", choices=FILE_MODELS, default="pipeline_orchestrator")
+    files.add_argument("--concurrency", type=int, default=8)
+    files.add_argument("--chunk-tokens", type=int, default=None, help="token budget per chunk (default: model max)")
     args = parser.parse_args()
-    client = connect(args.url, args.protocol)
-    vectors = EMBED[args.model](client, args.texts)
-    for text, vector in zip(args.texts, vectors):
-        head = ", ".join(f"{x:+.4f}" for x in vector[:6])
-        print(f"{text[:50]!r:54} dim={vector.shape[0]} norm={np.linalg.norm(vector):.4f} [{head}, ...]")
+
+    if args.command == "sentences":
+        with connect(args.url, args.protocol) as client:
+            for text, vector in zip(args.texts, embed_texts(client, args.texts, args.model)):
+                _show(text, vector)
+    else:
+        vectors = asyncio.run(embed_files_async(args.url, args.protocol, collect_files(args.paths), args.model,
+                                                args.concurrency, chunk_tokens=args.chunk_tokens))
+        for path, vector in vectors.items():
+            _show(str(path), vector)
 
 
 if __name__ == "__main__":

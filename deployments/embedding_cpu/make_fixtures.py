@@ -14,6 +14,30 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE / "fixtures" / "expected_embeddings.json"
+DOCUMENTS = HERE / "fixtures" / "documents"
+DOCUMENT_FIXTURE = HERE / "fixtures" / "expected_documents.json"
+CHUNK_SIZES = {"default": None, "small": 48}
+
+PARAGRAPHS = [
+    "Triton Inference Server runs models from many frameworks behind one HTTP and gRPC API. "
+    "Its dynamic batcher groups requests that arrive close together so the model runs fewer, larger batches.",
+    "On a CPU server the number of model instances and the threads per instance decide how the cores are used. "
+    "Too many threads per instance and the instances fight over the same cores.",
+    "A document pipeline parses a file, cuts it into chunks that fit the model, embeds every chunk, "
+    "and averages the chunk vectors into one vector for the whole document.",
+    "Python pre-processing is convenient but can become the bottleneck; measure it with the server's statistics.",
+]
+MARKDOWN = """# 部署笔记
+
+## 动态批处理
+Triton 的动态批处理会把同时到达的请求合并成一个批次，从而提高吞吐量。
+
+## Instances
+- Use one instance per core for small models.
+- Keep **one thread** per instance.
+
+> 测量之后再调整参数。
+"""
 
 SENTENCES = [
     "A man is eating food.",
@@ -30,6 +54,62 @@ SENTENCES = [
 
 def weights_sha256(model_dir: Path) -> str:
     return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+
+
+def write_documents() -> dict[str, bytes]:
+    """The document fixtures: plain text, Markdown (Chinese + English), a two-page PDF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["pdf.fonttype"] = 42
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    DOCUMENTS.mkdir(parents=True, exist_ok=True)
+    (DOCUMENTS / "serving_notes.txt").write_text("\n\n".join(PARAGRAPHS * 3) + "\n", encoding="utf-8")
+    (DOCUMENTS / "deployment_notes.md").write_text(MARKDOWN, encoding="utf-8")
+    with PdfPages(DOCUMENTS / "two_pages.pdf", metadata={"CreationDate": None, "ModDate": None}) as pdf:
+        for number, paragraph in enumerate(PARAGRAPHS[:2], start=1):
+            figure = plt.figure(figsize=(8.27, 11.69))
+            figure.text(0.08, 0.9, f"Page {number}", fontsize=14)
+            figure.text(0.08, 0.85, paragraph[:90] + "\n" + paragraph[90:], fontsize=9)
+            pdf.savefig(figure)
+            plt.close(figure)
+    write_encrypted_pdf(DOCUMENTS / "two_pages.pdf", DOCUMENTS / "encrypted.pdf")
+    return {p.name: p.read_bytes() for p in sorted(DOCUMENTS.iterdir()) if p.name != "encrypted.pdf"}
+
+
+def write_encrypted_pdf(source: Path, target: Path) -> None:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for page in PdfReader(source).pages:
+        writer.add_page(page)
+    writer.encrypt(user_password="secret", algorithm="RC4-128")
+    with target.open("wb") as handle:
+        writer.write(handle)
+
+
+def document_fixture(model, model_dir: Path) -> dict:
+    """Chunks (the pipelines' own chunker) embedded by sentence-transformers, mean, L2-normalised."""
+    import numpy as np
+
+    from triton_helpers.documents import aggregate, chunk_text, extract_text
+    from triton_helpers.text_embedding import EmbeddingModelInfo
+
+    info = EmbeddingModelInfo.read(model_dir)
+    cases = []
+    for name, data in write_documents().items():
+        for label, size in CHUNK_SIZES.items():
+            chunk_tokens = size or info.max_seq_length - 2
+            chunks = chunk_text(extract_text(data), str(model_dir / "tokenizer.json"), chunk_tokens, 4096)
+            vectors = model.encode(chunks, convert_to_numpy=True)
+            cases.append({
+                "file": name, "chunk_tokens": chunk_tokens, "chunk_size": label, "chunks": chunks,
+                "final_embedding": [round(float(x), 7) for x in aggregate(vectors)],
+                "chunk_embeddings": [[round(float(x), 7) for x in row] for row in np.asarray(vectors)],
+            })
+    return {"aggregation": "mean of the chunk vectors, L2-normalised", "cases": cases}
 
 
 def main() -> None:
@@ -52,6 +132,14 @@ def main() -> None:
         "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
     }, ensure_ascii=False, indent=1))
     print(f"wrote {FIXTURE} ({len(SENTENCES)} sentences, dim {vectors.shape[1]})")
+    documents = document_fixture(model, model_dir)
+    DOCUMENT_FIXTURE.write_text(json.dumps({
+        "reference": f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks",
+        "weights_file": "model.safetensors",
+        "weights_sha256": weights_sha256(model_dir),
+        **documents,
+    }, ensure_ascii=False, indent=1))
+    print(f"wrote {DOCUMENT_FIXTURE} ({len(documents['cases'])} cases)")
 
 
 if __name__ == "__main__":

@@ -3,15 +3,11 @@
 import json
 import os
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_helpers.errors import InputError, decode_utf8, output_dtypes, single_bytes_items
-
-
-def _parameter(config, key, default):
-    value = config.get("parameters", {}).get(key, {}).get("string_value")
-    return default if value in (None, "") else value
+from triton_helpers.config import parameter
+from triton_helpers.errors import output_dtypes
+from triton_helpers.text_batches import TextBatch
 
 
 class TritonPythonModel:
@@ -25,42 +21,20 @@ class TritonPythonModel:
         from triton_helpers.text_embedding import default_model_dir
 
         self.config = json.loads(args["model_config"])
-        torch.set_num_threads(int(_parameter(self.config, "torch_threads", 1)))
+        torch.set_num_threads(parameter(self.config, "torch_threads", 1, int))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        model_dir = _parameter(self.config, "model_dir", None) or str(default_model_dir())
+        model_dir = parameter(self.config, "model_dir") or str(default_model_dir())
         self.model = SentenceTransformer(model_dir, device="cpu")
-        self.max_text_bytes = int(_parameter(self.config, "max_text_bytes", 1 << 20))
+        self.max_text_bytes = parameter(self.config, "max_text_bytes", 1 << 20, int)
         self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
 
-    def _texts(self, request):
-        items = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
-        texts = []
-        for item in items:
-            if len(item) > self.max_text_bytes:
-                raise InputError(f"TEXT element is {len(item)} bytes, over the limit of {self.max_text_bytes}")
-            texts.append(decode_utf8(item, "TEXT"))
-        return texts
-
     def execute(self, requests):
-        """Validate each request, encode the valid texts together, answer each request."""
-        responses = [None] * len(requests)
-        texts, owners = [], []
-        for index, request in enumerate(requests):
-            try:
-                request_texts = self._texts(request)
-            except InputError as exc:
-                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
-                continue
-            texts.extend(request_texts)
-            owners.append((index, len(request_texts)))
-        if texts:
-            vectors = self.model.encode(texts, batch_size=len(texts), convert_to_numpy=True)
-            offset = 0
-            for index, count in owners:
-                embedding = np.ascontiguousarray(vectors[offset:offset + count], dtype=self.dtype)
-                responses[index] = pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", embedding)])
-                offset += count
-        return responses
+        """Validate each request, encode the valid texts together, answer each."""
+        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.max_text_bytes)
+        if batch.texts:
+            vectors = self.model.encode(batch.texts, batch_size=len(batch.texts), convert_to_numpy=True)
+            batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
+        return batch.responses
 
     def finalize(self):
         """Drop the model."""

@@ -1,0 +1,42 @@
+"""Document -> chunks -> sentence-transformers -> one vector per file, in one Python model."""
+
+import json
+import os
+
+import triton_python_backend_utils as pb_utils
+
+from triton_helpers.config import parameter
+from triton_helpers.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
+from triton_helpers.errors import output_dtypes
+from triton_helpers.text_embedding import EmbeddingModelInfo
+
+
+class TritonPythonModel:
+    """RAW_FILE (BYTES) -> FINAL_EMBEDDING (FP32), CHUNK_COUNT, CHUNK_EMBEDDINGS (aggregation none)."""
+
+    def initialize(self, args):
+        """Load sentence-transformers (one torch thread per instance) and the limits."""
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.config = json.loads(args["model_config"])
+        torch.set_num_threads(parameter(self.config, "torch_threads", 1, int))
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
+        self.model = SentenceTransformer(str(self.info.model_dir), device="cpu")
+        self.limits = limits_from_config(self.config)
+        self.dtypes = output_dtypes(pb_utils, self.config)
+
+    def execute(self, requests):
+        """Parse and chunk every file of the batch, encode all chunks at once, aggregate per file."""
+        jobs = parse_requests(pb_utils, requests, limits=self.limits,
+                              tokenizer_file=str(self.info.model_dir / "tokenizer.json"),
+                              default_chunk_tokens=self.info.max_seq_length - 2,
+                              max_chunk_tokens=self.info.max_seq_length - 2)
+        chunks = all_chunks(jobs)
+        vectors = self.model.encode(chunks, batch_size=32, convert_to_numpy=True) if chunks else None
+        return build_responses(pb_utils, jobs, vectors, self.dtypes)
+
+    def finalize(self):
+        """Drop the model."""
+        self.model = None

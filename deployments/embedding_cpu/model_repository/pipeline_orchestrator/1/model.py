@@ -1,0 +1,45 @@
+"""Document -> chunks -> BLS to the ONNX transformer -> one vector per file."""
+
+import json
+
+import triton_python_backend_utils as pb_utils
+
+from triton_helpers.bls import embed_texts
+from triton_helpers.config import parameter
+from triton_helpers.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
+from triton_helpers.errors import output_dtypes
+from triton_helpers.text_embedding import EmbeddingModelInfo, load_tokenizer
+
+
+class TritonPythonModel:
+    """RAW_FILE (BYTES) -> FINAL_EMBEDDING (FP32), CHUNK_COUNT, CHUNK_EMBEDDINGS (aggregation none)."""
+
+    def initialize(self, args):
+        """Read limits and the ONNX model to call; load the tokenizer."""
+        self.config = json.loads(args["model_config"])
+        self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
+        self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
+        self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
+        load_tokenizer(str(self.info.model_dir))
+        self.limits = limits_from_config(self.config)
+        self.dtypes = output_dtypes(pb_utils, self.config)
+
+    async def execute(self, requests):
+        """Parse and chunk every file of the batch; embed all chunks in few BLS requests; aggregate."""
+        jobs = parse_requests(pb_utils, requests, limits=self.limits,
+                              tokenizer_file=str(self.info.model_dir / "tokenizer.json"),
+                              default_chunk_tokens=self.info.max_seq_length - 2,
+                              max_chunk_tokens=self.info.max_seq_length - 2)
+        chunks = all_chunks(jobs)
+        vectors = None
+        if chunks:
+            try:
+                vectors = await embed_texts(pb_utils, self.onnx_model, chunks, max_rows=self.max_rows,
+                                            normalize=self.info.normalize, model_dir=str(self.info.model_dir))
+            except RuntimeError as exc:
+                for job in jobs:
+                    job.error = job.error or str(exc)
+        return build_responses(pb_utils, jobs, vectors, self.dtypes)
+
+    def finalize(self):
+        """Nothing to release."""
