@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -35,6 +36,7 @@ def _interrupt(signum, frame):
 
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
+    args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
     if args.mode in ("local", "docker"):
         deployment.export()
     options = deployment.server_options(args.target)

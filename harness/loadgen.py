@@ -1,5 +1,10 @@
 """Asyncio load generator on tritonclient (HTTP and gRPC): fixed duration after warm-up.
 
+A request counts when it completes inside the window. The window closes at the first
+completion after ``duration_s`` once at least ``min(concurrency, 3)`` requests completed in
+it, so slow models (a request longer than the window) still get a measurement, bounded by
+``duration_s + max(30 s, 10 x duration_s)``.
+
 Reports what perf_analyzer and model_analyzer report, under model_analyzer's metric names
 (``perf_throughput``, ``perf_latency_p99`` ... in ms) plus bytes on the wire per request and
 the server-side queue / compute split read from Triton's statistics API over the window.
@@ -130,16 +135,21 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
     latencies: list[float] = []
     counters = {"requests": 0, "errors": 0, "first_error": None, "sent": 0, "received": 0}
     loop = asyncio.get_running_loop()
-    start = loop.time()
-    measure_from = start + warmup_s
+    measure_from = loop.time() + warmup_s
     stop_at = measure_from + duration_s
-    window: dict[str, dict] = {}
+    hard_stop = stop_at + max(30.0, 10 * duration_s)
+    min_done = min(concurrency, 3)
+    window: dict[str, Any] = {"end": None}
+    closed = asyncio.Event()
+
+    def close(at: float) -> None:
+        if not closed.is_set():
+            window["end"] = at
+            closed.set()
 
     async def worker() -> None:
-        while True:
+        while not closed.is_set():
             began = loop.time()
-            if began >= stop_at:
-                return
             try:
                 inputs = static_inputs or make_inputs(protocol, workload.request_inputs())
                 result = await client.infer(workload.model, inputs, outputs=outputs, parameters=workload.parameters)
@@ -151,27 +161,38 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
                 if counters["first_error"] is None:
                     counters["first_error"] = f"{type(exc).__name__}: {exc}"
             ended = loop.time()
-            if began >= measure_from and ended <= stop_at:
-                counters["requests" if ok else "errors"] += 1
-                if ok:
-                    latencies.append((ended - began) * 1e3)
-                    if not counters["sent"]:
-                        counters["sent"] = request_bytes(protocol, workload.model, inputs, outputs, workload.parameters)
-                        counters["received"] = response_bytes(result)
+            if ended < measure_from or closed.is_set():
+                continue
+            counters["requests" if ok else "errors"] += 1
+            if ok:
+                latencies.append((ended - began) * 1e3)
+                if not counters["sent"]:
+                    counters["sent"] = request_bytes(protocol, workload.model, inputs, outputs, workload.parameters)
+                    counters["received"] = response_bytes(result)
+            done = counters["requests"] + counters["errors"]
+            if (ended >= stop_at and done >= min_done) or ended >= hard_stop:
+                close(ended)
 
     async def snapshots() -> None:
         await asyncio.sleep(max(measure_from - loop.time(), 0))
         window["before"] = await loop.run_in_executor(None, _stats, http_url, workload.model)
-        await asyncio.sleep(max(stop_at - loop.time(), 0))
+        await closed.wait()
         window["after"] = await loop.run_in_executor(None, _stats, http_url, workload.model)
 
+    async def deadline() -> None:
+        await asyncio.sleep(max(hard_stop - loop.time(), 0) + 60)
+        close(loop.time())
+
+    guard = asyncio.ensure_future(deadline())
     try:
         await asyncio.gather(snapshots(), *(worker() for _ in range(concurrency)))
     finally:
+        guard.cancel()
         await client.close()
+    measured = (window["end"] or loop.time()) - measure_from
     return LoadResult(
         concurrency=concurrency,
-        duration_s=duration_s,
+        duration_s=measured,
         requests=counters["requests"],
         errors=counters["errors"],
         latencies_ms=latencies,

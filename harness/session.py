@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from harness.context import DeploymentContext
@@ -24,7 +25,7 @@ class ServerPool:
     def context(self, deployment: Deployment) -> DeploymentContext:
         """The deployment served on a ready server (export and start on first call)."""
         if deployment.name not in self._contexts:
-            if self.mode in (None, "local", "docker"):
+            if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) in ("local", "docker"):
                 deployment.export()
             server = create_server(self.mode, deployment.server_options(self.target), url=self.url,
                                    grpc_url=self.grpc_url)

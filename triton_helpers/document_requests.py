@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from triton_helpers.documents import DocumentLimits, PipelineOptions, aggregate, chunk_text, extract_text
-from triton_helpers.errors import InputError, single_bytes_items
+from triton_helpers.errors import InputError, input_error_response, single_bytes_items
 
 
 @dataclass
@@ -24,6 +24,7 @@ class DocumentJob:
     options: PipelineOptions | None = None
     chunks_per_file: list[list[str]] = field(default_factory=list)
     error: str | None = None
+    server_error: bool = False
 
 
 def parse_requests(pb_utils: Any, requests: list, *, limits: DocumentLimits, tokenizer_file: str,
@@ -63,7 +64,10 @@ def build_responses(pb_utils: Any, jobs: list[DocumentJob], vectors: np.ndarray,
     offset = 0
     for job in jobs:
         if job.error is not None:
-            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(job.error)))
+            if job.server_error:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(job.error)))
+            else:
+                responses.append(input_error_response(pb_utils, job.error))
             continue
         finals, counts, per_chunk = [], [], None
         for chunks in job.chunks_per_file:

@@ -9,6 +9,13 @@ class InputError(ValueError):
     """A client sent something this model cannot process; the message is sent back verbatim."""
 
 
+def input_error_response(pb_utils: Any, message: str):
+    """An error response for bad input: INVALID_ARG (HTTP 400 / gRPC INVALID_ARGUMENT)."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    error = pb_utils.TritonError(message, code) if code is not None else pb_utils.TritonError(message)
+    return pb_utils.InferenceResponse(error=error)
+
+
 def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any], Any]) -> list:
     """Run ``handle(request) -> InferenceResponse`` for every request, one response each.
 
@@ -20,7 +27,7 @@ def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any],
         try:
             responses.append(handle(request))
         except InputError as exc:
-            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+            responses.append(input_error_response(pb_utils, str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bug must not take the stub down
             message = f"internal error: {type(exc).__name__}: {exc}"
             responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))

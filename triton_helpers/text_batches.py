@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_helpers.errors import InputError, utf8_texts
+from triton_helpers.errors import InputError, input_error_response, utf8_texts
 
 
 @dataclass
@@ -27,7 +27,7 @@ class TextBatch:
                 tensor = pb_utils.get_input_tensor_by_name(request, name).as_numpy()
                 texts = utf8_texts(tensor, name, max_bytes)
             except InputError as exc:
-                batch.responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+                batch.responses[index] = input_error_response(pb_utils, str(exc))
                 continue
             batch.texts.extend(texts)
             batch.owners.append((index, len(texts)))

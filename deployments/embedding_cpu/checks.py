@@ -180,7 +180,8 @@ def check_bad_sentence_input_is_rejected_clearly(ctx):
     for model in ("embedding_py", "embedding_onnx_text"):
         _expect_error(ctx, model, {"TEXT": np.ones((1, 1), np.float32)}, "data-type", "datatype", "expected")
         _expect_error(ctx, model, {"TEXT": np.array([b"a", b"b"], dtype=object)}, "shape")
-        _expect_error(ctx, model, {"TEXT": np.array([[b"\xff\xfe bad"]], dtype=object)}, "UTF-8")
+        message = _expect_error(ctx, model, {"TEXT": np.array([[b"\xff\xfe bad"]], dtype=object)}, "UTF-8")
+        assert "internal error" not in message, message
         _expect_error(ctx, model, {"WRONG": np.array([[b"x"]], dtype=object)}, "unexpected inference input",
                       "expected", "TEXT")
         _expect_error(ctx, model, {"TEXT": np.array([[b"x" * ((1 << 20) + 1)]], dtype=object)}, "limit")

@@ -38,7 +38,8 @@ class TritonPythonModel:
                                             normalize=self.info.normalize, model_dir=str(self.info.model_dir))
             except RuntimeError as exc:
                 for job in jobs:
-                    job.error = job.error or str(exc)
+                    if job.error is None:
+                        job.error, job.server_error = str(exc), True
         return build_responses(pb_utils, jobs, vectors, self.dtypes)
 
     def finalize(self):

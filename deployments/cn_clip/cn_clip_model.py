@@ -1,0 +1,82 @@
+"""Builds the cn_clip torch model used by export.py (ONNX) and make_fixtures.py (reference).
+
+Not imported by the Triton models. Both scripts must see the same weights, so the model comes
+from here only: a real checkpoint when ``--checkpoint`` is given, otherwise cn_clip's own
+``create_model`` initialisation under a fixed seed (no Chinese-CLIP weights can be had offline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+from pathlib import Path
+
+import torch
+
+DEFAULT_ARCH = "RN50@RBT3-chinese"
+DEFAULT_SEED = 0
+IMAGE_RESOLUTION = {"RN50": 224, "ViT-B-16": 224, "ViT-L-14": 224, "ViT-L-14-336": 336, "ViT-H-14": 224}
+# Released Chinese-CLIP checkpoints all carry logit_scale = ln(100) (training clamps it there).
+# The seeded model gets the same value so zero-shot probabilities are not flat.
+SEEDED_LOGIT_SCALE = math.log(100.0)
+
+
+def build_model(arch: str = DEFAULT_ARCH, checkpoint: str | None = None, seed: int = DEFAULT_SEED):
+    """The cn_clip ``CLIP`` model in float32 eval mode, seeded or from a checkpoint file."""
+    from cn_clip.clip.utils import create_model
+
+    with contextlib.redirect_stdout(io.StringIO()):  # create_model prints its whole config
+        if checkpoint:
+            state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+            if "state_dict" not in state:
+                state = {"state_dict": state}
+            model = create_model(arch, state)
+        else:
+            torch.manual_seed(seed)
+            model = create_model(arch)
+            with torch.no_grad():
+                model.logit_scale.fill_(SEEDED_LOGIT_SCALE)
+    return model.float().eval()
+
+
+def image_resolution(arch: str) -> int:
+    return IMAGE_RESOLUTION[arch.split("@")[0]]
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """sha256 over the state dict (sorted names, dtype, shape, raw bytes): stable across saves."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.numpy().tobytes() if tensor.dtype != torch.bfloat16 else tensor.float().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class ImageTower(torch.nn.Module):
+    """PIXEL_VALUES [B,3,H,W] -> L2-normalised EMBEDDING [B,D] (cn_clip's ``encode_image`` + norm)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        features = self.model.encode_image(pixel_values)
+        return features / features.norm(dim=-1, keepdim=True)
+
+
+class TextTower(torch.nn.Module):
+    """INPUT_IDS [B,L] int64 -> L2-normalised EMBEDDING [B,D] (cn_clip's ``encode_text`` + norm)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        features = self.model.encode_text(input_ids)
+        return features / features.norm(dim=-1, keepdim=True)
+
+
+HERE = Path(__file__).resolve().parent

@@ -1,0 +1,146 @@
+"""Export both cn_clip towers to ONNX for the Triton model repository.
+
+    python export.py                              # seeded RN50@RBT3-chinese (no weights offline)
+    python export.py --checkpoint clip_cn_rn50.pt # a real Chinese-CLIP checkpoint
+    python export.py --static                     # also the static batch-1 graphs (NPU), version 2
+
+Writes (all gitignored):
+  model_repository/image_encoder/1/model.onnx   PIXEL_VALUES [-1,3,224,224] -> EMBEDDING [-1,1024]
+  model_repository/text_encoder/1/model.onnx    INPUT_IDS [-1,52] int64     -> EMBEDDING [-1,1024]
+  model_repository/{image,text}_encoder/2/model.onnx   with --static: batch fixed at 1
+  .exported/export.json                          weights sha256, logit_scale, arch, files
+and sets the ``logit_scale`` parameter of model_repository/zero_shot/config.pbtxt: the scalar
+is not a graph output (a shapeless output does not fit config.pbtxt).
+
+Embeddings leave the graph L2-normalised, so the entry models return them as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from cn_clip_model import (  # noqa: E402
+    DEFAULT_ARCH, DEFAULT_SEED, ImageTower, TextTower, build_model, image_resolution, weights_sha256,
+)
+
+CONTEXT_LENGTH = 52
+
+
+def _export(module, example, path: Path, input_name: str, dynamic: bool, opset: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    axes = {input_name: {0: "batch"}, "EMBEDDING": {0: "batch"}} if dynamic else None
+    torch.onnx.export(
+        module, (example,), str(path), input_names=[input_name], output_names=["EMBEDDING"],
+        dynamic_axes=axes, opset_version=opset, do_constant_folding=True, dynamo=False,
+    )
+    if not dynamic:
+        # A static graph still computes shapes at run time (Shape/Gather/Concat chains);
+        # folding them away is the "remove the dynamic op" step that matters on the NPU.
+        import contextlib
+        import io
+
+        import onnxslim
+
+        with contextlib.redirect_stdout(io.StringIO()):  # onnxslim prints a table of op counts
+            onnxslim.slim(str(path), str(path))
+
+
+def _verify(path: Path, torch_module, example) -> float:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    got = session.run(None, {name: example.numpy()})[0]
+    with torch.no_grad():
+        want = torch_module(example).numpy()
+    return float(np.abs(got - want).max())
+
+
+def _tag(path: Path, metadata: dict) -> None:
+    import onnx
+
+    model = onnx.load(str(path))
+    for key, value in metadata.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, str(value)
+    onnx.save(model, str(path))
+
+
+def _set_logit_scale(config: Path, value: float) -> None:
+    text = config.read_text()
+    pattern = r'(key:\s*"logit_scale"\s*value:\s*\{\s*string_value:\s*")[^"]*(")'
+    new, count = re.subn(pattern, lambda m: f"{m.group(1)}{value:.6f}{m.group(2)}", text)
+    if count != 1:
+        raise SystemExit(f"{config}: no parameters {{ key: \"logit_scale\" ... }} entry to update")
+    if new != text:
+        config.write_text(new)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", default=DEFAULT_ARCH, help="cn_clip '<vision>@<text>' architecture")
+    parser.add_argument("--checkpoint", help="a Chinese-CLIP .pt checkpoint (e.g. clip_cn_rn50.pt); default: seeded weights")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--static", action="store_true", help="also export static batch-1 graphs as version 2 (NPU)")
+    parser.add_argument("--static-opset", type=int, default=14, help="opset of the static graphs (npu_ge recommends 14)")
+    parser.add_argument("--repository", default=str(HERE / "model_repository"))
+    args = parser.parse_args(argv)
+
+    started = time.time()
+    repo = Path(args.repository)
+    model = build_model(args.arch, args.checkpoint, args.seed)
+    sha = weights_sha256(model)
+    logit_scale = float(model.logit_scale.detach().exp())
+    size = image_resolution(args.arch)
+    meta = {"weights_sha256": sha, "arch": args.arch, "logit_scale": f"{logit_scale:.6f}"}
+
+    towers = {
+        "image_encoder": (ImageTower(model).eval(), "PIXEL_VALUES", torch.randn(2, 3, size, size)),
+        "text_encoder": (TextTower(model).eval(), "INPUT_IDS", _example_ids()),
+    }
+    files = {}
+    for name, (module, input_name, example) in towers.items():
+        variants = [("1", True, args.opset)] + ([("2", False, args.static_opset)] if args.static else [])
+        for version, dynamic, opset in variants:
+            path = repo / name / version / "model.onnx"
+            sample = example if dynamic else example[:1]
+            _export(module, sample, path, input_name, dynamic, opset)
+            _tag(path, meta)
+            check = torch.cat([example, example[:1]]) if dynamic else sample  # another batch size than traced
+            err = _verify(path, module, check)
+            print(f"{path.relative_to(HERE)}: {'dynamic batch' if dynamic else 'static batch 1'}, "
+                  f"opset {opset}, max |onnx - torch| = {err:.2e}")
+            if err > 1e-4:
+                raise SystemExit(f"{path}: onnxruntime differs from torch by {err}")
+            files[f"{name}/{version}"] = str(path.relative_to(HERE))
+
+    _set_logit_scale(repo / "zero_shot" / "config.pbtxt", logit_scale)
+    info = {**meta, "logit_scale": logit_scale, "checkpoint": args.checkpoint, "seed": None if args.checkpoint else args.seed,
+            "context_length": CONTEXT_LENGTH, "image_size": size, "files": files}
+    out = HERE / ".exported" / "export.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(info, indent=2) + "\n")
+    print(f"weights sha256 {sha}, logit_scale {logit_scale:.4f}; wrote {out.relative_to(HERE)} "
+          f"in {time.time() - started:.0f} s")
+    return 0
+
+
+def _example_ids() -> torch.Tensor:
+    from triton_helpers.cn_clip import CnClipTokenizer
+
+    return torch.from_numpy(CnClipTokenizer(CONTEXT_LENGTH).encode(["一只猫", "A photo of a dog 🐶"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

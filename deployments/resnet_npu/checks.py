@@ -1,0 +1,345 @@
+"""Correctness, bad-input checks and benchmark workloads of resnet_npu (the harness contract).
+
+Expected outputs come from make_fixtures.py (torch + torchvision on the same weights). Match
+rule: top-5 class ids identical and probabilities within 1e-3.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import sys
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from tritonclient.utils import InferenceServerException
+
+from triton_helpers.classification import ImageTransform, top_k
+
+HERE = Path(__file__).resolve().parent
+PROB_TOL = 1e-3
+CLASSIFIERS = {
+    # bare model -> (ensemble, client-side transform equal to the server's preprocess model)
+    "resnet50": ("classify_resnet50", ImageTransform.torchvision_imagenet()),
+    "efficientnet_lite0": ("classify_efficientnet_lite0", ImageTransform.efficientnet_lite()),
+}
+# ImageNet classes that are a fair answer for ultralytics' bus.jpg (a city bus, people in front)
+BUS_LIKE = {"minibus", "trolleybus", "school bus", "passenger car", "streetcar", "police van",
+            "recreational vehicle", "moving van", "tram"}
+
+
+def _sibling(name: str):
+    """Import a file of this folder under a unique module name (no sys.path changes)."""
+    module_name = f"resnet_npu_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, HERE / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+@lru_cache(maxsize=None)
+def expected() -> dict:
+    return json.loads((HERE / "fixtures" / "expected.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def expected_logits() -> dict[str, np.ndarray]:
+    with np.load(HERE / "fixtures" / "logits.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@lru_cache(maxsize=None)
+def fixture_images() -> dict[str, bytes]:
+    return {name: path.read_bytes() for name, path in _sibling("make_fixtures").image_paths().items()}
+
+
+@lru_cache(maxsize=None)
+def served_weights_sha256(ctx_repository: str, model: str) -> str | None:
+    import onnx
+
+    graph = onnx.load(str(Path(ctx_repository) / model / "1" / "model.onnx"), load_external_data=False)
+    return {p.key: p.value for p in graph.metadata_props}.get("weights_sha256")
+
+
+def _require_same_weights(ctx, model: str) -> dict:
+    """The fixture entry of ``model``, after proving the server's ONNX has the fixture's weights."""
+    entry = expected()["models"][model]
+    served = served_weights_sha256(str(ctx.deployment.model_repository), model)
+    assert served == entry["weights_sha256"], (
+        f"{model}: served weights sha256 {served} differ from the fixtures' {entry['weights_sha256']} "
+        f"({entry['weights_source']}). Regenerate the fixtures: {expected()['regenerate']}"
+    )
+    return entry
+
+
+def _second_protocol(ctx) -> str:
+    """gRPC where the server has it (the Ascend npu_ge images are built without it)."""
+    return "grpc" if ctx.server.grpc_url else "http"
+
+
+def _bytes_tensor(items: list[bytes]) -> np.ndarray:
+    return np.array([[b] for b in items], dtype=object)
+
+
+def _classify(ctx, ensemble: str, images: list[bytes], protocol: str = "http", parameters=None) -> dict:
+    return ctx.infer(ensemble, {"IMAGE_BYTES": _bytes_tensor(images)}, ["LABELS", "PROBABILITIES", "CLASS_IDS"],
+                     protocol=protocol, parameters=parameters)
+
+
+def _assert_matches(model: str, image_name: str, ids, probs, labels=None) -> None:
+    want = expected()["models"][model]["images"][image_name]
+    got_ids = [int(i) for i in ids]
+    assert got_ids == want["top5_ids"], (
+        f"{model} on {image_name}: top-5 {got_ids} != reference {want['top5_ids']} ({want['top5_labels']})")
+    diff = np.abs(np.asarray(probs, dtype=np.float64) - np.asarray(want["top5_probabilities"])).max()
+    assert diff <= PROB_TOL, f"{model} on {image_name}: probabilities off by {diff:.2e} (> {PROB_TOL})"
+    if labels is not None:
+        got = [x.decode() if isinstance(x, bytes) else str(x) for x in labels]
+        assert got == want["top5_labels"], f"{model} on {image_name}: labels {got} != {want['top5_labels']}"
+
+
+def _expect_error(fn, *fragments: str) -> str:
+    """Run ``fn``; it must raise InferenceServerException whose message has one of ``fragments``."""
+    try:
+        fn()
+    except InferenceServerException as exc:
+        message = str(exc)
+        assert any(f.lower() in message.lower() for f in fragments), (
+            f"error message {message!r} names none of {fragments}")
+        return message
+    raise AssertionError(f"expected an error mentioning one of {fragments}, got a result")
+
+
+def png_bomb(width: int = 50_000, height: int = 50_000) -> bytes:
+    """A PNG whose header claims ``width x height`` pixels, a few hundred bytes on disk."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grayscale
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 1024)) + chunk(b"IEND", b""))
+
+
+# -- correctness -------------------------------------------------------------------------
+def check_fixtures_have_served_weights(ctx):
+    """The ONNX files being served carry the weights the fixtures were made with."""
+    for model in CLASSIFIERS:
+        _require_same_weights(ctx, model)
+
+
+def check_resnet50_ensemble_matches_reference(ctx):
+    """JPEG/PNG bytes -> classify_resnet50: top-5 equal to torch+torchvision, one request each."""
+    _require_same_weights(ctx, "resnet50")
+    for name, data in fixture_images().items():
+        out = _classify(ctx, "classify_resnet50", [data])
+        _assert_matches("resnet50", name, out["CLASS_IDS"][0], out["PROBABILITIES"][0], out["LABELS"][0])
+
+
+def check_efficientnet_ensemble_matches_reference(ctx):
+    """classify_efficientnet_lite0 (real ImageNet weights): all images in ONE request, bus.jpg is a bus."""
+    _require_same_weights(ctx, "efficientnet_lite0")
+    images = fixture_images()
+    out = _classify(ctx, "classify_efficientnet_lite0", list(images.values()), protocol=_second_protocol(ctx))
+    for row, name in enumerate(images):
+        _assert_matches("efficientnet_lite0", name, out["CLASS_IDS"][row], out["PROBABILITIES"][row],
+                        out["LABELS"][row])
+    bus_row = list(images).index("bus.jpg")
+    top1 = out["LABELS"][bus_row][0].decode()
+    assert top1 in BUS_LIKE, f"bus.jpg classified as {top1!r}, expected one of {sorted(BUS_LIKE)}"
+
+
+def check_bare_models_with_client_tensor(ctx):
+    """The client preprocesses (batch of all images) and sends IMAGE to the bare model: logits match."""
+    images = fixture_images()
+    from PIL import Image
+    import io
+
+    for model, (_, transform) in CLASSIFIERS.items():
+        _require_same_weights(ctx, model)
+        batch = np.stack([transform(Image.open(io.BytesIO(d)).convert("RGB")) for d in images.values()])
+        logits = ctx.infer(model, {"IMAGE": batch}, ["LOGITS"])["LOGITS"]
+        assert logits.shape == (len(images), 1000), f"{model}: LOGITS shape {logits.shape}"
+        for row, name in enumerate(images):
+            want = expected_logits()[f"{model}/{name}"]
+            scale = max(1.0, float(np.abs(want).max()))
+            err = float(np.abs(logits[row] - want).max())
+            assert err <= 1e-3 * scale, f"{model} on {name}: logits differ by {err:.2e} (scale {scale:.1f})"
+            ids, probs = top_k(logits[row], 5)
+            _assert_matches(model, name, ids, probs)
+
+
+def check_top_k_parameter(ctx):
+    """Request parameter top_k: default 5, 1, 20, and out-of-range values are refused."""
+    bus = fixture_images()["bus.jpg"]
+    want = expected()["models"]["efficientnet_lite0"]["images"]["bus.jpg"]
+    default = _classify(ctx, "classify_efficientnet_lite0", [bus])
+    assert default["CLASS_IDS"].shape == (1, 5), f"default top_k gave {default['CLASS_IDS'].shape}"
+    one = _classify(ctx, "classify_efficientnet_lite0", [bus], parameters={"top_k": 1})
+    assert one["CLASS_IDS"].tolist() == [want["top5_ids"][:1]], one["CLASS_IDS"]
+    many = _classify(ctx, "classify_efficientnet_lite0", [bus], protocol=_second_protocol(ctx),
+                     parameters={"top_k": 20})
+    assert many["CLASS_IDS"].shape == (1, 20) and many["CLASS_IDS"][0, :5].tolist() == want["top5_ids"]
+    assert np.all(np.diff(many["PROBABILITIES"][0]) <= 0), "probabilities are not sorted"
+    for bad in (0, 1001, "five"):
+        _expect_error(lambda: _classify(ctx, "classify_efficientnet_lite0", [bus], parameters={"top_k": bad}),
+                      "top_k")
+    ctx.assert_healthy()
+
+
+# -- bad input ---------------------------------------------------------------------------
+def check_bad_images_are_refused(ctx):
+    """Empty, truncated, non-image and decompression-bomb inputs: a clear error each, server fine."""
+    jpeg = fixture_images()["bus.jpg"]
+    cases = {
+        "empty": (b"", ("empty",)),
+        "truncated": (jpeg[: len(jpeg) // 3], ("cannot decode", "truncated")),
+        "not an image": (b"this is plain text, not a picture" * 4, ("cannot decode", "not a known image")),
+        "bomb": (png_bomb(), ("over the limit",)),
+    }
+    for ensemble in ("classify_resnet50", "classify_efficientnet_lite0"):
+        for label, (data, fragments) in cases.items():
+            message = _expect_error(lambda: _classify(ctx, ensemble, [data]), *fragments)
+            assert "internal error" not in message, f"{label}: reported as an internal error: {message}"
+    # an empty tensor (zero items) is refused before any model runs
+    _expect_error(lambda: ctx.infer("classify_resnet50", {"IMAGE_BYTES": np.empty((0, 1), dtype=object)}),
+                  "empty", "elements", "shape")
+    ctx.assert_healthy()
+    _assert_ok(ctx)
+
+
+def check_bare_model_wrong_dtype_and_shape(ctx):
+    """The bare model refuses FP64, INT32, a wrong image size and a wrong rank; server fine."""
+    good = np.zeros((1, 3, 224, 224), np.float32)
+    for name, tensor in {
+        "fp64": good.astype(np.float64),
+        "int32": good.astype(np.int32),
+        "size 100": np.zeros((1, 3, 100, 100), np.float32),
+        "channels-last": np.zeros((1, 224, 224, 3), np.float32),
+        "rank 3": np.zeros((3, 224, 224), np.float32),
+    }.items():
+        for model in CLASSIFIERS:
+            _expect_error(lambda: ctx.infer(model, {"IMAGE": tensor}, ["LOGITS"]),
+                          "data-type", "datatype", "shape", "dims", "expected")
+    ctx.assert_healthy()
+    _assert_ok(ctx)
+
+
+def check_mixed_good_and_bad_requests(ctx):
+    """Good and bad requests sent together (dynamically batched): only the bad ones fail."""
+    import tritonclient.http as httpclient
+
+    images = fixture_images()
+    bad = {"empty": b"", "text": b"no image here", "bomb": png_bomb()}
+    plan = [("good", n, d) for n, d in images.items()] + [("bad", n, d) for n, d in bad.items()]
+    plan = plan[::2] + plan[1::2]  # interleave
+    client = httpclient.InferenceServerClient(ctx.server.http_url, concurrency=len(plan))
+    try:
+        pending = []
+        for kind, name, data in plan:
+            arr = _bytes_tensor([data])
+            tensor = httpclient.InferInput("IMAGE_BYTES", arr.shape, "BYTES")
+            tensor.set_data_from_numpy(arr)
+            pending.append((kind, name, client.async_infer("classify_resnet50", [tensor])))
+        for kind, name, request in pending:
+            if kind == "good":
+                result = request.get_result()
+                _assert_matches("resnet50", name, result.as_numpy("CLASS_IDS")[0],
+                                result.as_numpy("PROBABILITIES")[0])
+            else:
+                try:
+                    request.get_result()
+                except InferenceServerException:
+                    continue
+                raise AssertionError(f"bad input {name!r} was answered with a result")
+    finally:
+        client.close()
+    # one request holding a good and a bad image fails as a whole and names the bad item
+    message = _expect_error(lambda: _classify(ctx, "classify_resnet50", [images["bus.jpg"], b"junk"]),
+                            "IMAGE_BYTES[1]")
+    assert "cannot decode" in message, message
+    ctx.assert_healthy()
+    _assert_ok(ctx)
+
+
+def _assert_ok(ctx) -> None:
+    """A good request still gets the reference answer."""
+    out = _classify(ctx, "classify_efficientnet_lite0", [fixture_images()["bus.jpg"]])
+    _assert_matches("efficientnet_lite0", "bus.jpg", out["CLASS_IDS"][0], out["PROBABILITIES"][0])
+
+
+# -- benchmark workloads -----------------------------------------------------------------
+def _bus_tensor(model: str, batch: int) -> np.ndarray:
+    from PIL import Image
+    import io
+
+    image = Image.open(io.BytesIO(fixture_images()["bus.jpg"])).convert("RGB")
+    return np.repeat(CLASSIFIERS[model][1](image)[None], batch, axis=0)
+
+
+def _tensor_workload(model: str, batch: int):
+    from harness.loadgen import Workload
+
+    return Workload(model=model, inputs={"IMAGE": _bus_tensor(model, batch)}, outputs=["LOGITS"],
+                    items_per_request=batch, variant=f"{model} tensor b{batch}")
+
+
+def workload_resnet50_b1(ctx):
+    """Bare ResNet-50, one client-made [1,3,224,224] tensor per request."""
+    return _tensor_workload("resnet50", 1)
+
+
+def workload_resnet50_b8(ctx):
+    """Bare ResNet-50, [8,3,224,224] per request (8 images)."""
+    return _tensor_workload("resnet50", 8)
+
+
+def workload_efficientnet_lite0_b1(ctx):
+    """Bare EfficientNet-Lite0, [1,3,224,224] per request."""
+    return _tensor_workload("efficientnet_lite0", 1)
+
+
+def _jpeg_workload(ensemble: str):
+    from harness.loadgen import Workload
+
+    return Workload(model=ensemble, inputs={"IMAGE_BYTES": _bytes_tensor([fixture_images()["bus.jpg"]])},
+                    outputs=["LABELS", "PROBABILITIES", "CLASS_IDS"], variant=f"{ensemble} jpeg")
+
+
+def workload_classify_resnet50_jpeg(ctx):
+    """Ensemble: the client sends bus.jpg as it is (~137 kB) and gets top-5 back."""
+    return _jpeg_workload("classify_resnet50")
+
+
+def workload_classify_efficientnet_lite0_jpeg(ctx):
+    """Ensemble with EfficientNet-Lite0: bus.jpg bytes in, top-5 out."""
+    return _jpeg_workload("classify_efficientnet_lite0")
+
+
+def workload_resnet50_client_preprocess(ctx):
+    """The 'before' path: the client decodes/resizes bus.jpg itself and sends the tensor (~600 kB)."""
+    from PIL import Image
+    import io
+
+    from harness.loadgen import Workload
+
+    data = fixture_images()["bus.jpg"]
+    transform = CLASSIFIERS["resnet50"][1]
+
+    def prepare():
+        return {"IMAGE": transform(Image.open(io.BytesIO(data)).convert("RGB"))[None]}
+
+    def finish(outputs):
+        return top_k(outputs["LOGITS"][0], 5)
+
+    return Workload(model="resnet50", prepare=prepare, finish=finish, outputs=["LOGITS"],
+                    variant="resnet50 client-preprocess")
+
+
+def workload_efficientnet_lite0_b8(ctx):
+    """Bare EfficientNet-Lite0, [8,3,224,224] per request (8 images)."""
+    return _tensor_workload("efficientnet_lite0", 8)

