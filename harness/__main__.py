@@ -75,7 +75,7 @@ def _serve(args) -> int:
 
 def _bench(args) -> int:
     from harness.bench import run_benchmark
-    from harness.session import ServerPool
+    from harness.session import ServerPool, variant_key
 
     names = [args.deployment] if args.deployment else [d.name for d in discover()]
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
@@ -85,10 +85,10 @@ def _bench(args) -> int:
             if args.target not in deployment.targets:
                 print(f"{deployment.name}: target {args.target} not supported, skipped")
                 continue
-            ctx = pool.context(deployment)
             for benchmark in deployment.benchmarks:
                 if benchmark.targets and args.target not in benchmark.targets:
                     continue
+                ctx = pool.context(deployment, benchmark.config)
                 concurrencies = args.concurrency or list(benchmark.concurrency)
 
                 def show(level, benchmark=benchmark):
@@ -99,6 +99,8 @@ def _bench(args) -> int:
 
                 run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
                               concurrencies=concurrencies, on_level=show)
+                if benchmark.config:
+                    pool.release(variant_key(deployment, benchmark.config))
             pool.release(deployment.name)
     finally:
         pool.close()

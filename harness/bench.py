@@ -59,6 +59,7 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
             "server_version": server["server_version"],
             "backend_implementation": backends,
             "items_per_request": workload.items_per_request,
+            "config_overrides": benchmark.config,
             "notes": workload.notes,
             **metrics,
             **ceiling,

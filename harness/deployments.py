@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -28,7 +28,7 @@ class ManifestError(ValueError):
     """A deployment.toml that is missing something or names something that does not exist."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Benchmark:
     """One benchmark scenario of a deployment."""
 
@@ -37,6 +37,7 @@ class Benchmark:
     concurrency: tuple[int, ...]
     protocol: str = "grpc"
     targets: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Deployment:
                 concurrency=tuple(b.get("concurrency", [1])),
                 protocol=b.get("protocol", "grpc"),
                 targets=tuple(b.get("targets", ())),
+                config=dict(b.get("config", {})),
             )
             for b in self.manifest.get("benchmarks", [])
         ]
@@ -110,7 +112,12 @@ class Deployment:
             extra_args=list(self.manifest.get("server", {}).get("args", [])) + list(per_target.get("server_args", [])),
             required_models=self.entry_models,
             env=dict(per_target.get("env", {})),
+            image=per_target.get("image"),
+            device_ids=per_target.get("device_ids"),
+            allow_grpc="grpc" in per_target.get("protocols", ["http", "grpc"]),
         )
+        if per_target.get("python_env") and per_target.get("python_env_mount"):
+            options.mounts[str(self.path / per_target["python_env"])] = per_target["python_env_mount"]
         for key, value in overrides.items():
             setattr(options, key, value)
         return options

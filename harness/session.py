@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Deployment
 from harness.launchers import create_server
+from harness.variants import describe, variant_repository
+
+
+def variant_key(deployment: Deployment, config: dict | None = None) -> str:
+    """Server key of a deployment, or of one config variant of it."""
+    return f"{deployment.name}{describe(config) if config else ''}"
 
 
 class ServerPool:
@@ -20,15 +28,27 @@ class ServerPool:
         self.url = url
         self.grpc_url = grpc_url
         self._contexts: dict[str, DeploymentContext] = {}
+        self._variant_dirs: dict[str, Path] = {}
         self.start_times: dict[str, float] = {}
 
-    def context(self, deployment: Deployment) -> DeploymentContext:
-        """The deployment served on a ready server (export and start on first call)."""
-        if deployment.name not in self._contexts:
+    def context(self, deployment: Deployment, config: dict | None = None) -> DeploymentContext:
+        """The deployment served on a ready server (export and start on first call).
+
+        ``config`` overrides (see ``harness.variants``) serve a variant of the repository on
+        its own server; release it with ``release(key)`` where key is ``variant_key(...)``.
+        """
+        key = variant_key(deployment, config)
+        if key not in self._contexts:
             if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) in ("local", "docker"):
                 deployment.export()
-            server = create_server(self.mode, deployment.server_options(self.target), url=self.url,
-                                   grpc_url=self.grpc_url)
+            options = deployment.server_options(self.target)
+            if config:
+                if self.mode == "external":
+                    raise ValueError("config variants need a server the harness starts (local or docker mode)")
+                repository = variant_repository(deployment.model_repository, config)
+                self._variant_dirs[key] = repository.parent
+                options.model_repository = str(repository)
+            server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
             began = time.monotonic()
             server.start()
             try:
@@ -36,15 +56,18 @@ class ServerPool:
             except BaseException:
                 server.stop()
                 raise
-            self.start_times[deployment.name] = time.monotonic() - began
-            self._contexts[deployment.name] = DeploymentContext(deployment, server, self.target)
-        return self._contexts[deployment.name]
+            self.start_times[key] = time.monotonic() - began
+            self._contexts[key] = DeploymentContext(deployment, server, self.target)
+        return self._contexts[key]
 
     def release(self, name: str) -> None:
         """Stop the server of one deployment."""
         context = self._contexts.pop(name, None)
         if context is not None:
             context.server.stop()
+        variant_dir = self._variant_dirs.pop(name, None)
+        if variant_dir is not None:
+            shutil.rmtree(variant_dir, ignore_errors=True)
 
     def close(self) -> None:
         """Stop every server this pool started."""

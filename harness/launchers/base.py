@@ -53,6 +53,9 @@ class ServerOptions:
     allow_grpc: bool = True
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 180.0
+    image: str | None = None
+    device_ids: list[int] | None = None
+    mounts: dict[str, str] = field(default_factory=dict)
 
 
 def find_failure(log_text: str) -> list[str]:

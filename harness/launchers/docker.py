@@ -56,7 +56,12 @@ class DockerTritonServer(TritonServer):
 
     def __init__(self, options: ServerOptions, profile: ImageProfile | None = None, host: str = "127.0.0.1"):
         super().__init__(options)
-        self.profile = profile or (ascend_profile() if options.target == "npu" else ngc_profile())
+        if profile is None:
+            if options.target == "npu":
+                profile = ascend_profile(options.image, options.device_ids)
+            else:
+                profile = ngc_profile(options.image)
+        self.profile = profile
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
         self.host = host
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
@@ -97,6 +102,7 @@ class DockerTritonServer(TritonServer):
             ports["8001/tcp"] = (self.host, self.grpc_port)
         volumes = {str(Path(self.options.model_repository).resolve()): {"bind": CONTAINER_MODEL_DIR, "mode": "ro"}}
         volumes.update(self.profile.volumes)
+        volumes.update({str(Path(host).resolve()): {"bind": inside, "mode": "ro"} for host, inside in self.options.mounts.items()})
         return {
             "image": self.profile.image,
             "command": self.server_args(),

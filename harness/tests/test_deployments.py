@@ -10,6 +10,7 @@ import pytest
 
 from harness.bench import run_benchmark
 from harness.deployments import discover
+from harness.session import variant_key
 
 DEPLOYMENTS = discover()
 
@@ -26,11 +27,11 @@ BENCHMARKS = [
 ]
 
 
-def _context(server_pool, deployment, request):
+def _context(server_pool, deployment, request, config=None):
     target = request.config.getoption("--target")
     if target not in deployment.targets:
         pytest.skip(f"{deployment.name} does not support target {target}")
-    return server_pool.context(deployment)
+    return server_pool.context(deployment, config)
 
 
 @pytest.mark.parametrize(("deployment", "check"), CHECKS)
@@ -44,11 +45,18 @@ def test_check(server_pool, deployment, check, request):
 @pytest.mark.parametrize(("deployment", "benchmark"), BENCHMARKS)
 def test_benchmark(server_pool, deployment, benchmark, request):
     """A short run of one benchmark scenario: no errors under load, records written."""
-    ctx = _context(server_pool, deployment, request)
-    if benchmark.targets and ctx.target not in benchmark.targets:
-        pytest.skip(f"{benchmark.id} is not defined for target {ctx.target}")
+    target = request.config.getoption("--target")
+    if benchmark.targets and target not in benchmark.targets:
+        pytest.skip(f"{benchmark.id} is not defined for target {target}")
+    if benchmark.config and request.config.getoption("--server-mode") == "external":
+        pytest.skip(f"{benchmark.id} measures a config variant: needs a server the harness starts")
+    ctx = _context(server_pool, deployment, request, benchmark.config)
     duration = request.config.getoption("--bench-duration")
-    records = run_benchmark(ctx, benchmark, duration_s=duration, warmup_s=min(1.0, duration / 2))
+    try:
+        records = run_benchmark(ctx, benchmark, duration_s=duration, warmup_s=min(1.0, duration / 2))
+    finally:
+        if benchmark.config:
+            server_pool.release(variant_key(deployment, benchmark.config))
     for row in records:
         assert row["errors"] == 0, f"{benchmark.id} at concurrency {row['concurrency']}: {row['first_error']}"
         assert row["requests"] > 0, f"{benchmark.id} at concurrency {row['concurrency']}: no request completed"

@@ -190,3 +190,19 @@ def test_unknown_mode_and_missing_url_are_clear_errors():
     finally:
         os.environ.clear()
         os.environ.update(env)
+
+
+def test_npu_target_of_a_manifest_reaches_the_container_spec():
+    from harness.deployments import get_deployment
+
+    deployment = get_deployment("resnet_npu")
+    table = deployment.manifest["target"]["npu"]
+    server = DockerTritonServer(deployment.server_options("npu"))
+    spec = server.container_spec()
+    assert spec["image"] == table["image"]
+    assert f"--model-config-name={table['model_config_name']}" in spec["command"]
+    assert [d.split(":")[0] for d in spec["devices"]][: len(table["device_ids"])] == [
+        f"/dev/davinci{i}" for i in table["device_ids"]]
+    assert "--allow-grpc=false" in spec["command"]
+    mount = spec["volumes"][str((deployment.path / table["python_env"]).resolve())]
+    assert mount == {"bind": table["python_env_mount"], "mode": "ro"}

