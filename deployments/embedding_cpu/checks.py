@@ -33,7 +33,7 @@ SHORT_SENTENCES = [
     "Short text.",
 ]
 MIN_COSINE = {"embedding_py": 0.9999, "embedding_onnx": 0.999, "embedding_onnx_text": 0.999,
-              "embedding_onnx_int8": 0.99}
+              "embedding_onnx_text_ensemble": 0.999, "embedding_onnx_int8": 0.99}
 
 
 @lru_cache(maxsize=None)
@@ -86,6 +86,10 @@ def check_embedding_onnx_client_tokenized_matches_reference(ctx):
 
 def check_embedding_onnx_text_matches_reference(ctx):
     _check_sentence_model(ctx, "embedding_onnx_text")
+
+
+def check_embedding_onnx_text_ensemble_matches_reference(ctx):
+    _check_sentence_model(ctx, "embedding_onnx_text_ensemble")
 
 
 def check_embedding_onnx_int8_within_tolerance(ctx):
@@ -177,7 +181,7 @@ def _expect_error(ctx, model, inputs, *fragments, parameters=None, within_s: flo
 
 
 def check_bad_sentence_input_is_rejected_clearly(ctx):
-    for model in ("embedding_py", "embedding_onnx_text"):
+    for model in ("embedding_py", "embedding_onnx_text", "embedding_onnx_text_ensemble"):
         _expect_error(ctx, model, {"TEXT": np.ones((1, 1), np.float32)}, "data-type", "datatype", "expected")
         _expect_error(ctx, model, {"TEXT": np.array([b"a", b"b"], dtype=object)}, "shape")
         message = _expect_error(ctx, model, {"TEXT": np.array([[b"\xff\xfe bad"]], dtype=object)}, "UTF-8")
@@ -219,8 +223,9 @@ def check_bad_files_get_clear_errors_in_bounded_time(ctx):
 
 def check_bad_request_does_not_break_its_batch(ctx):
     notes = (DOCUMENTS / "serving_notes.txt").read_bytes()
-    jobs = [("TEXT", m, [s.encode()], True) for m in ("embedding_py", "embedding_onnx_text") for s in SHORT_SENTENCES]
-    jobs += [("TEXT", m, [b"\xc3\x28 invalid"], False) for m in ("embedding_py", "embedding_onnx_text")] * 3
+    text_models = ("embedding_py", "embedding_onnx_text", "embedding_onnx_text_ensemble")
+    jobs = [("TEXT", m, [s.encode()], True) for m in text_models for s in SHORT_SENTENCES]
+    jobs += [("TEXT", m, [b"\xc3\x28 invalid"], False) for m in text_models] * 3
     jobs += [("RAW_FILE", m, [notes], True) for m in client.FILE_MODELS] * 3
     jobs += [("RAW_FILE", m, [b"\x00\x01\x02 garbage"], False) for m in client.FILE_MODELS] * 2
 
@@ -280,6 +285,12 @@ def workload_embedding_py_sentence(ctx) -> Workload:
 def workload_embedding_onnx_text_sentence(ctx) -> Workload:
     return Workload(model="embedding_onnx_text", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
                     variant="embedding_onnx_text fp32 (server tokenizes + pools, BLS)", ceiling=_ceiling("fp32"))
+
+
+def workload_embedding_onnx_text_ensemble_sentence(ctx) -> Workload:
+    return Workload(model="embedding_onnx_text_ensemble", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
+                    variant="embedding_onnx_text_ensemble fp32 (tokenize -> onnx -> pool ensemble)",
+                    ceiling=_ceiling("fp32"))
 
 
 def _client_tokenized(model: str, variant: str, precision: str) -> Workload:

@@ -24,7 +24,7 @@ import tritonclient.http.aio as http_aio
 
 from triton_helpers.text_embedding import EmbeddingModelInfo, pool, tokenize
 
-TEXT_MODELS = ("embedding_py", "embedding_onnx_text")
+TEXT_MODELS = ("embedding_py", "embedding_onnx_text", "embedding_onnx_text_ensemble")
 TOKEN_MODELS = ("embedding_onnx", "embedding_onnx_int8")
 FILE_MODELS = ("pipeline_orchestrator", "full_pipeline_py")
 FILE_SUFFIXES = {".txt", ".md", ".markdown", ".pdf"}

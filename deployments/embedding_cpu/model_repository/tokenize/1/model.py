@@ -1,0 +1,40 @@
+"""Fast-tokenizer step of the text-in ensemble."""
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from triton_helpers.config import parameter
+from triton_helpers.errors import output_dtypes
+from triton_helpers.text_batches import TextBatch
+from triton_helpers.text_embedding import EmbeddingModelInfo, tokenize
+
+
+class TritonPythonModel:
+    """TEXT -> input_ids, attention_mask (padded to the longest text of the batch)."""
+
+    def initialize(self, args):
+        """Read limits and the model folder the tokenizer comes from."""
+        self.config = json.loads(args["model_config"])
+        self.max_text_bytes = parameter(self.config, "max_text_bytes", 1 << 20, int)
+        self.model_dir = str(EmbeddingModelInfo.read(parameter(self.config, "model_dir")).model_dir)
+        self.dtypes = output_dtypes(pb_utils, self.config)
+
+    def execute(self, requests):
+        """Tokenize every valid text of the batch together; one response per request."""
+        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.max_text_bytes)
+        if batch.texts:
+            tokens = tokenize(batch.texts, self.model_dir)
+            offset = 0
+            for index, count in batch.owners:
+                rows = slice(offset, offset + count)
+                batch.responses[index] = pb_utils.InferenceResponse([
+                    pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][rows], dtype=self.dtypes[name]))
+                    for name in ("input_ids", "attention_mask")
+                ])
+                offset += count
+        return batch.responses
+
+    def finalize(self):
+        """Nothing to release."""
