@@ -6,10 +6,8 @@ own ``predict`` (make_fixtures.py), never by this deployment.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
-import sys
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -19,23 +17,13 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from harness.deployments import load_module
 from triton_helpers.detection import box_iou
 
 HERE = Path(__file__).resolve().parent
 
 
-def _load_client():
-    """This deployment's client.py under a unique module name (other deployments have a client.py too)."""
-    name = "yolo11_ensemble_client"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "client.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-client = _load_client()
+client = load_module(HERE / "client.py", "yolo11_ensemble_client")
 
 ENSEMBLE, DETECTOR = "yolo11_ensemble", "yolo11_detector"
 MIN_IOU, MAX_SCORE_DIFF = 0.9, 0.02
@@ -276,6 +264,24 @@ def check_before_path_matches(ctx):
 
 # ----------------------------------------------------------------------------- workloads
 
+@lru_cache(maxsize=1)
+def _detector_session():
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.inter_op_num_threads = 1
+    path = HERE / "model_repository" / DETECTOR / "1" / "model.onnx"
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _detector_ceiling(batch: int):
+    """The bare detector in this process (onnxruntime, 2 threads like the served one), batch of ``batch``."""
+    session = _detector_session()
+    tensor = np.random.default_rng(0).random((batch, 3, 640, 640), dtype=np.float32)
+    return lambda: session.run(None, {"images": tensor})
+
+
 def workload_ensemble_jpeg(ctx):
     """The raw JPEG to the ensemble; the answer read is the JSON text."""
     from harness.loadgen import Workload
@@ -285,6 +291,7 @@ def workload_ensemble_jpeg(ctx):
         model=ENSEMBLE, inputs=_bytes_input(data), outputs=["DETECTIONS_JSON"], variant="ensemble-raw-jpeg",
         finish=lambda out: json.loads(out["DETECTIONS_JSON"][0][0]),
         notes={"image": f"{BENCH_IMAGE} {len(data)} B", "client_work": "none"},
+        ceiling=_detector_ceiling,
     )
 
 
@@ -310,7 +317,9 @@ def _tensor_workload(ctx, naive: bool, size: int, variant: str):
 
 def workload_client_tensor_640(ctx):
     """The "before" path, sane: client letterbox to 640 (timed), bare detector, client NMS (timed)."""
-    return _tensor_workload(ctx, naive=False, size=640, variant="client-tensor-640")
+    workload = _tensor_workload(ctx, naive=False, size=640, variant="client-tensor-640")
+    workload.ceiling = _detector_ceiling
+    return workload
 
 
 def workload_client_tensor_naive(ctx):
