@@ -73,12 +73,19 @@ def _serve(args) -> int:
         server.stop()
 
 
+def _show_level(deployment: str, benchmark: str, level) -> None:
+    m = level.metrics()
+    print(f"{deployment:16} {benchmark:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f} infer/s  "
+          f"p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  errors {m['errors']}", flush=True)
+
+
 def _bench(args) -> int:
     from harness.bench import run_benchmark
     from harness.session import ServerPool, variant_key
 
     names = [args.deployment] if args.deployment else [d.name for d in discover()]
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
+    failed = []
     try:
         for name in names:
             deployment = get_deployment(name)
@@ -88,22 +95,23 @@ def _bench(args) -> int:
             for benchmark in deployment.benchmarks:
                 if benchmark.targets and args.target not in benchmark.targets:
                     continue
-                ctx = pool.context(deployment, benchmark.config)
-                concurrencies = args.concurrency or list(benchmark.concurrency)
-
-                def show(level, benchmark=benchmark):
-                    m = level.metrics()
-                    print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
-                          f"{m['perf_throughput']:9.1f} infer/s  p50 {m['perf_latency_p50']:8.1f} ms  "
-                          f"p99 {m['perf_latency_p99']:8.1f} ms  errors {m['errors']}", flush=True)
-
-                run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
-                              concurrencies=concurrencies, on_level=show)
-                if benchmark.config:
-                    pool.release(variant_key(deployment, benchmark.config))
+                try:
+                    ctx = pool.context(deployment, benchmark.config)
+                    run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
+                                  concurrencies=args.concurrency or list(benchmark.concurrency),
+                                  on_level=lambda level, b=benchmark: _show_level(deployment.name, b.id, level))
+                except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
+                    failed.append(f"{deployment.name}/{benchmark.id}: {type(exc).__name__}: {exc}")
+                    print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
+                finally:
+                    if benchmark.config:
+                        pool.release(variant_key(deployment, benchmark.config))
             pool.release(deployment.name)
     finally:
         pool.close()
+    if failed:
+        print(f"{len(failed)} benchmark scenario(s) failed:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -250,30 +250,38 @@ def _text_rows(batch: int) -> np.ndarray:
     return np.array([[SHORT_SENTENCES[i % len(SHORT_SENTENCES)].encode()] for i in range(batch)], dtype=object)
 
 
-@lru_cache(maxsize=2)
-def _session(precision: str, threads: int):
+@lru_cache(maxsize=4)
+def _session(precision: str, copy: int):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     name = "embedding_onnx" if precision == "fp32" else "embedding_onnx_int8"
     return ort.InferenceSession(str(HERE / "model_repository" / name / "1" / "model.onnx"), options,
                                 providers=["CPUExecutionProvider"])
 
 
-def _ceiling(precision: str):
-    """Tokenize + ONNX + pool in this process, batch of ``n``, threads = the server's total."""
+def _ceiling(precision: str, instances: int = 2):
+    """Tokenize + ONNX + pool in this process, laid out like the served model: ``instances``
+    sessions of one thread each (embedding_onnx's instance_group), running in parallel,
+    the ``n`` items split between them."""
+    from concurrent.futures import ThreadPoolExecutor
+
     normalize = EmbeddingModelInfo.read().normalize
+    workers = ThreadPoolExecutor(max_workers=instances)
 
     def for_batch(n: int):
-        session = _session(precision, threads=2)
-        texts = [SHORT_SENTENCES[i % len(SHORT_SENTENCES)] for i in range(n)]
+        shares = [n // instances + (1 if i < n % instances else 0) for i in range(instances)]
+        jobs = [(_session(precision, i), [SHORT_SENTENCES[j % len(SHORT_SENTENCES)] for j in range(k)])
+                for i, k in enumerate(shares) if k]
 
-        def run():
+        def one(job):
+            session, texts = job
             tokens = tokenize(texts)
             pool(session.run(["last_hidden_state"], tokens)[0], tokens["attention_mask"], normalize)
-        return run
+
+        return lambda: list(workers.map(one, jobs))
     return for_batch
 
 

@@ -1,0 +1,109 @@
+"""Docs cannot rot: every make target, script, module, CLI command, path and link that README.md
+and docs/ name must exist (generated files count when git ignores them: they are produced by a
+command the docs name)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import PROJECT_ROOT
+
+DOCS = [PROJECT_ROOT / "README.md"] + sorted((PROJECT_ROOT / "docs").rglob("*.md"))
+TOP_LEVEL = ("deployments/", "harness/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
+PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
+HARNESS_COMMANDS = ("list", "export", "serve", "bench")
+
+
+def _code(text: str) -> list[str]:
+    """Fenced code blocks (line by line) and inline code spans."""
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    without_fences = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    spans = re.findall(r"`([^`\n]+)`", without_fences)
+    return [line for block in fenced for line in block.splitlines()] + spans
+
+
+def _make_targets() -> set[str]:
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile, flags=re.M))
+
+
+def _ignored(relative: str) -> bool:
+    done = subprocess.run(["git", "check-ignore", "-q", "--no-index", relative], cwd=PROJECT_ROOT,
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def _looks_like_path(token: str) -> bool:
+    token = token.strip("\"'(),;:")
+    if not token or any(c in token for c in "<>*{}$|=") or "://" in token or token.startswith("-"):
+        return False
+    return token.startswith(TOP_LEVEL) or (
+        "/" not in token and token.endswith(PATH_SUFFIXES) and token in ("README.md", "Makefile", "pyproject.toml"))
+
+
+def _mentions(doc: Path) -> dict[str, set]:
+    text = doc.read_text()
+    found: dict[str, set] = {"make": set(), "paths": set(), "modules": set(), "commands": set(), "links": set()}
+    for code in _code(text):
+        for match in re.finditer(r"(?:^|[;&|(]\s*|\s)make\s+([^;&|`]*)", " " + code):
+            for token in match.group(1).split():
+                if "=" in token or token.startswith("-"):
+                    continue
+                if not re.fullmatch(r"[a-z][a-z0-9_-]*", token):
+                    break
+                found["make"].add(token)
+        for token in code.split():
+            if _looks_like_path(token):
+                found["paths"].add(token.strip("\"'(),;:").rstrip("."))
+        for module in re.findall(r"python3?\s+-m\s+(harness(?:\.[a-z_]+)*)", code):
+            found["modules"].add(module)
+        for command in re.findall(r"-m\s+harness\s+([a-z_]+)", code):
+            found["commands"].add(command)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if not target.startswith(("http://", "https://", "mailto:", "#")):
+            found["links"].add(target.split("#", 1)[0])
+    return found
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(PROJECT_ROOT)) for d in DOCS])
+def test_everything_a_doc_names_exists(doc):
+    mentions = _mentions(doc)
+    targets = _make_targets()
+    problems = [f"make target `{t}` is not in the Makefile" for t in sorted(mentions["make"] - targets)]
+    for path in sorted(mentions["paths"]):
+        if not (PROJECT_ROOT / path).exists() and not _ignored(path):
+            problems.append(f"path `{path}` does not exist (and is not a generated, git-ignored file)")
+    for module in sorted(mentions["modules"]):
+        file = PROJECT_ROOT / (module.replace(".", "/") + ".py")
+        package = PROJECT_ROOT / module.replace(".", "/") / "__main__.py"
+        if not file.exists() and not package.exists():
+            problems.append(f"module `python -m {module}` does not exist")
+    for command in sorted(mentions["commands"] - set(HARNESS_COMMANDS)):
+        problems.append(f"`python -m harness {command}`: no such subcommand (known: {HARNESS_COMMANDS})")
+    for link in sorted(mentions["links"]):
+        if link and not (doc.parent / link).exists():
+            problems.append(f"link ({link}) points to nothing")
+    assert not problems, f"{doc.relative_to(PROJECT_ROOT)}:\n  " + "\n  ".join(problems)
+
+
+def test_harness_subcommands_list_is_current():
+    """HARNESS_COMMANDS above must follow harness/__main__.py."""
+    main = (PROJECT_ROOT / "harness" / "__main__.py").read_text()
+    declared = set(re.findall(r'add_parser\(\s*"([a-z_]+)"', main))
+    assert declared == set(HARNESS_COMMANDS), f"harness/__main__.py declares {sorted(declared)}"
+
+
+def test_the_checker_catches_rot(tmp_path):
+    doc = tmp_path / "page.md"
+    doc.write_text("Run `make no-such-target` then `python -m harness.nope`, read "
+                   "`deployments/embedding_cpu/nope.py` and [x](missing.md).\n"
+                   "```bash\nmake install matrix DEPLOYMENT=x\n.venv/bin/python -m harness frobnicate\n```\n")
+    mentions = _mentions(doc)
+    assert mentions["make"] == {"no-such-target", "install", "matrix"}
+    assert "deployments/embedding_cpu/nope.py" in mentions["paths"]
+    assert mentions["modules"] == {"harness.nope", "harness"} and "frobnicate" in mentions["commands"]
+    assert mentions["links"] == {"missing.md"}

@@ -1,0 +1,265 @@
+"""Results matrix: records -> results.md / JSON / CSV / plots, never-measured rows, layout."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness import matrix
+from harness.deployments import discover
+from harness.perf_analyzer import availability, command, input_data, parse_csv
+
+MANIFEST = """
+name = "toy"
+summary = "A toy deployment"
+targets = ["cpu", "npu"]
+entry_models = ["m"]
+
+[[benchmarks]]
+id = "m-b1"
+workload = "checks.py:workload"
+concurrency = [1, 4]
+targets = ["cpu"]
+
+[[benchmarks]]
+id = "m-npu"
+workload = "checks.py:workload"
+concurrency = [16]
+targets = ["npu"]
+"""
+
+
+def _record(**overrides) -> dict:
+    record = {
+        "timestamp": "2026-11-30T10:00:00+00:00",
+        "machine": {"cpu_model": "Test CPU", "cpu_cores": 2, "os": "Debian 12", "python": "3.11"},
+        "deployment": "toy", "benchmark": "m-b1", "model": "m", "variant": "m fp32", "target": "cpu",
+        "protocol": "grpc", "generator": "harness-asyncio (tritonclient grpc.aio)", "server_mode": "local",
+        "server_version": "2.51.0", "backend_implementation": {"m": "onnxruntime via harness Python backend"},
+        "items_per_request": 1, "notes": {}, "concurrency": 1, "duration_s": 2.0, "requests": 100, "errors": 0,
+        "perf_throughput": 50.0, "items_per_second": 50.0, "perf_latency_p50": 19.5, "perf_latency_p99": 30.25,
+        "bytes_sent_per_request": 90, "bytes_received_per_request": 1580, "perf_server_queue": 1.5,
+        "perf_server_compute_input": 0.1, "perf_server_compute_infer": 15.0, "perf_server_compute_output": 0.4,
+    }
+    record.update(overrides)
+    return record
+
+
+@pytest.fixture
+def toy(tmp_path):
+    root = tmp_path / "deployments"
+    (root / "toy" / "model_repository" / "m").mkdir(parents=True)
+    (root / "toy" / "deployment.toml").write_text(MANIFEST)
+    results = tmp_path / "results"
+    results.mkdir()
+    return root, results, tmp_path / "docs"
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _generate(toy, rows, note="perf_analyzer: not usable here (test).") -> dict[str, Path]:
+    root, results, docs = toy
+    _write(results / "records.jsonl", rows)
+    return matrix.generate(results / "records.jsonl", docs, root, perf_analyzer_note=note)
+
+
+def test_measured_and_never_measured_rows(toy):
+    old = _record(timestamp="2026-11-29T10:00:00+00:00", perf_throughput=1.0, items_per_second=1.0)
+    rows = [old, _record(), _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0,
+                                    ceiling_items_per_second=160.0)]
+    written = _generate(toy, rows)
+    text = written["markdown"].read_text()
+    blocks = matrix.table_blocks(text)
+    # cpu benchmark: local (measured) and docker (never measured); npu benchmark: docker only
+    assert blocks["toy"] == [("m-b1", "local / cpu"), ("m-b1", "docker / cpu"), ("m-npu", "docker / npu")]
+    lines = [line for line in text.splitlines() if line.startswith("| m-")]
+    assert "50.0" in lines[0] and "19.5" in lines[0] and "1,580" in lines[0] and "15.50" in lines[0]
+    assert "| 1.0 " not in lines[0], "the older record of the same cell must lose"
+    assert "50% of 160" in lines[1], "served / ceiling from ceiling_items_per_second"
+    assert "not measured" in lines[2] and "1, 4" in lines[2]
+    assert "not measured" in lines[3] and "16" in lines[3]
+    assert "Test CPU, 2 cores" in text and "tritonserver 2.51.0, `local` server mode" in text
+    assert "onnxruntime via harness Python backend" in text and "measured 2026-11-30" in text
+    assert "harness-asyncio" in text and "perf_analyzer: not usable here (test)." in text
+    data = json.loads(written["json"].read_text())
+    toy_rows = data["deployments"]["toy"]["rows"]
+    assert [r["measured"] for r in toy_rows] == [True, True, False, False]
+    assert toy_rows[0]["server_compute_ms"] == 15.5 and toy_rows[1]["ceiling_items_per_second"] == 160.0
+    with written["csv"].open() as handle:
+        assert len(list(csv.DictReader(handle))) == 4
+    for kind in ("throughput", "latency", "bytes"):
+        png = written[f"plot toy {kind}"]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plots/toy-{kind}.png" in text
+
+
+def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
+    written = _generate(toy, [])
+    text = written["markdown"].read_text()
+    assert matrix.table_blocks(text)["toy"] == [("m-b1", "local / cpu"), ("m-b1", "docker / cpu"),
+                                                ("m-npu", "docker / npu")]
+    assert text.count("not measured") >= 3 and "no run recorded yet" in text
+    assert not any(k.startswith("plot") for k in written)
+
+
+def test_missing_level_perf_analyzer_rows_and_network_records_go_elsewhere(toy):
+    rows = [
+        _record(),
+        _record(generator="perf_analyzer (perf_analyzer 2.60.0)", perf_throughput=55.0, items_per_second=55.0,
+                bytes_received_per_request=None, perf_server_compute_input=None, perf_server_compute_infer=None,
+                perf_server_compute_output=None),
+        _record(network={"rate": "1mbit", "rtt_ms": 0, "rate_bits_per_s": 1e6}, perf_throughput=7.0,
+                link_ceiling_infer_per_s=74.85),
+    ]
+    written = _generate(toy, rows)
+    text = written["markdown"].read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line]
+    assert len(lines) == 4, lines  # c=1 and c=4 for each generator
+    assert any("perf_analyzer" in line and "55.0" in line for line in lines)
+    assert sum("not measured" in line for line in lines) == 2
+    assert "| 7.0 " not in text, "network-bound records stay out of results.md"
+    network = written["network"].read_text()
+    assert "1mbit" in network and "74.8" in network and "7.0" in network
+
+
+def test_correctness_from_plugin_outcomes_and_junit(toy):
+    root, results, docs = toy
+    outcomes = [
+        {"timestamp": "2026-11-30T09:00:00+00:00", "param": "toy-m_matches_reference", "outcome": "failed",
+         "target": "cpu", "server_mode": "local"},
+        {"timestamp": "2026-11-30T11:00:00+00:00", "param": "toy-m_matches_reference", "outcome": "passed",
+         "target": "cpu", "server_mode": "local"},
+        {"timestamp": "2026-11-30T11:00:00+00:00", "param": "toy-bad_input", "outcome": "passed",
+         "target": "cpu", "server_mode": "local"},
+    ]
+    _write(results / matrix.OUTCOMES_FILE, outcomes)
+    text = _generate(toy, [_record()])["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
+    assert "pass 1/1" in row, row  # the check naming model m, latest outcome wins
+    assert "correctness on cpu/local: 2/2 checks passed" in text
+    assert "not run" in next(line for line in text.splitlines() if "docker / cpu" in line)
+
+    (results / matrix.OUTCOMES_FILE).unlink()
+    (results / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest" timestamp="2026-11-30T12:00:00">'
+        '<testcase classname="harness.tests.test_deployments" name="test_check[toy-m_matches_reference]">'
+        '<failure message="cosine too low"/></testcase></testsuite></testsuites>')
+    text = _generate(toy, [_record()])["markdown"].read_text()
+    assert "FAIL 1/1: m_matches_reference" in text
+
+
+def test_outcome_plugin_records_checks(tmp_path):
+    test_file = tmp_path / "test_fake.py"
+    test_file.write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('x', [1, 2], ids=['toy-good', 'toy-bad'])\n"
+        "def test_check(x):\n    assert x == 1\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.matrix", str(test_file),
+                           "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(tmp_path / "r")})
+    assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "r" / matrix.OUTCOMES_FILE).read_text().splitlines()]
+    assert {(r["param"], r["outcome"]) for r in rows} == {("toy-good", "passed"), ("toy-bad", "failed")}
+
+
+def test_committed_results_md_has_every_declared_row():
+    """docs/results.md is regenerated (`make matrix`) whenever a manifest gains or loses a scenario."""
+    committed = (PROJECT_ROOT / "docs" / "results.md").read_text()
+    blocks = matrix.table_blocks(committed)
+    for deployment in discover():
+        expected = [(b, f"{m} / {t}") for b, t, m in matrix.expected_grid(deployment)]
+        assert deployment.name in blocks, f"docs/results.md has no section {deployment.name}: run `make matrix`"
+        assert [p for p in blocks[deployment.name] if p in expected] == expected, (
+            f"docs/results.md rows of {deployment.name} differ from its manifest: run `make matrix`")
+
+
+# --- perf_analyzer ---------------------------------------------------------------------------
+
+PA_CSV = """Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency
+4,120.5,30,900,1500,80,25000,60,20,33000,36000,37000,41000
+1,50.25,25,700,100,70,15000,50,18,19800,21000,22000,25000
+"""
+
+
+def test_perf_analyzer_csv_parsed_to_record_fields():
+    rows = parse_csv(PA_CSV)
+    assert [r["concurrency"] for r in rows] == [1, 4]
+    first = rows[0]
+    assert first["perf_throughput"] == 50.25 and first["perf_latency_p99"] == 25.0
+    assert first["perf_server_queue"] == 0.1 and first["perf_server_compute_infer"] == 15.0
+    assert first["perf_server_request"] == round((100 + 70 + 15000 + 50) / 1000, 3)
+
+
+def test_perf_analyzer_input_data_and_command(tmp_path):
+    import numpy as np
+
+    data, batch = input_data({"TEXT": np.array([[b"hello"]], dtype=object)}, batched=True)
+    assert batch == 1 and data == {"data": [{"TEXT": {"content": ["hello"], "shape": [1]}}]}
+    data, _ = input_data({"IMAGE": np.array([b"\xff\xd8\xff"], dtype=object)}, batched=False)
+    assert data["data"][0]["IMAGE"] == {"b64": "/9j/", "shape": [1]}
+    cmd = command("m", "127.0.0.1:8001", "grpc", [4], tmp_path / "in.json", tmp_path / "out.csv", 3000)
+    assert cmd[:3] == ["perf_analyzer", "-m", "m"] and "4:4" in cmd and "-f" in cmd
+
+
+def test_perf_analyzer_availability_says_why(tmp_path, monkeypatch):
+    ok, reason = availability("definitely-not-perf-analyzer")
+    assert not ok and "glibc" in reason
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text("#!/bin/sh\necho 'perf_analyzer: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38` not found'"
+                    " >&2\nexit 1\n")
+    fake.chmod(0o755)
+    ok, reason = availability(str(fake))
+    assert not ok and "newer glibc" in reason
+
+
+def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, monkeypatch):
+    """run_scenario end to end with a stand-in perf_analyzer binary and a stand-in server."""
+    import types
+
+    import numpy as np
+
+    from harness import perf_analyzer
+    from harness.deployments import Benchmark
+    from harness.loadgen import Workload
+
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text("#!/usr/bin/env python3\nimport sys\n"
+                    "if '--version' in sys.argv: print('perf_analyzer 2.60.0'); sys.exit(0)\n"
+                    "out = sys.argv[sys.argv.index('-f') + 1]\n"
+                    f"open(out, 'w').write({PA_CSV.splitlines()[0]!r} + '\\n' + {PA_CSV.splitlines()[2]!r} + '\\n')\n")
+    fake.chmod(0o755)
+    perf_analyzer.availability.cache_clear()
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))
+
+    class Client:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def get_model_config(self, model):
+            return {"backend": "python", "max_batch_size": 8}
+
+    workload = Workload(model="m", inputs={"TEXT": np.array([[b"hi"]], dtype=object)}, outputs=["EMBEDDING"],
+                        variant="m text")
+    server = types.SimpleNamespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", backend_implementation=str,
+                                   describe=lambda: {"server_mode": "local", "server_version": "2.51.0"})
+    deployment = types.SimpleNamespace(name="toy", resolve=lambda ref: (lambda ctx: workload))
+    ctx = types.SimpleNamespace(deployment=deployment, server=server, target="cpu", http_client=Client)
+    rows = perf_analyzer.run_scenario(ctx, Benchmark(id="m-b1", workload="checks.py:w", concurrency=(1,)),
+                                      duration_s=1, binary=str(fake))
+    perf_analyzer.availability.cache_clear()
+    assert len(rows) == 1 and rows[0]["generator"].startswith("perf_analyzer")
+    assert rows[0]["perf_throughput"] == 50.25 and rows[0]["bytes_sent_per_request"] > 0
+    assert "-b 1" in rows[0]["perf_analyzer_command"] and "--input-data" in rows[0]["perf_analyzer_command"]
+    written = (tmp_path / "results" / "records.jsonl").read_text()
+    assert matrix.generator_family(json.loads(written.splitlines()[0])) == "perf_analyzer"
