@@ -58,3 +58,40 @@ bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) i
 clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
+
+# --- results matrix and network-bound runs (harness/matrix.py, harness/netem.py) ---
+NETWORK_RATE ?= 100mbit
+NETWORK_RTT_MS ?= 0
+.PHONY: matrix bench-network
+
+matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv and docs/plots/
+	$(PY) -m harness.matrix
+
+bench-network: install ## Run benchmarks (or DEPLOYMENT=...) through a shaped link: NETWORK_RATE=100mbit NETWORK_RTT_MS=0 (root)
+	$(PY) -m harness.netem bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION)
+
+.PHONY: pack-env
+pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|npu) into deployments/<d>/envs/<target>.tar.gz
+	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
+	$(PY) -m harness.packenv --deployment $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
+
+# --- reliability: soak, faults, hostile input (harness/soak.py, harness/faults.py) ---
+SOAK_DURATION ?= 15
+SOAK_ARGS ?=
+FAULTS_ARGS ?=
+.PHONY: soak faults fuzz reliability
+
+soak: install ## Hold concurrency 64 on embedding_cpu/embedding_onnx_text for SOAK_DURATION s (15): errors, drift, memory
+	$(PY) -m harness.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
+
+faults: install ## Kill a stub, unload+reload, restart the server under verified load (embedding_cpu); report recovery
+	$(PY) -m harness.faults $(FAULTS_ARGS)
+
+fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
+	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py $(PYTEST_ARGS)
+
+reliability: install ## Run soak, faults and fuzz, then regenerate the figures in docs/reliability.md
+	$(PY) -m harness.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
+	$(PY) -m harness.faults $(FAULTS_ARGS)
+	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py -q $(PYTEST_ARGS)
+	$(PY) -m harness.faults --write-docs
