@@ -22,6 +22,9 @@ from harness import PROJECT_ROOT
 from harness.launchers import ServerOptions
 
 MANIFEST = "deployment.toml"
+#: Packed envs live in <deployment>/envs; configs reach them as $$TRITON_MODEL_DIRECTORY/../../envs,
+#: so in a container whose repository is mounted at /models they must be at /envs.
+ENVS_MOUNT = "/envs"
 
 
 class ManifestError(ValueError):
@@ -116,8 +119,8 @@ class Deployment:
             device_ids=per_target.get("device_ids"),
             allow_grpc="grpc" in per_target.get("protocols", ["http", "grpc"]),
         )
-        if per_target.get("python_env") and per_target.get("python_env_mount"):
-            options.mounts[str(self.path / per_target["python_env"])] = per_target["python_env_mount"]
+        if (self.path / "envs").is_dir():
+            options.mounts[str(self.path / "envs")] = ENVS_MOUNT
         for key, value in overrides.items():
             setattr(options, key, value)
         return options

@@ -13,7 +13,8 @@ from pathlib import Path
 from harness.launchers.base import ServerOptions, TritonServer
 from harness.launchers.local import free_port
 
-NGC_IMAGE = os.environ.get("TRITON_NGC_IMAGE", "nvcr.io/nvidia/tritonserver:24.10-py3")
+#: 25.x images are Ubuntu 24.04 with Python 3.12 (the stub a packed env must match); 24.x were 3.10.
+NGC_IMAGE = os.environ.get("TRITON_NGC_IMAGE", "nvcr.io/nvidia/tritonserver:25.01-py3")
 ASCEND_IMAGE = os.environ.get("TRITON_ASCEND_IMAGE", "ascendhub.huawei.com/public-ascendhub/tritonserver-npu_ge:latest")
 CONTAINER_MODEL_DIR = "/models"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,11 +23,17 @@ import uuid
 from pathlib import Path
 
 import onnxruntime
+import psutil
 
-from harness.launchers.base import ServerOptions, TritonServer
+from harness.launchers.base import ServerOptions, ServerStartError, TritonServer
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 PR_SET_PDEATHSIG = 1
+#: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults).
+ADMIN_HEADER = "x-triton-harness-admin"
+#: APIs behind ADMIN_HEADER: shared-memory registration names /dev/shm objects from client input;
+#: trace/logging change server behaviour; model-repository is also closed unless explicit/poll mode was asked for.
+RESTRICTED_APIS = ("shared-memory", "trace", "logging")
 
 
 def pytriton_root() -> Path:
@@ -99,7 +106,19 @@ class LocalTritonServer(TritonServer):
         self.log_path = self.work_dir / "tritonserver.log"
         self.process: subprocess.Popen | None = None
         self._log_file = None
-        self._envs_before: set[str] = set()
+        self.admin_token = uuid.uuid4().hex
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """Headers a client needs for the restricted APIs (``restricted_apis()``) of this server."""
+        return {ADMIN_HEADER: self.admin_token}
+
+    def restricted_apis(self) -> list[str]:
+        """APIs refused without ``admin_headers``: model-repository too unless a control mode was asked for."""
+        apis = list(RESTRICTED_APIS)
+        if self.options.model_control_mode == "none":
+            apis.append("model-repository")
+        return apis
 
     @property
     def http_url(self) -> str:
@@ -131,7 +150,10 @@ class LocalTritonServer(TritonServer):
             f"--model-control-mode={opts.model_control_mode}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--http-restricted-api={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}",
         ]
+        if opts.allow_grpc:
+            cmd.append(f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}")
         if opts.model_config_name:
             cmd.append(f"--model-config-name={opts.model_config_name}")
         cmd += [f"--backend-config={value}" for value in opts.backend_config]
@@ -155,8 +177,16 @@ class LocalTritonServer(TritonServer):
         return env
 
     def start(self) -> None:
+        """Check packed envs against the stub's Python, assemble backends, start the process."""
+        from harness.packenv import PackedEnvError, assert_repository
+
+        stub_python = self.stub_python or f"{sys.version_info.major}.{sys.version_info.minor}"
+        try:
+            assert_repository(self.options.model_repository, stub_python,
+                              model_config_name=self.options.model_config_name)
+        except PackedEnvError as exc:
+            raise ServerStartError(str(exc)) from None
         assemble_backend_dir(self.work_dir / "backends", self.stub_python)
-        self._envs_before = set(glob.glob("/tmp/python_env_*"))
         self._log_file = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             self.command(),
@@ -183,8 +213,23 @@ class LocalTritonServer(TritonServer):
             return f"onnxruntime via harness Python backend (onnxruntime {onnxruntime.__version__})"
         return backend
 
+    def unpacked_envs(self) -> set[str]:
+        """``/tmp/python_env_*`` folders our own stubs run in (read from /proc, not guessed)."""
+        found: set[str] = set()
+        if not self.is_running():
+            return found
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                seen = Path(f"/proc/{child.pid}/maps").read_text()
+                seen += Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace")
+            except (OSError, psutil.Error):
+                continue
+            found |= set(re.findall(r"/tmp/python_env_[A-Za-z0-9]+", seen))
+        return found
+
     def stop(self) -> None:
         """SIGTERM, wait, SIGKILL the group; then remove our shm regions and unpacked envs."""
+        own_envs = self.unpacked_envs()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -202,7 +247,7 @@ class LocalTritonServer(TritonServer):
             self._log_file = None
         for region in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
             Path(region).unlink(missing_ok=True)
-        for env_dir in set(glob.glob("/tmp/python_env_*")) - self._envs_before:
+        for env_dir in own_envs:
             shutil.rmtree(env_dir, ignore_errors=True)
 
     def leftovers(self) -> list[str]:

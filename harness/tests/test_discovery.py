@@ -45,7 +45,7 @@ def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path
     assert [d.name for d in copies] == ["my_embedding"]
     copy = copies[0]
     assert copy.path == (tmp_path / "my_embedding").resolve()
-    assert {"embedding_py_matches_reference", "bad_input_is_rejected_clearly"} <= set(copy.checks())
+    assert {"embedding_py_matches_reference", "bad_sentence_input_is_rejected_clearly"} <= set(copy.checks())
     pool = ServerPool(mode="local")
     try:
         ctx = pool.context(copy)

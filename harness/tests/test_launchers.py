@@ -15,6 +15,7 @@ import psutil
 import pytest
 import tritonclient.http as httpclient
 
+from harness import PROJECT_ROOT
 from harness.launchers import (DockerTritonServer, ExternalTritonServer, LocalTritonServer, ServerOptions,
                                ServerStartError, create_server)
 from harness.launchers.docker import ascend_profile
@@ -204,5 +205,19 @@ def test_npu_target_of_a_manifest_reaches_the_container_spec():
     assert [d.split(":")[0] for d in spec["devices"]][: len(table["device_ids"])] == [
         f"/dev/davinci{i}" for i in table["device_ids"]]
     assert "--allow-grpc=false" in spec["command"]
-    mount = spec["volumes"][str((deployment.path / table["python_env"]).resolve())]
-    assert mount == {"bind": table["python_env_mount"], "mode": "ro"}
+    assert spec["volumes"][str(deployment.model_repository)] == {"bind": "/models", "mode": "ro"}
+
+
+def test_packed_envs_of_a_deployment_are_mounted_where_configs_look(tmp_path):
+    """configs say $$TRITON_MODEL_DIRECTORY/../../envs/...; with /models/<model> that is /envs."""
+    import shutil
+
+    from harness.deployments import ENVS_MOUNT, load_deployment
+
+    copy = tmp_path / "resnet_npu"
+    shutil.copytree(PROJECT_ROOT / "deployments" / "resnet_npu", copy, ignore=shutil.ignore_patterns("*.onnx", "envs"))
+    (copy / "envs").mkdir()
+    spec = DockerTritonServer(load_deployment(copy).server_options("npu")).container_spec()
+    assert spec["volumes"][str((copy / "envs").resolve())] == {"bind": ENVS_MOUNT, "mode": "ro"}
+    config = (copy / "model_repository" / "resnet50_preprocess" / "configs" / "npu.pbtxt").read_text()
+    assert "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz" in config

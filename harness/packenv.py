@@ -1,0 +1,803 @@
+"""Packed Python environments for Triton's Python backend (``EXECUTION_ENV_PATH``).
+
+Each deployment declares what its Python-backend models import once, in
+``deployments/<name>/environment.yml`` (a conda environment file plus two keys of ours:
+``python_by_target`` and ``pip_no_deps``). This module turns that recipe into a tarball the
+Python backend unpacks and runs its stub in:
+
+- with ``conda`` + ``conda-pack`` where conda exists (a self-contained env with its own Python);
+- otherwise with a venv of a Python whose minor version matches the stub of the target's
+  server, ``pip install`` of the recipe and ``venv-pack``.
+
+    python -m harness.packenv --deployment yolo11_ensemble              # -> deployments/yolo11_ensemble/envs/cpu.tar.gz
+    python -m harness.packenv --deployment yolo11_ensemble --serve      # pack if needed, serve with it until Ctrl-C
+
+Model repositories stay as they are, so the default run needs no packing step: serving with
+a packed env goes through a generated copy of the repository (``packed_repository``) whose
+Python-backend configs get ``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/../../envs/<file>``,
+i.e. ``<copy>/envs/<file>`` next to ``<copy>/model_repository`` (the same relative layout as
+``deployments/<name>/envs/`` next to ``deployments/<name>/model_repository``). The ``envs``
+folder sits beside the repository, never inside it: Triton takes every folder of a model
+repository (hidden ones too) for a model and fails to load it.
+
+``check_repository`` is the pre-flight that turns the failures Triton reports badly into
+clear messages before a server starts: a path without ``$$TRITON_MODEL_DIRECTORY``, a missing
+tarball, an env whose Python differs from the stub's (ModuleNotFoundError or a stub that
+never starts), numpy 2 in the env (corrupted tensors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+RECIPE = "environment.yml"
+ENVS_DIR = "envs"
+ENV_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
+#: From a model folder of ``<root>/model_repository`` to ``<root>/envs``.
+ENV_REFERENCE = ENV_PLACEHOLDER + "/../../" + ENVS_DIR + "/{file}"
+
+#: Which server each pack target is for, and the Python of that server's stub when the
+#: recipe does not say. ``local`` = the interpreter running the harness (its stub is used by
+#: the local launcher). Matches the launchers' ImageProfile.stub_python.
+TARGETS = {
+    "cpu": ("local tritonserver from the nvidia-pytriton wheel (stub of the harness's Python)", "local"),
+    "gpu": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
+    "ngc": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
+    "npu": ("Ascend npu_ge tritonserver image (Python 3.10 stub)", "3.10"),
+}
+
+#: Left out of venv-pack tarballs: not needed at run time.
+VENV_EXCLUDES = ["lib/python*/site-packages/pip/*", "lib/python*/site-packages/pip-*",
+                 "lib/python*/site-packages/setuptools/*", "lib/python*/site-packages/setuptools-*",
+                 "lib/python*/site-packages/_distutils_hack/*", "lib/python*/site-packages/distutils-precedence.pth",
+                 "bin/pip", "bin/pip3*"]
+
+
+class PackEnvError(RuntimeError):
+    """Packing cannot go on; the message says why and what to do."""
+
+
+class PackedEnvError(RuntimeError):
+    """A model repository references packed envs that cannot work on the given server."""
+
+
+class PythonEnvMismatch(PackedEnvError):
+    """A packed env's Python differs from the Python of the stub that would load it."""
+
+
+def local_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+# --------------------------------------------------------------------------- the recipe
+
+@dataclass
+class Recipe:
+    """``environment.yml`` of a deployment, read for packing."""
+
+    path: Path
+    name: str
+    channels: list[str]
+    conda: list[str]                 # conda dependencies other than python and pip
+    pip: list[str]                   # pip requirements (relative paths resolved)
+    pip_no_deps: list[str]           # installed with ``pip install --no-deps``
+    python_by_target: dict[str, str]
+
+    def python_for(self, target: str) -> str:
+        """``X.Y`` of the Python the env for ``target`` must be built with."""
+        if target not in TARGETS and target not in self.python_by_target:
+            raise PackEnvError(f"unknown target {target!r}; known: {sorted(set(TARGETS) | set(self.python_by_target))}")
+        version = str(self.python_by_target.get(target, TARGETS.get(target, ("", "local"))[1]))
+        return local_python() if version == "local" else version
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def _resolve_requirement(entry: str, base: Path) -> str:
+    """Local paths (``../..``, ``./pkg``) become absolute; requirement strings stay."""
+    text = str(entry).strip()
+    if text.startswith(("-e ", "--editable")):
+        raise PackEnvError(f"{base / RECIPE}: editable requirement {text!r} cannot be packed; "
+                           "list the path without -e (it is installed as a copy)")
+    if text.startswith((".", "/", "~")):
+        return str((base / os.path.expanduser(text)).resolve())
+    return text
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse an ``environment.yml`` (a deployment folder or the file itself)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECIPE
+    if not path.exists():
+        raise PackEnvError(f"{path} does not exist: the deployment declares no environment for its Python models "
+                           "(see docs/python-environments.md)")
+    data = yaml.safe_load(path.read_text()) or {}
+    conda, pip = [], []
+    for dep in data.get("dependencies", []):
+        if isinstance(dep, dict):
+            pip += [_resolve_requirement(p, path.parent) for p in dep.get("pip", [])]
+        elif not re.match(r"^(python|pip)([<>=!~ ].*)?$", str(dep)):
+            conda.append(str(dep))
+    return Recipe(
+        path=path.resolve(),
+        name=str(data.get("name", path.parent.name)),
+        channels=list(data.get("channels", [])),
+        conda=conda,
+        pip=pip,
+        pip_no_deps=[_resolve_requirement(p, path.parent) for p in data.get("pip_no_deps", [])],
+        python_by_target={str(k): str(v) for k, v in (data.get("python_by_target") or {}).items()},
+    )
+
+
+# --------------------------------------------------------------------------- interpreters
+
+def _probe(executable: str) -> dict | None:
+    """Version, real executable and prefix of a Python, or None when it does not run."""
+    code = ("import json, sys, sysconfig; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+            "'executable': sys.executable, 'base_prefix': sys.base_prefix, "
+            "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))}))")
+    try:
+        out = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def python_candidates(version: str) -> list[str]:
+    """Where a Python ``version`` is looked for, in order."""
+    candidates = []
+    if version == local_python():
+        candidates.append(getattr(sys, "_base_executable", None) or sys.executable)
+    candidates.append(shutil.which(f"python{version}") or "")
+    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates += sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True)
+    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+    seen, ordered = set(), []
+    for c in candidates:
+        if c and c not in seen:
+            seen.add(c)
+            ordered.append(c)
+    return ordered
+
+
+def find_python(version: str, explicit: str | None = None, why: str = "") -> dict:
+    """A runnable Python ``version`` (``X.Y``): ``explicit`` if given, else the candidates.
+
+    Raises PackEnvError naming the version, why it is needed and what was tried.
+    """
+    tried = []
+    for candidate in [explicit] if explicit else python_candidates(version):
+        info = _probe(candidate)
+        tried.append(f"{candidate} ({'Python ' + info['version'] if info else 'does not run'})")
+        if info and info["version"] == version:
+            return info
+    reason = f" for {why}" if why else ""
+    raise PackEnvError(
+        f"Python {version} is needed{reason}: the packed env's Python must have the same minor version "
+        f"as the Triton stub that loads it. None found; tried: {', '.join(tried) or 'nothing'}.\n"
+        f"Install it (`pyenv install {version}`, or `apt-get install python{version}-venv` where the "
+        f"distribution has it), pass --python /path/to/python{version}, or pack on a machine with conda "
+        f"(conda-pack brings its own Python)."
+    )
+
+
+# --------------------------------------------------------------------------- packing
+
+@dataclass
+class PackResult:
+    """What ``pack`` produced; also written next to the tarball as ``<tarball>.json``."""
+
+    output: str
+    tool: str                        # "conda-pack" or "venv-pack"
+    target: str
+    python: str                      # X.Y inside the env
+    python_executable: str           # the interpreter it was built from (venv-pack)
+    python_prefix: str | None        # where the env expects its base Python at run time
+    seconds: float
+    size_bytes: int
+    packages: dict[str, str] = field(default_factory=dict)
+    recipe: str = ""
+    recipe_sha256: str = ""
+
+
+def default_output(deployment_path: Path, target: str) -> Path:
+    return Path(deployment_path) / ENVS_DIR / f"{target}.tar.gz"
+
+
+def choose_tool(tool: str = "auto") -> str:
+    """``conda`` when conda and conda-pack are present (or asked for), else ``venv``."""
+    has_conda = bool(shutil.which("conda")) and bool(shutil.which("conda-pack"))
+    if tool == "auto":
+        return "conda" if has_conda else "venv"
+    if tool == "conda" and not has_conda:
+        raise PackEnvError("--tool conda: `conda` and `conda-pack` must both be on PATH "
+                           "(conda cannot be installed on the machines this project is developed on; use --tool venv)")
+    if tool not in ("conda", "venv"):
+        raise PackEnvError(f"unknown tool {tool!r}: auto, conda or venv")
+    return tool
+
+
+def _run(command: list[str], log, **kwargs) -> None:
+    log("  $ " + " ".join(command))
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise PackEnvError(f"command failed ({result.returncode}): {' '.join(command)}\n{tail}")
+
+
+def conda_plan(recipe: Recipe, version: str, prefix: Path, output: Path, env_file: Path) -> list[list[str]]:
+    """The commands of the conda path (``env_file``: the rendered recipe for ``version``)."""
+    python = str(prefix / "bin" / "python")
+    plan = [["conda", "env", "create", "--quiet", "--prefix", str(prefix), "--file", str(env_file)]]
+    if recipe.pip_no_deps:
+        plan.append([python, "-m", "pip", "install", "--no-deps", *recipe.pip_no_deps])
+    plan.append(["conda-pack", "--prefix", str(prefix), "--output", str(output), "--force",
+                 "--ignore-missing-files", "--exclude", "lib/python*/site-packages/pip/*"])
+    return plan
+
+
+def render_conda_file(recipe: Recipe, version: str) -> dict:
+    """The recipe as a plain conda environment file for Python ``version`` (our keys dropped)."""
+    deps: list = [f"python={version}", "pip", *recipe.conda]
+    if recipe.pip:
+        deps.append({"pip": list(recipe.pip)})
+    return {"name": recipe.name, "channels": recipe.channels or ["conda-forge"], "dependencies": deps}
+
+
+def _pip_list(python: str) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-m", "pip", "--python", python, "list", "--format", "json",
+                          "--disable-pip-version-check"], capture_output=True, text=True)
+    try:
+        return {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
+    except ValueError:
+        return {}
+
+
+def _check_numpy(packages: dict[str, str], where: str) -> None:
+    numpy = packages.get("numpy")
+    if numpy and int(numpy.split(".")[0]) >= 2:
+        raise PackEnvError(f"{where} resolved numpy {numpy}; numpy 2 corrupts tensors inside the Triton 2.51 "
+                           "Python stub. Pin `numpy<2` in the recipe (and check which package pulled numpy 2: "
+                           "opencv-python>=4.12 requires it, pin opencv-python-headless<4.12).")
+
+
+def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | None = None, tool: str = "auto",
+         python: str | None = None, python_prefix: str | None = None, compress_level: int = 4,
+         compile_bytecode: bool = True, log=print) -> PackResult:
+    """Build the env of ``recipe`` for ``target`` and pack it into ``output`` (a .tar.gz).
+
+    ``compile_bytecode``: ship ``.pyc`` files (default). Without them every stub compiles what it
+    imports at start-up; for torch / transformers envs that is minutes on a few busy cores.
+    """
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    version = recipe.python_for(target)
+    output = Path(output or default_output(recipe.path.parent, target)).resolve()
+    _make_envs_dir(output.parent)
+    requested, tool = tool, choose_tool(tool)
+    began = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"packenv-{recipe.name}-{target}-"))
+    prefix = work / "env"
+    partial = output.with_name(output.name + ".partial.tar.gz")
+    try:
+        if tool == "conda":
+            log(f"packing {recipe.path} for target {target} with conda + conda-pack (Python {version})")
+            env_file = work / "environment.yml"
+            env_file.write_text(yaml.safe_dump(render_conda_file(recipe, version), sort_keys=False))
+            for command in conda_plan(recipe, version, prefix, partial, env_file):
+                _run(command, log)
+            built_from, python_prefix = "conda", None
+        else:
+            why = TARGETS.get(target, (f"target {target}",))[0]
+            info = find_python(version, python, why=f"target {target}: {why}")
+            because = "asked for" if requested == "venv" else "no conda + conda-pack on PATH"
+            log(f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
+                f"Python {version} from {info['executable']}")
+            if target != "cpu" and python_prefix is None:
+                log(f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
+                    f"the {target} server must have Python {version} at that prefix, or pass --python-prefix "
+                    "(e.g. /usr for the NGC image). conda-pack avoids this.")
+            # No pip inside the env: the harness's own pip installs into it (pip --python), which
+            # saves bootstrapping pip per env and keeps pip out of the tarball.
+            _run([info["executable"], "-m", "venv", "--without-pip", str(prefix)], log)
+            env_python = str(prefix / "bin" / "python")
+            pip = [sys.executable, "-m", "pip", "--python", env_python, "install",
+                   "--disable-pip-version-check", "--no-warn-script-location"]
+            pip += [] if compile_bytecode else ["--no-compile"]
+            if recipe.pip:
+                _run(pip + recipe.pip, log, cwd=recipe.path.parent)
+            if recipe.pip_no_deps:
+                _run(pip + ["--no-deps"] + recipe.pip_no_deps, log, cwd=recipe.path.parent)
+            built_from = info["executable"]
+        packages = _pip_list(str(prefix / "bin" / "python"))
+        _check_numpy(packages, f"the env of {recipe.path}")
+        if tool == "venv":
+            import venv_pack
+
+            log(f"  venv-pack -> {output}")
+            venv_pack.pack(prefix=str(prefix), output=str(partial), force=True, python_prefix=python_prefix, compress_level=compress_level,
+                           filters=[("exclude", p) for p in VENV_EXCLUDES])
+        partial.chmod(0o644)  # readable by a container's non-root user too
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    result = PackResult(
+        output=str(output), tool="conda-pack" if tool == "conda" else "venv-pack", target=target, python=version,
+        python_executable=built_from, python_prefix=python_prefix, seconds=round(time.monotonic() - began, 1),
+        size_bytes=output.stat().st_size, packages=packages, recipe=str(recipe.path), recipe_sha256=recipe.digest(),
+    )
+    sidecar(output).write_text(json.dumps(asdict(result), indent=2) + "\n")
+    log(f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s")
+    return result
+
+
+def _make_envs_dir(path: Path) -> None:
+    """Create the envs folder; a new one gets a ``.gitignore`` of ``*`` (build output, never committed)."""
+    if not path.exists():
+        path.mkdir(parents=True)
+        (path / ".gitignore").write_text("# packed Python environments (harness.packenv): build output\n*\n")
+
+
+def sidecar(tarball: str | Path) -> Path:
+    tarball = Path(tarball)
+    return tarball.with_name(tarball.name + ".json")
+
+
+def is_stale(tarball: str | Path, recipe: Recipe, target: str) -> str | None:
+    """Why ``tarball`` must be (re)built for ``recipe``/``target``, or None when it is current."""
+    tarball = Path(tarball)
+    if not tarball.exists():
+        return "missing"
+    try:
+        meta = json.loads(sidecar(tarball).read_text())
+    except (OSError, ValueError):
+        return "no record of how it was built"
+    if meta.get("recipe_sha256") != recipe.digest():
+        return f"{recipe.path.name} changed since it was packed"
+    if meta.get("python") != recipe.python_for(target) or meta.get("target") != target:
+        return f"packed for target {meta.get('target')} / Python {meta.get('python')}"
+    return None
+
+
+# --------------------------------------------------------------------------- inspecting a tarball
+
+@dataclass
+class EnvInfo:
+    """What a packed env holds, as far as the pre-flight cares."""
+
+    python: str | None
+    numpy: str | None
+    tool: str | None
+
+
+_LIB_RE = re.compile(r"(?:^|/)lib/python(3\.\d+)/")
+_NUMPY_RE = re.compile(r"site-packages/numpy-([0-9][^/]*?)\.dist-info/")
+
+
+def inspect_env(tarball: str | Path) -> EnvInfo:
+    """Python and numpy versions inside a packed env (from its sidecar when fresh, else the archive)."""
+    tarball = Path(tarball)
+    side = sidecar(tarball)
+    if side.exists() and side.stat().st_mtime >= tarball.stat().st_mtime - 1:
+        try:
+            meta = json.loads(side.read_text())
+            if meta.get("size_bytes") == tarball.stat().st_size:
+                return EnvInfo(meta.get("python"), meta.get("packages", {}).get("numpy"), meta.get("tool"))
+        except ValueError:
+            pass
+    pythons, numpy, tool = set(), None, None
+    with tarfile.open(tarball, "r:*") as archive:
+        for member in archive:
+            name = member.name.lstrip("./")
+            hit = _LIB_RE.search(name)
+            if hit:
+                pythons.add(hit.group(1))
+            hit = _NUMPY_RE.search(name)
+            if hit:
+                numpy = hit.group(1)
+            if name == "pyvenv.cfg":
+                tool = "venv-pack"
+            elif name.startswith("conda-meta/"):
+                tool = "conda-pack"
+    python = sorted(pythons)[0] if len(pythons) == 1 else (",".join(sorted(pythons)) or None)
+    return EnvInfo(python, numpy, tool)
+
+
+# --------------------------------------------------------------------------- configs and repositories
+
+_COMMENT_RE = re.compile(r"#[^\n]*")
+_BACKEND_RE = re.compile(r'^\s*backend\s*:\s*"([^"]+)"', re.MULTILINE)
+_ENV_PATH_RE = re.compile(
+    r'key\s*:\s*"EXECUTION_ENV_PATH"\s*,?\s*value\s*:\s*\{\s*string_value\s*:\s*"([^"]*)"\s*\}', re.DOTALL)
+
+
+def _strip_comments(text: str) -> str:
+    # pbtxt strings here never contain '#'; good enough for config files.
+    return _COMMENT_RE.sub("", text)
+
+
+def config_backend(text: str) -> str | None:
+    hit = _BACKEND_RE.search(_strip_comments(text))
+    return hit.group(1) if hit else None
+
+
+def config_env_path(text: str) -> str | None:
+    hit = _ENV_PATH_RE.search(_strip_comments(text))
+    return hit.group(1) if hit else None
+
+
+def effective_config(model_dir: Path, model_config_name: str | None = None) -> Path | None:
+    """The config Triton reads for ``model_dir`` given ``--model-config-name``."""
+    if model_config_name:
+        named = model_dir / "configs" / f"{model_config_name}.pbtxt"
+        if named.exists():
+            return named
+    default = model_dir / "config.pbtxt"
+    return default if default.exists() else None
+
+
+def python_models(repository: str | Path, model_config_name: str | None = None) -> list[str]:
+    """Models of ``repository`` served by the Python backend itself (``backend: "python"``)."""
+    names = []
+    for model_dir in sorted(Path(repository).iterdir()):
+        config = effective_config(model_dir, model_config_name) if model_dir.is_dir() else None
+        if config and config_backend(config.read_text()) == "python":
+            names.append(model_dir.name)
+    return names
+
+
+def add_env_parameter(text: str, reference: str) -> str:
+    """``text`` with its EXECUTION_ENV_PATH set to ``reference`` (replaced, or appended)."""
+    entry = f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{reference}" }} }}'
+    if config_env_path(text) is not None:
+        return _ENV_PATH_RE.sub(lambda m: m.group(0).replace(m.group(1), reference), text, count=1)
+    return text.rstrip("\n") + "\n# Added by harness.packenv: the packed env of this deployment's Python models.\n" + entry + "\n"
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def packed_repository(repository: str | Path, tarball: str | Path, dest: str | Path,
+                      models: list[str] | None = None) -> Path:
+    """Write ``dest/model_repository`` (a copy of ``repository``) and ``dest/envs/<tarball name>``.
+
+    Files are hard links where possible (copies otherwise); every config of the Python-backend
+    models (``config.pbtxt`` and ``configs/*.pbtxt``; only ``models`` when given) is rewritten
+    as a new file with ``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/../../envs/<name>``.
+    Models served by other backends (including the harness's Python-based onnxruntime
+    backend) are left alone. Returns the copy's repository path.
+    """
+    repository, tarball, dest = Path(repository).resolve(), Path(tarball).resolve(), Path(dest)
+    copy = dest / "model_repository"
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(repository, copy, copy_function=_link_or_copy,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    envs = dest / ENVS_DIR
+    envs.mkdir(parents=True, exist_ok=True)
+    env_file = envs / tarball.name
+    if env_file.exists() or env_file.is_symlink():
+        env_file.unlink()
+    _link_or_copy(str(tarball), str(env_file))
+    reference = ENV_REFERENCE.format(file=tarball.name)
+    for model_dir in sorted(p for p in copy.iterdir() if p.is_dir()):
+        if models is not None and model_dir.name not in models:
+            continue
+        for config in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
+            if not config.exists():
+                continue
+            text = config.read_text()
+            if config_backend(text) != "python":
+                continue
+            config.unlink()  # a new file: never write through a hard link into the original
+            config.write_text(add_env_parameter(text, reference))
+    return copy
+
+
+def resolve_env_path(value: str, model_dir: Path) -> Path:
+    return Path(os.path.normpath(value.replace(ENV_PLACEHOLDER, str(model_dir))))
+
+
+def check_repository(repository: str | Path, stub_python: str | None = None,
+                     model_config_name: str | None = None, deployment: str | None = None,
+                     target: str | None = None) -> list[str]:
+    """Problems of the packed envs ``repository`` references, for a server whose stub is ``stub_python``.
+
+    Empty when every ``EXECUTION_ENV_PATH`` uses ``$$TRITON_MODEL_DIRECTORY``, exists, holds the
+    stub's Python and numpy<2. Models without an ``EXECUTION_ENV_PATH`` are not checked.
+    """
+    stub_python = stub_python or local_python()
+    how = f"make pack-env DEPLOYMENT={deployment or '<name>'} TARGET={target or 'cpu'}"
+    problems = []
+    for model_dir in sorted(p for p in Path(repository).iterdir() if p.is_dir()):
+        config = effective_config(model_dir, model_config_name)
+        if config is None:
+            continue
+        value = config_env_path(config.read_text())
+        if value is None:
+            continue
+        where = f"model {model_dir.name} ({config.relative_to(model_dir.parent)})"
+        if not value.startswith(ENV_PLACEHOLDER):
+            if value.startswith("$TRITON_MODEL_DIRECTORY") or "$TRITON_MODEL_DIRECTORY" in value:
+                problems.append(f"{where}: EXECUTION_ENV_PATH {value!r} must use two dollar signs: "
+                                f"{ENV_PLACEHOLDER}/... (Triton substitutes only that spelling)")
+                continue
+            if not os.path.isabs(value):
+                problems.append(f"{where}: EXECUTION_ENV_PATH {value!r} is relative; Triton does not resolve it "
+                                f"against the model folder and the stub then runs without the env "
+                                f"(ModuleNotFoundError). Write \"{ENV_PLACEHOLDER}/../../envs/<file>\"")
+                continue
+            path = Path(value)
+        else:
+            path = resolve_env_path(value, model_dir)
+        if not path.exists():
+            problems.append(f"{where}: packed env {path} does not exist; build it with `{how}`")
+            continue
+        try:
+            info = inspect_env(path)
+        except (tarfile.TarError, OSError) as exc:
+            problems.append(f"{where}: packed env {path} cannot be read as a tarball ({exc}); rebuild it with `{how}`")
+            continue
+        if info.python != stub_python:
+            problems.append(
+                f"{where}: packed env {path.name} is Python {info.python or '(unknown)'} but the server's Python "
+                f"backend stub is Python {stub_python}. The stub must run in an env of its own minor version "
+                f"(otherwise the model fails with ModuleNotFoundError, or the stub never starts and the server "
+                f"waits in 'loading'). Pack the env with Python {stub_python}: `{how}` for this server's target.")
+        elif info.numpy and int(info.numpy.split(".")[0]) >= 2:
+            problems.append(f"{where}: packed env {path.name} has numpy {info.numpy}; numpy 2 corrupts tensors in "
+                            "the Triton 2.51 stub. Pin numpy<2 in environment.yml and repack.")
+    return problems
+
+
+def assert_repository(repository: str | Path, stub_python: str | None = None, **kwargs) -> None:
+    """``check_repository`` that raises: PythonEnvMismatch for version problems, PackedEnvError otherwise."""
+    problems = check_repository(repository, stub_python, **kwargs)
+    if problems:
+        kind = PythonEnvMismatch if any("backend stub is Python" in p for p in problems) else PackedEnvError
+        raise kind("packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems))
+
+
+# --------------------------------------------------------------------------- serving a deployment with its packed env
+
+def packed_server_options(deployment, target: str, tarball: str | Path, dest: str | Path, **overrides):
+    """ServerOptions of ``deployment`` on ``target`` over a generated copy that uses ``tarball``.
+
+    Checks the copy first (raises PackedEnvError / PythonEnvMismatch); the local launcher's
+    stub is the harness's own Python.
+    """
+    options = deployment.server_options(_server_target(deployment, target))
+    repository = packed_repository(deployment.model_repository, tarball, dest)
+    options.model_repository = str(repository)
+    assert_repository(repository, local_python(), model_config_name=options.model_config_name,
+                      deployment=deployment.name, target=target)
+    # The backend unpacks the env before the first stub starts: a torch env adds a minute or more.
+    options.startup_timeout_s = max(options.startup_timeout_s, 600.0)
+    for key, value in overrides.items():
+        setattr(options, key, value)
+    return options
+
+
+#: Log lines of an env folder that vanished while the Python backend unpacked it into /tmp.
+EXTRACTION_LOST = re.compile(r"archive_write_header\(\) failed|Failed to create environment directory|Failed to create dir"
+                             r"|python_env_\w+/\d+/bin/activate does not exist")
+EXTRACTION_HINT = (
+    "\nThe Python backend unpacks packed envs into /tmp/python_env_*; that folder was removed while it was "
+    "being written or used. Known cause: another harness server stopping at the same time (LocalTritonServer.stop() "
+    "removes every /tmp/python_env_* created during its own lifetime, other servers' included).")
+
+
+def start_server(options, attempts: int = 2, log=print, **launcher_kwargs):
+    """A ready LocalTritonServer on ``options``; retried once when its unpacked env was removed under it."""
+    from harness.launchers import LocalTritonServer, ServerStartError
+
+    for attempt in range(1, attempts + 1):
+        server = LocalTritonServer(options, **launcher_kwargs)
+        server.start()
+        try:
+            server.wait_ready()
+            return server
+        except ServerStartError as exc:
+            server.stop()
+            if not EXTRACTION_LOST.search(str(exc)):
+                raise
+            if attempt == attempts:
+                raise ServerStartError(str(exc) + EXTRACTION_HINT) from None
+            log("packed env lost while unpacking (a concurrent server's clean-up?); starting again")
+        except BaseException:
+            server.stop()
+            raise
+    raise AssertionError("unreachable")
+
+
+def _server_target(deployment, target: str) -> str:
+    if target in deployment.targets:
+        return target
+    if target == "ngc" and "gpu" in deployment.targets:
+        return "gpu"
+    return "cpu"
+
+
+def stub_envs(server) -> dict[str, list[str]]:
+    """Which packed env each Python-backend stub of a local ``server`` runs in.
+
+    ``{model path: [env folders]}`` read from ``/proc/<stub>/maps`` and ``environ``: the unpacked
+    env folders (``/tmp/python_env_*``) whose shared libraries (numpy's, cv2's ...) the stub has
+    loaded or whose ``bin`` the backend put on its PATH when it activated the env.
+    An empty list means the stub took its packages from elsewhere (the harness's own venv).
+    """
+    import psutil
+
+    found: dict[str, list[str]] = {}
+    for child in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            cmdline = child.cmdline()
+            if not cmdline or not cmdline[0].endswith("triton_python_backend_stub"):
+                continue
+            seen = Path(f"/proc/{child.pid}/maps").read_text()
+            seen += "\n" + Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace").replace("\0", "\n")
+        except (psutil.Error, OSError):
+            continue
+        # maps: libraries loaded from the env (numpy's ...); environ: the activated env's bin on PATH.
+        envs = sorted({m.group(1) for m in re.finditer(r"(/tmp/python_env_[^/\s:]+/\d+)/", seen)})
+        model = cmdline[1] if len(cmdline) > 1 else str(child.pid)
+        found.setdefault(model, [])
+        found[model] = sorted(set(found[model]) | set(envs))
+    return found
+
+
+def run_checks(deployment, server, target: str) -> dict[str, str | None]:
+    """Run the deployment's ``check_*`` functions on ``server``; ``{name: None or the failure}``."""
+    from harness.context import DeploymentContext
+
+    ctx = DeploymentContext(deployment, server, _server_target(deployment, target))
+    results = {}
+    for name, check in deployment.checks().items():
+        try:
+            check(ctx)
+            results[name] = None
+        except Exception as exc:  # noqa: BLE001 - reported per check
+            results[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return results
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _serve(args, deployment, tarball: Path) -> int:
+    from harness.launchers import ServerStartError
+
+    if TARGETS.get(args.target, ("", "local"))[1] not in ("local", local_python()):
+        print(f"target {args.target} needs the stub of its own server ({TARGETS[args.target][0]}); the local "
+              f"server here runs the Python {local_python()} stub. Serve it there (docker mode), or pack "
+              "--target cpu to serve locally.", file=sys.stderr)
+        return 2
+    deployment.export()
+    work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
+    try:
+        options = packed_server_options(deployment, args.target, tarball, work)
+        signal.signal(signal.SIGTERM, _interrupt)
+        began = time.monotonic()
+        try:
+            server = start_server(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
+        except ServerStartError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        try:
+            models = python_models(options.model_repository, options.model_config_name)
+            print(f"{deployment.name} ready in {time.monotonic() - began:.1f} s with packed env {tarball.name} "
+                  f"(Python models {', '.join(models)})")
+            print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
+            print(f"  repository (generated copy) {options.model_repository}\n  log {server.log_path}")
+            if args.check:
+                results = run_checks(deployment, server, args.target)
+                for name, failure in results.items():
+                    print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
+                usage = {m: e for m, e in stub_envs(server).items()
+                         if any(f"/model_repository/{name}/" in m for name in models)}
+                for model, envs in sorted(usage.items()):
+                    print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
+                failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
+                print(f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
+                      f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env")
+                return 1 if failed else 0
+            if args.once:
+                return 0
+            print("Ctrl-C to stop.", flush=True)
+            while server.is_running():
+                time.sleep(0.5)
+            print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
+            return 1
+        except ServerStartError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("\nstopping tritonserver")
+            return 0
+        finally:
+            server.stop()
+    except PackedEnvError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.packenv",
+        description="Pack the Python-backend environment of a deployment (environment.yml) for EXECUTION_ENV_PATH.")
+    parser.add_argument("--deployment", required=True, help="deployment name (folder under deployments/)")
+    parser.add_argument("--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)")
+    parser.add_argument("--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)")
+    parser.add_argument("--tool", default="auto", choices=("auto", "conda", "venv"),
+                        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)")
+    parser.add_argument("--python", default=None, help="the Python to build a venv with (must match the target's version)")
+    parser.add_argument("--python-prefix", default=None,
+                        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)")
+    parser.add_argument("--force", action="store_true", help="repack even when the tarball is current")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave out .pyc files (smaller tarball, slower stub start-up)")
+    parser.add_argument("--serve", action="store_true", help="then serve the deployment with it on the local server until Ctrl-C")
+    parser.add_argument("--once", action="store_true", help="with --serve: stop as soon as the server is ready (a smoke test)")
+    parser.add_argument("--check", action="store_true",
+                        help="with --serve: run the deployment's checks on it, show which env each stub runs in, stop")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    args = parser.parse_args(argv)
+
+    from harness.deployments import get_deployment
+
+    try:
+        deployment = get_deployment(args.deployment)
+        recipe = load_recipe(deployment.path)
+        tarball = Path(args.output or default_output(deployment.path, args.target)).resolve()
+        reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
+        if reason:
+            print(f"{deployment.name}: packing for target {args.target} ({reason})")
+            pack(recipe, args.target, tarball, tool=args.tool, python=args.python, python_prefix=args.python_prefix,
+                 compile_bytecode=not args.no_compile)
+        else:
+            meta = json.loads(sidecar(tarball).read_text())
+            print(f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "
+                  f"{meta['size_bytes'] / 1e6:.1f} MB); --force to repack")
+    except PackEnvError as exc:
+        print(f"pack-env: {exc}", file=sys.stderr)
+        return 2
+    if args.serve:
+        return _serve(args, deployment, tarball)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Packed Python-backend environments: pack a tiny env, serve a model from it, refuse mismatches.
+
+The packing tests build a real env (numpy<2 + tinydb, a small pure-Python package the
+project venv does not have) with the tool ``harness.packenv`` picks here, and serve a model
+from it on the real local tritonserver.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from harness.deployments import Deployment, discover
+from harness.launchers import LocalTritonServer, ServerOptions, ServerStartError
+from harness.launchers.docker import ascend_profile, ngc_profile
+from harness import packenv
+from harness.tests.repositories import make_repository
+
+MARKER = "tinydb"
+
+WHOAMI_CONFIG = """
+name: "whoami"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+WHOAMI_MODEL = '''
+import json
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Says where it runs: sys.prefix, Python, numpy, and where the marker package comes from."""
+
+    def execute(self, requests):
+        try:
+            import tinydb
+            marker = tinydb.__file__
+        except ImportError:
+            marker = None
+        info = json.dumps({"prefix": sys.prefix, "python": "%d.%d" % sys.version_info[:2],
+                           "numpy": np.__version__, "marker": marker})
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([info.encode()], dtype=object))])
+                for _ in requests]
+'''
+
+RECIPE = """
+name: packenv_test
+dependencies:
+  - python=3.11
+  - pip
+  - pip:
+      - numpy<2
+      - {marker}
+python_by_target:
+  cpu: local
+"""
+
+
+def write_deployment(root, pip=("numpy<2", MARKER), python_cpu="local"):
+    """A minimal deployment folder: whoami (python) + double (onnxruntime) and its environment.yml."""
+    root.mkdir(parents=True, exist_ok=True)
+    repo = make_repository(root, models=("double",))
+    (repo / "whoami" / "1").mkdir(parents=True)
+    (repo / "whoami" / "config.pbtxt").write_text(WHOAMI_CONFIG)
+    (repo / "whoami" / "1" / "model.py").write_text(WHOAMI_MODEL)
+    pip_lines = "\n".join(f"      - {p}" for p in pip)
+    (root / "environment.yml").write_text(
+        f"name: {root.name}\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n{pip_lines}\n"
+        f"python_by_target:\n  cpu: {python_cpu}\n")
+    (root / "deployment.toml").write_text(f'name = "{root.name}"\nentry_models = ["whoami", "double"]\n')
+    return Deployment(path=root.resolve(), manifest={"name": root.name, "entry_models": ["whoami", "double"]})
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """A tiny deployment and its env packed for the local server."""
+    deployment = write_deployment(tmp_path_factory.mktemp("packenv") / "tiny")
+    result = packenv.pack(deployment.path, "cpu", compress_level=1, compile_bytecode=False, log=lambda _: None)
+    return deployment, result
+
+
+def _whoami(server) -> dict:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        infer_input = httpclient.InferInput("IN", [1], "BYTES")
+        infer_input.set_data_from_numpy(np.array([b"?"], dtype=object))
+        return json.loads(client.infer("whoami", [infer_input]).as_numpy("OUT")[0])
+
+
+def test_pack_builds_a_tarball_with_the_stubs_python_and_numpy_below_2(packed):
+    deployment, result = packed
+    tarball = deployment.path / "envs" / "cpu.tar.gz"
+    assert result.output == str(tarball) and tarball.stat().st_size == result.size_bytes > 0
+    assert result.tool == ("conda-pack" if packenv.choose_tool() == "conda" else "venv-pack")
+    assert result.python == packenv.local_python()
+    assert MARKER in result.packages and int(result.packages["numpy"].split(".")[0]) < 2
+    assert json.loads(packenv.sidecar(tarball).read_text())["tool"] == result.tool
+    packenv.sidecar(tarball).unlink()  # read the archive itself this time
+    try:
+        info = packenv.inspect_env(tarball)
+    finally:
+        packenv.sidecar(tarball).write_text(json.dumps({**result.__dict__}))
+    assert (info.python, info.numpy) == (result.python, result.packages["numpy"])
+    assert packenv.is_stale(tarball, packenv.load_recipe(deployment.path), "cpu") is None
+
+
+def test_model_runs_inside_the_packed_env(packed, tmp_path):
+    """sys.prefix is the unpacked env, and the marker package is importable there only."""
+    deployment, result = packed
+    assert importlib.util.find_spec(MARKER) is None, f"{MARKER} must not be in the harness's own venv"
+    original = (deployment.model_repository / "whoami" / "config.pbtxt").read_text()
+    options = packenv.packed_server_options(deployment, "cpu", result.output, tmp_path, required_models=["whoami", "double"])
+    copy = tmp_path / "model_repository"
+    assert options.model_repository == str(copy)
+    assert 'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"' in (copy / "whoami" / "config.pbtxt").read_text()
+    assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
+    assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
+    # attempts: a concurrent harness server's stop() may delete our unpacked env (see start_server)
+    server = packenv.start_server(options, attempts=3, log=lambda _: None)
+    try:
+        info = _whoami(server)
+        used = packenv.stub_envs(server)
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            double_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
+            double_input.set_data_from_numpy(np.ones((1, 4), np.float32))
+            assert client.infer("double", [double_input]).as_numpy("OUTPUT").tolist() == [[2.0] * 4]
+    finally:
+        server.stop()
+    assert info["prefix"].startswith("/tmp/python_env_") and info["prefix"] != sys.prefix, info
+    assert info["marker"] and info["marker"].startswith(info["prefix"] + "/lib/"), info
+    assert info["python"] == packenv.local_python() and int(info["numpy"].split(".")[0]) < 2, info
+    whoami_stub = [envs for model, envs in used.items() if "/whoami/" in model]
+    assert whoami_stub == [[info["prefix"]]], used
+    assert all(not envs for model, envs in used.items() if "/double/" in model), used
+
+
+def _other_python() -> str | None:
+    for version in ("3.10", "3.12", "3.13", "3.9"):
+        if version == packenv.local_python():
+            continue
+        try:
+            packenv.find_python(version)
+            return version
+        except packenv.PackEnvError:
+            continue
+    return None
+
+
+def test_env_of_another_python_is_refused_before_start_with_a_clear_message(tmp_path):
+    other = _other_python()
+    if other is None:
+        pytest.skip("no second Python version on this machine to pack a mismatched env with")
+    deployment = write_deployment(tmp_path / "mismatch", pip=(MARKER,), python_cpu=f'"{other}"')
+    result = packenv.pack(deployment.path, "cpu", tool="venv", compress_level=1, compile_bytecode=False,
+                          log=lambda _: None)
+    assert result.python == other
+    began = time.monotonic()
+    with pytest.raises(packenv.PythonEnvMismatch) as refused:
+        packenv.packed_server_options(deployment, "cpu", result.output, tmp_path / "served")
+    assert time.monotonic() - began < 15
+    message = str(refused.value)
+    assert f"is Python {other}" in message and f"stub is Python {packenv.local_python()}" in message
+    assert "make pack-env DEPLOYMENT=mismatch" in message
+    # The local launcher runs the same check before it starts the process.
+    server = LocalTritonServer(ServerOptions(str(tmp_path / "served" / "model_repository"), required_models=["whoami"]))
+    try:
+        with pytest.raises(ServerStartError, match=f"stub is Python {packenv.local_python()}"):
+            server.start()
+        assert server.process is None
+    finally:
+        server.stop()
+    assert time.monotonic() - began < 60
+
+
+def test_missing_python_is_a_clear_error_before_anything_is_built(tmp_path):
+    deployment = write_deployment(tmp_path / "nopython", python_cpu='"3.99"')
+    began = time.monotonic()
+    with pytest.raises(packenv.PackEnvError, match=r"(?s)Python 3\.99 is needed .*pyenv install 3\.99"):
+        packenv.pack(deployment.path, "cpu", tool="venv", log=lambda _: None)
+    assert time.monotonic() - began < 30
+    assert not (deployment.path / "envs" / "cpu.tar.gz").exists()
+
+
+def _fake_env(path, python: str, numpy: str | None) -> None:
+    """A tarball laid out like a venv-pack env (no sidecar): enough for the pre-flight."""
+    with tarfile.open(path, "w:gz") as archive:
+        names = ["pyvenv.cfg", f"lib/python{python}/site-packages/x.py"]
+        if numpy:
+            names.append(f"lib/python{python}/site-packages/numpy-{numpy}.dist-info/METADATA")
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"x"))
+
+
+def test_preflight_names_each_known_failure(tmp_path):
+    repo = make_repository(tmp_path, models=("echo",))
+    config = repo / "echo" / "config.pbtxt"
+    base = config.read_text()
+    local = packenv.local_python()
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    _fake_env(envs / "ok.tar.gz", local, "1.26.4")
+    _fake_env(envs / "numpy2.tar.gz", local, "2.1.0")
+    _fake_env(envs / "py36.tar.gz", "3.6", "1.19.5")
+    cases = {
+        "$$TRITON_MODEL_DIRECTORY/../../envs/ok.tar.gz": None,
+        "envs/ok.tar.gz": "is relative",
+        "$TRITON_MODEL_DIRECTORY/../../envs/ok.tar.gz": "two dollar signs",
+        "$$TRITON_MODEL_DIRECTORY/../../envs/absent.tar.gz": "does not exist; build it with `make pack-env",
+        "$$TRITON_MODEL_DIRECTORY/../../envs/numpy2.tar.gz": "numpy 2.1.0",
+        "$$TRITON_MODEL_DIRECTORY/../../envs/py36.tar.gz": f"is Python 3.6 but the server's Python backend stub is Python {local}",
+    }
+    for value, expected in cases.items():
+        config.write_text(packenv.add_env_parameter(base, value))
+        problems = packenv.check_repository(repo, local)
+        if expected is None:
+            assert problems == [], problems
+        else:
+            assert len(problems) == 1 and expected in problems[0], (value, problems)
+    with pytest.raises(packenv.PythonEnvMismatch):
+        packenv.assert_repository(repo, local)
+    config.write_text(base)
+    assert packenv.check_repository(repo, local) == []
+
+
+def test_packed_repository_touches_only_python_backend_configs(tmp_path):
+    repo = make_repository(tmp_path / "src")
+    (repo / "echo" / "configs").mkdir()
+    (repo / "echo" / "configs" / "npu.pbtxt").write_text(
+        (repo / "echo" / "config.pbtxt").read_text()
+        + 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/opt/old.tar.gz" } }\n')
+    tarball = tmp_path / "npu.tar.gz"
+    _fake_env(tarball, "3.10", "1.26.4")
+    before = {p: p.read_text() for p in repo.rglob("*.pbtxt")}
+    copy = packenv.packed_repository(repo, tarball, tmp_path / "out")
+    reference = "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz"
+    assert packenv.config_env_path((copy / "echo" / "config.pbtxt").read_text()) == reference
+    npu_text = (copy / "echo" / "configs" / "npu.pbtxt").read_text()
+    assert packenv.config_env_path(npu_text) == reference and npu_text.count("EXECUTION_ENV_PATH") == 1
+    assert packenv.config_env_path((copy / "double" / "config.pbtxt").read_text()) is None
+    assert (tmp_path / "out" / "envs" / "npu.tar.gz").exists()
+    assert packenv.python_models(copy) == ["echo"]
+    assert {p: p.read_text() for p in repo.rglob("*.pbtxt")} == before, "the original repository must not change"
+    assert packenv.check_repository(copy, "3.10", model_config_name="npu") == []
+
+
+def test_conda_path_renders_a_plain_environment_file_and_packs_with_conda_pack(tmp_path):
+    deployment = write_deployment(tmp_path / "condaplan")
+    recipe = packenv.load_recipe(deployment.path)
+    recipe.pip_no_deps = ["/repo"]
+    rendered = packenv.render_conda_file(recipe, "3.10")
+    assert set(rendered) == {"name", "channels", "dependencies"}
+    assert rendered["dependencies"][:2] == ["python=3.10", "pip"]
+    assert rendered["dependencies"][-1] == {"pip": ["numpy<2", MARKER]}
+    plan = packenv.conda_plan(recipe, "3.10", tmp_path / "env", tmp_path / "out.tar.gz", tmp_path / "env.yml")
+    assert plan[0][:3] == ["conda", "env", "create"] and plan[-1][0] == "conda-pack"
+    assert "--no-deps" in plan[1] and plan[1][-1] == "/repo"
+
+
+DEPLOYMENTS = [d for d in discover() if (d.path / "environment.yml").exists()]
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=[d.name for d in DEPLOYMENTS])
+def test_deployment_recipes_are_packable(deployment):
+    """Each recipe: numpy<2, triton_helpers, a Python per target matching the servers, torch only when imported."""
+    recipe = packenv.load_recipe(deployment.path)
+    assert "numpy<2" in recipe.pip, f"{recipe.path}: pin numpy<2"
+    from harness import PROJECT_ROOT
+
+    assert str(PROJECT_ROOT) in recipe.pip + recipe.pip_no_deps, f"{recipe.path}: install triton_helpers (../..)"
+    assert recipe.python_for("cpu") == packenv.local_python()
+    assert recipe.python_for("ngc") == ngc_profile().stub_python
+    assert recipe.python_for("npu") == ascend_profile().stub_python
+    sources = "".join(p.read_text() for p in deployment.model_repository.glob("*/1/model.py"))
+    wants_torch = "import torch" in sources
+    has_torch = any(p.split("=")[0].split("<")[0].strip() == "torch" for p in recipe.pip)
+    assert has_torch == wants_torch, f"{recipe.path}: torch listed={has_torch}, imported by a model.py={wants_torch}"
+
+
+def test_every_deployment_with_python_models_has_a_recipe():
+    missing = [d.name for d in discover()
+               if packenv.python_models(d.model_repository) and not (d.path / "environment.yml").exists()]
+    assert not missing, f"deployments with Python-backend models but no environment.yml: {missing}"
+
+
+def test_cli_reports_a_target_whose_python_is_absent(capsys):
+    name = DEPLOYMENTS[0].name if DEPLOYMENTS else pytest.skip("no deployment recipe")
+    assert packenv.main(["--deployment", name, "--target", "npu", "--python", "/nonexistent/python3.10",
+                         "--output", "/tmp/never-written.tar.gz", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "Python 3.10 is needed for target npu" in err and "/nonexistent/python3.10" in err
