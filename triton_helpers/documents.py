@@ -66,8 +66,11 @@ def pdf_text(data: bytes, max_pages: int) -> str:
             raise InputError(f"PDF has {len(document)} pages, over the limit of {max_pages}")
         pages = []
         for index in range(len(document)):
-            page = document[index]
-            text_page = page.get_textpage()
+            try:
+                page = document[index]
+                text_page = page.get_textpage()
+            except pdfium.PdfiumError as exc:
+                raise InputError(f"PDF page {index + 1} cannot be read: {exc}") from None
             pages.append(text_page.get_text_range())
             text_page.close()
             page.close()

@@ -35,6 +35,8 @@ def open_image(
         raise InputError(f"cannot decode image: not a known image format (first bytes {data[:8]!r})") from None
     except Image.DecompressionBombError as exc:
         raise InputError(f"image is over the limit of {max_pixels} pixels ({exc})") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise InputError(f"cannot read image header: {exc}") from None
     width, height = image.size
     if width <= 0 or height <= 0:
         raise InputError(f"image has an empty size {width}x{height}")

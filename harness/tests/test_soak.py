@@ -1,0 +1,58 @@
+"""Soak (short setting): concurrency 64 on a Python model, every answer verified, memory bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.faults import echo_repository
+from harness.launchers import LocalTritonServer, ServerOptions
+from harness.soak import (check_soak, echo_workload, format_soak, memory_growth, model_dependencies, run_soak,
+                          subset_repository, summarize_soak, LoadLog, RequestRecord)
+
+SOAK_S = 8.0
+
+
+@pytest.fixture(scope="module")
+def echo_server(tmp_path_factory):
+    repo = echo_repository(tmp_path_factory.mktemp("soak"))
+    server = LocalTritonServer(ServerOptions(str(repo), required_models=["echo"]))
+    server.start()
+    try:
+        server.wait_ready(120)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_soak_holds_concurrency_64_with_no_error_and_bounded_memory(echo_server):
+    report = run_soak(echo_server, echo_workload(), concurrency=64, duration_s=SOAK_S, warmup_s=1.5)
+    failed = check_soak(report, max_growth_mib=64, max_growth_pct=10, max_p99_drift=None)
+    print(format_soak(report))
+    assert not failed, failed
+    assert report["requests"] > 64 and report["errors"] == report["wrong_answers"] == report["timeouts"] == 0
+    stubs = [k for k in report["memory"]["processes"] if k.startswith("stub:echo#")]
+    assert len(stubs) == 2, f"expected the 2 echo stubs in the memory report, got {list(report['memory']['processes'])}"
+    assert report["latency_first_third"]["n"] and report["latency_last_third"]["n"]
+
+
+def test_summary_counts_drift_and_wrong_answers():
+    log = LoadLog(began=0.0, ended=10.0)
+    log.records = [RequestRecord(1 + i * 0.01, 1.1 + i * 0.01, "ok") for i in range(300)]
+    log.records += [RequestRecord(9.0, 9.5, "ok"), RequestRecord(9.1, 9.2, "wrong", "request 7 got case 3")]
+    summary = summarize_soak(log, warmup_s=1.0)
+    assert summary["wrong_answers"] == 1 and summary["first_problem"] == "request 7 got case 3"
+    assert summary["latency_drift"]["p50_ratio"] > 1
+    growth = memory_growth({"server": {"rss_mib": 100.0}, "stub:a#1": {"rss_mib": 50.0}},
+                           {"server": {"rss_mib": 110.0}})
+    assert growth["total_growth_mib"] == 10.0 and growth["gone"] == ["stub:a#1"]
+
+
+def test_subset_repository_follows_bls_and_ensemble_references(tmp_path):
+    from harness.deployments import get_deployment
+
+    repo = get_deployment("embedding_cpu").model_repository
+    assert model_dependencies(repo, ["embedding_onnx_text"]) == ["embedding_onnx", "embedding_onnx_text"]
+    subset = subset_repository(repo, ["pipeline_orchestrator"], tmp_path)
+    assert sorted(p.name for p in subset.iterdir()) == ["embedding_onnx", "pipeline_orchestrator"]
+    assert (subset / "embedding_onnx" / "config.pbtxt").is_symlink()
