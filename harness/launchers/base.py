@@ -141,7 +141,9 @@ class TritonServer(abc.ABC):
         try:
             while True:
                 if not self.is_running():
-                    raise ServerStartError(self._failure_message("tritonserver exited during start-up"))
+                    raise ServerStartError(
+                        self._failure_message("tritonserver exited during start-up", find_failure(self.logs()))
+                    )
                 failures = find_failure(self.logs())
                 if failures:
                     raise ServerStartError(
@@ -185,3 +187,38 @@ class TritonServer(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class StartedTritonServer(TritonServer):
+    """A server the harness starts itself (local process or container): it owns host and ports."""
+
+    def __init__(self, options: ServerOptions, host: str, ports: tuple[int, int, int]):
+        super().__init__(options)
+        self.host = host
+        self.http_port, self.grpc_port, self.metrics_port = ports
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str | None:
+        return f"{self.host}:{self.grpc_port}" if self.options.allow_grpc else None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.host}:{self.metrics_port}"
+
+    def option_args(self) -> list[str]:
+        """tritonserver flags that follow from the options, the same wherever the server runs."""
+        opts = self.options
+        args = [
+            f"--model-control-mode={opts.model_control_mode}",
+            f"--allow-grpc={'true' if opts.allow_grpc else 'false'}",
+        ]
+        if opts.model_config_name:
+            args.append(f"--model-config-name={opts.model_config_name}")
+        args += [f"--backend-config={value}" for value in opts.backend_config]
+        if opts.model_control_mode == "explicit":
+            args += [f"--load-model={m}" for m in opts.required_models]
+        return args + list(opts.extra_args)

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.launchers.base import ServerOptions, TritonServer
+from harness.launchers.base import ServerOptions, StartedTritonServer
 from harness.launchers.local import free_port
 
 #: 25.x images are Ubuntu 24.04 with Python 3.12 (the stub a packed env must match); 24.x were 3.10.
@@ -50,13 +50,13 @@ def ascend_profile(image: str | None = None, device_ids: list[int] | None = None
     )
 
 
-class DockerTritonServer(TritonServer):
+class DockerTritonServer(StartedTritonServer):
     """tritonserver in a container; model repository mounted read-only."""
 
     mode = "docker"
 
     def __init__(self, options: ServerOptions, profile: ImageProfile | None = None, host: str = "127.0.0.1"):
-        super().__init__(options)
+        super().__init__(options, host, (free_port(), free_port(), free_port()))
         if profile is None:
             if options.target == "npu":
                 profile = ascend_profile(options.image, options.device_ids)
@@ -64,37 +64,11 @@ class DockerTritonServer(TritonServer):
                 profile = ngc_profile(options.image)
         self.profile = profile
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
-        self.host = host
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self.container = None
-
-    @property
-    def http_url(self) -> str:
-        return f"{self.host}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str | None:
-        return f"{self.host}:{self.grpc_port}" if self.options.allow_grpc else None
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.host}:{self.metrics_port}"
 
     def server_args(self) -> list[str]:
         """tritonserver's arguments inside the container."""
-        opts = self.options
-        args = [
-            "tritonserver",
-            f"--model-repository={CONTAINER_MODEL_DIR}",
-            f"--model-control-mode={opts.model_control_mode}",
-            f"--allow-grpc={'true' if opts.allow_grpc else 'false'}",
-        ]
-        if opts.model_config_name:
-            args.append(f"--model-config-name={opts.model_config_name}")
-        args += [f"--backend-config={value}" for value in opts.backend_config]
-        if opts.model_control_mode == "explicit":
-            args += [f"--load-model={m}" for m in opts.required_models]
-        return args + list(opts.extra_args)
+        return ["tritonserver", f"--model-repository={CONTAINER_MODEL_DIR}"] + self.option_args()
 
     def container_spec(self) -> dict:
         """Keyword arguments for ``docker.from_env().containers.run``."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import onnxruntime
 import psutil
 
-from harness.launchers.base import ServerOptions, ServerStartError, TritonServer
+from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 PR_SET_PDEATHSIG = 1
@@ -87,7 +87,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-class LocalTritonServer(TritonServer):
+class LocalTritonServer(StartedTritonServer):
     """tritonserver from the pip wheel, as a child process that dies with its parent."""
 
     mode = "local"
@@ -95,13 +95,11 @@ class LocalTritonServer(TritonServer):
     def __init__(self, options: ServerOptions, work_dir: str | Path | None = None, exit_timeout_s: int = 5,
                  ports: tuple[int, int, int] | None = None, host: str = "127.0.0.1",
                  stub_python: str | None = None):
-        super().__init__(options)
-        self.host = host
+        super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
         self.stub_python = stub_python
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
         self.exit_timeout_s = exit_timeout_s
-        self.http_port, self.grpc_port, self.metrics_port = ports or (free_port(), free_port(), free_port())
         self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.log_path = self.work_dir / "tritonserver.log"
         self.process: subprocess.Popen | None = None
@@ -120,18 +118,6 @@ class LocalTritonServer(TritonServer):
             apis.append("model-repository")
         return apis
 
-    @property
-    def http_url(self) -> str:
-        return f"{self.host}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str | None:
-        return f"{self.host}:{self.grpc_port}" if self.options.allow_grpc else None
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.host}:{self.metrics_port}"
-
     def command(self) -> list[str]:
         """The full tritonserver command line."""
         opts = self.options
@@ -141,25 +127,18 @@ class LocalTritonServer(TritonServer):
             f"--backend-directory={self.work_dir / 'backends'}",
             f"--http-address={self.host}",
             f"--http-port={self.http_port}",
-            f"--allow-grpc={'true' if opts.allow_grpc else 'false'}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
             "--allow-gpu-metrics=false",
-            f"--model-control-mode={opts.model_control_mode}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--http-restricted-api={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}",
         ]
         if opts.allow_grpc:
             cmd.append(f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}")
-        if opts.model_config_name:
-            cmd.append(f"--model-config-name={opts.model_config_name}")
-        cmd += [f"--backend-config={value}" for value in opts.backend_config]
-        if opts.model_control_mode == "explicit":
-            cmd += [f"--load-model={m}" for m in opts.required_models]
-        return cmd + list(opts.extra_args)
+        return cmd + self.option_args()
 
     def environment(self) -> dict[str, str]:
         """Library path for the binary and the stub; the venv first on PATH for the stub."""
