@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Deployment
-from harness.launchers import create_server
+from harness.launchers import ServerStartError, create_server
 from harness.variants import describe, variant_repository
 
 
@@ -29,6 +29,7 @@ class ServerPool:
         self.grpc_url = grpc_url
         self._contexts: dict[str, DeploymentContext] = {}
         self._variant_dirs: dict[str, Path] = {}
+        self._failures: dict[str, BaseException] = {}
         self.start_times: dict[str, float] = {}
 
     def context(self, deployment: Deployment, config: dict | None = None) -> DeploymentContext:
@@ -38,9 +39,16 @@ class ServerPool:
         its own server; release it with ``release(key)`` where key is ``variant_key(...)``.
         """
         key = variant_key(deployment, config)
+        if key in self._failures:
+            raise ServerStartError(f"{key}: its server failed to start earlier in this session:\n"
+                                   f"{self._failures[key]}")
         if key not in self._contexts:
             if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) in ("local", "docker"):
-                deployment.export()
+                try:
+                    deployment.export()
+                except Exception as exc:
+                    self._failures[key] = exc
+                    raise
             options = deployment.server_options(self.target)
             if config:
                 if self.mode == "external":
@@ -50,10 +58,11 @@ class ServerPool:
                 options.model_repository = str(repository)
             server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
             began = time.monotonic()
-            server.start()
             try:
+                server.start()
                 server.wait_ready()
-            except BaseException:
+            except Exception as exc:
+                self._failures[key] = exc
                 server.stop()
                 raise
             self.start_times[key] = time.monotonic() - began
