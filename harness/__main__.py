@@ -96,7 +96,7 @@ def _bench(args) -> int:
                 if benchmark.targets and args.target not in benchmark.targets:
                     continue
                 try:
-                    ctx = pool.context(deployment, benchmark.config)
+                    ctx = pool.context(deployment, benchmark.config, benchmark.models)
                     run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
                                   concurrencies=args.concurrency or list(benchmark.concurrency),
                                   on_level=lambda level, b=benchmark: _show_level(deployment.name, b.id, level))

@@ -41,6 +41,7 @@ class Benchmark:
     protocol: str = "grpc"
     targets: tuple[str, ...] = ()
     config: dict = field(default_factory=dict)
+    models: tuple[str, ...] = ()
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Deployment:
                 protocol=b.get("protocol", "grpc"),
                 targets=tuple(b.get("targets", ())),
                 config=dict(b.get("config", {})),
+                models=tuple(b.get("models", ())),
             )
             for b in self.manifest.get("benchmarks", [])
         ]

@@ -32,11 +32,13 @@ class ServerPool:
         self._failures: dict[str, BaseException] = {}
         self.start_times: dict[str, float] = {}
 
-    def context(self, deployment: Deployment, config: dict | None = None) -> DeploymentContext:
+    def context(self, deployment: Deployment, config: dict | None = None,
+                models: tuple[str, ...] = ()) -> DeploymentContext:
         """The deployment served on a ready server (export and start on first call).
 
         ``config`` overrides (see ``harness.variants``) serve a variant of the repository on
-        its own server; release it with ``release(key)`` where key is ``variant_key(...)``.
+        its own server (only ``models`` when given); release it with ``release(key)`` where
+        key is ``variant_key(...)``.
         """
         key = variant_key(deployment, config)
         if key in self._failures:
@@ -53,9 +55,11 @@ class ServerPool:
             if config:
                 if self.mode == "external":
                     raise ValueError("config variants need a server the harness starts (local or docker mode)")
-                repository = variant_repository(deployment.model_repository, config)
+                repository = variant_repository(deployment.model_repository, config, models=models)
                 self._variant_dirs[key] = repository.parent
                 options.model_repository = str(repository)
+                if models:
+                    options.required_models = [m for m in options.required_models if m in models]
             server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
             began = time.monotonic()
             try:

@@ -53,16 +53,18 @@ def apply_overrides(config: model_config_pb2.ModelConfig, overrides: dict) -> mo
     return config
 
 
-def variant_repository(source: Path, overrides: dict[str, dict], dest: Path | None = None) -> Path:
+def variant_repository(source: Path, overrides: dict[str, dict], dest: Path | None = None,
+                       models: list[str] | tuple[str, ...] = ()) -> Path:
     """A repository in ``dest`` (default: a new temp dir) whose models link to ``source``'s
-    files, with each model named in ``overrides`` given a rewritten ``config.pbtxt``."""
+    files, with each model named in ``overrides`` given a rewritten ``config.pbtxt``; only
+    ``models`` when given (a variant server then loads just what the scenario needs)."""
     source = Path(source).resolve()
-    missing = [m for m in overrides if not (source / m / "config.pbtxt").exists()]
+    missing = [m for m in list(overrides) + list(models) if not (source / m / "config.pbtxt").exists()]
     if missing:
         raise ValueError(f"config overrides name models that {source} does not have: {missing}")
     dest = Path(dest or tempfile.mkdtemp(prefix="triton-variant-")) / "model_repository"
     dest.mkdir(parents=True, exist_ok=True)
-    for model in sorted(p for p in source.iterdir() if p.is_dir()):
+    for model in sorted(p for p in source.iterdir() if p.is_dir() and (not models or p.name in models)):
         target = dest / model.name
         target.mkdir()
         for item in model.iterdir():

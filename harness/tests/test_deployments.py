@@ -27,11 +27,11 @@ BENCHMARKS = [
 ]
 
 
-def _context(server_pool, deployment, request, config=None):
+def _context(server_pool, deployment, request, config=None, models=()):
     target = request.config.getoption("--target")
     if target not in deployment.targets:
         pytest.skip(f"{deployment.name} does not support target {target}")
-    return server_pool.context(deployment, config)
+    return server_pool.context(deployment, config, models)
 
 
 @pytest.mark.parametrize(("deployment", "check"), CHECKS)
@@ -50,7 +50,7 @@ def test_benchmark(server_pool, deployment, benchmark, request):
         pytest.skip(f"{benchmark.id} is not defined for target {target}")
     if benchmark.config and request.config.getoption("--server-mode") == "external":
         pytest.skip(f"{benchmark.id} measures a config variant: needs a server the harness starts")
-    ctx = _context(server_pool, deployment, request, benchmark.config)
+    ctx = _context(server_pool, deployment, request, benchmark.config, benchmark.models)
     duration = request.config.getoption("--bench-duration")
     try:
         records = run_benchmark(ctx, benchmark, duration_s=duration, warmup_s=min(1.0, duration / 2))

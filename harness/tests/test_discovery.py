@@ -39,18 +39,30 @@ def test_manifest_errors_name_the_problem(tmp_path):
 
 
 def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path):
+    """What a user does: copy a folder, keep the models they want, edit the manifest, run."""
     get_deployment("embedding_cpu").export()
-    _copy_as(tmp_path, "my_embedding")
+    target = _copy_as(tmp_path, "my_embedding")
+    keep = {"embedding_onnx", "embedding_onnx_text"}
+    for model in (target / "model_repository").iterdir():
+        if model.name not in keep:
+            shutil.rmtree(model)
+    manifest = target / "deployment.toml"
+    text = manifest.read_text()
+    start = text.index("entry_models = [")
+    manifest.write_text(text[:start] + 'entry_models = ["embedding_onnx_text", "embedding_onnx"]'
+                        + text[text.index("]", start) + 1:])
     copies = discover(tmp_path)
     assert [d.name for d in copies] == ["my_embedding"]
     copy = copies[0]
     assert copy.path == (tmp_path / "my_embedding").resolve()
-    assert {"embedding_py_matches_reference", "bad_sentence_input_is_rejected_clearly"} <= set(copy.checks())
+    assert {"embedding_onnx_text_matches_reference", "bad_sentence_input_is_rejected_clearly"} <= set(copy.checks())
     pool = ServerPool(mode="local")
     try:
         ctx = pool.context(copy)
         assert str(tmp_path) in ctx.server.options.model_repository
-        copy.checks()["embedding_py_matches_reference"](ctx)
+        with ctx.http_client() as client:
+            assert all(client.is_model_ready(m) for m in keep) and not client.is_model_ready("embedding_py")
+        copy.checks()["embedding_onnx_text_matches_reference"](ctx)
     finally:
         pool.close()
 
