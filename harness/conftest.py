@@ -30,8 +30,21 @@ def server_pool(request):
     config = request.config
     pool = ServerPool(mode=config.getoption("--server-mode"), target=config.getoption("--target"),
                       url=config.getoption("--server-url"), grpc_url=config.getoption("--grpc-url"))
+    config.stash[START_TIMES] = pool.start_times
     yield pool
     pool.close()
+
+
+START_TIMES = pytest.StashKey[dict]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Print how long each deployment's server took from start to ready."""
+    times = config.stash.get(START_TIMES, {})
+    if times:
+        terminalreporter.section("tritonserver start to ready")
+        for key, seconds in times.items():
+            terminalreporter.write_line(f"{seconds:6.1f} s  {key}")
 
 
 from harness.matrix import pytest_configure  # noqa: E402,F401 - records check outcomes for the results matrix
