@@ -14,6 +14,7 @@ import time
 
 from harness.deployments import discover, get_deployment
 from harness.launchers import MODES, LocalTritonServer, ServerStartError, create_server
+from harness.launchers.base import serve_until_interrupted
 
 
 def _list(args) -> int:
@@ -58,16 +59,11 @@ def _serve(args) -> int:
         print(f"  models  {', '.join(deployment.entry_models)}")
         if isinstance(server, LocalTritonServer):
             print(f"  log     {server.log_path}")
-        print("Ctrl-C to stop.", flush=True)
-        while server.is_running():
-            time.sleep(0.5)
-        print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
-        return 1
+        return serve_until_interrupted(server)
     except ServerStartError as exc:
         print(exc, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\nstopping tritonserver")
         return 0
     finally:
         server.stop()

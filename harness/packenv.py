@@ -606,36 +606,18 @@ def packed_server_options(deployment, target: str, tarball: str | Path, dest: st
     return options
 
 
-#: Log lines of an env folder that vanished while the Python backend unpacked it into /tmp.
-EXTRACTION_LOST = re.compile(r"archive_write_header\(\) failed|Failed to create environment directory|Failed to create dir"
-                             r"|python_env_\w+/\d+/bin/activate does not exist")
-EXTRACTION_HINT = (
-    "\nThe Python backend unpacks packed envs into /tmp/python_env_*; that folder was removed while it was "
-    "being written or used. Known cause: another harness server stopping at the same time (LocalTritonServer.stop() "
-    "removes every /tmp/python_env_* created during its own lifetime, other servers' included).")
+def start_server(options, **launcher_kwargs):
+    """A ready LocalTritonServer on ``options`` (stopped again if it does not become ready)."""
+    from harness.launchers import LocalTritonServer
 
-
-def start_server(options, attempts: int = 2, log=print, **launcher_kwargs):
-    """A ready LocalTritonServer on ``options``; retried once when its unpacked env was removed under it."""
-    from harness.launchers import LocalTritonServer, ServerStartError
-
-    for attempt in range(1, attempts + 1):
-        server = LocalTritonServer(options, **launcher_kwargs)
+    server = LocalTritonServer(options, **launcher_kwargs)
+    try:
         server.start()
-        try:
-            server.wait_ready()
-            return server
-        except ServerStartError as exc:
-            server.stop()
-            if not EXTRACTION_LOST.search(str(exc)):
-                raise
-            if attempt == attempts:
-                raise ServerStartError(str(exc) + EXTRACTION_HINT) from None
-            log("packed env lost while unpacking (a concurrent server's clean-up?); starting again")
-        except BaseException:
-            server.stop()
-            raise
-    raise AssertionError("unreachable")
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def _server_target(deployment, target: str) -> str:
@@ -695,6 +677,7 @@ def _interrupt(signum, frame):
 
 def _serve(args, deployment, tarball: Path) -> int:
     from harness.launchers import ServerStartError
+    from harness.launchers.base import serve_until_interrupted
 
     if TARGETS.get(args.target, ("", "local"))[1] not in ("local", local_python()):
         print(f"target {args.target} needs the stub of its own server ({TARGETS[args.target][0]}); the local "
@@ -732,16 +715,11 @@ def _serve(args, deployment, tarball: Path) -> int:
                 return 1 if failed else 0
             if args.once:
                 return 0
-            print("Ctrl-C to stop.", flush=True)
-            while server.is_running():
-                time.sleep(0.5)
-            print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
-            return 1
+            return serve_until_interrupted(server)
         except ServerStartError as exc:
             print(exc, file=sys.stderr)
             return 1
         except KeyboardInterrupt:
-            print("\nstopping tritonserver")
             return 0
         finally:
             server.stop()

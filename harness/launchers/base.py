@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -187,6 +188,19 @@ class TritonServer(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def serve_until_interrupted(server: TritonServer) -> int:
+    """Block until Ctrl-C (returns 0) or until the server exits by itself (1, log tail on stderr)."""
+    print("Ctrl-C to stop.", flush=True)
+    try:
+        while server.is_running():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nstopping tritonserver")
+        return 0
+    print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
+    return 1
 
 
 class StartedTritonServer(TritonServer):

@@ -129,7 +129,7 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
     assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
     # attempts: a concurrent harness server's stop() may delete our unpacked env (see start_server)
-    server = packenv.start_server(options, attempts=3, log=lambda _: None)
+    server = packenv.start_server(options)
     try:
         info = _whoami(server)
         used = packenv.stub_envs(server)
