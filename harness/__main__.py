@@ -66,6 +66,7 @@ def _serve(args) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         server.stop()
 
 

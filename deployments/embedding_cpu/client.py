@@ -21,6 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
+from tritonclient.utils import InferenceServerException
 
 from triton_helpers.text_embedding import EmbeddingModelInfo, pool, tokenize
 
@@ -100,7 +101,10 @@ def connect_async(url: str, protocol: str):
 
 async def embed_files_async(url: str, protocol: str, paths: list[Path], model: str = "pipeline_orchestrator",
                             concurrency: int = 8, progress: bool = True, **options) -> dict[Path, np.ndarray]:
-    """The asyncio pattern: many files in flight at once (bounded), one request each."""
+    """The asyncio pattern: many files in flight at once (bounded), one request each.
+
+    Returns ``{path: FINAL_EMBEDDING}``; a file the server refuses maps to its InferenceServerException.
+    """
     from tqdm.asyncio import tqdm
 
     client = connect_async(url, protocol)
@@ -110,8 +114,11 @@ async def embed_files_async(url: str, protocol: str, paths: list[Path], model: s
 
     async def one(path: Path):
         async with limit:
-            result = await client.infer(model, [bytes_input(module, "RAW_FILE", [path.read_bytes()])],
-                                        parameters=parameters)
+            try:
+                result = await client.infer(model, [bytes_input(module, "RAW_FILE", [path.read_bytes()])],
+                                            parameters=parameters)
+            except InferenceServerException as exc:
+                return path, exc
             return path, result.as_numpy("FINAL_EMBEDDING")[0]
 
     try:
@@ -152,7 +159,7 @@ def collect_files(paths: list[Path]) -> list[Path]:
 
 def _show(label: str, vector: np.ndarray) -> None:
     head = ", ".join(f"{x:+.4f}" for x in vector[:6])
-    print(f"{label[:50]!r:54} dim={vector.shape[0]} norm={np.linalg.norm(vector):.4f} [{head}, ...]")
+    print(f"{label[-50:]!r:54} dim={vector.shape[0]} norm={np.linalg.norm(vector):.4f} [{head}, ...]")
 
 
 def main() -> None:
@@ -178,7 +185,10 @@ def main() -> None:
         vectors = asyncio.run(embed_files_async(args.url, args.protocol, collect_files(args.paths), args.model,
                                                 args.concurrency, chunk_tokens=args.chunk_tokens))
         for path, vector in vectors.items():
-            _show(str(path), vector)
+            if isinstance(vector, InferenceServerException):
+                print(f"{str(path)[-50:]!r:54} refused: {vector.message()}")
+            else:
+                _show(str(path), vector)
 
 
 if __name__ == "__main__":
