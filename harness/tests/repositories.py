@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
+
+from harness.faults import ECHO_MODEL
+from harness.launchers import LocalTritonServer, ServerOptions
 
 DOUBLE_CONFIG = """
 name: "double"
@@ -28,18 +32,6 @@ input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
-ECHO_MODEL = '''
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    """Returns its input."""
-
-    def execute(self, requests):
-        """One response per request."""
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("TEXT_OUT", pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy())])
-                for r in requests]
-'''
 
 
 def write_double_onnx(path: Path) -> None:
@@ -66,3 +58,15 @@ def make_repository(root: Path, models: tuple[str, ...] = ("double", "echo")) ->
         (repo / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
         (repo / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
     return repo
+
+
+@contextmanager
+def ready_server(repo: Path, models: list[str]):
+    """A local server on ``repo``, ready with ``models``, stopped on exit."""
+    server = LocalTritonServer(ServerOptions(str(repo), required_models=list(models)))
+    server.start()
+    try:
+        server.wait_ready(120)
+        yield server
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from harness.faults import echo_repository, format_fault, kill_stub, restart_server, unload_reload
+from harness.tests.repositories import ready_server
 from harness.launchers import LocalTritonServer, ServerOptions
 from harness.launchers.local import ADMIN_HEADER
 from harness.soak import echo_workload
@@ -65,13 +66,8 @@ def test_server_restart_under_load_loses_nothing(explicit_server):
 @pytest.fixture(scope="module")
 def default_server(tmp_path_factory):
     repo = echo_repository(tmp_path_factory.mktemp("defaults"))
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["echo"]))
-    server.start()
-    try:
-        server.wait_ready(120)
+    with ready_server(repo, ["echo"]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_default_server_refuses_model_load_and_unload(default_server):

@@ -19,19 +19,14 @@ from harness import PROJECT_ROOT
 from harness.launchers import (DockerTritonServer, ExternalTritonServer, LocalTritonServer, ServerOptions,
                                ServerStartError, create_server)
 from harness.launchers.docker import ascend_profile
-from harness.tests.repositories import make_repository
+from harness.tests.repositories import make_repository, ready_server
 
 
 @pytest.fixture(scope="module")
 def running_server(tmp_path_factory):
     repo = make_repository(tmp_path_factory.mktemp("launcher"))
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["double", "echo"]))
-    server.start()
-    try:
-        server.wait_ready(120)
+    with ready_server(repo, ["double", "echo"]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_local_server_serves_python_and_onnxruntime_models(running_server):

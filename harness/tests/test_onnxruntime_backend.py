@@ -8,20 +8,14 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from harness.launchers import LocalTritonServer, ServerOptions
-from harness.tests.repositories import make_repository
+from harness.tests.repositories import make_repository, ready_server
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = make_repository(tmp_path_factory.mktemp("ort"), models=("double",))
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["double"]))
-    server.start()
-    try:
-        server.wait_ready(120)
+    with ready_server(repo, ["double"]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_config_keys_reach_the_session(server):

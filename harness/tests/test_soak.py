@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.faults import echo_repository
-from harness.launchers import LocalTritonServer, ServerOptions
+from harness.tests.repositories import ready_server
 from harness.soak import (check_soak, echo_workload, format_soak, memory_growth, model_dependencies, run_soak,
                           subset_repository, summarize_soak, LoadLog, RequestRecord)
 
@@ -15,13 +15,8 @@ SOAK_S = 8.0
 @pytest.fixture(scope="module")
 def echo_server(tmp_path_factory):
     repo = echo_repository(tmp_path_factory.mktemp("soak"))
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["echo"]))
-    server.start()
-    try:
-        server.wait_ready(120)
+    with ready_server(repo, ["echo"]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.timeout(120)
