@@ -5,9 +5,19 @@ from __future__ import annotations
 import pytest
 
 from harness.faults import echo_repository
+from harness.soak import (
+    LoadLog,
+    RequestRecord,
+    check_soak,
+    echo_workload,
+    format_soak,
+    memory_growth,
+    model_dependencies,
+    run_soak,
+    subset_repository,
+    summarize_soak,
+)
 from harness.tests.repositories import ready_server
-from harness.soak import (check_soak, echo_workload, format_soak, memory_growth, model_dependencies, run_soak,
-                          subset_repository, summarize_soak, LoadLog, RequestRecord)
 
 SOAK_S = 8.0
 
