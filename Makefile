@@ -95,3 +95,24 @@ reliability: install ## Run soak, faults and fuzz, then regenerate the figures i
 	$(PY) -m harness.faults $(FAULTS_ARGS)
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py -q $(PYTEST_ARGS)
 	$(PY) -m harness.faults --write-docs
+
+# --- docker mode: the CPU image and a Docker engine (images/, harness/launchers/docker.py) ---
+# IMAGE: the image docker mode serves from (default: the CPU image `make image` builds here).
+IMAGE ?= triton-harness/tritonserver-cpu:2.51.0
+DOCKER_DEPLOYMENTS ?= $(notdir $(patsubst %/environment.yml,%,$(wildcard deployments/*/environment.yml)))
+.PHONY: image docker-engine docker-engine-stop pack-env-image test-docker
+
+image: ## Build the CPU tritonserver image IMAGE from nothing (mmdebstrap base; skipped when current; needs an engine)
+	IMAGE=$(IMAGE) images/cpu/build.sh
+
+docker-engine: ## Install (apt-get) and start dockerd in the background when no engine answers (root, Debian)
+	images/docker-engine.sh start
+
+docker-engine-stop: ## Stop the dockerd that `make docker-engine` started; undo its bridge, iptables, ip_forward
+	images/docker-engine.sh stop
+
+pack-env-image: install ## Pack every deployment's Python env for the CPU image (TARGET=cpu-image; skipped when current)
+	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness.packenv --deployment $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
+
+test-docker: install ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
+	$(PY) -m pytest harness/ --server-mode docker --image $(IMAGE) -k "test_check or test_docker" $(PYTEST_ARGS)
