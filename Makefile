@@ -99,6 +99,7 @@ reliability: install ## Run soak, faults and fuzz, then regenerate the figures i
 # --- docker mode: the CPU image and a Docker engine (images/, harness/launchers/docker.py) ---
 # IMAGE: the image docker mode serves from (default: the CPU image `make image` builds here).
 IMAGE ?= triton-harness/tritonserver-cpu:2.51.0
+export TRITON_CPU_IMAGE := $(IMAGE)
 DOCKER_DEPLOYMENTS ?= $(notdir $(patsubst %/environment.yml,%,$(wildcard deployments/*/environment.yml)))
 .PHONY: image docker-engine docker-engine-stop pack-env-image test-docker
 

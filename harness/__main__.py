@@ -41,13 +41,24 @@ def _serve(args) -> int:
     if args.mode in ("local", "docker"):
         deployment.export()
     options = deployment.server_options(args.target)
+    if args.image:
+        options.image = args.image
     if args.mode == "local":
         server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
+    elif args.mode == "docker":
+        from harness.launchers.docker import DockerTritonServer, attach_packed_env
+
+        attach_packed_env(deployment, options)  # the deployment's packed env for the image's stub
+        server = DockerTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
     else:
         server = create_server(args.mode, options, url=args.server_url)
     signal.signal(signal.SIGTERM, _interrupt)
     began = time.monotonic()
-    server.start()
+    try:
+        server.start()
+    except ServerStartError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     try:
         server.wait_ready()
         print(f"{deployment.name} ready in {time.monotonic() - began:.1f} s ({server.mode} server, target {args.target})")
@@ -81,7 +92,7 @@ def _bench(args) -> int:
     from harness.session import ServerPool, variant_key
 
     names = [args.deployment] if args.deployment else [d.name for d in discover()]
-    pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
+    pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url, image=args.image)
     failed = []
     try:
         for name in names:
@@ -126,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--mode", choices=MODES, default=None, help="local (default), docker or external")
         p.add_argument("--target", default="cpu", help="cpu / gpu / npu")
         p.add_argument("--server-url", default=None, help="host:port of a running server (external mode)")
+        p.add_argument("--image", default=os.environ.get("TRITON_IMAGE"),
+                       help="docker mode: tritonserver image (default: the target's; cpu: the image of `make image`)")
 
     serve = sub.add_parser("serve", help="export what is missing and serve a deployment until Ctrl-C")
     serve.add_argument("deployment")

@@ -20,6 +20,9 @@ def pytest_addoption(parser):
                     help="HTTP host:port of a running server (external mode)")
     group.addoption("--grpc-url", default=os.environ.get("TRITON_GRPC_URL"),
                     help="gRPC host:port of a running server (external mode)")
+    group.addoption("--image", default=os.environ.get("TRITON_IMAGE"),
+                    help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
+                         "the CPU image of `make image` for cpu)")
     group.addoption("--bench-duration", type=float, default=float(os.environ.get("BENCH_DURATION", "2")),
                     help="seconds measured per concurrency level in benchmark tests (default 2)")
 
@@ -29,7 +32,8 @@ def server_pool(request):
     """Servers by deployment; each started on first use, all stopped at the end."""
     config = request.config
     pool = ServerPool(mode=config.getoption("--server-mode"), target=config.getoption("--target"),
-                      url=config.getoption("--server-url"), grpc_url=config.getoption("--grpc-url"))
+                      url=config.getoption("--server-url"), grpc_url=config.getoption("--grpc-url"),
+                      image=config.getoption("--image"))
     config.stash[START_TIMES] = pool.start_times
     yield pool
     pool.close()

@@ -61,7 +61,12 @@ TARGETS = {
     "gpu": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
     "ngc": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
     "npu": ("Ascend npu_ge tritonserver image (Python 3.10 stub)", "3.10"),
+    "cpu-image": ("the project's CPU tritonserver image (images/cpu, `make image`: Debian Python 3.11 stub)", "3.11"),
 }
+
+#: Where the target's server has its base Python (venv-pack envs link to it; ``--python-prefix``
+#: overrides). The CPU image runs Debian's python3.11 from /usr.
+TARGET_PYTHON_PREFIX = {"cpu-image": "/usr"}
 
 #: Left out of venv-pack tarballs: not needed at run time.
 VENV_EXCLUDES = ["lib/python*/site-packages/pip/*", "lib/python*/site-packages/pip-*",
@@ -313,6 +318,7 @@ def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | 
         else:
             why = TARGETS.get(target, (f"target {target}",))[0]
             info = find_python(version, python, why=f"target {target}: {why}")
+            python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
             because = "asked for" if requested == "venv" else "no conda + conda-pack on PATH"
             log(f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
                 f"Python {version} from {info['executable']}")

@@ -22,8 +22,9 @@ class ServerPool:
     """One server per deployment, started lazily on first use and stopped by ``close``."""
 
     def __init__(self, mode: str | None = None, target: str = "cpu", url: str | None = None,
-                 grpc_url: str | None = None):
+                 grpc_url: str | None = None, image: str | None = None):
         self.mode = mode
+        self.image = image
         self.target = target
         self.url = url
         self.grpc_url = grpc_url
@@ -52,6 +53,8 @@ class ServerPool:
                     self._failures[key] = exc
                     raise
             options = deployment.server_options(self.target)
+            if self.image:
+                options.image = self.image
             if config:
                 if self.mode == "external":
                     raise ValueError("config variants need a server the harness starts (local or docker mode)")
@@ -60,6 +63,14 @@ class ServerPool:
                 options.model_repository = str(repository)
                 if models:
                     options.required_models = [m for m in options.required_models if m in models]
+            if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) == "docker":
+                from harness.launchers.docker import attach_packed_env
+
+                try:
+                    attach_packed_env(deployment, options)  # packs when missing or stale
+                except Exception as exc:
+                    self._failures[key] = exc
+                    raise
             server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
             began = time.monotonic()
             try:

@@ -57,6 +57,8 @@ class ServerOptions:
     image: str | None = None
     device_ids: list[int] | None = None
     mounts: dict[str, str] = field(default_factory=dict)
+    #: Packed env tarball for the Python-backend models (docker mode: see docker.attach_packed_env).
+    python_env: str | None = None
 
 
 def find_failure(log_text: str) -> list[str]:

@@ -1,22 +1,54 @@
-"""tritonserver in a container through the Docker SDK: NGC CPU image, or Ascend ``npu_ge`` image.
+"""tritonserver in a container through the Docker SDK: the project's CPU image, NGC, or Ascend ``npu_ge``.
 
-No Docker engine runs on the machines this project is developed on, so this launcher is
-tested through the container spec it builds (``container_spec``), not by running it.
+Images and what they carry:
+
+- ``cpu`` target: the CPU image that ``make image`` builds here from nothing (``images/cpu``:
+  Debian python3.11, the tritonserver 2.51 of the ``nvidia-pytriton`` wheel laid out like NGC,
+  the Python 3.11 stub, the harness's Python-based ``onnxruntime`` backend). Its labels
+  (``org.triton-harness.*``) say the stub's Python, the pack target of its envs and which
+  implementation serves each backend; the launcher reads them.
+- ``gpu`` target, or an ``nvcr.io/nvidia/tritonserver`` image: NGC (Python 3.12 stub, native backends).
+- ``npu`` target: the Ascend CANN image with ``npu_ge`` (HTTP only, Python 3.10 stub, device nodes).
+
+Python-backend models get their packages as in production: the deployment's packed env
+(``options.python_env``, see ``attach_packed_env``) is put beside a generated copy of the
+repository whose Python configs say ``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/../../envs/<file>``,
+and both are mounted read-only (``/models``, ``/envs``).
+
+``start`` fails with a one-line ``ServerStartError`` before any wait when no engine answers,
+the image is missing, a port is taken, or a packed env's Python differs from the image's stub.
+Containers carry the label ``started-by=triton-harness`` plus the owner's PID and host; they are
+removed on ``stop``, and those of a dead owner (a crashed run) are removed at the next start.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.launchers.base import ServerOptions, StartedTritonServer
+from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.launchers.local import free_port
 
+#: The image ``make image`` builds (images/cpu); ``make ... IMAGE=`` exports TRITON_CPU_IMAGE.
+CPU_IMAGE = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
 #: 25.x images are Ubuntu 24.04 with Python 3.12 (the stub a packed env must match); 24.x were 3.10.
 NGC_IMAGE = os.environ.get("TRITON_NGC_IMAGE", "nvcr.io/nvidia/tritonserver:25.01-py3")
 ASCEND_IMAGE = os.environ.get("TRITON_ASCEND_IMAGE", "ascendhub.huawei.com/public-ascendhub/tritonserver-npu_ge:latest")
 CONTAINER_MODEL_DIR = "/models"
+CONTAINER_ENVS_DIR = "/envs"
+LABEL_PREFIX = "org.triton-harness."
+OWNER_LABEL = "started-by"
+OWNER_VALUE = "triton-harness"
+PID_LABEL = "triton-harness.pid"
+HOST_LABEL = "triton-harness.host"
+
+
+class DockerStartError(ServerStartError):
+    """A container cannot be started; one line that says what to do."""
 
 
 @dataclass
@@ -29,11 +61,23 @@ class ImageProfile:
     has_grpc: bool = True
     stub_python: str = "3.12"
     shm_size: str = "1g"
+    #: ``harness.packenv`` target whose envs this image's stub runs.
+    pack_target: str = "ngc"
+    #: Built by this project (``make image``): never pulled, the fix is ``make image``.
+    built_here: bool = False
+    #: ``org.triton-harness.*`` labels of the image, once read.
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def cpu_image_profile(image: str | None = None) -> ImageProfile:
+    """The project's CPU image (images/cpu): Debian Python 3.11 stub, Python onnxruntime backend."""
+    return ImageProfile(image=image or CPU_IMAGE, stub_python="3.11", pack_target="cpu-image", built_here=True,
+                        shm_size="2g")
 
 
 def ngc_profile(image: str | None = None) -> ImageProfile:
     """NGC ``tritonserver:<ver>-py3`` on CPU (or GPU with the NVIDIA runtime)."""
-    return ImageProfile(image=image or NGC_IMAGE, stub_python="3.12")
+    return ImageProfile(image=image or NGC_IMAGE, stub_python="3.12", pack_target="ngc")
 
 
 def ascend_profile(image: str | None = None, device_ids: list[int] | None = None) -> ImageProfile:
@@ -46,55 +90,254 @@ def ascend_profile(image: str | None = None, device_ids: list[int] | None = None
         for path in ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
     }
     return ImageProfile(
-        image=image or ASCEND_IMAGE, devices=devices, volumes=volumes, has_grpc=False, stub_python="3.10"
+        image=image or ASCEND_IMAGE, devices=devices, volumes=volumes, has_grpc=False, stub_python="3.10",
+        pack_target="npu",
     )
 
 
+def profile_for(options: ServerOptions) -> ImageProfile:
+    """The profile of ``options.target`` / ``options.image`` (before the image's labels are read)."""
+    if options.target == "npu":
+        return ascend_profile(options.image, options.device_ids)
+    if options.target == "gpu" or (options.image and "nvcr.io/nvidia/tritonserver" in options.image):
+        return ngc_profile(options.image)
+    return cpu_image_profile(options.image)
+
+
+def apply_labels(profile: ImageProfile, labels: dict[str, str] | None) -> ImageProfile:
+    """Take the stub's Python and the pack target from the image's own labels when it has them."""
+    ours = {k[len(LABEL_PREFIX):]: v for k, v in (labels or {}).items() if k.startswith(LABEL_PREFIX)}
+    profile.labels = ours
+    profile.stub_python = ours.get("stub-python", profile.stub_python)
+    profile.pack_target = ours.get("pack-target", profile.pack_target)
+    if ours:
+        profile.built_here = True
+    return profile
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def engine(timeout_s: int = 10):
+    """A Docker client whose engine answers, or DockerStartError saying how to start one."""
+    import docker
+
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=timeout_s)
+        client.ping()
+        return client
+    except Exception as exc:  # noqa: BLE001 - any failure here means "no engine"
+        reason = _one_line(exc)[:160]
+        raise DockerStartError(f"no Docker engine answers at {host} ({reason}): start one with `make docker-engine` "
+                               f"(root, Debian) or point DOCKER_HOST at a running engine") from None
+
+
+def image_labels(image: str) -> dict[str, str] | None:
+    """Labels of a local image, or None when no engine answers or the image is not there."""
+    try:
+        return engine(timeout_s=5).images.get(image).labels or {}
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def attach_packed_env(deployment, options: ServerOptions, pack: bool = True, log=print) -> ServerOptions:
+    """Docker mode: point ``options.python_env`` at the deployment's packed env for the image's stub.
+
+    The pack target comes from the image's labels (``cpu-image`` for the CPU image). When the
+    tarball is missing or stale and ``pack`` is true it is packed first (``harness.packenv``);
+    a deployment without ``environment.yml`` or without Python-backend models is left alone.
+    """
+    from harness.packenv import RECIPE, default_output, is_stale, load_recipe, pack as pack_env, python_models
+
+    if not (Path(deployment.path) / RECIPE).exists():
+        return options
+    if not python_models(options.model_repository, options.model_config_name):
+        return options
+    profile = apply_labels(profile_for(options), image_labels(profile_for(options).image))
+    recipe = load_recipe(deployment.path)
+    tarball = default_output(deployment.path, profile.pack_target)
+    reason = is_stale(tarball, recipe, profile.pack_target)
+    if reason and pack:
+        log(f"{deployment.name}: packing its Python env for {profile.image} "
+            f"(target {profile.pack_target}, Python {profile.stub_python}: {reason})")
+        pack_env(recipe, profile.pack_target, tarball, log=log)
+    options.python_env = str(tarball)
+    return options
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    if labels.get(HOST_LABEL) not in (None, socket.gethostname()):
+        return True  # another machine's container on a shared engine: not ours to judge
+    try:
+        pid = int(labels.get(PID_LABEL, ""))
+    except ValueError:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(client, log=None) -> list[str]:
+    """Remove containers started by the harness whose owner process is gone (a crashed run)."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER_VALUE}"}):
+        if _owner_alive(container.labels):
+            continue
+        try:
+            container.remove(force=True)
+            removed.append(container.name)
+        except Exception:  # noqa: BLE001 - removed meanwhile
+            continue
+    if removed and log:
+        log(f"removed {len(removed)} container(s) left by a crashed harness run: {', '.join(removed)}")
+    return removed
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when ``host:port`` cannot be bound (the way docker-proxy binds it, SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 class DockerTritonServer(StartedTritonServer):
-    """tritonserver in a container; model repository mounted read-only."""
+    """tritonserver in a container; model repository (and packed envs) mounted read-only."""
 
     mode = "docker"
 
-    def __init__(self, options: ServerOptions, profile: ImageProfile | None = None, host: str = "127.0.0.1"):
-        super().__init__(options, host, (free_port(), free_port(), free_port()))
-        if profile is None:
-            if options.target == "npu":
-                profile = ascend_profile(options.image, options.device_ids)
-            else:
-                profile = ngc_profile(options.image)
-        self.profile = profile
+    def __init__(self, options: ServerOptions, profile: ImageProfile | None = None, host: str = "127.0.0.1",
+                 ports: tuple[int, int, int] | None = None, exit_timeout_s: int = 5):
+        super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
+        self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
+        self.exit_timeout_s = exit_timeout_s
         self.container = None
+        self.repository = Path(options.model_repository)
+        self.envs_dir: Path | None = None
+        self.work_dir: Path | None = None
+        self._last_logs = ""
+
+    # ------------------------------------------------------------------ the container
 
     def server_args(self) -> list[str]:
         """tritonserver's arguments inside the container."""
-        return ["tritonserver", f"--model-repository={CONTAINER_MODEL_DIR}"] + self.option_args()
+        return ["tritonserver", f"--model-repository={CONTAINER_MODEL_DIR}",
+                f"--exit-timeout-secs={self.exit_timeout_s}"] + self.option_args()
 
     def container_spec(self) -> dict:
         """Keyword arguments for ``docker.from_env().containers.run``."""
         ports = {"8000/tcp": (self.host, self.http_port), "8002/tcp": (self.host, self.metrics_port)}
         if self.options.allow_grpc:
             ports["8001/tcp"] = (self.host, self.grpc_port)
-        volumes = {str(Path(self.options.model_repository).resolve()): {"bind": CONTAINER_MODEL_DIR, "mode": "ro"}}
+        volumes = {str(self.repository.resolve()): {"bind": CONTAINER_MODEL_DIR, "mode": "ro"}}
         volumes.update(self.profile.volumes)
-        volumes.update({str(Path(host).resolve()): {"bind": inside, "mode": "ro"} for host, inside in self.options.mounts.items()})
+        mounts = {str(Path(host).resolve()): {"bind": inside, "mode": "ro"} for host, inside in self.options.mounts.items()}
+        if self.envs_dir is not None:
+            # The packed copy's envs folder replaces the deployment's own at /envs.
+            mounts = {h: m for h, m in mounts.items() if m["bind"] != CONTAINER_ENVS_DIR}
+            mounts[str(self.envs_dir.resolve())] = {"bind": CONTAINER_ENVS_DIR, "mode": "ro"}
+        volumes.update(mounts)
         return {
             "image": self.profile.image,
             "command": self.server_args(),
             "detach": True,
-            "remove": True,
             "ports": ports,
             "volumes": volumes,
             "devices": list(self.profile.devices),
             "shm_size": self.profile.shm_size,
             "environment": dict(self.options.env),
-            "labels": {"started-by": "triton-harness"},
+            "labels": {OWNER_LABEL: OWNER_VALUE, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()},
         }
 
-    def start(self) -> None:
+    # ------------------------------------------------------------------ pre-flight (no waiting)
+
+    def _image(self, client):
+        """The image, its labels applied to the profile; DockerStartError when absent."""
         import docker
 
-        self.container = docker.from_env().containers.run(**self.container_spec())
+        image = self.profile.image
+        try:
+            found = client.images.get(image)
+        except docker.errors.ImageNotFound:
+            if self.profile.built_here:
+                raise DockerStartError(f"image {image} is not on this engine: build it with `make image` "
+                                       f"(IMAGE={image}), or choose another with --image / IMAGE=") from None
+            try:
+                found = client.images.pull(image)
+            except Exception as exc:  # noqa: BLE001 - no registry answers here
+                raise DockerStartError(
+                    f"image {image} is not on this engine and cannot be pulled ({_one_line(exc)[:160]}): build the "
+                    f"CPU image with `make image` and serve with it (the default for target cpu), or pull {image} "
+                    "where a registry answers") from None
+        apply_labels(self.profile, found.labels)
+        return found
+
+    def _check_ports(self) -> None:
+        named = [("HTTP", self.http_port, "--http-port"), ("metrics", self.metrics_port, "--metrics-port")]
+        if self.options.allow_grpc:
+            named.insert(1, ("gRPC", self.grpc_port, "--grpc-port"))
+        for what, port, flag in named:
+            if port_in_use(self.host, port):
+                raise DockerStartError(f"port {port} ({what}) on {self.host} is in use: stop what listens there or "
+                                       f"choose another port with {flag}")
+
+    def _prepare_repository(self) -> None:
+        """Packed env beside a generated copy of the repository; every env checked against the stub."""
+        from harness.packenv import check_repository, inspect_env, packed_repository
+
+        stub = self.profile.stub_python
+        target = self.profile.pack_target
+        repository = Path(self.options.model_repository)
+        if self.options.python_env:
+            tarball = Path(self.options.python_env)
+            deployment = tarball.parent.parent.name
+            if not tarball.exists():
+                raise DockerStartError(f"packed env {tarball} does not exist: build it with "
+                                       f"`make pack-env DEPLOYMENT={deployment} TARGET={target}`")
+            info = inspect_env(tarball)
+            if info.python != stub:
+                raise DockerStartError(
+                    f"packed env {tarball} is Python {info.python or '(unknown)'} but {self.profile.image}'s Python "
+                    f"backend stub is Python {stub}: repack it with `make pack-env DEPLOYMENT={deployment} "
+                    f"TARGET={target}`")
+            self.work_dir = Path(tempfile.mkdtemp(prefix="triton-docker-"))
+            repository = packed_repository(repository, tarball, self.work_dir)
+            self.envs_dir = self.work_dir / "envs"
+        self.repository = repository
+        # The repository's own EXECUTION_ENV_PATHs too (e.g. configs written for another image): on the
+        # host, $$TRITON_MODEL_DIRECTORY/../../envs is the folder mounted at /envs.
+        problems = check_repository(repository, stub, model_config_name=self.options.model_config_name, target=target)
+        if problems:
+            raise DockerStartError(f"not started: {_one_line(problems[0])}"
+                                   + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+    def start(self) -> None:
+        """Engine, image, leftovers, ports, packed envs: each checked at once; then run the container."""
+        client = engine()
+        self._image(client)
+        remove_leftovers(client, log=print)
+        self._check_ports()
+        try:
+            self._prepare_repository()
+            self.container = client.containers.run(**self.container_spec())
+        except DockerStartError:
+            self._cleanup_work_dir()
+            raise
+        except Exception as exc:  # noqa: BLE001 - docker API errors (port taken meanwhile, bad mount ...)
+            self._cleanup_work_dir()
+            raise DockerStartError(f"docker could not start {self.profile.image}: {_one_line(exc)[:300]}") from None
+
+    # ------------------------------------------------------------------ running
 
     def is_running(self) -> bool:
         if self.container is None:
@@ -105,21 +348,59 @@ class DockerTritonServer(StartedTritonServer):
             return False
         return self.container.status in ("created", "running")
 
+    def wait_ready(self, timeout_s: float | None = None, models=None) -> float:
+        """Ready as the base class sees it, and answered by our container (its port mapping, still running)."""
+        waited = super().wait_ready(timeout_s, models)
+        self.container.reload()
+        bound = (self.container.ports.get("8000/tcp") or [{}])[0]
+        if self.container.status != "running" or str(bound.get("HostPort")) != str(self.http_port):
+            raise ServerStartError(self._failure_message(
+                f"a server answered on {self.http_url} but it is not container {self.container.short_id} "
+                f"(status {self.container.status}, port mapping {bound})"))
+        return waited
+
     def logs(self) -> str:
         if self.container is None:
-            return ""
+            return self._last_logs
         try:
-            return self.container.logs().decode(errors="replace")
+            self._last_logs = self.container.logs().decode(errors="replace")
         except Exception:  # noqa: BLE001
-            return ""
+            pass
+        return self._last_logs
 
     def backend_implementation(self, backend: str) -> str:
+        labelled = self.profile.labels.get(f"backend.{backend}")
+        if labelled:
+            return labelled
+        if backend == "python":
+            return backend
         return f"{backend} (native, {self.profile.image})"
 
-    def stop(self) -> None:
+    def describe(self) -> dict:
+        info = super().describe()
+        info["image"] = self.profile.image
         if self.container is not None:
+            info["image_id"] = self.container.attrs.get("Image")
+            info["container"] = self.container.short_id
+        return info
+
+    def stop(self) -> None:
+        """Stop and remove the container, then the generated repository copy."""
+        if self.container is not None:
+            self.logs()
             try:
-                self.container.stop(timeout=10)
+                self.container.stop(timeout=self.exit_timeout_s + 5)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            try:
+                self.container.remove(force=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
             self.container = None
+        self._cleanup_work_dir()
+
+    def _cleanup_work_dir(self) -> None:
+        if self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.work_dir = None
+            self.envs_dir = None
