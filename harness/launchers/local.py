@@ -4,6 +4,12 @@ No Docker needed. The harness assembles a backend directory (the Python backend 
 stub for the running interpreter, plus the harness's Python-based ``onnxruntime`` backend),
 sets the library path the binary and the stub need, binds to 127.0.0.1 on free ports, gives
 the server its own shared-memory prefix and captures its log to a file.
+
+By default the server is served through the front gate (``harness.gate``): the launcher
+binds the public HTTP / gRPC / metrics sockets and hands them to a gate process, which
+starts tritonserver behind it (in a private network and mount namespace when run as root)
+and validates every request. ``gate=False`` starts tritonserver directly on the public
+ports, as before (used to measure the gate's cost).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import sys
 import sysconfig
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 
 import onnxruntime
@@ -94,9 +101,22 @@ class LocalTritonServer(StartedTritonServer):
 
     def __init__(self, options: ServerOptions, work_dir: str | Path | None = None, exit_timeout_s: int = 5,
                  ports: tuple[int, int, int] | None = None, host: str = "127.0.0.1",
-                 stub_python: str | None = None):
+                 stub_python: str | None = None, gate: bool = True, isolate: bool = True,
+                 gate_options: dict | None = None):
         super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            message = (f"tritonserver will listen on {host}: its inference API is open to the network with no "
+                       "TLS and no authentication; put TLS and authentication in front of it")
+            warnings.warn(message, stacklevel=2)
+            print(f"WARNING: {message}", file=sys.stderr, flush=True)
         self.stub_python = stub_python
+        self.gate = gate
+        self.isolate = isolate
+        self.gate_options = dict(gate_options or {})
+        #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
+        self.private_ports = (free_port(), free_port(), free_port()) if gate else None
+        #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
+        self.internal_token = uuid.uuid4().hex
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
         self.exit_timeout_s = exit_timeout_s
@@ -119,7 +139,9 @@ class LocalTritonServer(StartedTritonServer):
         return apis
 
     def command(self) -> list[str]:
-        """The full tritonserver command line."""
+        """The full tritonserver command line (behind the gate: private ports, internal token)."""
+        if self.gate:
+            return self._gated_command()
         opts = self.options
         cmd = [
             str(pytriton_root() / "bin" / "tritonserver"),
@@ -139,6 +161,60 @@ class LocalTritonServer(StartedTritonServer):
         if opts.allow_grpc:
             cmd.append(f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}")
         return cmd + self.option_args()
+
+    def _gated_command(self) -> list[str]:
+        opts = self.options
+        http, grpc, metrics = self.private_ports
+        restricted = f"{','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.internal_token}"
+        cmd = [
+            str(pytriton_root() / "bin" / "tritonserver"),
+            f"--model-repository={Path(opts.model_repository).resolve()}",
+            f"--backend-directory={self.work_dir / 'backends'}",
+            "--http-address=127.0.0.1", f"--http-port={http}",
+            "--grpc-address=127.0.0.1", f"--grpc-port={grpc}",
+            "--metrics-address=127.0.0.1", f"--metrics-port={metrics}",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--http-restricted-api={restricted}",
+        ]
+        if opts.allow_grpc:
+            cmd.append(f"--grpc-restricted-protocol={restricted}")
+        args = self.option_args()
+        if opts.model_control_mode == "none":
+            # The gate reloads a model whose stub died: that needs explicit mode. Every model is
+            # loaded at start, and the gate refuses the load/unload API as mode none would.
+            args = [a for a in args if not a.startswith("--model-control-mode=")]
+            args = ["--model-control-mode=explicit", "--load-model=*"] + args
+        return cmd + args
+
+    def gate_config(self, fds: dict) -> dict:
+        """What the gate process needs (written to a 0600 file the gate deletes once read)."""
+        return {
+            "command": self.command(), "work_dir": str(self.work_dir), "log_path": str(self.log_path),
+            "events_path": str(self.work_dir / "gate-events.jsonl"),
+            "private_ports": list(self.private_ports), "fds": fds,
+            "admin_header": ADMIN_HEADER, "admin_token": self.admin_token, "internal_token": self.internal_token,
+            "restricted_apis": self.restricted_apis(), "user_model_control_mode": self.options.model_control_mode,
+            "exit_timeout_s": self.exit_timeout_s, "isolate": self.isolate, **self.gate_options,
+        }
+
+    def gate_events(self) -> list[dict]:
+        """What the gate recorded (stub deaths, reloads), oldest first."""
+        import json
+
+        path = self.work_dir / "gate-events.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def _listen(self, port: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, port))
+        sock.listen(1024)
+        sock.set_inheritable(True)
+        return sock
 
     def environment(self) -> dict[str, str]:
         """Library path for the binary and the stub; the venv first on PATH for the stub."""
@@ -167,6 +243,9 @@ class LocalTritonServer(StartedTritonServer):
             raise ServerStartError(str(exc)) from None
         assemble_backend_dir(self.work_dir / "backends", self.stub_python)
         self._log_file = open(self.log_path, "wb")
+        if self.gate:
+            self._start_gate()
+            return
         self.process = subprocess.Popen(
             self.command(),
             stdout=self._log_file,
@@ -177,6 +256,28 @@ class LocalTritonServer(StartedTritonServer):
             preexec_fn=_die_with_parent,
             start_new_session=True,
         )
+
+    def _start_gate(self) -> None:
+        socks = {"http": self._listen(self.http_port), "metrics": self._listen(self.metrics_port)}
+        if self.options.allow_grpc:
+            socks["grpc"] = self._listen(self.grpc_port)
+        try:
+            fds = {name: sock.fileno() for name, sock in socks.items()}
+            config_path = self.work_dir / "gate.json"
+            fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                import json
+
+                json.dump(self.gate_config(fds), f)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.gate", str(config_path)],
+                stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.environment(), cwd=self.work_dir, preexec_fn=_die_with_parent,
+                start_new_session=True, pass_fds=list(fds.values()),
+            )
+        finally:
+            for sock in socks.values():
+                sock.close()
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -212,7 +313,7 @@ class LocalTritonServer(StartedTritonServer):
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=self.exit_timeout_s + 10)
+                self.process.wait(timeout=self.exit_timeout_s + (25 if self.gate else 10))
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)

@@ -1,0 +1,3 @@
+from harness.gate.server import main
+
+raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""Checks an HTTP/REST inference request before tritonserver parses it.
+
+tritonserver 2.51 allocates an input from its *declared* shape before it reads the data, and
+parses JSON recursively: a 193-byte request declaring ``[1,131072,131072]`` FP32 with one
+value aborts it with ``std::bad_alloc``, and 50,000 nested ``[`` overflow its stack. These
+checks refuse such requests with a 4xx before Triton sees them:
+
+- the body size (per model: config parameter ``max_request_bytes``, else a bound computed
+  from the config for fixed-size inputs, else the gate's default);
+- JSON nesting (the standard parser stops near depth 1000; ``data`` may nest no deeper
+  than the declared rank; ``parameters`` values must be scalars);
+- every input known to the model, of the configured datatype, with a shape of the
+  configured rank, fixed dims equal to the config's, and the batch dim within
+  ``max_batch_size``;
+- the declared shape x datatype consistent with what was actually sent: the number of JSON
+  ``data`` values, or ``binary_data_size`` (and, for BYTES, the length-prefixed elements in
+  the binary section), and the binary sections adding up to the bytes after the header.
+
+Everything here is plain Python on bytes and dicts, so it is tested without a server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+#: Bytes per element of each Triton datatype (BYTES is variable).
+DTYPE_SIZE = {"BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4,
+              "INT64": 8, "FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8, "BYTES": None}
+#: Longest JSON text of one element counted when bounding a JSON body from the config.
+JSON_CHARS_PER_ELEMENT = 32
+#: Slack for the JSON envelope (names, parameters, outputs) when the body bound is computed.
+ENVELOPE_BYTES = 64 * 1024
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+SCALAR = (str, int, float, bool)
+
+
+class GateError(Exception):
+    """A request refused by the gate: HTTP status and a message for the client."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def triton_datatype(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
+    name = config_type[5:] if config_type.startswith("TYPE_") else config_type
+    return "BYTES" if name == "STRING" else name
+
+
+def config_parameter(config: dict, key: str) -> str | None:
+    value = (config.get("parameters") or {}).get(key)
+    if isinstance(value, dict):
+        return value.get("string_value")
+    return None
+
+
+def body_limit(config: dict, default: int = DEFAULT_MAX_BODY) -> int:
+    """Largest request body accepted for this model, in bytes."""
+    explicit = config_parameter(config, "max_request_bytes")
+    if explicit:
+        return int(explicit)
+    batch = max(int(config.get("max_batch_size") or 0), 1)
+    total = 0
+    for spec in config.get("input") or []:
+        dims = [int(d) for d in spec.get("dims") or []]
+        size = DTYPE_SIZE.get(triton_datatype(spec.get("data_type", "")))
+        if size is None or any(d < 0 for d in dims):
+            return default
+        total += batch * math.prod(dims) * max(size, JSON_CHARS_PER_ELEMENT)
+    return min(default, total + ENVELOPE_BYTES) if total else default
+
+
+def parse_header(body: bytes, header_length: int | None) -> tuple[dict, memoryview]:
+    """The JSON header (a dict) and the binary section after it."""
+    if header_length is not None:
+        if header_length < 0 or header_length > len(body):
+            raise GateError(400, f"Inference-Header-Content-Length {header_length} does not fit the "
+                                 f"{len(body)}-byte body")
+    else:
+        header_length = len(body)
+    try:
+        header = json.loads(bytes(memoryview(body)[:header_length]))
+    except RecursionError:
+        raise GateError(400, "request JSON is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GateError(400, f"request is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise GateError(400, "request JSON must be an object")
+    return header, memoryview(body)[header_length:]
+
+
+def _check_parameters(value, where: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise GateError(400, f"{where}: 'parameters' must be an object")
+    for key, item in value.items():
+        if not isinstance(item, SCALAR) and item is not None:
+            raise GateError(400, f"{where}: parameter '{key}' must be a string, number or boolean, "
+                                 f"not {type(item).__name__}")
+
+
+def count_values(data, max_depth: int, datatype: str) -> int:
+    """Number of scalar values in (possibly nested) ``data``; refuses nesting deeper than ``max_depth``."""
+    if not isinstance(data, list):
+        return 1
+    if max_depth <= 0:
+        raise GateError(400, "'data' is nested deeper than the declared shape")
+    if not any(isinstance(x, (list, dict)) for x in data):
+        return len(data)
+    total = 0
+    for item in data:
+        if isinstance(item, dict):
+            raise GateError(400, f"'data' of a {datatype} input holds an object")
+        total += count_values(item, max_depth - 1, datatype)
+    return total
+
+
+def count_bytes_elements(section: memoryview, limit: int) -> int:
+    """Elements in a BYTES binary section (4-byte little-endian length + bytes each); must be exact."""
+    count, offset, end = 0, 0, len(section)
+    while offset < end:
+        if offset + 4 > end:
+            raise GateError(400, "BYTES binary data ends inside an element's 4-byte length")
+        (length,) = struct.unpack_from("<I", section, offset)
+        offset += 4 + length
+        if offset > end:
+            raise GateError(400, f"BYTES binary element {count} declares {length} bytes past the end of its data")
+        count += 1
+        if count > limit:
+            break
+    return count
+
+
+def validate_infer(model: str, config: dict, body: bytes, header_length: int | None) -> dict:
+    """Refuse (``GateError``) an inference request Triton must not see; return the parsed header."""
+    header, binary = parse_header(body, header_length)
+    _check_parameters(header.get("parameters"), "request")
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise GateError(400, "request has no 'inputs' list")
+    outputs = header.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, list):
+            raise GateError(400, "'outputs' must be a list")
+        for out in outputs:
+            if not isinstance(out, dict):
+                raise GateError(400, "each output must be an object")
+            _check_parameters(out.get("parameters"), f"output '{out.get('name')}'")
+    specs = {spec["name"]: spec for spec in config.get("input") or []}
+    max_batch = int(config.get("max_batch_size") or 0)
+    binary_offset = 0
+    seen = set()
+    for item in inputs:
+        if not isinstance(item, dict):
+            raise GateError(400, "each input must be an object")
+        name = item.get("name")
+        where = f"input '{name}'"
+        if name not in specs:
+            raise GateError(400, f"unexpected inference input '{name}' for model '{model}'; "
+                                 f"expected one of {sorted(specs)}")
+        if name in seen:
+            raise GateError(400, f"{where} given twice")
+        seen.add(name)
+        spec = specs[name]
+        datatype = item.get("datatype")
+        expected_type = triton_datatype(spec.get("data_type", ""))
+        if datatype != expected_type:
+            raise GateError(400, f"{where}: datatype {datatype!r}, model '{model}' expects {expected_type}")
+        shape = item.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise GateError(400, f"{where}: 'shape' must be a list of integers")
+        dims = [int(d) for d in spec.get("dims") or []]
+        full = ([-1] if max_batch > 0 else []) + dims
+        ragged = bool(spec.get("allow_ragged_batch"))
+        if len(shape) != len(full) and not ragged:
+            raise GateError(400, f"{where}: shape {shape} has rank {len(shape)}, model '{model}' expects "
+                                 f"{'[batch] + ' if max_batch > 0 else ''}{dims}")
+        if any(d < 0 for d in shape):
+            raise GateError(400, f"{where}: shape {shape} has a negative dimension")
+        if max_batch > 0 and shape and not 1 <= shape[0] <= max_batch:
+            raise GateError(400, f"{where}: batch size {shape[0]} outside 1..{max_batch} (max_batch_size)")
+        if not ragged:
+            for i, (got, want) in enumerate(zip(shape, full)):
+                if want >= 0 and got != want:
+                    raise GateError(400, f"{where}: shape {shape} dimension {i} is {got}, model '{model}' "
+                                         f"expects {want} (config dims {dims})")
+        elements = math.prod(shape)
+        size = DTYPE_SIZE[expected_type]
+        params = item.get("parameters") or {}
+        _check_parameters(params, where)
+        if "data" in item:
+            if "binary_data_size" in params or "shared_memory_region" in params:
+                raise GateError(400, f"{where}: both 'data' and binary or shared-memory data")
+            count = count_values(item["data"], max(len(shape), 1), datatype)
+            if count != elements:
+                raise GateError(400, f"{where}: shape {shape} declares {elements} values of {datatype}, "
+                                     f"'data' holds {count}")
+        elif "binary_data_size" in params:
+            nbytes = params["binary_data_size"]
+            if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+                raise GateError(400, f"{where}: binary_data_size must be a non-negative integer")
+            if binary_offset + nbytes > len(binary):
+                raise GateError(400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes "
+                                     "of binary data sent")
+            section = binary[binary_offset:binary_offset + nbytes]
+            binary_offset += nbytes
+            if size is not None:
+                if nbytes != elements * size:
+                    raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, "
+                                         f"binary_data_size is {nbytes}")
+            else:
+                count = count_bytes_elements(section, elements)
+                if count != elements:
+                    raise GateError(400, f"{where}: shape {shape} declares {elements} BYTES elements, "
+                                         f"the binary data holds {count}")
+        elif "shared_memory_region" in params:
+            nbytes = params.get("shared_memory_byte_size")
+            if not isinstance(nbytes, int) or nbytes < 0:
+                raise GateError(400, f"{where}: shared_memory_byte_size must be a non-negative integer")
+            if size is not None and nbytes != elements * size:
+                raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, "
+                                     f"shared_memory_byte_size is {nbytes}")
+        else:
+            raise GateError(400, f"{where} has no 'data', binary_data_size or shared_memory_region")
+    if binary_offset != len(binary):
+        raise GateError(400, f"{len(binary) - binary_offset} bytes of binary data sent after the inputs "
+                             "declare none for them")
+    return header
