@@ -68,6 +68,9 @@ TARGETS = {
 #: overrides). The CPU image runs Debian's python3.11 from /usr.
 TARGET_PYTHON_PREFIX = {"cpu-image": "/usr"}
 
+#: Written into each sidecar; 2: venvs for a --python-prefix are made from ``<prefix>/bin/python`` (_venv_base).
+PACKER_VERSION = 2
+
 #: Left out of venv-pack tarballs: not needed at run time.
 VENV_EXCLUDES = ["lib/python*/site-packages/pip/*", "lib/python*/site-packages/pip-*",
                  "lib/python*/site-packages/setuptools/*", "lib/python*/site-packages/setuptools-*",
@@ -227,6 +230,7 @@ class PackResult:
     packages: dict[str, str] = field(default_factory=dict)
     recipe: str = ""
     recipe_sha256: str = ""
+    packer: int = 0                  # PACKER_VERSION that wrote it
 
 
 def default_output(deployment_path: Path, target: str) -> Path:
@@ -328,7 +332,7 @@ def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | 
                     "(e.g. /usr for the NGC image). conda-pack avoids this.")
             # No pip inside the env: the harness's own pip installs into it (pip --python), which
             # saves bootstrapping pip per env and keeps pip out of the tarball.
-            _run([info["executable"], "-m", "venv", "--without-pip", str(prefix)], log)
+            _run([_venv_base(info["executable"], python_prefix), "-m", "venv", "--without-pip", str(prefix)], log)
             env_python = str(prefix / "bin" / "python")
             pip = [sys.executable, "-m", "pip", "--python", env_python, "install",
                    "--disable-pip-version-check", "--no-warn-script-location"]
@@ -355,10 +359,29 @@ def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | 
         output=str(output), tool="conda-pack" if tool == "conda" else "venv-pack", target=target, python=version,
         python_executable=built_from, python_prefix=python_prefix, seconds=round(time.monotonic() - began, 1),
         size_bytes=output.stat().st_size, packages=packages, recipe=str(recipe.path), recipe_sha256=recipe.digest(),
+        packer=PACKER_VERSION,
     )
     sidecar(output).write_text(json.dumps(asdict(result), indent=2) + "\n")
     log(f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s")
     return result
+
+
+def _venv_base(executable: str, python_prefix: str | None) -> str:
+    """The interpreter path to create a venv from.
+
+    With ``python_prefix`` venv-pack rewrites the env's link to ``<base prefix>/bin/python`` into
+    ``<python_prefix>/bin/python3.X`` by string prefix. Python 3.11's venv links
+    ``bin/python3.X`` to the interpreter path it was started as, so started as ``.../python3.11``
+    the rewrite gives ``/usr/bin/python3.113.11`` (a dangling link: the stub then never finds the
+    env's site-packages). Started as ``.../bin/python`` (the same interpreter) the link is
+    ``.../bin/python`` and the rewrite is exact.
+    """
+    if python_prefix is None:
+        return executable
+    plain = Path(executable).with_name("python")
+    if plain.exists() and plain.resolve() == Path(executable).resolve():
+        return str(plain)
+    return executable
 
 
 def _make_envs_dir(path: Path) -> None:
@@ -384,6 +407,8 @@ def is_stale(tarball: str | Path, recipe: Recipe, target: str) -> str | None:
         return "no record of how it was built"
     if meta.get("recipe_sha256") != recipe.digest():
         return f"{recipe.path.name} changed since it was packed"
+    if meta.get("python_prefix") and meta.get("packer", 1) < PACKER_VERSION:
+        return "packed with --python-prefix by an older harness.packenv (dangling python link)"
     if meta.get("python") != recipe.python_for(target) or meta.get("target") != target:
         return f"packed for target {meta.get('target')} / Python {meta.get('python')}"
     return None
