@@ -71,7 +71,9 @@ class ImageProfile:
 
 def cpu_image_profile(image: str | None = None) -> ImageProfile:
     """The project's CPU image (images/cpu): Debian Python 3.11 stub, Python onnxruntime backend."""
-    return ImageProfile(image=image or CPU_IMAGE, stub_python="3.11", pack_target="cpu-image", built_here=True,
+    image = image or CPU_IMAGE
+    built_here = image == CPU_IMAGE or image.startswith("triton-harness/")  # else: try to pull it
+    return ImageProfile(image=image, stub_python="3.11", pack_target="cpu-image", built_here=built_here,
                         shm_size="2g")
 
 
