@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -124,11 +125,47 @@ def _errors_between(log: LoadLog, since: float, until: float) -> int:
     return sum(1 for r in list(log.records) if r.status != "ok" and since <= r.end < until)
 
 
+class ReadinessWatch:
+    """Polls ``/v2/health/ready`` (what probes and load balancers read) every ``interval_s``
+    from ``since``: when it first answered not-ready, and when it was ready again after that."""
+
+    def __init__(self, http_url: str, since: float, interval_s: float = 0.05):
+        self.url, self.since, self.interval_s = http_url, since, interval_s
+        self.not_ready_at: float | None = None
+        self.ready_again_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpclient.InferenceServerClient(self.url, connection_timeout=1, network_timeout=1) as client:
+            while not self._stop.is_set():
+                try:
+                    ready = client.is_server_ready()
+                except Exception:  # noqa: BLE001 - a server that does not answer is not ready
+                    ready = False
+                now = time.monotonic()
+                if not ready and self.not_ready_at is None:
+                    self.not_ready_at = now
+                elif ready and self.not_ready_at is not None:
+                    self.ready_again_at = now
+                    return
+                time.sleep(self.interval_s)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(5)
+        rel = (lambda t: round(t - self.since, 2) if t is not None else None)
+        return {"not_ready_after_s": rel(self.not_ready_at), "ready_again_after_s": rel(self.ready_again_at)}
+
+
 # -- scenarios --------------------------------------------------------------------------------
 def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = None, concurrency: int = 16,
               before_s: float = 2.0, unattended_s: float = 4.0, after_s: float = 3.0, remedy: bool = True) -> dict:
     """SIGKILL one stub process of ``stub_model`` (default: the workload's model) under load;
-    watch ``unattended_s`` for self-recovery; then reload the model (the operator's remedy)."""
+    watch ``unattended_s`` for self-recovery (behind the harness's gate: readiness false and an
+    automatic reload); then reload the model (the operator's remedy) if still broken. Also
+    records when ``/v2/health/ready`` first said not-ready and when it was ready again."""
     stub_model = stub_model or workload.model
     info: dict = {"scenario": "kill_stub", "model": workload.model, "killed_stub_of": stub_model,
                   "concurrency": concurrency}
@@ -141,6 +178,7 @@ def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = Non
         info["stubs_before"] = [p.pid for p in stubs]
         victim = stubs[0]
         log.events["fault"] = time.monotonic()
+        watch = ReadinessWatch(server.http_url, log.events["fault"])
         victim.send_signal(signal.SIGKILL)
         info["killed_pid"] = victim.pid
         with httpclient.InferenceServerClient(server.http_url) as client:
@@ -162,6 +200,8 @@ def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = Non
                 info["remedy"] = f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
                 info["remedy_call_s"] = round(log.events["remedy_done"] - log.events["remedy"], 2)
         time.sleep(after_s)
+        info.update(watch.stop())
+        info["gate"] = bool(getattr(server, "gate", False))
         info["stubs_after"] = [p.pid for p in stub_processes(server.process.pid, stub_model)]
 
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
@@ -267,7 +307,9 @@ def format_fault(r: dict) -> str:
             f"{r['wrong_answers']} wrong answers, recovered: {r['recovered']}")
     if r["scenario"] == "kill_stub":
         text += (f"; by itself: {r.get('recovered_by_itself')}, ready flag while broken: "
-                 f"{r.get('ready_flag_while_broken')}, remedy: {r.get('remedy', 'none')}")
+                 f"{r.get('ready_flag_while_broken')}, remedy: {r.get('remedy', 'none')}, "
+                 f"/v2/health/ready false at +{r.get('not_ready_after_s')} s, ready again at "
+                 f"+{r.get('ready_again_after_s')} s (gate: {r.get('gate')})")
     return text
 
 
@@ -303,9 +345,12 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
                   "|---|---|---|---|---|---|---|---|---|"]
         for f in faults:
             how = {
-                "kill_stub": (f"Triton did {'' if f.get('recovered_by_itself') else 'not '}recover by itself "
-                              f"(ready flag stayed {f.get('ready_flag_while_broken')}); "
-                              f"{f.get('remedy', 'no remedy')} at +{f.get('remedy_at_s')} s"),
+                "kill_stub": ((f"behind the gate: /v2/health/ready false at +{f.get('not_ready_after_s')} s, "
+                               f"automatic unload + load, ready again at +{f.get('ready_again_after_s')} s")
+                              if f.get("gate") and f.get("recovered_by_itself") else
+                              (f"Triton did {'' if f.get('recovered_by_itself') else 'not '}recover by itself "
+                               f"(ready flag stayed {f.get('ready_flag_while_broken')}); "
+                               f"{f.get('remedy', 'no remedy')} at +{f.get('remedy_at_s')} s")),
                 "unload_reload": f"unloaded at +{f.get('unload_s')} s, load returned at +{f.get('load_returned_s')} s",
                 "restart_server": f"stopped at +{f.get('stop_s')} s, new server ready at +{f.get('ready_again_s')} s",
             }[f["scenario"]]

@@ -26,6 +26,8 @@ from tritonclient.grpc import service_pb2
 from harness.gate.validate import DTYPE_SIZE, GateError, config_parameter, triton_datatype
 
 SERVICE = "/inference.GRPCInferenceService/"
+#: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
+GRPC_PREFIX = "triton-grpc-protocol-"
 RESTRICTED = {
     "SystemSharedMemoryStatus": "shared-memory", "SystemSharedMemoryRegister": "shared-memory",
     "SystemSharedMemoryUnregister": "shared-memory", "CudaSharedMemoryStatus": "shared-memory",
@@ -109,15 +111,16 @@ class ProxyHandler(grpc.GenericRpcHandler):
         gate = self.gate
         admin = False
         out = []
+        keys = (gate.admin_header, GRPC_PREFIX + gate.admin_header)
         for key, value in context.invocation_metadata() or ():
-            if key == gate.admin_header:
+            if key in keys:
                 admin = admin or value == gate.admin_token
                 continue
             if key.startswith(":") or key in DROP_METADATA:
                 continue
             out.append((key, value))
         if admin:
-            out.append((gate.admin_header, gate.internal_token))
+            out.append((GRPC_PREFIX + gate.admin_header, gate.internal_token))
         return out, admin
 
     async def _check_infer(self, request_bytes: bytes, admin: bool) -> None:
@@ -142,7 +145,8 @@ class ProxyHandler(grpc.GenericRpcHandler):
             try:
                 api = RESTRICTED.get(name)
                 if api is not None and (api in gate.cfg["restricted_apis"] or gate.user_mode == "none") and not admin:
-                    raise GateError(403, f"This API is restricted, expecting header '{gate.admin_header}'")
+                    raise GateError(403, "This protocol is restricted, expecting header "
+                                         f"'{GRPC_PREFIX}{gate.admin_header}'")
                 if name in ("RepositoryModelLoad", "RepositoryModelUnload") and gate.user_mode == "none":
                     raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
                 if name == "ServerReady":

@@ -330,6 +330,13 @@ class LocalTritonServer(StartedTritonServer):
         for env_dir in own_envs:
             shutil.rmtree(env_dir, ignore_errors=True)
 
+    def shm_regions(self) -> list[str]:
+        """This server's shared-memory regions as seen by its stubs (inside the gate's private
+        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``)."""
+        if self.gate and self.is_running():
+            return glob.glob(f"/proc/{self.process.pid}/root/dev/shm/{self.shm_prefix}*")
+        return glob.glob(f"/dev/shm/{self.shm_prefix}*")
+
     def leftovers(self) -> list[str]:
         """Shared-memory regions of this server still present (empty after a clean stop)."""
         return glob.glob(f"/dev/shm/{self.shm_prefix}*")

@@ -24,8 +24,10 @@ from harness.tests.repositories import ready_server
 @pytest.fixture(scope="module")
 def explicit_server(tmp_path_factory):
     repo = echo_repository(tmp_path_factory.mktemp("faults"))
+    # gate=False: these scenarios document what tritonserver itself does (the gate's own
+    # recovery is tested in test_gate.py).
     holder = {"server": LocalTritonServer(ServerOptions(str(repo), required_models=["echo"],
-                                                        model_control_mode="explicit"))}
+                                                        model_control_mode="explicit"), gate=False)}
     holder["server"].start()
     try:
         holder["server"].wait_ready(120)

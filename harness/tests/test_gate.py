@@ -1,0 +1,331 @@
+"""The front gate (harness.gate): the crashing requests get a 4xx and the server stays up,
+honest readiness with automatic reload of a model whose stub died, isolation from other
+local users (checked as ``nobody``), internal models, SIGTERM drain.
+
+Every end-to-end case runs against a throwaway server on a tiny repository, never a
+deployment's shared session server (some of these requests kill an unprotected Triton).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from harness.faults import ECHO_CONFIG, ECHO_MODEL
+from harness.gate.validate import GateError, body_limit, validate_infer
+from harness.launchers import LocalTritonServer, ServerOptions
+from harness.soak import stub_processes
+
+SINK_CONFIG = """
+name: "sink"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
+output [ { name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]
+parameters { key: "max_request_bytes" value: { string_value: "1048576" } }
+"""
+SINK_MODEL = '''
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Answers the number of elements it got; sleeps when the request parameter ``sleep`` is set."""
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            params = r.parameters()
+            if "sleep" in params:
+                time.sleep(float(__import__("json").loads(params)["sleep"]))
+            n = pb_utils.get_input_tensor_by_name(r, "X").as_numpy().size
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([[n]], dtype=np.int64))]))
+        return out
+'''
+INTERNAL_PARAMETER = 'parameters { key: "gate_internal" value: { string_value: "true" } }\n'
+
+# The requests of issue 16 that abort tritonserver 2.51 (std::bad_alloc, stack overflow).
+HUGE_SHAPE = (b'{"inputs":[{"name":"X","shape":[1,131072,131072],"datatype":"FP32","data":[1]}]}')
+DEEP_DATA = b'{"inputs":[{"name":"X","shape":[1,1],"datatype":"FP32","data":' + b"[" * 50000 + b"]" * 50000 + b"}]}"
+DEEP_PARAMETERS = (b'{"parameters":{"p":' + b"[" * 300000 + b"]" * 300000
+                   + b'},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}')
+
+
+def make_gate_repository(root):
+    repo = root / "model_repository"
+    for name, config, model in [("sink", SINK_CONFIG, SINK_MODEL), ("echo", ECHO_CONFIG, ECHO_MODEL),
+                                ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"')
+                                 + INTERNAL_PARAMETER, ECHO_MODEL)]:
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+        (repo / name / "1" / "model.py").write_text(model)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    repo = make_gate_repository(tmp_path_factory.mktemp("gate"))
+    server = LocalTritonServer(ServerOptions(str(repo), required_models=["sink", "echo", "internal_echo"]))
+    server.start()
+    try:
+        server.wait_ready(120)
+        yield server
+    finally:
+        server.stop()
+
+
+def post(server, body: bytes, model: str = "sink", headers: dict | None = None, timeout: float = 30):
+    return requests.post(f"http://{server.http_url}/v2/models/{model}/infer", data=body, headers=headers or {},
+                         timeout=timeout)
+
+
+def assert_alive(server):
+    assert server.is_running()
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        x = httpclient.InferInput("X", [1, 2, 3], "FP32")
+        x.set_data_from_numpy(np.ones((1, 2, 3), np.float32))
+        assert client.infer("sink", [x]).as_numpy("N")[0, 0] == 6
+
+
+# -- validation without a server --------------------------------------------------------------
+SINK = {"name": "sink", "max_batch_size": 8,
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, -1]}], "parameters": {}}
+TEXT = {"name": "t", "max_batch_size": 4, "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}]}
+
+
+@pytest.mark.parametrize("body,message", [
+    (HUGE_SHAPE, "declares 17179869184 values of FP32, 'data' holds 1"),
+    (DEEP_DATA, "nested too deeply"),
+    (DEEP_PARAMETERS, "nested too deeply"),
+    (b'{"inputs":[{"name":"X","shape":[1,2147483647],"datatype":"FP32","data":[1]}]}', "rank 2"),
+    (b'{"inputs":[{"name":"X","shape":[9,1,1],"datatype":"FP32","data":[1]}]}', "batch size 9 outside 1..8"),
+    (b'{"inputs":[{"name":"X","shape":[1,1,2],"datatype":"FP32","data":[[[1,[2]]]]}]}', "nested deeper"),
+    (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"INT64","data":[1]}]}', "expects FP32"),
+    (b'{"inputs":[{"name":"Y","shape":[1,1,1],"datatype":"FP32","data":[1]}]}', "unexpected inference input"),
+    (b'{"parameters":{"p":[1]},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}',
+     "must be a string, number or boolean"),
+    (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32"}]}', "has no 'data'"),
+    (b'{"inputs":[{"name":"X","shape":[1,1,-1],"datatype":"FP32","data":[1]}]}', "negative"),
+])
+def test_validation_refuses_with_a_clear_message(body, message):
+    with pytest.raises(GateError, match=None) as info:
+        validate_infer("sink", SINK, body, None)
+    assert info.value.status == 400 and message in info.value.message, info.value.message
+
+
+def test_validation_checks_binary_sections_against_the_declared_shape():
+    def request(shape, nbytes, binary, datatype="FP32", name="X"):
+        header = json.dumps({"inputs": [{"name": name, "shape": shape, "datatype": datatype,
+                                         "parameters": {"binary_data_size": nbytes}}]}).encode()
+        return header + binary, len(header)
+
+    validate_infer("sink", SINK, *request([1, 2, 2], 16, bytes(16)))
+    for shape, nbytes, binary, message in [([1, 65536, 65536], 4, bytes(4), "is 17179869184 bytes"),
+                                           ([1, 2, 2], 16, bytes(8), "runs past"),
+                                           ([1, 2, 2], 16, bytes(20), "4 bytes of binary data")]:
+        with pytest.raises(GateError, match=message):
+            validate_infer("sink", SINK, *request(shape, nbytes, binary))
+    element = struct.pack("<I", 3) + b"abc"
+    validate_infer("t", TEXT, *request([2, 1], 14, element * 2, "BYTES", "TEXT"))
+    with pytest.raises(GateError, match="declares 4 BYTES elements"):
+        validate_infer("t", TEXT, *request([4, 1], 7, element, "BYTES", "TEXT"))
+    with pytest.raises(GateError, match="past the end"):
+        validate_infer("t", TEXT, *request([1, 1], 7, struct.pack("<I", 1 << 30) + b"abc", "BYTES", "TEXT"))
+
+
+def test_body_limit_comes_from_the_config():
+    assert body_limit({**SINK, "parameters": {"max_request_bytes": {"string_value": "1000"}}}) == 1000
+    fixed = {"max_batch_size": 2, "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [3, 8, 8]}]}
+    assert body_limit(fixed) == 2 * 3 * 8 * 8 * 32 + 64 * 1024
+    assert body_limit(TEXT, default=123) == 123
+
+
+# -- Triton without the gate: why it exists ----------------------------------------------------
+@pytest.mark.timeout(120)
+def test_triton_alone_dies_of_the_huge_shape_request(tmp_path):
+    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]),
+                               gate=False)
+    server.start()
+    try:
+        server.wait_ready(120)
+        with pytest.raises(requests.ConnectionError):
+            post(server, HUGE_SHAPE)
+        deadline = time.monotonic() + 20
+        while server.is_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not server.is_running(), "tritonserver 2.51 survived the huge-shape request: the gate may be moot"
+    finally:
+        server.stop()
+
+
+# -- through the gate --------------------------------------------------------------------------
+@pytest.mark.parametrize("body", [HUGE_SHAPE, DEEP_DATA, DEEP_PARAMETERS,
+                                  b'{"inputs":[{"name":"X","shape":[1,1,2147483647],"datatype":"FP32","data":[1]}]}'],
+                         ids=["huge_shape", "deep_data", "deep_parameters", "int32_max_dim"])
+def test_crashing_requests_get_a_4xx_and_the_server_stays_up(gated, body):
+    began = time.monotonic()
+    response = post(gated, body)
+    assert response.status_code == 400, response.text
+    assert "error" in response.json()
+    assert time.monotonic() - began < 1.0
+    assert_alive(gated)
+
+
+def test_binary_requests_pass_and_inconsistent_ones_are_refused(gated):
+    with httpclient.InferenceServerClient(gated.http_url) as client:
+        x = httpclient.InferInput("X", [2, 3, 4], "FP32")
+        x.set_data_from_numpy(np.ones((2, 3, 4), np.float32), binary_data=True)
+        assert client.infer("sink", [x]).as_numpy("N")[0, 0] == 24
+        text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[b"hello"]], dtype=object), binary_data=True)
+        assert client.infer("echo", [text]).as_numpy("TEXT_OUT")[0, 0] == b"hello"
+    header = json.dumps({"inputs": [{"name": "X", "shape": [1, 65536, 65536], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 4}}]}).encode()
+    response = post(gated, header + bytes(4), headers={"Inference-Header-Content-Length": str(len(header))})
+    assert response.status_code == 400 and "binary_data_size is 4" in response.json()["error"]
+    assert_alive(gated)
+
+
+def test_body_over_the_model_limit_is_refused_before_it_is_read(gated):
+    began = time.monotonic()
+    response = post(gated, b" " * (2 << 20))
+    assert response.status_code == 413 and "max_request_bytes" in response.json()["error"], response.text
+    assert time.monotonic() - began < 1.0
+
+
+def test_grpc_gets_the_same_bounds(gated):
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(gated.grpc_url))
+    tensor = service_pb2.ModelInferRequest.InferInputTensor
+    for request, message in [
+        (service_pb2.ModelInferRequest(model_name="sink", inputs=[tensor(name="X", datatype="FP32",
+                                       shape=[1, 131072, 131072])], raw_input_contents=[bytes(4)]), "4 sent"),
+        (service_pb2.ModelInferRequest(model_name="sink", inputs=[tensor(
+            name="X", datatype="FP32", shape=[1, 131072, 131072],
+            contents=service_pb2.InferTensorContents(fp32_contents=[1.0]))]), "contents hold 1"),
+    ]:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request, timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in info.value.details()
+    big = service_pb2.ModelInferRequest(model_name="sink", inputs=[tensor(name="X", datatype="FP32",
+                                        shape=[1, 5000, 5000])], raw_input_contents=[bytes(100_000_000)])
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(big, timeout=30)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    client = grpcclient.InferenceServerClient(gated.grpc_url)
+    x = grpcclient.InferInput("X", [1, 2, 2], "FP32")
+    x.set_data_from_numpy(np.ones((1, 2, 2), np.float32))
+    assert client.infer("sink", [x]).as_numpy("N")[0, 0] == 4 and client.is_server_ready()
+    with pytest.raises(Exception, match="restricted"):
+        client.get_system_shared_memory_status()
+    admin = {f"triton-grpc-protocol-{k}": v for k, v in gated.admin_headers.items()}
+    assert client.get_system_shared_memory_status(headers=admin) is not None
+    assert_alive(gated)
+
+
+def test_internal_models_are_refused_to_clients(gated):
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}]}).encode()
+    response = post(gated, body, model="internal_echo")
+    assert response.status_code == 403 and "internal" in response.json()["error"]
+    assert post(gated, body, model="internal_echo", headers=gated.admin_headers).status_code == 200
+    assert post(gated, body, model="echo").status_code == 200
+
+
+def test_host_other_than_loopback_warns(tmp_path):
+    with pytest.warns(UserWarning, match="open to the network"):
+        LocalTritonServer(ServerOptions(str(tmp_path)), host="0.0.0.0")
+
+
+# -- isolation from other local users ----------------------------------------------------------
+def as_nobody(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command],
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody and to isolate")
+def test_another_local_user_sees_neither_the_token_nor_the_shared_memory_nor_tritonserver(gated):
+    tree = [gated.process.pid] + [p.pid for p in psutil.Process(gated.process.pid).children(recursive=True)]
+    seen = as_nobody(" ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in tree))
+    assert str(tree[0]) and "harness.gate" in seen.stdout and "tritonserver" in seen.stdout, seen
+    assert gated.admin_token not in seen.stdout
+    environ = as_nobody(" ; ".join(f"cat /proc/{pid}/environ" for pid in tree))
+    assert gated.admin_token not in environ.stdout
+    # The shared memory of the stubs: not in the host's /dev/shm, not reachable through /proc.
+    assert gated.shm_regions(), "the stubs should have shared-memory regions"
+    listing = as_nobody(f"ls -la /dev/shm/; ls /proc/{gated.process.pid}/root/dev/shm/ 2>&1")
+    assert gated.shm_prefix not in listing.stdout, listing.stdout
+    # tritonserver's own ports (and its internal token) are unreachable from the host namespace.
+    for port in gated.private_ports:
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"tritonserver's private port {port} is reachable"
+    internal = {"x-triton-harness-admin": gated.internal_token}
+    assert requests.get(f"http://{gated.http_url}/v2/systemsharedmemory/status", headers=internal,
+                        timeout=10).status_code == 403
+
+
+# -- readiness, reload, drain (last: they disturb the server) ----------------------------------
+@pytest.mark.timeout(60)
+def test_a_killed_stub_turns_readiness_false_and_the_gate_reloads_the_model(gated):
+    base = f"http://{gated.http_url}"
+    stubs = stub_processes(gated.process.pid, "echo")
+    assert len(stubs) == 2
+    killed = time.monotonic()
+    stubs[0].send_signal(signal.SIGKILL)
+    not_ready = ready_again = None
+    while time.monotonic() - killed < 30:
+        ok = requests.get(base + "/v2/health/ready", timeout=5).status_code == 200
+        if not ok and not_ready is None:
+            not_ready = time.monotonic() - killed
+        if ok and not_ready is not None:
+            ready_again = time.monotonic() - killed
+            break
+        time.sleep(0.05)
+    print(f"kill -> not ready {not_ready:.2f} s, kill -> ready again {ready_again:.2f} s")
+    assert not_ready is not None and not_ready < 3.0
+    assert ready_again is not None and ready_again < 20.0
+    after = stub_processes(gated.process.pid, "echo")
+    assert len(after) == 2 and stubs[0].pid not in [p.pid for p in after]
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}]}).encode()
+    assert all(post(gated, body, model="echo").status_code == 200 for _ in range(8))
+    assert [e["event"] for e in gated.gate_events()][-2:] == ["stub_died", "reloaded"]
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_drains_in_flight_requests(tmp_path):
+    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]))
+    server.start()
+    try:
+        server.wait_ready(120)
+        body = b'{"parameters":{"sleep":"0.5"},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}'
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(post(server, body).status_code)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        stopping = threading.Thread(target=server.stop)
+        stopping.start()
+        time.sleep(0.3)
+        assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code != 200
+        for t in threads:
+            t.join(30)
+        stopping.join(60)
+        assert results == [200] * 4, results
+        assert not server.is_running()
+        assert "Signal (11)" not in server.logs()
+    finally:
+        server.stop()
