@@ -115,5 +115,5 @@ docker-engine-stop: ## Stop the dockerd that `make docker-engine` started; undo 
 pack-env-image: install ## Pack every deployment's Python env for the CPU image (TARGET=cpu-image; skipped when current)
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness.packenv --deployment $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
-test-docker: install ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
+test-docker: install image ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
 	$(PY) -m pytest harness/ --server-mode docker --image $(IMAGE) -k "test_check or test_docker" $(PYTEST_ARGS)

@@ -107,6 +107,19 @@ class Recipe:
     pip: list[str]                   # pip requirements (relative paths resolved)
     pip_no_deps: list[str]           # installed with ``pip install --no-deps``
     python_by_target: dict[str, str]
+    #: Local source folders/files copied into the env (``sources:``): a change makes the env stale.
+    sources: list[str] = field(default_factory=list)
+
+    def sources_digest(self) -> str:
+        """sha256 over the files of ``sources`` (paths and contents; no caches, no bytecode)."""
+        digest = hashlib.sha256()
+        for root in sorted(self.sources):
+            root_path = Path(root)
+            files = [root_path] if root_path.is_file() else sorted(
+                p for p in root_path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+            for path in files:
+                digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+        return digest.hexdigest()
 
     def python_for(self, target: str) -> str:
         """``X.Y`` of the Python the env for ``target`` must be built with."""
@@ -153,6 +166,7 @@ def load_recipe(path: str | Path) -> Recipe:
         pip=pip,
         pip_no_deps=[_resolve_requirement(p, path.parent) for p in data.get("pip_no_deps", [])],
         python_by_target={str(k): str(v) for k, v in (data.get("python_by_target") or {}).items()},
+        sources=[_resolve_requirement(p, path.parent) for p in data.get("sources", [])],
     )
 
 
@@ -231,6 +245,7 @@ class PackResult:
     recipe: str = ""
     recipe_sha256: str = ""
     packer: int = 0                  # PACKER_VERSION that wrote it
+    sources_sha256: str = ""         # Recipe.sources_digest() when packed
 
 
 def default_output(deployment_path: Path, target: str) -> Path:
@@ -359,7 +374,7 @@ def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | 
         output=str(output), tool="conda-pack" if tool == "conda" else "venv-pack", target=target, python=version,
         python_executable=built_from, python_prefix=python_prefix, seconds=round(time.monotonic() - began, 1),
         size_bytes=output.stat().st_size, packages=packages, recipe=str(recipe.path), recipe_sha256=recipe.digest(),
-        packer=PACKER_VERSION,
+        packer=PACKER_VERSION, sources_sha256=recipe.sources_digest() if recipe.sources else "",
     )
     sidecar(output).write_text(json.dumps(asdict(result), indent=2) + "\n")
     log(f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s")
@@ -407,6 +422,8 @@ def is_stale(tarball: str | Path, recipe: Recipe, target: str) -> str | None:
         return "no record of how it was built"
     if meta.get("recipe_sha256") != recipe.digest():
         return f"{recipe.path.name} changed since it was packed"
+    if recipe.sources and meta.get("sources_sha256") != recipe.sources_digest():
+        return f"its local sources changed since it was packed ({', '.join(Path(p).name for p in recipe.sources)})"
     if meta.get("python_prefix") and meta.get("packer", 1) < PACKER_VERSION:
         return "packed with --python-prefix by an older harness.packenv (dangling python link)"
     if meta.get("python") != recipe.python_for(target) or meta.get("target") != target:

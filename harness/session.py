@@ -67,7 +67,7 @@ class ServerPool:
                 from harness.launchers.docker import attach_packed_env
 
                 try:
-                    attach_packed_env(deployment, options)  # packs when missing or stale
+                    attach_packed_env(deployment, options)  # the launcher packs it when missing or stale
                 except Exception as exc:
                     self._failures[key] = exc
                     raise

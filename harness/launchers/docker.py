@@ -144,28 +144,23 @@ def image_labels(image: str) -> dict[str, str] | None:
         return None
 
 
-def attach_packed_env(deployment, options: ServerOptions, pack: bool = True, log=print) -> ServerOptions:
+def attach_packed_env(deployment, options: ServerOptions) -> ServerOptions:
     """Docker mode: point ``options.python_env`` at the deployment's packed env for the image's stub.
 
-    The pack target comes from the image's labels (``cpu-image`` for the CPU image). When the
-    tarball is missing or stale and ``pack`` is true it is packed first (``harness.packenv``);
-    a deployment without ``environment.yml`` or without Python-backend models is left alone.
+    ``deployments/<d>/envs/<pack target>.tar.gz``, the pack target read from the image's labels
+    (``cpu-image`` for the CPU image). Nothing is packed here: ``DockerTritonServer.start`` packs
+    a missing or stale env itself, after its one-line checks (engine, image, ports). A deployment
+    without ``environment.yml`` or without Python-backend models is left alone.
     """
-    from harness.packenv import RECIPE, default_output, is_stale, load_recipe, pack as pack_env, python_models
+    from harness.packenv import RECIPE, default_output, python_models
 
     if not (Path(deployment.path) / RECIPE).exists():
         return options
     if not python_models(options.model_repository, options.model_config_name):
         return options
-    profile = apply_labels(profile_for(options), image_labels(profile_for(options).image))
-    recipe = load_recipe(deployment.path)
-    tarball = default_output(deployment.path, profile.pack_target)
-    reason = is_stale(tarball, recipe, profile.pack_target)
-    if reason and pack:
-        log(f"{deployment.name}: packing its Python env for {profile.image} "
-            f"(target {profile.pack_target}, Python {profile.stub_python}: {reason})")
-        pack_env(recipe, profile.pack_target, tarball, log=log)
-    options.python_env = str(tarball)
+    profile = profile_for(options)
+    profile = apply_labels(profile, image_labels(profile.image))
+    options.python_env = str(default_output(deployment.path, profile.pack_target))
     return options
 
 
@@ -218,11 +213,12 @@ class DockerTritonServer(StartedTritonServer):
     mode = "docker"
 
     def __init__(self, options: ServerOptions, profile: ImageProfile | None = None, host: str = "127.0.0.1",
-                 ports: tuple[int, int, int] | None = None, exit_timeout_s: int = 5):
+                 ports: tuple[int, int, int] | None = None, exit_timeout_s: int = 5, pack_stale_envs: bool = True):
         super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
         self.exit_timeout_s = exit_timeout_s
+        self.pack_stale_envs = pack_stale_envs
         self.container = None
         self.repository = Path(options.model_repository)
         self.envs_dir: Path | None = None
@@ -295,7 +291,8 @@ class DockerTritonServer(StartedTritonServer):
 
     def _prepare_repository(self) -> None:
         """Packed env beside a generated copy of the repository; every env checked against the stub."""
-        from harness.packenv import check_repository, inspect_env, packed_repository
+        from harness.packenv import (RECIPE, PackEnvError, check_repository, inspect_env, is_stale, load_recipe,
+                                     pack, packed_repository)
 
         stub = self.profile.stub_python
         target = self.profile.pack_target
@@ -303,6 +300,18 @@ class DockerTritonServer(StartedTritonServer):
         if self.options.python_env:
             tarball = Path(self.options.python_env)
             deployment = tarball.parent.parent.name
+            recipe_path = tarball.parent.parent / RECIPE
+            if self.pack_stale_envs and recipe_path.exists() and tarball.name == f"{target}.tar.gz":
+                # The deployment's own env: (re)pack it when missing or stale, as `make pack-env` would.
+                recipe = load_recipe(recipe_path)
+                reason = is_stale(tarball, recipe, target)
+                if reason:
+                    print(f"{deployment}: packing its Python env for {self.profile.image} "
+                          f"(target {target}, Python {stub}: {reason})", flush=True)
+                    try:
+                        pack(recipe, target, tarball, log=lambda *_: None)
+                    except PackEnvError as exc:
+                        raise DockerStartError(f"packing {tarball} failed: {_one_line(exc)[:300]}") from None
             if not tarball.exists():
                 raise DockerStartError(f"packed env {tarball} does not exist: build it with "
                                        f"`make pack-env DEPLOYMENT={deployment} TARGET={target}`")

@@ -258,3 +258,65 @@ def test_cpu_target_defaults_to_the_image_of_make_image(tmp_path):
     spec = server.container_spec()
     assert spec["labels"][OWNER_LABEL] == OWNER_VALUE and spec["labels"][PID_LABEL]
     assert "remove" not in spec  # removed by stop(), after its logs were read
+
+
+# --------------------------------------------------------------------------- the CLI in docker mode
+
+@needs_engine
+def test_cli_serve_docker_names_the_missing_image(capsys):
+    from harness.__main__ import main
+
+    rc = main(["serve", "resnet_npu", "--mode", "docker", "--image", "triton-harness/tritonserver-cpu:absent",
+               "--http-port", str(free_port()), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "make image" in err[0], err
+
+
+@needs_engine
+def test_cli_serve_docker_honours_the_port_options(capsys, image):
+    """The ports given on the command line are the ones checked (and published): a taken --grpc-port is named."""
+    from harness.__main__ import main
+
+    http, metrics = free_port(), free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        grpc = taken.getsockname()[1]
+        rc = main(["serve", "resnet_npu", "--mode", "docker", "--image", image, "--http-port", str(http),
+                   "--grpc-port", str(grpc), "--metrics-port", str(metrics)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and f"port {grpc} (gRPC)" in err[0] and "--grpc-port" in err[0], err
+
+
+# --------------------------------------------------------------------------- packed envs for the image
+
+def test_every_recipe_packs_for_the_images_stub():
+    from harness import packenv
+    from harness.deployments import discover
+
+    for deployment in discover():
+        if (deployment.path / packenv.RECIPE).exists():
+            recipe = packenv.load_recipe(deployment.path)
+            assert recipe.python_for("cpu-image") == cpu_image_profile().stub_python, recipe.path
+            assert any(Path(s).name == "triton_helpers" for s in recipe.sources), \
+                f"{recipe.path}: list ../../triton_helpers under sources (baked into the env)"
+
+
+def test_env_is_stale_when_its_baked_in_sources_change(tmp_path):
+    """triton_helpers is copied into the env: editing it must repack, or docker mode serves old code."""
+    from harness import packenv
+
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "a.py").write_text("X = 1\n")
+    (tmp_path / "environment.yml").write_text("name: demo\ndependencies:\n  - pip:\n      - numpy<2\n"
+                                              "python_by_target:\n  cpu-image: '3.11'\nsources:\n  - ./helpers\n")
+    recipe = packenv.load_recipe(tmp_path)
+    tarball = tmp_path / "envs" / "cpu-image.tar.gz"
+    tarball.parent.mkdir()
+    tarball.write_bytes(b"not read")
+    packenv.sidecar(tarball).write_text(json.dumps({
+        "recipe_sha256": recipe.digest(), "python": "3.11", "target": "cpu-image", "python_prefix": "/usr",
+        "packer": packenv.PACKER_VERSION, "sources_sha256": recipe.sources_digest()}))
+    assert packenv.is_stale(tarball, recipe, "cpu-image") is None
+    (tmp_path / "helpers" / "a.py").write_text("X = 2\n")
+    assert "local sources changed" in packenv.is_stale(tarball, recipe, "cpu-image")
