@@ -37,6 +37,7 @@ def parse_requests(pb_utils: Any, requests: list, *, limits: DocumentLimits, tok
             parameters = json.loads(request.parameters() or "{}")
             job.options = PipelineOptions.from_parameters(parameters, default_chunk_tokens, max_chunk_tokens)
             files = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "RAW_FILE").as_numpy(), "RAW_FILE")
+            check_request_size(files, limits)
             if job.options.aggregation == "none" and len(files) != 1:
                 raise InputError("aggregation 'none' returns the chunk vectors of one file: send one file per request")
             for index, data in enumerate(files):
@@ -51,6 +52,16 @@ def parse_requests(pb_utils: Any, requests: list, *, limits: DocumentLimits, tok
             job.error = str(exc)
         jobs.append(job)
     return jobs
+
+
+def check_request_size(files: list[bytes], limits: DocumentLimits) -> None:
+    """Refuse a request over ``max_files`` files or ``max_request_bytes`` bytes in all, before parsing."""
+    if len(files) > limits.max_files:
+        raise InputError(f"request has {len(files)} files, over the limit of {limits.max_files} (max_files)")
+    total = sum(len(f) for f in files)
+    if total > limits.max_request_bytes:
+        raise InputError(f"request has {total} bytes of files, over the limit of {limits.max_request_bytes} "
+                         "(max_request_bytes)")
 
 
 def all_chunks(jobs: list[DocumentJob]) -> list[str]:
@@ -100,4 +111,7 @@ def limits_from_config(config: dict) -> DocumentLimits:
         max_file_bytes=value("max_file_bytes", defaults.max_file_bytes),
         max_pdf_pages=value("max_pdf_pages", defaults.max_pdf_pages),
         max_chunks=value("max_chunks", defaults.max_chunks),
+        max_request_bytes=value("max_request_bytes", defaults.max_request_bytes),
+        max_files=value("max_files", defaults.max_files),
+        max_pdf_inflated_bytes=value("max_pdf_inflated_bytes", defaults.max_pdf_inflated_bytes),
     )

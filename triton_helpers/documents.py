@@ -10,6 +10,8 @@ chunk is ever truncated by the model.
 from __future__ import annotations
 
 import codecs
+import re
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,6 +27,48 @@ class DocumentLimits:
     max_file_bytes: int = 20 * 1024 * 1024
     max_pdf_pages: int = 2000
     max_chunks: int = 4096
+    #: All files of one request together, and how many files one request may carry.
+    max_request_bytes: int = 32 * 1024 * 1024
+    max_files: int = 16
+    #: Sum of the inflated (FlateDecode) streams of one PDF, checked before pdfium parses it.
+    max_pdf_inflated_bytes: int = 256 * 1024 * 1024
+
+
+STREAM = re.compile(rb"stream\r?\n")
+FLATE = re.compile(rb"/FlateDecode|/Fl\b")
+
+
+def pdf_inflated_bytes(data: bytes, limit: int) -> int:
+    """Bytes the FlateDecode streams of a PDF inflate to, counted with bounded memory; stops
+    (``InputError``) as soon as the total passes ``limit`` (a PDF bomb: a few MB that inflate
+    1000:1 would otherwise be inflated by pdfium inside the stub)."""
+    total = 0
+    position = 0
+    while True:
+        match = STREAM.search(data, position)
+        if match is None:
+            return total
+        start = match.end()
+        end = data.find(b"endstream", start)
+        end = len(data) if end < 0 else end
+        dictionary = data[max(0, match.start() - 512):match.start()]
+        position = end + len(b"endstream")
+        if not FLATE.search(dictionary[dictionary.rfind(b"<<"):] if b"<<" in dictionary else dictionary):
+            continue
+        inflater = zlib.decompressobj()
+        chunk = memoryview(data)[start:end]
+        try:
+            while chunk:
+                out = inflater.decompress(chunk, 1 << 20)
+                total += len(out)
+                if total > limit:
+                    raise InputError(f"PDF streams inflate to more than {limit} bytes, over the limit "
+                                     "(max_pdf_inflated_bytes)")
+                chunk = inflater.unconsumed_tail
+                if inflater.eof or not out:
+                    break
+        except zlib.error:
+            continue  # pdfium reports a corrupt stream itself
 
 
 def detect_kind(data: bytes) -> str:
@@ -85,7 +129,11 @@ def extract_text(data: bytes, limits: DocumentLimits = DocumentLimits()) -> str:
         raise InputError("file is empty (0 bytes)")
     if len(data) > limits.max_file_bytes:
         raise InputError(f"file is {len(data)} bytes, over the limit of {limits.max_file_bytes}")
-    text = pdf_text(data, limits.max_pdf_pages) if detect_kind(data) == "pdf" else decode_text(data)
+    if detect_kind(data) == "pdf":
+        pdf_inflated_bytes(data, limits.max_pdf_inflated_bytes)
+        text = pdf_text(data, limits.max_pdf_pages)
+    else:
+        text = decode_text(data)
     if not text.strip():
         raise InputError("file has no text to embed")
     return text
@@ -100,6 +148,35 @@ def token_counter(tokenizer_file: str):
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+#: Characters counted per step by ``count_tokens_within`` (a step ends at whitespace).
+COUNT_STEP_CHARS = 256 * 1024
+
+
+def count_tokens_within(text: str, tokenizer_file: str, budget: int) -> int:
+    """Tokens of ``text``, counted in whitespace-ended slices; stops as soon as the count passes
+    ``budget`` (so an over-long file is refused after about ``budget`` tokens of work and
+    memory, not after tokenizing all of it). Returns the count (> budget when stopped)."""
+    # Every whitespace-separated word is at least one token: a cheap lower bound refuses most
+    # over-long files at once, before the tokenizer runs.
+    words = 0
+    for offset in range(0, len(text), 1 << 20):
+        words += len(text[offset:offset + (1 << 20)].split())
+        if words > budget + (len(text) >> 20) + 1:  # + words split at slice borders
+            return words
+    count = token_counter(tokenizer_file)
+    total, start = 0, 0
+    while start < len(text):
+        end = min(len(text), start + COUNT_STEP_CHARS)
+        if end < len(text):
+            space = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
+            end = space + 1 if space > start else end
+        total += count(text[start:end])
+        if total > budget:
+            return total
+        start = end
+    return total
 
 
 @lru_cache(maxsize=8)
@@ -117,10 +194,12 @@ def chunk_text(text: str, tokenizer_file: str, chunk_tokens: int, max_chunks: in
     """
     if chunk_tokens < 8:
         raise InputError(f"chunk size {chunk_tokens} tokens is too small (minimum 8)")
-    total = token_counter(tokenizer_file)(text)
-    if total > max_chunks * chunk_tokens:
+    budget = max_chunks * chunk_tokens
+    total = count_tokens_within(text, tokenizer_file, budget)
+    if total > budget:
         raise InputError(
-            f"file has {total} tokens: more than {max_chunks} chunks of {chunk_tokens} tokens (the limit)"
+            f"file has more than {budget} tokens: more than {max_chunks} chunks of {chunk_tokens} tokens "
+            "(max_chunks)"
         )
     chunks = [c for c in _chunker(tokenizer_file, chunk_tokens)(text) if c.strip()]
     if len(chunks) > max_chunks:

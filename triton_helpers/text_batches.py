@@ -9,6 +9,48 @@ import numpy as np
 
 from triton_helpers.errors import InputError, input_error_response, utf8_texts
 
+#: Defaults of the per-request limits (config parameters of the same names override them).
+DEFAULT_MAX_TEXT_BYTES = 1 << 20
+DEFAULT_MAX_REQUEST_BYTES = 2 << 20
+DEFAULT_MAX_TEXTS = 64
+
+
+@dataclass(frozen=True)
+class TextLimits:
+    """Per-text and per-request bounds of a text model (config parameters ``max_text_bytes``,
+    ``max_request_bytes`` (all texts of one request together) and ``max_texts``)."""
+
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_texts: int = DEFAULT_MAX_TEXTS
+
+    @classmethod
+    def from_config(cls, config: dict, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES) -> "TextLimits":
+        parameters = config.get("parameters", {})
+
+        def value(key: str, default: int) -> int:
+            raw = (parameters.get(key) or {}).get("string_value")
+            return int(raw) if raw not in (None, "") else default
+
+        return cls(value("max_text_bytes", max_text_bytes), value("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
+                   value("max_texts", DEFAULT_MAX_TEXTS))
+
+
+def request_texts(values: Any, name: str, limits: TextLimits) -> list[str]:
+    """The texts of one request, refused as a whole when over ``limits`` (checked on the sizes
+    before anything is decoded)."""
+    import numpy as np
+
+    array = np.asarray(values)
+    if array.size > limits.max_texts:
+        raise InputError(f"request has {array.size} {name} elements, over the limit of {limits.max_texts} "
+                         "(max_texts)")
+    total = sum(len(v) for v in array.reshape(-1) if isinstance(v, (bytes, bytearray, str)))
+    if total > limits.max_request_bytes:
+        raise InputError(f"request has {total} bytes of {name}, over the limit of {limits.max_request_bytes} "
+                         "(max_request_bytes)")
+    return utf8_texts(array, name, limits.max_text_bytes)
+
 
 @dataclass
 class TextBatch:
@@ -19,13 +61,16 @@ class TextBatch:
     responses: list = field(default_factory=list)
 
     @classmethod
-    def gather(cls, pb_utils: Any, requests: list, name: str, max_bytes: int) -> "TextBatch":
-        """Validate every request's ``name`` input; invalid requests get their error response now."""
+    def gather(cls, pb_utils: Any, requests: list, name: str, max_bytes: "int | TextLimits") -> "TextBatch":
+        """Validate every request's ``name`` input; invalid requests get their error response now.
+
+        ``max_bytes``: the per-text limit, or ``TextLimits`` (per text and per request)."""
+        limits = max_bytes if isinstance(max_bytes, TextLimits) else TextLimits(max_text_bytes=max_bytes)
         batch = cls(responses=[None] * len(requests))
         for index, request in enumerate(requests):
             try:
                 tensor = pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                texts = utf8_texts(tensor, name, max_bytes)
+                texts = request_texts(tensor, name, limits)
             except InputError as exc:
                 batch.responses[index] = input_error_response(pb_utils, str(exc))
                 continue

@@ -59,9 +59,46 @@ def load_tokenizer(model_dir: str | None = None, max_length: int | None = None):
     return tokenizer
 
 
+#: Characters of a long text tokenized at first; doubled while that is not enough.
+CUT_START_CHARS = 8192
+#: Tokens past the truncation length a prefix must have before it is trusted (see below).
+CUT_MARGIN_TOKENS = 256
+
+
+def cut_for_truncation(text: str, tokenizer, start_chars: int = CUT_START_CHARS) -> str:
+    """A prefix of ``text`` whose truncated tokenization equals the whole text's, so a 1 MiB
+    text costs the tokenizer a few KiB instead of all of it.
+
+    ``tokenizer`` truncates (``enable_truncation``). The prefix is accepted once it overflows
+    the truncation length by at least ``CUT_MARGIN_TOKENS`` tokens: the (possibly split) word
+    at the cut then lies wholly past the kept tokens (a word is at most ~100 word pieces;
+    longer words become one [UNK]), so the kept tokens are the full text's. The prefix
+    doubles until that holds (at worst about twice the work of tokenizing the whole text).
+    """
+    limit = start_chars
+    while limit < len(text):
+        window = text[limit // 2:limit]
+        space = max(window.rfind(" "), window.rfind("\n"), window.rfind("\t"))
+        prefix = text[:limit // 2 + space] if space > 0 else text[:limit]
+        encoding = tokenizer.encode(prefix)
+        if sum(len(o.ids) for o in encoding.overflowing) >= CUT_MARGIN_TOKENS:
+            return prefix
+        limit *= 2
+    return text
+
+
+def cut_texts(texts: list[str], model_dir: str | None = None, max_length: int | None = None) -> list[str]:
+    """``cut_for_truncation`` of every text longer than ``CUT_START_CHARS``."""
+    if all(len(t) <= CUT_START_CHARS for t in texts):
+        return list(texts)
+    tokenizer = load_tokenizer(model_dir, max_length)
+    return [cut_for_truncation(t, tokenizer) if len(t) > CUT_START_CHARS else t for t in texts]
+
+
 def tokenize(texts: list[str], model_dir: str | None = None, max_length: int | None = None) -> dict[str, np.ndarray]:
-    """``input_ids`` and ``attention_mask`` (INT64, padded to the longest text)."""
-    encodings = load_tokenizer(model_dir, max_length).encode_batch(list(texts))
+    """``input_ids`` and ``attention_mask`` (INT64, padded to the longest text); long texts are
+    cut first (``cut_texts``) with the same result."""
+    encodings = load_tokenizer(model_dir, max_length).encode_batch(cut_texts(texts, model_dir, max_length))
     return {
         "input_ids": np.asarray([e.ids for e in encodings], dtype=np.int64),
         "attention_mask": np.asarray([e.attention_mask for e in encodings], dtype=np.int64),

@@ -199,13 +199,13 @@ class Gate:
         limit = body_limit(config, self.default_max_body)
         if request.content_length is not None and request.content_length > limit:
             raise GateError(413, f"request body of {request.content_length} bytes is over the {limit}-byte "
-                                 f"limit of model '{model}' (max_request_bytes)")
+                                 f"limit of model '{model}' (gate_max_body_bytes)")
         chunks, size = [], 0
         async for chunk in request.content.iter_chunked(1 << 20):
             size += len(chunk)
             if size > limit:
                 raise GateError(413, f"request body over the {limit}-byte limit of model '{model}' "
-                                     "(max_request_bytes)")
+                                     "(gate_max_body_bytes)")
             chunks.append(chunk)
         body = b"".join(chunks)
         raw_length = request.headers.get("Inference-Header-Content-Length")

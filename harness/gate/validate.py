@@ -5,7 +5,7 @@ parses JSON recursively: a 193-byte request declaring ``[1,131072,131072]`` FP32
 value aborts it with ``std::bad_alloc``, and 50,000 nested ``[`` overflow its stack. These
 checks refuse such requests with a 4xx before Triton sees them:
 
-- the body size (per model: config parameter ``max_request_bytes``, else a bound computed
+- the body size (per model: config parameter ``gate_max_body_bytes``, else a bound computed
   from the config for fixed-size inputs, else the gate's default);
 - JSON nesting (the standard parser stops near depth 1000; ``data`` may nest no deeper
   than the declared rank; ``parameters`` values must be scalars);
@@ -60,7 +60,7 @@ def config_parameter(config: dict, key: str) -> str | None:
 
 def body_limit(config: dict, default: int = DEFAULT_MAX_BODY) -> int:
     """Largest request body accepted for this model, in bytes."""
-    explicit = config_parameter(config, "max_request_bytes")
+    explicit = config_parameter(config, "gate_max_body_bytes")
     if explicit:
         return int(explicit)
     batch = max(int(config.get("max_batch_size") or 0), 1)

@@ -37,7 +37,7 @@ backend: "python"
 max_batch_size: 8
 input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
 output [ { name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]
-parameters { key: "max_request_bytes" value: { string_value: "1048576" } }
+parameters { key: "gate_max_body_bytes" value: { string_value: "1048576" } }
 """
 SINK_MODEL = '''
 import time
@@ -150,7 +150,7 @@ def test_validation_checks_binary_sections_against_the_declared_shape():
 
 
 def test_body_limit_comes_from_the_config():
-    assert body_limit({**SINK, "parameters": {"max_request_bytes": {"string_value": "1000"}}}) == 1000
+    assert body_limit({**SINK, "parameters": {"gate_max_body_bytes": {"string_value": "1000"}}}) == 1000
     fixed = {"max_batch_size": 2, "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [3, 8, 8]}]}
     assert body_limit(fixed) == 2 * 3 * 8 * 8 * 32 + 64 * 1024
     assert body_limit(TEXT, default=123) == 123
@@ -205,7 +205,7 @@ def test_binary_requests_pass_and_inconsistent_ones_are_refused(gated):
 def test_body_over_the_model_limit_is_refused_before_it_is_read(gated):
     began = time.monotonic()
     response = post(gated, b" " * (2 << 20))
-    assert response.status_code == 413 and "max_request_bytes" in response.json()["error"], response.text
+    assert response.status_code == 413 and "gate_max_body_bytes" in response.json()["error"], response.text
     assert time.monotonic() - began < 1.0
 
 

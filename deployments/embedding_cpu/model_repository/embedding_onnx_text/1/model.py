@@ -7,7 +7,7 @@ import triton_python_backend_utils as pb_utils
 from triton_helpers.bls import embed_texts
 from triton_helpers.config import parameter
 from triton_helpers.errors import output_dtypes
-from triton_helpers.text_batches import TextBatch
+from triton_helpers.text_batches import TextBatch, TextLimits
 from triton_helpers.text_embedding import EmbeddingModelInfo, load_tokenizer
 
 
@@ -19,14 +19,14 @@ class TritonPythonModel:
         self.config = json.loads(args["model_config"])
         self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
         self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
-        self.max_text_bytes = parameter(self.config, "max_text_bytes", 1 << 20, int)
+        self.limits = TextLimits.from_config(self.config)
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         load_tokenizer(str(self.info.model_dir))
         self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
 
     async def execute(self, requests):
         """Validate each request, embed every valid text of the batch together, answer each."""
-        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.max_text_bytes)
+        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
         if batch.texts:
             try:
                 vectors = await embed_texts(pb_utils, self.onnx_model, batch.texts, max_rows=self.max_rows,

@@ -7,7 +7,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_helpers.config import parameter
 from triton_helpers.errors import output_dtypes
-from triton_helpers.text_batches import TextBatch
+from triton_helpers.text_batches import TextBatch, TextLimits
 
 
 class TritonPythonModel:
@@ -18,21 +18,27 @@ class TritonPythonModel:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        from triton_helpers.text_embedding import default_model_dir
+        from triton_helpers.text_embedding import default_model_dir, load_tokenizer
 
         self.config = json.loads(args["model_config"])
         torch.set_num_threads(parameter(self.config, "torch_threads", 1, int))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         model_dir = parameter(self.config, "model_dir") or str(default_model_dir())
         self.model = SentenceTransformer(model_dir, device="cpu")
-        self.max_text_bytes = parameter(self.config, "max_text_bytes", 1 << 20, int)
+        self.model_dir = model_dir
+        load_tokenizer(model_dir, self.model.max_seq_length)
+        self.limits = TextLimits.from_config(self.config)
         self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
 
     def execute(self, requests):
         """Validate each request, encode the valid texts together, answer each."""
-        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.max_text_bytes)
+        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
         if batch.texts:
-            vectors = self.model.encode(batch.texts, batch_size=len(batch.texts), convert_to_numpy=True)
+            from triton_helpers.text_embedding import cut_texts
+
+            # Long texts are cut where the truncated tokenization stays the same (not tokenized whole).
+            texts = cut_texts(batch.texts, self.model_dir, self.model.max_seq_length)
+            vectors = self.model.encode(texts, batch_size=len(texts), convert_to_numpy=True)
             batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
         return batch.responses
 

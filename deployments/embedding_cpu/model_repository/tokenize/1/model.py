@@ -7,7 +7,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_helpers.config import parameter
 from triton_helpers.errors import output_dtypes
-from triton_helpers.text_batches import TextBatch
+from triton_helpers.text_batches import TextBatch, TextLimits
 from triton_helpers.text_embedding import EmbeddingModelInfo, tokenize
 
 
@@ -17,13 +17,13 @@ class TritonPythonModel:
     def initialize(self, args):
         """Read limits and the model folder the tokenizer comes from."""
         self.config = json.loads(args["model_config"])
-        self.max_text_bytes = parameter(self.config, "max_text_bytes", 1 << 20, int)
+        self.limits = TextLimits.from_config(self.config)
         self.model_dir = str(EmbeddingModelInfo.read(parameter(self.config, "model_dir")).model_dir)
         self.dtypes = output_dtypes(pb_utils, self.config)
 
     def execute(self, requests):
         """Tokenize every valid text of the batch together; one response per request."""
-        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.max_text_bytes)
+        batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
         if batch.texts:
             tokens = tokenize(batch.texts, self.model_dir)
             offset = 0

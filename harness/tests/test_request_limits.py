@@ -1,0 +1,115 @@
+"""Per-request limits of the Python models (triton_helpers): what one request may cost.
+
+Issue 16: limits were per element or per file, so one request of 64 texts of 1 MiB held an
+instance for over a minute and grew the stub by 1.6 GiB (the tokenizer encoded whole texts
+before truncating), a 20 MiB text file was refused only after 35 s, and a small PDF whose
+page stream inflates 1000:1 was inflated by pdfium inside the stub.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from triton_helpers.document_requests import check_request_size, limits_from_config
+from triton_helpers.documents import DocumentLimits, chunk_text, extract_text, pdf_inflated_bytes
+from triton_helpers.errors import InputError
+from triton_helpers.text_batches import TextLimits, request_texts
+from triton_helpers.text_embedding import cut_for_truncation, default_model_dir, load_tokenizer, tokenize
+
+
+def test_text_limits_per_request_are_named_in_the_error():
+    limits = TextLimits(max_text_bytes=1 << 20, max_request_bytes=2 << 20, max_texts=64)
+    assert request_texts(np.array([[b"a"], [b"b"]], dtype=object), "TEXT", limits) == ["a", "b"]
+    with pytest.raises(InputError, match=r"65 TEXT elements, over the limit of 64 \(max_texts\)"):
+        request_texts(np.array([b"a"] * 65, dtype=object), "TEXT", limits)
+    many = np.array([b"x" * (1 << 20)] * 3, dtype=object)
+    began = time.monotonic()
+    with pytest.raises(InputError, match=r"3145728 bytes of TEXT, over the limit of 2097152 \(max_request_bytes\)"):
+        request_texts(many, "TEXT", limits)
+    assert time.monotonic() - began < 0.5
+    config = {"parameters": {"max_request_bytes": {"string_value": "10"}, "max_texts": {"string_value": "2"}}}
+    assert TextLimits.from_config(config) == TextLimits(1 << 20, 10, 2)
+
+
+WORDS = ("the quick brown fox jumps over lazy dogs while Ünïcödé 中文 text, punctuation! and numbers 12345 "
+         "supercalifragilisticexpialidocious").split()
+
+
+@pytest.mark.parametrize("kind", ["words", "newlines", "cjk", "long_words", "only_spaces", "one_word", "short"])
+def test_long_texts_are_cut_before_tokenizing_with_the_same_tokens(kind):
+    random.seed(kind)
+    text = {
+        "words": " ".join(random.choice(WORDS) for _ in range(60000)),
+        "newlines": "\n".join(random.choice(WORDS) for _ in range(60000)),
+        "cjk": "中文字符" * 50000,
+        "long_words": " ".join("x" * random.randint(90, 150) for _ in range(2000)),
+        "only_spaces": " " * 200000 + " ".join(WORDS * 30),
+        "one_word": "a" * 200000,
+        "short": "hello world",
+    }[kind]
+    tokenizer = load_tokenizer(None)
+    cut = cut_for_truncation(text, tokenizer)
+    assert tokenizer.encode(cut).ids == tokenizer.encode(text).ids
+    if kind in ("words", "newlines", "cjk"):
+        assert len(cut) < 20000, "a long ordinary text should be cut to a few KiB"
+
+
+def test_tokenize_of_a_1_mib_text_is_fast_and_exact():
+    text = " ".join(random.Random(1).choice(WORDS) for _ in range(180000))[: 1 << 20]
+    began = time.monotonic()
+    ids = tokenize([text] * 8)["input_ids"]
+    assert time.monotonic() - began < 1.0
+    reference = load_tokenizer(None).encode(text).ids
+    assert all(list(row) == reference for row in ids)
+
+
+def test_document_requests_are_bounded_in_files_and_bytes():
+    limits = DocumentLimits(max_request_bytes=100, max_files=2)
+    check_request_size([b"a" * 50, b"b" * 50], limits)
+    with pytest.raises(InputError, match=r"3 files, over the limit of 2 \(max_files\)"):
+        check_request_size([b"a"] * 3, limits)
+    with pytest.raises(InputError, match=r"101 bytes of files, over the limit of 100 \(max_request_bytes\)"):
+        check_request_size([b"a" * 51, b"b" * 50], limits)
+    parsed = limits_from_config({"parameters": {"max_files": {"string_value": "3"},
+                                                "max_pdf_inflated_bytes": {"string_value": "1000"}}})
+    assert parsed.max_files == 3 and parsed.max_pdf_inflated_bytes == 1000
+
+
+def pdf_with_stream(content: bytes) -> bytes:
+    stream = zlib.compress(content, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+               b"<< /Length " + str(len(stream)).encode() + b" /Filter /FlateDecode >>\nstream\n" + stream
+               + b"\nendstream"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += str(number).encode() + b" 0 obj\n" + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 5\n0000000000 65535 f \n" + b"".join(str(o).zfill(10).encode() + b" 00000 n \n" for o in offsets)
+    out += b"trailer\n<< /Size 5 /Root 1 0 R >>\nstartxref\n" + str(xref).encode() + b"\n%%EOF\n"
+    return bytes(out)
+
+
+def test_a_pdf_bomb_is_refused_before_pdfium_inflates_it():
+    bomb = pdf_with_stream(b"q " + b" " * (300 << 20) + b" Q")  # ~300 KB that inflates to 300 MiB
+    assert len(bomb) < 1 << 20
+    began = time.monotonic()
+    with pytest.raises(InputError, match="max_pdf_inflated_bytes"):
+        extract_text(bomb, DocumentLimits())
+    assert time.monotonic() - began < 2.0
+    text_pdf = pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (hello) Tj ET")
+    assert pdf_inflated_bytes(text_pdf, 1 << 20) == len(b"BT /F1 12 Tf 72 720 Td (hello) Tj ET")
+
+
+def test_an_over_long_text_file_is_refused_quickly():
+    tokenizer_file = str(default_model_dir() / "tokenizer.json")
+    began = time.monotonic()
+    with pytest.raises(InputError, match=r"max_chunks"):
+        chunk_text("word " * (4 << 20), tokenizer_file, 256, 4096)  # 20 MiB, ~4 M tokens
+    assert time.monotonic() - began < 1.0
