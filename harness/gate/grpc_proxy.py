@@ -23,7 +23,7 @@ import tempfile
 import grpc
 from tritonclient.grpc import service_pb2
 
-from harness.gate.validate import DTYPE_SIZE, GateError, config_parameter, triton_datatype
+from harness.gate.validate import DTYPE_SIZE, GateError, check_shape, config_parameter, triton_datatype
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
@@ -48,7 +48,6 @@ STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 403: grpc.StatusCode.PERMISSION
 def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) -> None:
     """Declared shape x datatype against the data actually in the message (raw or typed contents)."""
     specs = {spec["name"]: spec for spec in config.get("input") or []}
-    max_batch = int(config.get("max_batch_size") or 0)
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise GateError(400, f"{len(request.inputs)} inputs but {len(raw)} raw_input_contents")
@@ -61,14 +60,7 @@ def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) ->
         if item.datatype != expected:
             raise GateError(400, f"{where}: datatype {item.datatype!r}, model expects {expected}")
         shape = list(item.shape)
-        dims = [int(d) for d in spec.get("dims") or []]
-        full = ([-1] if max_batch > 0 else []) + dims
-        if not spec.get("allow_ragged_batch"):
-            if len(shape) != len(full) or any(w >= 0 and g != w for g, w in zip(shape, full)):
-                raise GateError(400, f"{where}: shape {shape} does not match the config "
-                                     f"({'[batch] + ' if max_batch > 0 else ''}{dims})")
-        if any(d < 0 for d in shape) or (max_batch > 0 and shape and not 1 <= shape[0] <= max_batch):
-            raise GateError(400, f"{where}: shape {shape} out of bounds (max_batch_size {max_batch})")
+        check_shape(request.model_name, config, spec, shape)
         elements = math.prod(shape)
         size = DTYPE_SIZE[expected]
         if raw:

@@ -136,6 +136,36 @@ def count_bytes_elements(section: memoryview, limit: int) -> int:
     return count
 
 
+def check_shape(model: str, config: dict, spec: dict, shape: list[int]) -> None:
+    """The declared shape against the config: rank, fixed dims, batch within max_batch_size,
+    and the optional bound ``gate_max_dims:<input>`` (e.g. ``"3,1280,1280"``, batch dim excluded)."""
+    name = spec["name"]
+    where = f"input '{name}'"
+    max_batch = int(config.get("max_batch_size") or 0)
+    dims = [int(d) for d in spec.get("dims") or []]
+    full = ([-1] if max_batch > 0 else []) + dims
+    ragged = bool(spec.get("allow_ragged_batch"))
+    if len(shape) != len(full) and not ragged:
+        raise GateError(400, f"{where}: shape {shape} has rank {len(shape)}, model '{model}' expects "
+                             f"{'[batch] + ' if max_batch > 0 else ''}{dims}")
+    if any(d < 0 for d in shape):
+        raise GateError(400, f"{where}: shape {shape} has a negative dimension")
+    if max_batch > 0 and shape and not 1 <= shape[0] <= max_batch:
+        raise GateError(400, f"{where}: batch size {shape[0]} outside 1..{max_batch} (max_batch_size)")
+    if not ragged:
+        for i, (got, want) in enumerate(zip(shape, full)):
+            if want >= 0 and got != want:
+                raise GateError(400, f"{where}: shape {shape} dimension {i} is {got}, model '{model}' "
+                                     f"expects {want} (config dims {dims})")
+    bound = config_parameter(config, f"gate_max_dims:{name}")
+    if bound:
+        limits = [int(x) for x in bound.split(",")]
+        item_shape = shape[1:] if max_batch > 0 else shape
+        if any(got > limit for got, limit in zip(item_shape, limits)):
+            raise GateError(400, f"{where}: shape {shape} is over the bound {limits} of model '{model}' "
+                                 f"(gate_max_dims:{name})")
+
+
 def validate_infer(model: str, config: dict, body: bytes, header_length: int | None) -> dict:
     """Refuse (``GateError``) an inference request Triton must not see; return the parsed header."""
     header, binary = parse_header(body, header_length)
@@ -152,7 +182,6 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
                 raise GateError(400, "each output must be an object")
             _check_parameters(out.get("parameters"), f"output '{out.get('name')}'")
     specs = {spec["name"]: spec for spec in config.get("input") or []}
-    max_batch = int(config.get("max_batch_size") or 0)
     binary_offset = 0
     seen = set()
     for item in inputs:
@@ -174,21 +203,7 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
         shape = item.get("shape")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise GateError(400, f"{where}: 'shape' must be a list of integers")
-        dims = [int(d) for d in spec.get("dims") or []]
-        full = ([-1] if max_batch > 0 else []) + dims
-        ragged = bool(spec.get("allow_ragged_batch"))
-        if len(shape) != len(full) and not ragged:
-            raise GateError(400, f"{where}: shape {shape} has rank {len(shape)}, model '{model}' expects "
-                                 f"{'[batch] + ' if max_batch > 0 else ''}{dims}")
-        if any(d < 0 for d in shape):
-            raise GateError(400, f"{where}: shape {shape} has a negative dimension")
-        if max_batch > 0 and shape and not 1 <= shape[0] <= max_batch:
-            raise GateError(400, f"{where}: batch size {shape[0]} outside 1..{max_batch} (max_batch_size)")
-        if not ragged:
-            for i, (got, want) in enumerate(zip(shape, full)):
-                if want >= 0 and got != want:
-                    raise GateError(400, f"{where}: shape {shape} dimension {i} is {got}, model '{model}' "
-                                         f"expects {want} (config dims {dims})")
+        check_shape(model, config, spec, shape)
         elements = math.prod(shape)
         size = DTYPE_SIZE[expected_type]
         params = item.get("parameters") or {}

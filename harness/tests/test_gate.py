@@ -329,3 +329,75 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
         assert "Signal (11)" not in server.logs()
     finally:
         server.stop()
+
+
+# -- every model of every deployment -----------------------------------------------------------
+def _deployment_configs():
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from harness.deployments import discover
+
+    for deployment in discover():
+        for path in sorted(deployment.model_repository.glob("*/config.pbtxt")):
+            config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+            as_json = json_format.MessageToDict(config, preserving_proto_field_name=True)
+            yield pytest.param(path.parent.name, as_json, id=f"{deployment.name}/{path.parent.name}")
+
+
+@pytest.mark.parametrize("model,config", list(_deployment_configs()))
+def test_crashers_are_refused_for_every_model_of_every_deployment(model, config):
+    """For each input: a huge declared shape with one value, and 50,000 nested brackets."""
+    max_batch = int(config.get("max_batch_size") or 0)
+    for spec in config.get("input") or []:
+        dims = [int(d) for d in spec.get("dims") or []]
+        shape = ([1] if max_batch > 0 else []) + [131072 if d < 0 else d for d in dims]
+        if all(d >= 0 for d in dims):  # fixed dims: a declared batch far over max_batch_size
+            shape = [max(max_batch, 1) * 131072] + shape[1:] if max_batch > 0 else [131072] + shape
+        datatype = "BYTES" if spec["data_type"] == "TYPE_STRING" else spec["data_type"][5:]
+        item = {"name": spec["name"], "shape": shape, "datatype": datatype, "data": ["a" if datatype == "BYTES" else 1]}
+        for body in (json.dumps({"inputs": [item]}).encode(),
+                     json.dumps({"inputs": [{**item, "data": "@"}]}).encode().replace(b'"@"', b"[" * 50000
+                                                                                       + b"]" * 50000)):
+            with pytest.raises(GateError) as info:
+                validate_infer(model, config, body, None)
+            assert info.value.status == 400, info.value.message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("deployment,model,body", [
+    ("yolo11_ensemble", "postprocess",
+     b'{"inputs":[{"name":"HEAD_OUTPUT","shape":[1,131072,131072],"datatype":"FP32","data":[1]},'
+     b'{"name":"IMAGE_SIZES","shape":[1,4],"datatype":"INT32","data":[640,640,640,640]}]}'),
+    ("embedding_cpu", "embedding_onnx",
+     b'{"inputs":[{"name":"input_ids","shape":[1,2147483647],"datatype":"INT64","data":[1]},'
+     b'{"name":"attention_mask","shape":[1,1],"datatype":"INT64","data":[1]}]}'),
+])
+def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, body):
+    from harness.soak import deployment_server, stop_server
+
+    server = deployment_server(deployment, [model])
+    server.start()
+    try:
+        server.wait_ready(120)
+        for headers in ({}, server.admin_headers):
+            response = post(server, body, model=model, headers=headers)
+            assert response.status_code in (400, 403), response.text
+            assert "error" in response.json()
+        assert post(server, body, model=model, headers=server.admin_headers).status_code == 400
+        assert server.is_running()
+        assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+    finally:
+        stop_server(server)
+
+
+def test_gate_max_dims_bounds_a_variable_input():
+    detector = {"max_batch_size": 8, "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}],
+                "parameters": {"gate_max_dims:images": {"string_value": "3,1280,1280"}}}
+    ok = {"inputs": [{"name": "images", "shape": [1, 3, 2, 2], "datatype": "FP32", "data": [0.0] * 12}]}
+    validate_infer("yolo11_detector", detector, json.dumps(ok).encode(), None)
+    big = {"inputs": [{"name": "images", "shape": [1, 3, 2048, 2048], "datatype": "FP32",
+                       "parameters": {"binary_data_size": 4 * 3 * 2048 * 2048}}]}
+    header = json.dumps(big).encode()
+    with pytest.raises(GateError, match=r"over the bound \[3, 1280, 1280\].*gate_max_dims:images"):
+        validate_infer("yolo11_detector", detector, header + bytes(4 * 3 * 2048 * 2048), len(header))
