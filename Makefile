@@ -117,3 +117,9 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 
 test-docker: install image ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
 	$(PY) -m pytest harness/ --server-mode docker --image $(IMAGE) -k "test_check or test_docker" $(PYTEST_ARGS)
+
+# --- front gate (harness/gate): what the validating proxy in front of tritonserver costs ---
+.PHONY: gate-cost
+gate-cost: install ## Throughput with and without the front gate at c=8 (results/reliability/gate_cost*.json)
+	$(PY) -m harness.gate.cost
+	$(PY) -m harness.gate.cost --model echo --json results/reliability/gate_cost_echo.json

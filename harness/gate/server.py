@@ -414,7 +414,13 @@ def main(argv: list[str] | None = None) -> int:
     log(outcome)
     gate = Gate(config)
     gate.start_triton()
-    return asyncio.run(gate.run(socks["http"], socks.get("grpc"), socks.get("metrics")))
+    try:
+        import uvloop  # a faster event loop where installed (requirements/base.txt)
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return runner(gate.run(socks["http"], socks.get("grpc"), socks.get("metrics")))
 
 
 if __name__ == "__main__":
