@@ -116,7 +116,7 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness.packenv --deployment $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
 test-docker: install image ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
-	$(PY) -m pytest harness/ --server-mode docker --image $(IMAGE) -k "test_check or test_docker" $(PYTEST_ARGS)
+	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
 # --- front gate (harness/gate): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost
