@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import psutil
+from yarl import URL
 
 from harness.gate.validate import DEFAULT_MAX_BODY, GateError, body_limit, config_parameter, validate_infer
 
@@ -50,7 +51,13 @@ MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 PR_SET_PDEATHSIG = 1
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "content-length", "host"}
+#: Request headers not forwarded: aiohttp has already inflated a gzip/deflate request body (the
+#: limits above count inflated bytes), so the body goes on as plain bytes.
+REQUEST_ONLY_DROP = HOP_BY_HOP | {"content-encoding"}
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+GENERATE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/generate(?:_stream)?$")
+#: Body limit of requests other than inference (metadata, statistics, ...; admin: repository loads).
+OTHER_BODY_LIMIT, ADMIN_BODY_LIMIT = 1 << 20, 256 << 20
 READY_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/ready$")
 LOAD_PATH = re.compile(r"^/v2/repository/models/([^/]+)/(load|unload)$")
 
@@ -70,6 +77,19 @@ def restricted_api(path: str) -> str | None:
     if path.startswith("/v2/repository"):
         return "model-repository"
     return None
+
+
+def check_json_depth(body: bytes) -> None:
+    """Refuse a JSON body nested deeper than the standard parser allows (Triton's recursive
+    parser overflows its stack far above that); other bodies pass unchanged."""
+    if body.lstrip()[:1] not in (b"{", b"["):
+        return
+    try:
+        json.loads(body)
+    except RecursionError:
+        raise GateError(400, "request JSON is nested too deeply") from None
+    except ValueError:
+        pass  # Triton answers malformed JSON itself
 
 
 # -- isolation --------------------------------------------------------------------------------
@@ -160,7 +180,9 @@ class Gate:
     async def handle(self, request):
         from aiohttp import web
 
-        path = request.path
+        # Match what Triton matches: the raw path (Triton decodes a model name itself, the same
+        # way for the config lookup below as for the request).
+        path = request.raw_path.split("?", 1)[0]
         try:
             api = restricted_api(path)
             admin = self.is_admin(request.headers)
@@ -176,13 +198,21 @@ class Gate:
             if ready and (ready.group(1) in self.broken or ready.group(1) in self.reloading):
                 return web.Response(status=400)
             infer = INFER_PATH.match(path)
+            generate = GENERATE_PATH.match(path)
             body = None
             if infer:
                 if self.draining:
                     raise GateError(503, "server is shutting down")
                 body = await self.checked_infer_body(request, infer.group(1), admin)
             else:
-                body = await request.read() if request.can_read_body else None
+                if generate:
+                    if self.draining:
+                        raise GateError(503, "server is shutting down")
+                    await self.check_model_access(generate.group(1), admin)
+                limit = ADMIN_BODY_LIMIT if admin else OTHER_BODY_LIMIT
+                body = await self.read_limited(request, limit, "this endpoint") if request.can_read_body else None
+                if body:
+                    check_json_depth(body)
             load = LOAD_PATH.match(path)
             if load:
                 self.changing[load.group(1)] = float("inf")
@@ -195,7 +225,7 @@ class Gate:
         except GateError as exc:
             return web.json_response({"error": exc.message}, status=exc.status)
 
-    async def checked_infer_body(self, request, model: str, admin: bool) -> bytes:
+    async def check_model_access(self, model: str, admin: bool) -> dict:
         config = await self.model_config(model)
         if config is None:
             raise GateError(404, f"Request for unknown model: '{model}' is not found")
@@ -203,18 +233,25 @@ class Gate:
             raise GateError(403, f"model '{model}' is internal to its deployment; clients call the entry models")
         if model in self.broken:
             raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
-        limit = body_limit(config, self.default_max_body)
+        return config
+
+    @staticmethod
+    async def read_limited(request, limit: int, what: str) -> bytes:
         if request.content_length is not None and request.content_length > limit:
             raise GateError(413, f"request body of {request.content_length} bytes is over the {limit}-byte "
-                                 f"limit of model '{model}' (gate_max_body_bytes)")
+                                 f"limit of {what}")
         chunks, size = [], 0
         async for chunk in request.content.iter_chunked(1 << 20):
             size += len(chunk)
             if size > limit:
-                raise GateError(413, f"request body over the {limit}-byte limit of model '{model}' "
-                                     "(gate_max_body_bytes)")
+                raise GateError(413, f"request body over the {limit}-byte limit of {what}")
             chunks.append(chunk)
-        body = b"".join(chunks)
+        return b"".join(chunks)
+
+    async def checked_infer_body(self, request, model: str, admin: bool) -> bytes:
+        config = await self.check_model_access(model, admin)
+        limit = body_limit(config, self.default_max_body)
+        body = await self.read_limited(request, limit, f"model '{model}' (gate_max_body_bytes)")
         raw_length = request.headers.get("Inference-Header-Content-Length")
         try:
             header_length = int(raw_length) if raw_length is not None else None
@@ -226,14 +263,14 @@ class Gate:
     async def forward(self, request, body: bytes | None, admin: bool):
         from aiohttp import web
 
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in REQUEST_ONLY_DROP
                    and k.lower() != self.admin_header}
         if admin:
             headers.update(self.internal_headers())
         self.in_flight += 1
         try:
-            async with self.session.request(request.method, self.upstream_http + request.path_qs, data=body,
-                                            headers=headers) as resp:
+            url = URL(self.upstream_http + request.raw_path, encoded=True)
+            async with self.session.request(request.method, url, data=body, headers=headers) as resp:
                 payload = await resp.read()
                 out_headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
                 return web.Response(status=resp.status, body=payload, headers=out_headers)

@@ -202,6 +202,33 @@ def test_binary_requests_pass_and_inconsistent_ones_are_refused(gated):
     assert_alive(gated)
 
 
+def test_compressed_requests_are_validated_as_triton_reads_them(gated):
+    import gzip
+
+    with httpclient.InferenceServerClient(gated.http_url) as client:
+        x = httpclient.InferInput("X", [1, 2, 2], "FP32")
+        x.set_data_from_numpy(np.ones((1, 2, 2), np.float32))
+        result = client.infer("sink", [x], request_compression_algorithm="gzip")
+        assert result.as_numpy("N")[0, 0] == 4
+    response = post(gated, gzip.compress(HUGE_SHAPE), headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 400 and "'data' holds 1" in response.json()["error"]
+    bomb = gzip.compress(b" " * (64 << 20))  # 64 KiB that inflate over the model's 1 MiB limit
+    response = post(gated, bomb, headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 413, response.text
+    assert_alive(gated)
+
+
+def test_other_json_endpoints_get_the_depth_check(gated):
+    base = f"http://{gated.http_url}"
+    deep = b'{"TEXT":' + b"[" * 50000 + b"]" * 50000 + b"}"
+    for path in ("/v2/models/echo/generate", "/v2/repository/index"):
+        response = requests.post(base + path, data=deep, headers=gated.admin_headers, timeout=10)
+        assert response.status_code == 400 and "nested too deeply" in response.json()["error"], path
+    response = requests.post(base + "/v2/models/internal_echo/generate", json={"TEXT": "x"}, timeout=10)
+    assert response.status_code == 403
+    assert_alive(gated)
+
+
 def test_body_over_the_model_limit_is_refused_before_it_is_read(gated):
     began = time.monotonic()
     response = post(gated, b" " * (2 << 20))
