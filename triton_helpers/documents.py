@@ -199,7 +199,7 @@ def chunk_text(text: str, tokenizer_file: str, chunk_tokens: int, max_chunks: in
     if total > budget:
         raise InputError(
             f"file has more than {budget} tokens: more than {max_chunks} chunks of {chunk_tokens} tokens "
-            "(max_chunks)"
+            "(the limit, max_chunks)"
         )
     chunks = [c for c in _chunker(tokenizer_file, chunk_tokens)(text) if c.strip()]
     if len(chunks) > max_chunks:
