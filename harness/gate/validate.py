@@ -151,7 +151,8 @@ def check_shape(model: str, config: dict, spec: dict, shape: list[int]) -> None:
     if any(d < 0 for d in shape):
         raise GateError(400, f"{where}: shape {shape} has a negative dimension")
     if max_batch > 0 and shape and not 1 <= shape[0] <= max_batch:
-        raise GateError(400, f"{where}: batch size {shape[0]} outside 1..{max_batch} (max_batch_size)")
+        raise GateError(400, f"{where}: shape {shape} has batch size {shape[0]}, outside 1..{max_batch} "
+                             "(max_batch_size)")
     if not ragged:
         for i, (got, want) in enumerate(zip(shape, full)):
             if want >= 0 and got != want:

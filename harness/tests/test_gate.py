@@ -114,7 +114,7 @@ TEXT = {"name": "t", "max_batch_size": 4, "input": [{"name": "TEXT", "data_type"
     (DEEP_DATA, "nested too deeply"),
     (DEEP_PARAMETERS, "nested too deeply"),
     (b'{"inputs":[{"name":"X","shape":[1,2147483647],"datatype":"FP32","data":[1]}]}', "rank 2"),
-    (b'{"inputs":[{"name":"X","shape":[9,1,1],"datatype":"FP32","data":[1]}]}', "batch size 9 outside 1..8"),
+    (b'{"inputs":[{"name":"X","shape":[9,1,1],"datatype":"FP32","data":[1]}]}', "has batch size 9, outside 1..8"),
     (b'{"inputs":[{"name":"X","shape":[1,1,2],"datatype":"FP32","data":[[[1,[2]]]]}]}', "nested deeper"),
     (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"INT64","data":[1]}]}', "expects FP32"),
     (b'{"inputs":[{"name":"Y","shape":[1,1,1],"datatype":"FP32","data":[1]}]}', "unexpected inference input"),
