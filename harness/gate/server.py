@@ -101,12 +101,24 @@ def isolate() -> str:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     if libc.unshare(CLONE_NEWNET | CLONE_NEWNS) != 0:
         return f"not isolated: unshare failed (errno {ctypes.get_errno()})"
+    loopback_up()
     if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return f"network isolated, but mount propagation could not be made private (errno {ctypes.get_errno()})"
     if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, b"mode=0700") != 0:
         return f"network isolated, but no private /dev/shm (errno {ctypes.get_errno()})"
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     return "isolated: private network namespace (tritonserver unreachable from the host) and private /dev/shm"
+
+
+def loopback_up() -> None:
+    """``ip link set lo up`` without iproute2 (SIOCGIFFLAGS / SIOCSIFFLAGS)."""
+    import fcntl
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, siocgifflags, request)[:18])[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
 def _die_with_parent() -> None:

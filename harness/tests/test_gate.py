@@ -428,3 +428,20 @@ def test_gate_max_dims_bounds_a_variable_input():
     header = json.dumps(big).encode()
     with pytest.raises(GateError, match=r"over the bound \[3, 1280, 1280\].*gate_max_dims:images"):
         validate_infer("yolo11_detector", detector, header + bytes(4 * 3 * 2048 * 2048), len(header))
+
+
+@pytest.mark.timeout(60)
+def test_without_isolation_the_gate_still_validates_and_keeps_the_token_off_command_lines(tmp_path):
+    """What a non-root user gets (the gate logs that it is not isolated)."""
+    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]),
+                               isolate=False)
+    server.start()
+    try:
+        server.wait_ready(120)
+        assert post(server, HUGE_SHAPE).status_code == 400
+        assert_alive(server)
+        tree = [psutil.Process(server.process.pid)] + psutil.Process(server.process.pid).children(recursive=True)
+        assert not any(server.admin_token in " ".join(p.cmdline()) for p in tree)
+        assert "not isolated" in server.logs()
+    finally:
+        server.stop()
