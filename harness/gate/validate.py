@@ -190,7 +190,7 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
             raise GateError(400, "each input must be an object")
         name = item.get("name")
         where = f"input '{name}'"
-        if name not in specs:
+        if not isinstance(name, str) or name not in specs:
             raise GateError(400, f"unexpected inference input '{name}' for model '{model}'; "
                                  f"expected one of {sorted(specs)}")
         if name in seen:
