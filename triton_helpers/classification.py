@@ -222,6 +222,10 @@ def request_parameters(request) -> dict:
     return json.loads(raw) if isinstance(raw, str) and raw else (raw or {})
 
 
+#: Fallback for a PreprocessModel built without initialize() (tests).
+DEFAULT_REQUEST_BYTES = 64 * 1024 * 1024
+
+
 class PreprocessModel:
     """Encoded image bytes in, normalised float32 batch ``(n, 3, crop, crop)`` out.
 
@@ -244,6 +248,9 @@ class PreprocessModel:
             "max_pixels": int(params.get("max_pixels") or DEFAULT_MAX_PIXELS),
             "max_bytes": int(params.get("max_bytes") or DEFAULT_MAX_BYTES),
         }
+        from triton_helpers.errors import DEFAULT_MAX_REQUEST_BYTES
+
+        self.max_request_bytes = int(params.get("max_request_bytes") or DEFAULT_MAX_REQUEST_BYTES)
         self.input_name = config["input"][0]["name"]
         self.output_name = config["output"][0]["name"]
         self.dtype = output_dtypes(self.pb_utils, config)[self.output_name]
@@ -272,7 +279,11 @@ class PreprocessModel:
         tensor = pb.get_input_tensor_by_name(request, self.input_name)
         if tensor is None:
             raise InputError(f"input '{self.input_name}' is missing")
-        images = self.preprocess(single_bytes_items(tensor.as_numpy(), self.input_name))
+        from triton_helpers.errors import check_request_bytes
+
+        items = single_bytes_items(tensor.as_numpy(), self.input_name)
+        check_request_bytes(items, self.input_name, getattr(self, "max_request_bytes", DEFAULT_REQUEST_BYTES))
+        images = self.preprocess(items)
         return pb.InferenceResponse(output_tensors=[pb.Tensor(self.output_name, images)])
 
     def execute(self, requests):

@@ -77,3 +77,14 @@ def utf8_texts(values: Any, name: str, max_bytes: int) -> list[str]:
             raise InputError(f"{name} element is {len(item)} bytes, over the limit of {max_bytes}")
         texts.append(decode_utf8(item, name))
     return texts
+
+
+#: Default bound on the bytes of all items of one request (config parameter ``max_request_bytes``).
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+def check_request_bytes(items: Sequence[bytes], name: str, limit: int) -> None:
+    """Refuse a request whose ``name`` items add up to more than ``limit`` bytes (named in the error)."""
+    total = sum(len(item) for item in items)
+    if total > limit:
+        raise InputError(f"request has {total} bytes of {name}, over the limit of {limit} (max_request_bytes)")

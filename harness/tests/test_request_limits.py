@@ -113,3 +113,11 @@ def test_an_over_long_text_file_is_refused_quickly():
     with pytest.raises(InputError, match=r"max_chunks"):
         chunk_text("word " * (4 << 20), tokenizer_file, 256, 4096)  # 20 MiB, ~4 M tokens
     assert time.monotonic() - began < 1.0
+
+
+def test_image_requests_are_bounded_in_total_bytes():
+    from triton_helpers.errors import check_request_bytes
+
+    check_request_bytes([b"a" * 10, b"b" * 10], "IMAGE_BYTES", 20)
+    with pytest.raises(InputError, match=r"21 bytes of IMAGE_BYTES, over the limit of 20 \(max_request_bytes\)"):
+        check_request_bytes([b"a" * 11, b"b" * 10], "IMAGE_BYTES", 20)

@@ -6,7 +6,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_helpers.detection import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, decode_bgr, letterbox, to_model_input
-from triton_helpers.errors import InputError, output_dtypes, respond_each, single_bytes_items
+from triton_helpers.errors import (DEFAULT_MAX_REQUEST_BYTES, InputError, check_request_bytes, output_dtypes,
+                                   respond_each, single_bytes_items)
 
 
 class TritonPythonModel:
@@ -26,6 +27,7 @@ class TritonPythonModel:
             "max_pixels": int(params.get("max_pixels", DEFAULT_MAX_PIXELS)),
             "max_bytes": int(params.get("max_bytes", DEFAULT_MAX_BYTES)),
         }
+        self.max_request_bytes = int(params.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES))
 
     def execute(self, requests):
         """One response per request; a bad image fails only its own request."""
@@ -33,6 +35,7 @@ class TritonPythonModel:
 
     def _handle(self, request):
         items = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES").as_numpy(), "IMAGE_BYTES")
+        check_request_bytes(items, "IMAGE_BYTES", self.max_request_bytes)
         tensor = np.empty((len(items), 3, *self.size_hw), np.float32)
         sizes = np.empty((len(items), 4), np.int32)
         for index, data in enumerate(items):
