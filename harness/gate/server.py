@@ -62,6 +62,16 @@ READY_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/ready$")
 LOAD_PATH = re.compile(r"^/v2/repository/models/([^/]+)/(load|unload)$")
 
 
+def expected_stubs(config: dict) -> int:
+    """Instances of a model from its (auto-completed) config: one stub each for Python-based backends."""
+    total = 0
+    for group in config.get("instance_group") or []:
+        count = int(group.get("count", 1) or 1)
+        gpus = group.get("gpus") or []
+        total += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
+    return total
+
+
 def log(message: str) -> None:
     print(f"gate: {message}", file=sys.stderr, flush=True)
 
@@ -207,7 +217,7 @@ class Gate:
             if path == "/v2/health/ready":
                 return await self.readiness_response()
             ready = READY_PATH.match(path)
-            if ready and (ready.group(1) in self.broken or ready.group(1) in self.reloading):
+            if ready and ready.group(1) in self.broken:
                 return web.Response(status=400)
             infer = INFER_PATH.match(path)
             generate = GENERATE_PATH.match(path)
@@ -227,13 +237,15 @@ class Gate:
                     check_json_depth(body)
             load = LOAD_PATH.match(path)
             if load:
-                self.changing[load.group(1)] = float("inf")
+                model = load.group(1)
+                self.changing[model] = float("inf")
+                old = (await asyncio.get_running_loop().run_in_executor(None, self.stubs)).get(model, set())
             try:
                 return await self.forward(request, body, admin)
             finally:
                 if load:
-                    self.changing[load.group(1)] = time.monotonic() + 2 * self.monitor_interval + 1
-                    self.configs.pop(load.group(1), None)
+                    self.configs.pop(model, None)
+                    asyncio.create_task(self.settle(model, old))
         except GateError as exc:
             return web.json_response({"error": exc.message}, status=exc.status)
 
@@ -338,24 +350,65 @@ class Gate:
                     log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
-            now = time.monotonic()
-            current = await asyncio.get_running_loop().run_in_executor(None, self.stubs)
-            for model, pids in known.items():
-                if model in self.reloading or model in self.broken or self.changing.get(model, 0) > now:
-                    continue
-                alive = current.get(model, set())
-                if len(alive) < len(pids) and await self.upstream_ready(f"/v2/models/{model}/ready"):
-                    dead = sorted(pids - alive)
-                    self.broken[model] = now
-                    self.event("stub_died", model=model, pids=dead)
-                    log(f"stub process(es) {dead} of model '{model}' died; readiness is false")
-                    if self.auto_reload:
-                        asyncio.create_task(self.reload(model))
-            known = {m: p for m, p in current.items()}
+            try:
+                known = await self.watch_stubs(known)
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad round
+                log(f"stub watch: {type(exc).__name__}: {exc}")
+
+    async def ready_models(self) -> set[str]:
+        async with self.session.post(f"{self.upstream_http}/v2/repository/index", json={},
+                                     headers=self.internal_headers()) as resp:
+            if resp.status != 200:
+                return set()
+            return {m["name"] for m in json.loads(await resp.read()) if m.get("state") == "READY"}
+
+    async def watch_stubs(self, known: dict[str, set[int]]) -> dict[str, set[int]]:
+        """One round. Stubs are tracked only for models Triton calls READY, read *before* the
+        stubs are listed (so the short-lived stub the Python backend starts to auto-complete a
+        config, gone before the model is READY, is never tracked). A tracked stub that is gone
+        while its model is still READY has died: Triton never replaces a stub by itself in
+        explicit mode, and loads/unloads pass through the gate (``changing``). Returns this
+        round's tracked stubs."""
+        now = time.monotonic()
+        ready = await self.ready_models()
+        current = await asyncio.get_running_loop().run_in_executor(None, self.stubs)
+        tracked = {m: p for m, p in current.items() if m in ready}
+        for model in ready:
+            if model in self.reloading or model in self.broken or self.changing.get(model, 0) > now:
+                continue
+            alive = current.get(model, set())
+            dead = sorted(known.get(model, set()) - alive)
+            missing = 0
+            if alive and not dead:  # a stub that died before it was ever tracked: count them
+                config = await self.model_config(model)
+                missing = expected_stubs(config) - len(alive) if config else 0
+            if dead or missing > 0:
+                dead = dead or [f"{missing} of {len(alive) + missing} instances"]
+                self.broken[model] = now
+                self.event("stub_died", model=model, pids=dead)
+                log(f"stub process(es) {dead} of model '{model}' died; readiness is false")
+                if self.auto_reload:
+                    asyncio.create_task(self.reload(model))
+        if {m: len(p) for m, p in tracked.items()} != {m: len(p) for m, p in known.items()}:
+            log("stubs of READY models: " + ", ".join(f"{m} x{len(p)}" for m, p in sorted(tracked.items())))
+        return tracked
+
+    async def settle(self, model: str, old: set[int], timeout_s: float = 60.0) -> None:
+        """Keep ``model`` out of the stub watch until the stubs it had before a load/unload have
+        exited (the old version's instances finish a little after the call returns)."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not old & (await loop.run_in_executor(None, self.stubs)).get(model, set()):
+                break
+            await asyncio.sleep(0.2)
+        self.changing[model] = time.monotonic() + 2 * self.monitor_interval
 
     async def reload(self, model: str) -> None:
         self.reloading.add(model)
         began = time.monotonic()
+        loop = asyncio.get_running_loop()
+        old = (await loop.run_in_executor(None, self.stubs)).get(model, set())
         try:
             async with self.session.post(f"{self.upstream_http}/v2/repository/index", json={},
                                          headers=self.internal_headers()) as resp:
@@ -375,6 +428,9 @@ class Gate:
             self.event("reloaded", model=model, reload_s=round(time.monotonic() - began, 2),
                        also_reloaded=sorted(before - after))
             log(f"model '{model}' reloaded in {time.monotonic() - began:.2f} s; ready again")
+            # The old version's surviving stubs exit a little after the load returns; the model
+            # stays out of the stub watch until they are gone (else their exit looks like a death).
+            await self.settle(model, old)
         except Exception as exc:  # noqa: BLE001 - stays not-ready; next death retries
             log(f"reload of '{model}' failed: {exc}")
             self.event("reload_failed", model=model, error=str(exc))
