@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 
-from harness.deployments import discover, get_deployment
+from harness.deployments import ManifestError, discover, get_deployment
 from harness.launchers import MODES, LocalTritonServer, ServerStartError, create_server
 from harness.launchers.base import serve_until_interrupted
 
@@ -158,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     bench.set_defaults(func=_bench)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ManifestError, FileNotFoundError, ValueError) as exc:
+        print(f"{parser.prog}: error: {' '.join(str(exc).split()) if len(str(exc)) < 400 else exc}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"{parser.prog}: error: {' '.join(map(str, exc.cmd))} failed (exit {exc.returncode})", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ import os
 
 import pytest
 
+from harness import PROJECT_ROOT, matrix
 from harness.launchers import MODES
 from harness.session import ServerPool
+
+TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
 
 
 def pytest_addoption(parser):
@@ -23,6 +26,9 @@ def pytest_addoption(parser):
     group.addoption("--image", default=os.environ.get("TRITON_IMAGE"),
                     help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
                          "the CPU image of `make image` for cpu)")
+    group.addoption("--record-results", action="store_true",
+                    help="append benchmark records and check outcomes to results/ for `make matrix` "
+                         "(default: results/test-runs/, which the matrix does not read)")
     group.addoption("--bench-duration", type=float, default=float(os.environ.get("BENCH_DURATION", "2")),
                     help="seconds measured per concurrency level in benchmark tests (default 2)")
 
@@ -51,4 +57,9 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(f"{seconds:6.1f} s  {key}")
 
 
-from harness.matrix import pytest_configure  # noqa: E402,F401 - records check outcomes for the results matrix
+def pytest_configure(config):
+    """Test runs write their records and check outcomes to results/test-runs/ (never read by
+    `make matrix`) unless --record-results or $HARNESS_RESULTS_DIR says otherwise."""
+    if not config.getoption("--record-results") and not os.environ.get("HARNESS_RESULTS_DIR"):
+        os.environ["HARNESS_RESULTS_DIR"] = str(TEST_RUN_RESULTS)
+    matrix.pytest_configure(config)

@@ -190,16 +190,40 @@ def load_deployment(path: Path) -> Deployment:
     return deployment
 
 
+def deployments_root(root: Path | None = None) -> Path:
+    """Where deployments are looked for: ``root``, $HARNESS_DEPLOYMENTS_DIR or ./deployments."""
+    return Path(root or os.environ.get("HARNESS_DEPLOYMENTS_DIR") or PROJECT_ROOT / "deployments")
+
+
+def discover_with_errors(root: Path | None = None) -> tuple[list[Deployment], dict[Path, str]]:
+    """Deployments under ``root`` that load, and for each folder that does not, why (one broken
+    folder never hides the others)."""
+    found, broken = [], {}
+    for manifest in sorted(deployments_root(root).glob(f"*/{MANIFEST}")):
+        try:
+            found.append(load_deployment(manifest.parent))
+        except (ManifestError, tomllib.TOMLDecodeError, OSError, KeyError, TypeError) as exc:
+            broken[manifest.parent] = f"{manifest}: {type(exc).__name__}: {exc}"
+    return found, broken
+
+
 def discover(root: Path | None = None) -> list[Deployment]:
-    """All deployments under ``root`` (default: $HARNESS_DEPLOYMENTS_DIR or ./deployments)."""
-    root = Path(root or os.environ.get("HARNESS_DEPLOYMENTS_DIR") or PROJECT_ROOT / "deployments")
-    return [load_deployment(p.parent) for p in sorted(root.glob(f"*/{MANIFEST}"))]
+    """All deployments under ``root`` (default: $HARNESS_DEPLOYMENTS_DIR or ./deployments); a broken
+    manifest raises ``ManifestError``."""
+    found, broken = discover_with_errors(root)
+    if broken:
+        raise ManifestError("\n".join(broken.values()))
+    return found
 
 
 def get_deployment(name: str, root: Path | None = None) -> Deployment:
     """The deployment called ``name``, with the list of known ones in the error."""
-    deployments = {d.name: d for d in discover(root)}
+    found, broken = discover_with_errors(root)
+    deployments = {d.name: d for d in found}
     normalised = name.replace("-", "_")
+    for folder, error in broken.items():
+        if folder.name in (name, normalised):
+            raise ManifestError(error)
     for key in (name, normalised):
         if key in deployments:
             return deployments[key]

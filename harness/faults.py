@@ -186,9 +186,12 @@ def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = Non
             info["ready_flag_while_broken"] = bool(client.is_model_ready(stub_model))
             window_end = time.monotonic()
             info["errors_in_last_second_unattended"] = _errors_between(log, window_end - 1.0, window_end)
-            info["recovered_by_itself"] = info["errors_in_last_second_unattended"] == 0
             info["stub_restarted_by_triton"] = any(p.pid not in info["stubs_before"]
                                                    for p in stub_processes(server.process.pid, stub_model))
+            # Recovered only when the dead stub was replaced: a quiet second proves nothing, since
+            # the dynamic batcher may not have sent a batch to the dead instance in it.
+            info["recovered_by_itself"] = (info["stub_restarted_by_triton"]
+                                           and info["errors_in_last_second_unattended"] == 0)
             if remedy and not info["recovered_by_itself"]:
                 # A plain load of the (unchanged) loaded model was seen to return at once without
                 # replacing the dead stub; unload + load always replaced it.

@@ -1,9 +1,9 @@
 """Client for the cn_clip deployment: raw images and raw UTF-8 text in, no local pre-processing.
 
-    python client.py image photo.jpg [more.jpg ...]          # normalised image embeddings
-    python client.py text "一只猫" "a photo of a dog"          # normalised text embeddings
-    python client.py zero-shot photo.jpg 猫 狗 公交车          # one probability per label
-    options: --url localhost:8000 (HTTP) or localhost:8001 with --protocol grpc
+    .venv/bin/python deployments/cn_clip/client.py image deployments/cn_clip/fixtures/images/scene.jpg
+    .venv/bin/python deployments/cn_clip/client.py text "一只猫" "a photo of a dog"
+    .venv/bin/python deployments/cn_clip/client.py zero-shot deployments/cn_clip/fixtures/images/scene.jpg 猫 狗 公交车
+    options (before or after the subcommand): --url 127.0.0.1:8000 (HTTP), --protocol grpc (port 8001)
 
 Importable: ``image_embeddings(paths_or_bytes)``, ``text_embeddings(texts)``,
 ``zero_shot(image, labels)`` return numpy arrays.
@@ -11,13 +11,12 @@ Importable: ``image_embeddings(paths_or_bytes)``, ``text_embeddings(texts)``,
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
-DEFAULT_URLS = {"http": "localhost:8000", "grpc": "localhost:8001"}
+from harness.client_cli import DEFAULT_URLS, add_subcommand, client_parser, read_file, run, server_url
 
 
 def _client(url: str | None, protocol: str):
@@ -65,37 +64,32 @@ def zero_shot(image, labels, url: str | None = None, protocol: str = "http") -> 
     return _infer("zero_shot", inputs, "PROBABILITIES", url, protocol)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="host:port (default localhost:8000 for http, localhost:8001 for grpc)")
-    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
-    sub = parser.add_subparsers(dest="use", required=True)
-    sub.add_parser("image", help="image embeddings").add_argument("images", nargs="+")
-    sub.add_parser("text", help="text embeddings").add_argument("texts", nargs="+")
-    zs = sub.add_parser("zero-shot", help="zero-shot classification of one image")
-    zs.add_argument("image")
-    zs.add_argument("labels", nargs="+")
-    args = parser.parse_args(argv)
-
-    from tritonclient.utils import InferenceServerException
-
-    try:
-        if args.use == "zero-shot":
-            probabilities = zero_shot(args.image, args.labels, args.url, args.protocol)
-            for label, p in sorted(zip(args.labels, probabilities), key=lambda item: -item[1]):
-                print(f"{p:8.4f}  {label}")
-            return 0
-        if args.use == "image":
-            names, embeddings = args.images, image_embeddings(args.images, args.url, args.protocol)
-        else:
-            names, embeddings = args.texts, text_embeddings(args.texts, args.url, args.protocol)
-    except InferenceServerException as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+def _run(args) -> int:
+    url = server_url(args)
+    if args.use == "zero-shot":
+        probabilities = zero_shot(read_file(args.image), args.labels, url, args.protocol)
+        for label, p in sorted(zip(args.labels, probabilities), key=lambda item: -item[1]):
+            print(f"{p:8.4f}  {label}")
+        return 0
+    if args.use == "image":
+        names, embeddings = args.images, image_embeddings([read_file(p) for p in args.images], url, args.protocol)
+    else:
+        names, embeddings = args.texts, text_embeddings(args.texts, url, args.protocol)
     np.set_printoptions(precision=4, suppress=True)
     for name, vector in zip(names, embeddings):
         print(f"{name}: dim {vector.shape[0]}, |v| = {np.linalg.norm(vector):.4f}, head {vector[:6]}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = client_parser(__doc__)
+    sub = parser.add_subparsers(dest="use", required=True)
+    add_subcommand(sub, "image", "image embeddings").add_argument("images", nargs="+")
+    add_subcommand(sub, "text", "text embeddings").add_argument("texts", nargs="+")
+    zs = add_subcommand(sub, "zero-shot", "zero-shot classification of one image")
+    zs.add_argument("image")
+    zs.add_argument("labels", nargs="+")
+    return run(parser, _run, argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Client for embedding_cpu: sentences and whole files, sync and asyncio, HTTP and gRPC.
 
-    python deployments/embedding_cpu/client.py sentences "A sentence." "另一句话" --model embedding_onnx_text
-    python deployments/embedding_cpu/client.py files docs/ --model pipeline_orchestrator --concurrency 8
+    .venv/bin/python deployments/embedding_cpu/client.py sentences "A sentence." "另一句话" --model embedding_onnx
+    .venv/bin/python deployments/embedding_cpu/client.py files deployments/embedding_cpu/fixtures/documents
 
 Models: ``embedding_py`` / ``embedding_onnx_text`` take TEXT and return EMBEDDING.
 ``embedding_onnx`` / ``embedding_onnx_int8`` are the bare transformer: this client tokenizes
@@ -12,8 +12,8 @@ with the model's fast tokenizer, sends ``input_ids`` + ``attention_mask`` and me
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
 from tritonclient.utils import InferenceServerException
 
+from harness.client_cli import EXIT_USAGE, ClientError, add_subcommand, client_parser, read_file, run, server_url
 from triton_helpers.text_embedding import EmbeddingModelInfo, pool, tokenize
 
 TEXT_MODELS = ("embedding_py", "embedding_onnx_text", "embedding_onnx_text_ensemble")
@@ -162,34 +163,46 @@ def _show(label: str, vector: np.ndarray) -> None:
     print(f"{label[-50:]!r:54} dim={vector.shape[0]} norm={np.linalg.norm(vector):.4f} [{head}, ...]")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Embed sentences or files with the embedding_cpu deployment.")
-    parser.add_argument("--url", default="127.0.0.1:8000", help="server host:port (HTTP 8000 / gRPC 8001)")
-    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+def _embed(args) -> int:
+    url = server_url(args)
+    if args.command == "sentences":
+        with connect(url, args.protocol) as client:
+            for text, vector in zip(args.texts, embed_texts(client, args.texts, args.model)):
+                _show(text, vector)
+        return 0
+    paths = collect_files(args.paths)
+    if not paths:
+        raise ClientError(f"no {'/'.join(sorted(FILE_SUFFIXES))} files under {' '.join(map(str, args.paths))}",
+                          EXIT_USAGE)
+    for path in paths:
+        read_file(path)
+    vectors = asyncio.run(embed_files_async(url, args.protocol, paths, args.model,
+                                            args.concurrency, chunk_tokens=args.chunk_tokens))
+    refused = 0
+    for path, vector in vectors.items():
+        if isinstance(vector, InferenceServerException):
+            if vector.status() == "StatusCode.UNAVAILABLE" or "failed to connect" in str(vector.message()):
+                raise vector
+            refused += 1
+            print(f"{str(path)[-50:]!r:54} refused: {vector.message()}")
+        else:
+            _show(str(path), vector)
+    return 1 if refused == len(vectors) and refused else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = client_parser("Embed sentences or files with the embedding_cpu deployment.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sentences = sub.add_parser("sentences", help="embed sentences given on the command line")
+    sentences = add_subcommand(sub, "sentences", "embed sentences given on the command line")
     sentences.add_argument("texts", nargs="+")
     sentences.add_argument("--model", choices=TEXT_MODELS + TOKEN_MODELS, default="embedding_onnx_text")
-    files = sub.add_parser("files", help="embed files or every .txt/.md/.pdf under folders")
+    files = add_subcommand(sub, "files", "embed files, or every .txt/.md/.pdf under folders")
     files.add_argument("paths", nargs="+", type=Path)
     files.add_argument("--model", choices=FILE_MODELS, default="pipeline_orchestrator")
     files.add_argument("--concurrency", type=int, default=8)
     files.add_argument("--chunk-tokens", type=int, default=None, help="token budget per chunk (default: model max)")
-    args = parser.parse_args()
-
-    if args.command == "sentences":
-        with connect(args.url, args.protocol) as client:
-            for text, vector in zip(args.texts, embed_texts(client, args.texts, args.model)):
-                _show(text, vector)
-    else:
-        vectors = asyncio.run(embed_files_async(args.url, args.protocol, collect_files(args.paths), args.model,
-                                                args.concurrency, chunk_tokens=args.chunk_tokens))
-        for path, vector in vectors.items():
-            if isinstance(vector, InferenceServerException):
-                print(f"{str(path)[-50:]!r:54} refused: {vector.message()}")
-            else:
-                _show(str(path), vector)
+    return run(parser, _embed, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,9 +1,9 @@
 """Classify images with the resnet_npu deployment: send the encoded file, print the top-k.
 
-    python client.py photo.jpg other.png                      # EfficientNet-Lite0 (real weights)
-    python client.py photo.jpg --model classify_resnet50 --top-k 3
-    python client.py photo.jpg --url 127.0.0.1:8001 --protocol grpc
-    python client.py photo.jpg --url npu-host:8000             # Ascend images: HTTP only
+    .venv/bin/python deployments/resnet_npu/client.py deployments/resnet_npu/fixtures/images/landscape_320x240.jpg
+    .venv/bin/python deployments/resnet_npu/client.py IMAGE --model classify_resnet50 --top-k 3
+    .venv/bin/python deployments/resnet_npu/client.py IMAGE --protocol grpc          # 127.0.0.1:8001
+    .venv/bin/python deployments/resnet_npu/client.py IMAGE --url npu-host:8000      # Ascend images: HTTP only
 
 The client does no image processing: the ensemble decodes, resizes and normalises on the
 server, so each request carries the file as it is. Importable: ``classify(paths, ...)``.
@@ -11,11 +11,12 @@ server, so each request carries the file as it is. Importable: ``classify(paths,
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from harness.client_cli import client_parser, read_file, run, server_url
 
 ENSEMBLES = ("classify_efficientnet_lite0", "classify_resnet50")
 OUTPUTS = ("LABELS", "PROBABILITIES", "CLASS_IDS")
@@ -44,22 +45,8 @@ def classify(images: list[bytes], url: str = "127.0.0.1:8000", protocol: str = "
     ]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("images", nargs="+", type=Path, help="image files (JPEG, PNG, ...)")
-    parser.add_argument("--url", help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
-    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    parser.add_argument("--model", default=ENSEMBLES[0], help=f"ensemble to call ({', '.join(ENSEMBLES)})")
-    parser.add_argument("--top-k", type=int, default=5)
-    args = parser.parse_args(argv)
-    url = args.url or ("127.0.0.1:8001" if args.protocol == "grpc" else "127.0.0.1:8000")
-    from tritonclient.utils import InferenceServerException
-
-    try:
-        results = classify([p.read_bytes() for p in args.images], url, args.protocol, args.model, args.top_k)
-    except InferenceServerException as exc:
-        print(f"server refused the request: {exc}", file=sys.stderr)
-        return 1
+def _classify(args) -> int:
+    results = classify([read_file(p) for p in args.images], server_url(args), args.protocol, args.model, args.top_k)
     for path, rows in zip(args.images, results):
         print(f"{path}:")
         for rank, (label, prob, class_id) in enumerate(rows, 1):
@@ -67,5 +54,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = client_parser(__doc__)
+    parser.add_argument("images", nargs="+", type=Path, help="image files (JPEG, PNG, ...)")
+    parser.add_argument("--model", default=ENSEMBLES[0], choices=ENSEMBLES, help="ensemble to call")
+    parser.add_argument("--top-k", type=int, default=5)
+    return run(parser, _classify, argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Client for the yolo11_ensemble deployment: send image files, print (and draw) the detections.
 
-    python client.py IMAGE... [--url HOST:PORT] [--protocol http|grpc] [--conf 0.25] [--iou 0.7]
-                     [--max-det 300] [--save out.jpg] [--mode ensemble|tensor640|naive]
+    .venv/bin/python deployments/yolo11_ensemble/client.py IMAGE... [--url HOST:PORT] [--protocol http|grpc]
+        [--conf 0.25] [--iou 0.7] [--max-det 300] [--save out.jpg] [--mode ensemble|tensor640|naive]
 
 Modes:
   ensemble   (default) the raw file bytes go to `yolo11_ensemble`; the server decodes,
@@ -17,7 +17,6 @@ Importable: ``detect_ensemble``, ``tensor_request_640``, ``tensor_request_naive`
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_URL = {"http": "localhost:8000", "grpc": "localhost:8001"}
+from harness.client_cli import DEFAULT_URLS, EXIT_USAGE, ClientError, client_parser, read_file, run, server_url
+
 ENSEMBLE = "yolo11_ensemble"
 DETECTOR = "yolo11_detector"
 OUTPUTS = ["BOXES", "SCORES", "CLASS_IDS", "CLASS_NAMES", "DETECTIONS_JSON"]
@@ -88,7 +88,7 @@ def detect_ensemble(images: list[bytes], url: str | None = None, protocol: str =
     """Send encoded images (one batch) to the ensemble; one ``Detections`` per image."""
     params = {k: v for k, v in {"conf": conf, "iou": iou, "max_det": max_det}.items() if v is not None}
     array = np.array([[data] for data in images], dtype=object)
-    out = _infer(protocol, url or DEFAULT_URL[protocol], ENSEMBLE, {"IMAGE_BYTES": array}, OUTPUTS, params or None)
+    out = _infer(protocol, url or DEFAULT_URLS[protocol], ENSEMBLE, {"IMAGE_BYTES": array}, OUTPUTS, params or None)
     return [ensemble_outputs_to_detections(out, i) for i in range(len(images))]
 
 
@@ -148,7 +148,7 @@ def detector_class_names(url: str, protocol: str = "http") -> list[str]:
 def detect_tensor(data: bytes, url: str | None = None, protocol: str = "http", naive: bool = False,
                   naive_size: int = NAIVE_SIZE, **thresholds) -> Detections:
     """The "before" path for one image: preprocess here, bare detector, postprocess here."""
-    url = url or DEFAULT_URL[protocol]
+    url = url or DEFAULT_URLS[protocol]
     inputs, geometry = tensor_request_naive(data, naive_size) if naive else tensor_request_640(data)
     out = _infer(protocol, url, DETECTOR, inputs, ["output0"])
     return finish_tensor(out["output0"], geometry, detector_class_names(url, protocol), **thresholds)
@@ -168,38 +168,19 @@ def draw(data: bytes, detections: Detections, path: str) -> None:
         raise OSError(f"cannot write {path}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("images", nargs="+", help="image files")
-    parser.add_argument("--url", help="server host:port (default localhost:8000 for http, :8001 for grpc)")
-    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
-    parser.add_argument("--mode", choices=["ensemble", "tensor640", "naive"], default="ensemble")
-    parser.add_argument("--naive-size", type=int, default=NAIVE_SIZE)
-    parser.add_argument("--conf", type=float)
-    parser.add_argument("--iou", type=float)
-    parser.add_argument("--max-det", type=int)
-    parser.add_argument("--save", help="draw the detections to this file (one image), or to a folder (several)")
-    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-    args = parser.parse_args(argv)
-
-    from tritonclient.utils import InferenceServerException
-
-    url = args.url or DEFAULT_URL[args.protocol]
-    datas = [Path(p).read_bytes() for p in args.images]
-    try:
-        if args.mode == "ensemble":
-            results = detect_ensemble(datas, url, args.protocol, args.conf, args.iou, args.max_det)
-        else:
-            thresholds = {k: v for k, v in {"conf": args.conf, "iou": args.iou, "max_det": args.max_det}.items()
-                          if v is not None}
+def _detect(args) -> int:
+    url = server_url(args)
+    datas = [read_file(p) for p in args.images]
+    if args.mode == "ensemble":
+        results = detect_ensemble(datas, url, args.protocol, args.conf, args.iou, args.max_det)
+    else:
+        thresholds = {k: v for k, v in {"conf": args.conf, "iou": args.iou, "max_det": args.max_det}.items()
+                      if v is not None}
+        try:
             results = [detect_tensor(d, url, args.protocol, args.mode == "naive", args.naive_size, **thresholds)
                        for d in datas]
-    except InferenceServerException as exc:
-        print(f"server error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # HTTP connection refused / reset
-        print(f"cannot reach the server at {url} ({args.protocol}): {exc}", file=sys.stderr)
-        return 1
+        except ValueError as exc:
+            raise ClientError(f"{exc} (mode {args.mode} decodes on this machine)", EXIT_USAGE) from None
     for path, data, det in zip(args.images, datas, results):
         if args.json:
             print(json.dumps({"image": path, "image_size": det.image_size, "detections": det.as_dicts()}))
@@ -215,6 +196,19 @@ def main(argv: list[str] | None = None) -> int:
             draw(data, det, target)
             print(f"  drawn to {target}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = client_parser(__doc__)
+    parser.add_argument("images", nargs="+", help="image files")
+    parser.add_argument("--mode", choices=["ensemble", "tensor640", "naive"], default="ensemble")
+    parser.add_argument("--naive-size", type=int, default=NAIVE_SIZE)
+    parser.add_argument("--conf", type=float)
+    parser.add_argument("--iou", type=float)
+    parser.add_argument("--max-det", type=int)
+    parser.add_argument("--save", help="draw the detections to this file (one image), or to a folder (several)")
+    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    return run(parser, _detect, argv)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,16 @@ from __future__ import annotations
 import pytest
 
 from harness.bench import run_benchmark
-from harness.deployments import discover
+from harness.deployments import discover_with_errors
 from harness.session import variant_key
 
-DEPLOYMENTS = discover()
+DEPLOYMENTS, BROKEN = discover_with_errors()
+
+
+@pytest.mark.parametrize("folder", sorted(BROKEN), ids=[p.name for p in sorted(BROKEN)])
+def test_deployment_manifest_loads(folder):
+    """A deployment folder that cannot be loaded fails here, with its error; the others still run."""
+    pytest.fail(BROKEN[folder], pytrace=False)
 
 CHECKS = [
     pytest.param(deployment, name, id=f"{deployment.name}-{name}")

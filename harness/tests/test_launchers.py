@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from harness import PROJECT_ROOT
 from harness.launchers import (DockerTritonServer, ExternalTritonServer, LocalTritonServer, ServerOptions,
                                ServerStartError, create_server)
-from harness.launchers.docker import ascend_profile
+from harness.launchers.docker import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository, ready_server
 
 
@@ -149,7 +149,7 @@ def test_server_dies_with_its_parent(tmp_path):
 def test_docker_spec_for_ngc_cpu_mounts_repository_read_only(tmp_path):
     options = ServerOptions(str(tmp_path), required_models=["m"], model_config_name="cpu",
                             backend_config=["onnxruntime,default-max-batch-size=4"])
-    server = DockerTritonServer(options)
+    server = DockerTritonServer(options, profile=ngc_profile())
     spec = server.container_spec()
     assert spec["image"].startswith("nvcr.io/nvidia/tritonserver:") and spec["image"].endswith("-py3")
     assert spec["volumes"][str(tmp_path.resolve())] == {"bind": "/models", "mode": "ro"}
