@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,10 +37,26 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
     args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
     if args.mode in ("local", "docker"):
+        busy = [port for port in (args.http_port, args.grpc_port, args.metrics_port) if not _port_free(args.host, port)]
+        if busy:
+            print(f"python -m harness: error: port {', '.join(map(str, busy))} on {args.host} is in use "
+                  "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)",
+                  file=sys.stderr)
+            return 1
         deployment.export()
     options = deployment.server_options(args.target)
     if args.image:

@@ -211,7 +211,12 @@ class LocalTritonServer(StartedTritonServer):
     def _listen(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, port))
+        try:
+            sock.bind((self.host, port))
+        except OSError as exc:
+            sock.close()
+            raise ServerStartError(f"cannot listen on {self.host}:{port}: {exc.strerror} "
+                                   "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)") from None
         sock.listen(1024)
         sock.set_inheritable(True)
         return sock
@@ -258,10 +263,12 @@ class LocalTritonServer(StartedTritonServer):
         )
 
     def _start_gate(self) -> None:
-        socks = {"http": self._listen(self.http_port), "metrics": self._listen(self.metrics_port)}
-        if self.options.allow_grpc:
-            socks["grpc"] = self._listen(self.grpc_port)
+        socks: dict[str, socket.socket] = {}
         try:
+            socks["http"] = self._listen(self.http_port)
+            socks["metrics"] = self._listen(self.metrics_port)
+            if self.options.allow_grpc:
+                socks["grpc"] = self._listen(self.grpc_port)
             fds = {name: sock.fileno() for name, sock in socks.items()}
             config_path = self.work_dir / "gate.json"
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
