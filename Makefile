@@ -9,6 +9,8 @@ TARGET ?= cpu
 MODE ?= local
 BENCH_DURATION ?= 5
 PYTEST_ARGS ?=
+# pyproject.toml extras: serve (Python-backend models' packages), test, export (exporters, references); all = every one
+EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
 
 .DEFAULT_GOAL := help
@@ -18,15 +20,14 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: DEPLOYMENT=<name> TARGET=cpu|gpu|npu MODE=local|docker|external BENCH_DURATION=<s>"
 
-$(VENV)/.installed: requirements/base.txt requirements/no-deps.txt pyproject.toml $(wildcard deployments/*/requirements.txt)
+$(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip wheel
-	$(PIP) install -r requirements/base.txt $(DEPLOYMENT_REQUIREMENTS)
+	$(PIP) install -e '.[$(EXTRAS)]' $(DEPLOYMENT_REQUIREMENTS)
 	$(PIP) install --no-deps -r requirements/no-deps.txt
-	$(PIP) install --no-deps -e .
 	touch $@
 
-install: $(VENV)/.installed ## Create .venv with everything the deployments and tests need (registries only)
+install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default all: serve, test, export) from the registries
 
 test: install ## Run the whole default suite against real tritonservers (pytest harness/)
 	$(PY) -m pytest harness/ $(PYTEST_ARGS)

@@ -50,6 +50,7 @@ def _port_free(host: str, port: int) -> bool:
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
     args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
+    deployment.server_options(args.target)  # an unsupported target is refused before anything starts
     if args.mode in ("local", "docker"):
         busy = [port for port in (args.http_port, args.grpc_port, args.metrics_port) if not _port_free(args.host, port)]
         if busy:

@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     gate = Gate(config)
     gate.start_triton()
     try:
-        import uvloop  # a faster event loop where installed (requirements/base.txt)
+        import uvloop  # a faster event loop where installed (pyproject.toml)
 
         runner = uvloop.run
     except ImportError:
