@@ -52,11 +52,13 @@ def _serve(args) -> int:
     args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
     deployment.server_options(args.target)  # an unsupported target is refused before anything starts
     if args.mode in ("local", "docker"):
-        busy = [port for port in (args.http_port, args.grpc_port, args.metrics_port) if not _port_free(args.host, port)]
+        ports = {"HTTP": (args.http_port, "--http-port"), "gRPC": (args.grpc_port, "--grpc-port"),
+                 "metrics": (args.metrics_port, "--metrics-port")}
+        busy = [(name, port, flag) for name, (port, flag) in ports.items() if not _port_free(args.host, port)]
         if busy:
-            print(f"python -m harness: error: port {', '.join(map(str, busy))} on {args.host} is in use "
-                  "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)",
-                  file=sys.stderr)
+            print("python -m harness: error: " + "; ".join(
+                f"port {port} ({name}) on {args.host} is in use: pick a free one with {flag}" for name, port, flag in busy),
+                file=sys.stderr)
             return 1
         deployment.export()
     options = deployment.server_options(args.target)
