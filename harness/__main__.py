@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from harness.deployments import ManifestError, discover, get_deployment
 from harness.launchers import MODES, LocalTritonServer, ServerStartError, create_server
-from harness.launchers.base import serve_until_interrupted
+from harness.launchers.base import port_in_use, serve_until_interrupted
 
 
 def _list(args) -> int:
@@ -37,16 +36,6 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
     args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
@@ -54,7 +43,7 @@ def _serve(args) -> int:
     if args.mode in ("local", "docker"):
         ports = {"HTTP": (args.http_port, "--http-port"), "gRPC": (args.grpc_port, "--grpc-port"),
                  "metrics": (args.metrics_port, "--metrics-port")}
-        busy = [(name, port, flag) for name, (port, flag) in ports.items() if not _port_free(args.host, port)]
+        busy = [(name, port, flag) for name, (port, flag) in ports.items() if port_in_use(args.host, port)]
         if busy:
             print("python -m harness: error: " + "; ".join(
                 f"port {port} ({name}) on {args.host} is in use: pick a free one with {flag}" for name, port, flag in busy),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import re
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,17 @@ HARMLESS_PATTERNS = [
     re.compile(p, re.IGNORECASE)
     for p in (r"cuda", r"nvml", r"dcgm", r"unable to create stream", r"gpu metrics", r"pinned memory")
 ]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when ``host:port`` cannot be bound (as tritonserver or docker-proxy would bind it, SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 class ServerStartError(RuntimeError):

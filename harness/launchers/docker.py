@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
+from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
 from harness.launchers.local import free_port
 
 #: The image ``make image`` builds (images/cpu); ``make ... IMAGE=`` exports TRITON_CPU_IMAGE.
@@ -194,17 +194,6 @@ def remove_leftovers(client, log=None) -> list[str]:
     if removed and log:
         log(f"removed {len(removed)} container(s) left by a crashed harness run: {', '.join(removed)}")
     return removed
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """True when ``host:port`` cannot be bound (the way docker-proxy binds it, SO_REUSEADDR)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 class DockerTritonServer(StartedTritonServer):
