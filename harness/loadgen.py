@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,7 +33,9 @@ class Workload:
     """What one benchmark sends: the same inputs every request, or ``prepare()`` per request.
 
     ``prepare`` and ``finish`` run client-side work (pre-/post-processing) inside the timed
-    latency, for the paths where the client does that work itself. ``ceiling(batch)``, when
+    latency, for the paths where the client does that work itself. They run in worker threads
+    (one per request in flight), never on the event loop, so one request's client-side work
+    does not delay the completions of the others. ``ceiling(batch)``, when
     given, returns a function that does the same work for ``batch`` items directly in this
     process (no server): the in-process ceiling each concurrency level is compared with.
     """
@@ -147,14 +150,23 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
             window["end"] = at
             closed.set()
 
+    client_work = ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="loadgen-client") \
+        if workload.prepare is not None or workload.finish is not None else None
+
+    def prepared_inputs():
+        return make_inputs(protocol, workload.request_inputs())
+
+    def finished(result):
+        return workload.finish(result_arrays(result, workload.outputs))
+
     async def worker() -> None:
         while not closed.is_set():
             began = loop.time()
             try:
-                inputs = static_inputs or make_inputs(protocol, workload.request_inputs())
+                inputs = static_inputs or await loop.run_in_executor(client_work, prepared_inputs)
                 result = await client.infer(workload.model, inputs, outputs=outputs, parameters=workload.parameters)
                 if workload.finish is not None:
-                    workload.finish(result_arrays(result, workload.outputs))
+                    await loop.run_in_executor(client_work, finished, result)
                 ok = True
             except Exception as exc:  # noqa: BLE001 - counted, first one reported
                 ok = False
@@ -189,6 +201,8 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
     finally:
         guard.cancel()
         await client.close()
+        if client_work is not None:
+            client_work.shutdown(wait=True)
     measured = (window["end"] or loop.time()) - measure_from
     return LoadResult(
         concurrency=concurrency,

@@ -1,0 +1,74 @@
+"""The load generator keeps client-side work (prepare / finish) off its event loop.
+
+Each workload's ``prepare()`` and ``finish()`` wait on a barrier that two of them must reach
+together. Run on the event loop, the first call blocks the loop, no second call can start,
+the barrier breaks and every request fails; run in worker threads, requests in flight meet
+there and succeed. The server is a real tritonserver with the harness's echo model.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from harness.loadgen import Workload, run_load
+from harness.tests.repositories import make_repository, ready_server
+
+BARRIER_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def echo_server(tmp_path_factory):
+    repo = make_repository(tmp_path_factory.mktemp("loadgen"), models=("echo",))
+    with ready_server(repo, ["echo"]) as server:
+        yield server
+
+
+def _meeting_workload(where: str) -> tuple[Workload, dict]:
+    """A workload whose ``where`` step ('prepare' or 'finish') needs two requests inside it at once."""
+    barrier = threading.Barrier(2, timeout=BARRIER_TIMEOUT_S)
+    seen = {"met": 0, "threads": set()}
+    lock = threading.Lock()
+
+    def meet():
+        barrier.wait()
+        with lock:
+            seen["met"] += 1
+            seen["threads"].add(threading.current_thread().name)
+
+    def prepare():
+        if where == "prepare":
+            meet()
+        return {"TEXT": np.array([[b"hello"]], dtype=object)}
+
+    def finish(outputs):
+        if where == "finish":
+            meet()
+        assert outputs["TEXT_OUT"].reshape(-1)[0] == b"hello"
+
+    return Workload(model="echo", prepare=prepare, finish=finish, outputs=["TEXT_OUT"]), seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["prepare", "finish"])
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_client_side_work_runs_off_the_event_loop(echo_server, where, protocol):
+    workload, seen = _meeting_workload(where)
+    url = echo_server.grpc_url if protocol == "grpc" else echo_server.http_url
+    result = run_load(workload, protocol=protocol, url=url, http_url=echo_server.http_url,
+                      concurrency=2, duration_s=1.0, warmup_s=0.2)
+    assert result.errors == 0 and result.requests >= 2, (
+        f"{where}() of two requests in flight never ran at the same time "
+        f"(errors {result.errors}, first: {result.first_error})")
+    assert seen["met"] >= 2
+    assert threading.main_thread().name not in seen["threads"], f"{where}() ran on the event loop's thread"
+
+
+@pytest.mark.timeout(60)
+def test_static_inputs_still_need_no_prepare(echo_server):
+    workload = Workload(model="echo", inputs={"TEXT": np.array([[b"x"]], dtype=object)}, outputs=["TEXT_OUT"])
+    result = run_load(workload, protocol="grpc", url=echo_server.grpc_url, http_url=echo_server.http_url,
+                      concurrency=2, duration_s=0.5, warmup_s=0.1)
+    assert result.errors == 0 and result.requests >= 2, result.first_error
