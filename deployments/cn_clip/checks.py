@@ -54,6 +54,19 @@ def _onnx_weights_sha(path: Path) -> str | None:
     return {p.key: p.value for p in model.metadata_props}.get("weights_sha256")
 
 
+def _infer_internal(ctx, model: str, inputs: dict) -> dict:
+    """One HTTP inference on an internal ensemble step (``gate_internal``): the front gate lets it
+    through only with the server's admin header (servers without a gate have none and need none)."""
+    from harness.tensors import make_inputs, result_arrays
+
+    headers = dict(getattr(ctx.server, "admin_headers", None) or {})
+    client = ctx.http_client()
+    try:
+        return result_arrays(client.infer(model, make_inputs("http", inputs), headers=headers or None), None)
+    finally:
+        client.close()
+
+
 def _expect_error(ctx, model: str, inputs: dict, *fragments: str) -> str:
     try:
         ctx.infer(model, inputs)
@@ -94,7 +107,7 @@ def check_fixtures_match_exported_weights(ctx):
 def check_token_ids_match_cn_clip(ctx):
     """tokenize gives exactly cn_clip.clip.tokenize's ids (Chinese, English, mixed, emoji, over-long)."""
     texts = [t for t in _ref(ctx)["texts"] if t["text"].strip()]  # "" is refused: see check_bad_text
-    got = ctx.infer("tokenize", {"TEXT": _bytes_column(t["text"] for t in texts)})["INPUT_IDS"]
+    got = _infer_internal(ctx, "tokenize", {"TEXT": _bytes_column(t["text"] for t in texts)})["INPUT_IDS"]
     for row, entry in zip(got, texts):
         assert row.tolist() == entry["token_ids"], f"token ids differ for {entry['text'][:40]!r}:\n{row.tolist()}\n{entry['token_ids']}"
 
@@ -103,7 +116,7 @@ def check_preprocessing_matches_cn_clip_transform(ctx):
     """preprocess_image gives cn_clip's image_transform tensor for JPEG, PNG, greyscale and WebP."""
     for entry in _ref(ctx)["images"]:
         want = entry["pixels"]
-        got = ctx.infer("preprocess_image", {"IMAGE_BYTES": _bytes_column([_image_bytes(ctx, entry)])})["PIXEL_VALUES"][0]
+        got = _infer_internal(ctx, "preprocess_image", {"IMAGE_BYTES": _bytes_column([_image_bytes(ctx, entry)])})["PIXEL_VALUES"][0]
         assert list(got.shape) == want["shape"], f"{entry['file']}: shape {got.shape} != {want['shape']}"
         flat = got.astype(np.float64).reshape(-1)
         samples = flat[np.array(want["sample_index"])]
@@ -111,6 +124,22 @@ def check_preprocessing_matches_cn_clip_transform(ctx):
         assert err <= PIXEL_ATOL, f"{entry['file']}: sampled pixels differ from cn_clip's transform by {err:.2e}"
         for key, value in (("sum", flat.sum()), ("abs_sum", np.abs(flat).sum()), ("sq_sum", (flat ** 2).sum())):
             assert abs(value - want[key]) <= 1e-4 * max(1.0, abs(want[key])), f"{entry['file']}: {key} {value} != {want[key]}"
+
+
+def check_internal_steps_refused_to_clients(ctx):
+    """Behind the front gate, tokenize and preprocess_image (gate_internal) answer 403 without the
+    admin header; the entry models stay open."""
+    if not getattr(ctx.server, "admin_headers", None):
+        return  # no gate in front of this server (external URL): nothing refuses them
+    for model, inputs in (("tokenize", {"TEXT": _bytes_column(["猫"])}),
+                          ("preprocess_image", {"IMAGE_BYTES": _bytes_column([b"x"])})):
+        try:
+            ctx.infer(model, inputs)
+        except InferenceServerException as exc:
+            assert "internal" in str(exc) and exc.status() in ("403", "StatusCode.PERMISSION_DENIED"), str(exc)
+        else:
+            raise AssertionError(f"{model} answered a client without the admin header")
+    assert ctx.infer("text_embedding", {"TEXT": _bytes_column(["猫"])})["EMBEDDING"].shape == (1, 1024)
 
 
 def check_image_embeddings(ctx):
