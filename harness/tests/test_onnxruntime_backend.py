@@ -2,24 +2,105 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
 
-from harness.tests.repositories import make_repository, ready_server
+from harness import PROJECT_ROOT
+from harness.launchers.local import pytriton_root
+from harness.tests.repositories import make_repository, ready_server, write_double_onnx
+
+#: A model without batching (max_batch_size 0): every request's shape is its full shape.
+UNBATCHED_CONFIG = """
+name: "double_unbatched"
+backend: "onnxruntime"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 100000 }
+"""
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = make_repository(tmp_path_factory.mktemp("ort"), models=("double",))
-    with ready_server(repo, ["double"]) as server:
+    write_double_onnx(repo / "double_unbatched" / "1" / "model.onnx")
+    (repo / "double_unbatched" / "config.pbtxt").write_text(UNBATCHED_CONFIG)
+    with ready_server(repo, ["double", "double_unbatched"]) as server:
         yield server
 
 
+@pytest.fixture(scope="module")
+def backend_module():
+    """The backend's model.py, imported beside the wheel's triton_python_backend_utils."""
+    sys.path.insert(0, str(pytriton_root() / "backends" / "python"))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "harness_onnxruntime_backend", PROJECT_ROOT / "harness" / "backends" / "onnxruntime" / "model.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.pop(0)
+
+
+@pytest.fixture(scope="module")
+def double_session(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ort-session") / "double.onnx"
+    write_double_onnx(path)
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_unbatched_requests_of_one_shape_each_get_their_own_outputs(backend_module, double_session):
+    """Regression: same-shape requests to a model without batching were grouped, and every one
+    of them got the first request's outputs."""
+    arrays = [{"INPUT": np.full((1, 4), i, np.float32)} for i in range(3)]
+    results = backend_module.run_requests(double_session.run, arrays, [["OUTPUT"]] * 3, batching=False)
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result["OUTPUT"], np.full((1, 4), 2 * i, np.float32))
+
+
+def test_batched_requests_are_split_back_by_their_row_counts(backend_module, double_session):
+    arrays = [{"INPUT": np.full((rows, 4), rows, np.float32)} for rows in (1, 3, 2)]
+    calls = []
+
+    def run(names, feed):
+        calls.append(feed["INPUT"].shape)
+        return double_session.run(names, feed)
+
+    results = backend_module.run_requests(run, arrays, [["OUTPUT"]] * 3, batching=True)
+    assert calls == [(6, 4)], f"3 requests of one non-batch shape ran as {calls}, not one run"
+    for rows, result in zip((1, 3, 2), results):
+        np.testing.assert_array_equal(result["OUTPUT"], np.full((rows, 4), 2 * rows, np.float32))
+
+
+def test_a_failed_run_answers_its_requests_with_the_error(backend_module, double_session):
+    arrays = [{"INPUT": np.zeros((1, 5), np.float32)}, {"INPUT": np.ones((1, 4), np.float32)}]
+    results = backend_module.run_requests(double_session.run, arrays, [["OUTPUT"]] * 2, batching=True)
+    assert isinstance(results[0], str) and "onnxruntime backend" in results[0]
+    np.testing.assert_array_equal(results[1]["OUTPUT"], np.full((1, 4), 2, np.float32))
+
+
+def test_served_unbatched_model_answers_each_request_with_its_own_outputs(server):
+    def send(i):
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            infer_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
+            infer_input.set_data_from_numpy(np.full((1, 4), i, np.float32))
+            return client.infer("double_unbatched", [infer_input]).as_numpy("OUTPUT")
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(send, range(6)))
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result, np.full((1, 4), 2 * i, np.float32))
+
+
 def test_config_keys_reach_the_session(server):
-    line = next(l for l in server.logs().splitlines() if "served by harness-python-onnxruntime" in l)
+    line = next(l for l in server.logs().splitlines() if "double: served by harness-python-onnxruntime" in l)
     assert "intra_op_thread_count=1" in line and "inter_op_thread_count=1" in line
     assert "execution_mode=ORT_SEQUENTIAL" in line
     assert "graph_optimization_level=ORT_ENABLE_EXTENDED" in line

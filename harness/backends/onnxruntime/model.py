@@ -7,7 +7,8 @@ backend of the NGC image. It honours the native backend's keys that apply on CPU
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` /
 ``execution_mode`` / ``enable_mem_arena`` / ``enable_mem_pattern`` parameters and
 ``optimization { graph { level } }``. A dynamically batched set of requests runs as ONE
-session run (concatenate, run, split); requests whose non-batch shapes differ are grouped.
+session run (concatenate, run, split); requests whose non-batch shapes differ run apart, and
+requests to a model without batching always run one by one.
 """
 
 import json
@@ -49,6 +50,44 @@ def session_options(config):
     return options
 
 
+def plan_runs(arrays, batching):
+    """Which requests share one session run: with batching, those whose non-batch input shapes
+    agree (concatenated on axis 0); without batching, every request runs alone."""
+    if not batching:
+        return [[index] for index in range(len(arrays))]
+    groups = defaultdict(list)
+    for index, tensors in enumerate(arrays):
+        groups[tuple((n, a.shape[1:]) for n, a in sorted(tensors.items()))].append(index)
+    return list(groups.values())
+
+
+def run_requests(run, arrays, requested, batching):
+    """Per request, ``{output name: array}`` of its own rows, or an error message.
+
+    ``run(names, feed)`` is ``InferenceSession.run``; ``arrays`` the input arrays of each
+    request; ``requested`` the output names each request asked for."""
+    results = [None] * len(arrays)
+    for indices in plan_runs(arrays, batching):
+        names = sorted(set().union(*(requested[i] for i in indices)))
+        try:
+            if len(indices) > 1:
+                feed = {n: np.concatenate([arrays[i][n] for i in indices]) for n in arrays[indices[0]]}
+            else:
+                feed = arrays[indices[0]]
+            outputs = dict(zip(names, run(names, feed)))
+        except Exception as exc:  # noqa: BLE001 - report per request, keep serving
+            for i in indices:
+                results[i] = f"onnxruntime backend: {type(exc).__name__}: {exc}"
+            continue
+        offset = 0
+        for i in indices:
+            size = len(next(iter(arrays[i].values()))) if len(indices) > 1 else None
+            rows = slice(offset, offset + size) if size is not None else slice(None)
+            results[i] = {name: outputs[name][rows] for name in requested[i]}
+            offset += size or 0
+    return results
+
+
 class TritonPythonModel:
     """Serve one ONNX file with onnxruntime, batching requests into one session run."""
 
@@ -85,46 +124,26 @@ class TritonPythonModel:
         )
 
     def execute(self, requests):
-        """Group requests by non-batch input shapes; one session run per group; split results."""
-        groups = defaultdict(list)
-        arrays = []
-        for index, request in enumerate(requests):
-            tensors = {}
-            for name in self.input_names:
-                tensor = pb_utils.get_input_tensor_by_name(request, name)
-                if tensor is not None:
-                    tensors[name] = tensor.as_numpy()
-            arrays.append(tensors)
-            key = tuple((n, a.shape[1:] if self.batching else a.shape) for n, a in sorted(tensors.items()))
-            groups[key].append(index)
-        responses = [None] * len(requests)
-        for indices in groups.values():
-            self._run_group(indices, arrays, requests, responses)
+        """Run the requests (a batched group as one session run) and answer each with its own rows."""
+        arrays = [self._inputs(request) for request in requests]
+        requested = [self._requested_outputs(request) for request in requests]
+        responses = []
+        for result in run_requests(self.session.run, arrays, requested, self.batching):
+            if isinstance(result, str):
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result)))
+                continue
+            outputs = [pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
+                       for name, value in result.items()]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
 
-    def _run_group(self, indices, arrays, requests, responses):
-        requested = [self._requested_outputs(requests[i]) for i in indices]
-        names = sorted(set().union(*requested))
-        try:
-            if self.batching and len(indices) > 1:
-                feed = {n: np.concatenate([arrays[i][n] for i in indices]) for n in arrays[indices[0]]}
-            else:
-                feed = arrays[indices[0]]
-            results = dict(zip(names, self.session.run(names, feed)))
-        except Exception as exc:  # noqa: BLE001 - report per request, keep serving
-            error = pb_utils.TritonError(f"onnxruntime backend: {type(exc).__name__}: {exc}")
-            for i in indices:
-                responses[i] = pb_utils.InferenceResponse(error=error)
-            return
-        offset = 0
-        for i, wanted in zip(indices, requested):
-            size = len(next(iter(arrays[i].values()))) if self.batching else None
-            outputs = []
-            for name in wanted:
-                value = results[name][offset:offset + size] if self.batching else results[name]
-                outputs.append(pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name])))
-            responses[i] = pb_utils.InferenceResponse(output_tensors=outputs)
-            offset += size or 0
+    def _inputs(self, request):
+        tensors = {}
+        for name in self.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                tensors[name] = tensor.as_numpy()
+        return tensors
 
     def _requested_outputs(self, request):
         wanted = [n for n in request.requested_output_names() if n in self.output_dtypes]
