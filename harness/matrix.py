@@ -41,7 +41,7 @@ OUTCOMES_FILE = "test_outcomes.jsonl"
 
 COLUMNS = ["variant", "server / target", "c", "infer/s", "items/s", "p50 ms", "p99 ms", "sent B/req",
            "recv B/req", "queue ms", "compute ms", "served / ceiling", "correctness", "generator", "run"]
-CSV_FIELDS = ["deployment", "benchmark", "variant", "model", "target", "server_mode", "server_version", "protocol",
+CSV_FIELDS = ["deployment", "benchmark", "variant", "model", "target", "server_mode", "server_version", "gate", "protocol",
               "generator", "network", "concurrency", "perf_throughput", "items_per_second", "perf_latency_p50",
               "perf_latency_p95", "perf_latency_p99", "bytes_sent_per_request", "bytes_received_per_request",
               "perf_server_queue", "server_compute_ms", "server_avg_batch_size", "ceiling_items_per_second",
@@ -217,7 +217,7 @@ def _fmt(value, digits: int = 1) -> str:
 def _run_label(record: dict) -> tuple:
     machine = record.get("machine") or {}
     return (machine.get("cpu_model", "unknown CPU"), machine.get("cpu_cores"), machine.get("os", ""),
-            record.get("server_mode"), record.get("server_version"))
+            record.get("server_mode"), record.get("server_version"), record.get("gate"))
 
 
 def _deployments(root: Path | None):
@@ -351,6 +351,44 @@ def render_table(data: dict) -> str:
     return tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
 
 
+def container_cost(rows: list[dict]) -> list[dict]:
+    """docker / local items/s for each (variant, target, c) measured in both modes by the same generator."""
+    measured = {(r["benchmark"], r["target"], r["server_mode"], int(r["concurrency"]), generator_family(r)): r
+                for r in rows if r["measured"]}
+    pairs = []
+    for (benchmark, target, mode, level, generator), docker in measured.items():
+        local = measured.get((benchmark, target, "local", level, generator))
+        if mode != "docker" or not local or not local.get("items_per_second"):
+            continue
+        pairs.append({"benchmark": benchmark, "target": target, "concurrency": level, "generator": generator,
+                      "local": local["items_per_second"], "docker": docker["items_per_second"],
+                      "ratio": docker["items_per_second"] / local["items_per_second"],
+                      "hours_apart": abs(_hours(docker) - _hours(local))})
+    return pairs
+
+
+def _hours(record: dict) -> float:
+    stamp = str(record.get("timestamp", ""))
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() / 3600
+    except ValueError:
+        return float("nan")
+
+
+def render_container_cost(rows: list[dict]) -> list[str]:
+    """A short table: what the container costs, as docker / local items/s of the same variant and c."""
+    pairs = container_cost(rows)
+    if not pairs:
+        return []
+    table = [[p["benchmark"], p["target"], p["concurrency"], _fmt(p["local"]), _fmt(p["docker"]),
+              f"{p['ratio']:.2f}", f"{p['hours_apart']:.1f}"] for p in pairs]
+    return ["", "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
+            "container costs nothing measurable; `h apart` how far apart the two records were taken — compare "
+            "only rows measured in one run):", "",
+            tabulate(table, headers=["variant", "target", "c", "local items/s", "docker items/s", "docker / local",
+                                     "h apart"], tablefmt="github", disable_numparse=True), ""]
+
+
 def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
     lines = [
         "# Results matrix",
@@ -362,7 +400,8 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
         "",
         "Columns: `variant` the benchmark scenario of the deployment's manifest (described under the "
         "table, with the backend that serves it); `server / target` the server mode (`local`: the pip "
-        "tritonserver; `docker`: the NGC / Ascend images) and the hardware target; "
+        "tritonserver; `docker`: the same tritonserver in a container: for cpu the image `make image` builds "
+        "here (`images/cpu/`), for gpu / npu the NGC / Ascend images) and the hardware target; "
         "`c` concurrency (requests in flight); `infer/s` requests per second; `items/s` "
         "items (sentences, images) per second; `p50`/`p99` client-side latency; `sent`/`recv B/req` "
         "bytes per request on the wire (request and response bodies); `queue ms` / `compute ms` "
@@ -382,9 +421,10 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
         lines += [f"## {name}", "", data["summary"], ""]
         lines += [render_table(data), ""]
         if data["runs"]:
-            for i, (cpu, cores, os_name, mode, version) in enumerate(data["runs"]):
+            for i, (cpu, cores, os_name, mode, version, gate) in enumerate(data["runs"]):
+                behind = {True: ", behind the front gate", False: ", no front gate"}.get(gate, "")
                 lines.append(f"- run {_run_letter(i)}: {cpu}, {cores} cores, {os_name}; tritonserver "
-                             f"{version or 'unknown version'}, `{mode}` server mode")
+                             f"{version or 'unknown version'}, `{mode}` server mode{behind}")
             first, last = data["dates"]
             lines.append(f"- measured {first}" + (f" to {last}" if last != first else ""))
         else:
@@ -402,6 +442,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
         if data["extra"]:
             lines.append(f"- {len(data['extra'])} other records (other concurrencies or generators) are in "
                          "results.json / results.csv only")
+        lines += render_container_cost(data["rows"])
         plots = [p for p in ("throughput", "latency", "bytes") if data.get("plots", {}).get(p)]
         if plots:
             lines.append("")

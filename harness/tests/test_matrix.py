@@ -101,6 +101,19 @@ def test_measured_and_never_measured_rows(toy):
         assert f"plots/toy-{kind}.png" in text
 
 
+def test_container_cost_pairs_docker_with_local_rows(toy):
+    rows = [_record(), _record(server_mode="docker", timestamp="2026-11-30T10:30:00+00:00",
+                               perf_throughput=40.0, items_per_second=40.0),
+            _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0)]
+    text = _generate(toy, rows)["markdown"].read_text()
+    cost = text.split("Container cost", 1)[1].split("\n\n", 2)[1]
+    cost_rows = [line for line in cost.splitlines() if line.startswith("| m-")]
+    assert len(cost_rows) == 1, "only c=1 was measured in both modes"
+    cells = [c.strip() for c in cost_rows[0].strip("|").split("|")]
+    assert cells == ["m-b1", "cpu", "1", "50.0", "40.0", "0.80", "0.5"]
+    assert "Container cost" not in _generate(toy, [_record()])["markdown"].read_text()
+
+
 def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
     written = _generate(toy, [])
     text = written["markdown"].read_text()
@@ -263,3 +276,11 @@ def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, mo
     assert "-b 1" in rows[0]["perf_analyzer_command"] and "--input-data" in rows[0]["perf_analyzer_command"]
     written = (tmp_path / "results" / "records.jsonl").read_text()
     assert matrix.generator_family(json.loads(written.splitlines()[0])) == "perf_analyzer"
+
+
+def test_run_footnote_says_whether_the_front_gate_was_in_front(toy):
+    gated = _record(gate=True)
+    direct = _record(gate=False, server_mode="docker", timestamp="2026-11-30T11:00:00+00:00")
+    text = _generate(toy, [gated, direct])["markdown"].read_text()
+    assert "`local` server mode, behind the front gate" in text
+    assert "`docker` server mode, no front gate" in text
