@@ -57,6 +57,8 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
             "generator": f"{GENERATOR} (tritonclient {protocol}.aio)",
             "server_mode": server["server_mode"],
             "server_version": server["server_version"],
+            # True: served through the harness's front gate (harness/gate); None: not known (external).
+            "gate": getattr(ctx.server, "gate", None),
             "backend_implementation": backends,
             "items_per_request": workload.items_per_request,
             "config_overrides": benchmark.config,
