@@ -124,6 +124,8 @@ class LocalTritonServer(StartedTritonServer):
         self.log_path = self.work_dir / "tritonserver.log"
         self.process: subprocess.Popen | None = None
         self._log_file = None
+        self._final_logs = ""
+        self._final_events: list[dict] = []
         self.admin_token = uuid.uuid4().hex
 
     @property
@@ -205,7 +207,7 @@ class LocalTritonServer(StartedTritonServer):
 
         path = self.work_dir / "gate-events.jsonl"
         if not path.exists():
-            return []
+            return list(self._final_events)
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def _listen(self, port: int) -> socket.socket:
@@ -293,7 +295,7 @@ class LocalTritonServer(StartedTritonServer):
         try:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
-            return ""
+            return self._final_logs
 
     def backend_implementation(self, backend: str) -> str:
         if backend == "onnxruntime":
@@ -336,6 +338,9 @@ class LocalTritonServer(StartedTritonServer):
             Path(region).unlink(missing_ok=True)
         for env_dir in own_envs:
             shutil.rmtree(env_dir, ignore_errors=True)
+        if self._own_work_dir and self.work_dir.exists():
+            self._final_logs, self._final_events = self.logs(), self.gate_events()
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def shm_regions(self) -> list[str]:
         """This server's shared-memory regions as seen by its stubs (inside the gate's private

@@ -119,6 +119,8 @@ def test_stop_leaves_no_process_or_shared_memory(tmp_path):
     assert not server.is_running()
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert server.leftovers() == []
+    assert not server.work_dir.exists(), f"the server's own work dir {server.work_dir} was left behind"
+    assert "successfully loaded 'echo'" in server.logs(), "the log stays readable after stop"
 
 
 def test_server_dies_with_its_parent(tmp_path):
