@@ -119,6 +119,13 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 test-docker: install image ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
 	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
+# --- beyond one machine: Kubernetes objects, multi-replica runs (harness/scaleout/, docs/scaling.md) ---
+K8S_ARGS ?=
+.PHONY: k8s
+
+k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into build/k8s/<d>/: Deployment, Service, HPA, PDB, KServe
+	$(PY) -m harness.scaleout k8s $(DEPLOYMENT) $(K8S_ARGS)
+
 # --- front gate (harness/gate): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost
 gate-cost: install ## Throughput with and without the front gate at c=8 (results/reliability/gate_cost*.json)

@@ -1,0 +1,301 @@
+"""Kubernetes objects for a deployment, built as Python dicts from its manifest and dumped with PyYAML.
+
+``make k8s DEPLOYMENT=<d>`` (``python -m harness.scaleout k8s <d>``) writes ``build/k8s/<d>/``:
+
+- ``triton.yaml``: a ``Deployment`` (the CPU image of ``make image``; the model repository and the
+  packed env delivered by an init container from a *bundle image* into an ``emptyDir``; requests
+  from the measured footprint of one replica; startup/readiness/liveness probes on
+  ``/v2/health/ready`` and ``/v2/health/live``; a ``preStop`` pause so endpoints drop the pod
+  before tritonserver gets SIGTERM), a ``Service``, a ``HorizontalPodAutoscaler`` on Triton's
+  queue time per request (a Pods metric served by prometheus-adapter from
+  ``nv_inference_queue_duration_us`` / ``nv_inference_request_success``), a
+  ``PodDisruptionBudget`` and the prometheus-adapter rule as a ``ConfigMap``;
+- ``inferenceservice.yaml``: the same server as a KServe ``InferenceService`` (``modelFormat:
+  triton``, runtime ``kserve-tritonserver``, protocol v2), the bundle at ``storageUri``.
+
+The bundle is the layout ``harness.packenv.packed_repository`` writes (``model_repository/`` with
+every Python config pointing at ``$$TRITON_MODEL_DIRECTORY/../../envs/<env>`` + ``envs/``), so the
+same tree serves from ``/mnt/models`` in the Deployment and under KServe's storage initializer.
+A ``[scaleout]`` table in deployment.toml overrides any default below (``replicas``,
+``min_replicas``, ``max_replicas``, ``queue_target_us``, ``memory_mib``, ``cpu``, ``bundle_image``,
+``storage_uri``), so a copied deployment folder renders with no harness change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness import PROJECT_ROOT
+from harness.deployments import Deployment
+from harness.scaleout.footprint import COMMAND as FOOTPRINT_COMMAND
+from harness.scaleout.footprint import load_footprints
+
+DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
+BUNDLE_ROOT = "/mnt/models"
+QUEUE_METRIC = "nv_inference_queue_duration_us_per_request"
+PART_OF = "triton-reference-deployments"
+#: Used when a deployment has no measured footprint (a newly copied folder): say so on the object.
+UNMEASURED = {"peak_mib": 2048.0, "cpu_cores_under_load": 1.0, "start_to_ready_s": 60.0}
+PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
+
+
+@dataclass
+class RenderOptions:
+    """What the rendered objects are parameterised by (CLI flags; manifest ``[scaleout]`` overrides)."""
+
+    image: str = DEFAULT_IMAGE
+    namespace: str | None = None
+    replicas: int = 2
+    min_replicas: int = 2
+    max_replicas: int = 8
+    #: Mean queue wait per model execution (µs) the autoscaler holds the pods at.
+    queue_target_us: int = 20000
+    bundle_image: str | None = None
+    storage_uri: str | None = None
+    target: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+
+def k8s_name(deployment: Deployment) -> str:
+    """DNS-1123 name of a deployment's objects: ``triton-embedding-cpu``."""
+    return "triton-" + deployment.name.lower().replace("_", "-")
+
+
+def labels(deployment: Deployment) -> dict:
+    return {"app.kubernetes.io/name": "tritonserver", "app.kubernetes.io/instance": k8s_name(deployment),
+            "app.kubernetes.io/part-of": PART_OF, "triton-harness/deployment": deployment.name.replace("_", "-")}
+
+
+def selector(deployment: Deployment) -> dict:
+    return {"app.kubernetes.io/name": "tritonserver", "app.kubernetes.io/instance": k8s_name(deployment)}
+
+
+def metadata(deployment: Deployment, options: RenderOptions, name: str | None = None, **extra) -> dict:
+    meta = {"name": name or k8s_name(deployment), "labels": labels(deployment), **extra}
+    if options.namespace:
+        meta["namespace"] = options.namespace
+    return meta
+
+
+def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOptions:
+    """The deployment's ``[scaleout]`` table over the defaults (CLI values already in ``options``)."""
+    table = deployment.manifest.get("scaleout", {})
+    for key, value in table.items():
+        if hasattr(options, key) and key != "extra":
+            setattr(options, key, value)
+        else:
+            options.extra[key] = value
+    return options
+
+
+def footprint(deployment: Deployment) -> tuple[dict, str]:
+    """Measured footprint of one replica (or the defaults) and where it comes from."""
+    measured = load_footprints()["deployments"].get(deployment.name)
+    if measured:
+        return measured, f"measured {measured.get('measured', '')} by `{FOOTPRINT_COMMAND}`".replace("  ", " ")
+    return dict(UNMEASURED), f"not measured: defaults; run `{FOOTPRINT_COMMAND} {deployment.name}`"
+
+
+def round_up(value: float, step: float) -> float:
+    return math.ceil(value / step) * step
+
+
+def resources(deployment: Deployment, options: RenderOptions) -> tuple[dict, str]:
+    """Requests from the measured peak working set (+25 %) and cores under load; a memory limit of
+    1.5x the request; no CPU limit (CFS throttling adds latency to every request)."""
+    measured, source = footprint(deployment)
+    memory_mib = options.extra.get("memory_mib") or int(round_up(measured["peak_mib"] * 1.25, 64))
+    cpu = options.extra.get("cpu") or max(0.5, round_up(measured.get("cpu_cores_under_load") or 1.0, 0.25))
+    limit_mib = int(round_up(memory_mib * 1.5, 64))
+    return {"requests": {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mib}Mi"},
+            "limits": {"memory": f"{limit_mib}Mi"}}, source
+
+
+def server_args(deployment: Deployment, options: RenderOptions) -> list[str]:
+    """tritonserver's command line in the pod: the deployment's own flags, the bundle's repository."""
+    server = deployment.server_options(options.target)
+    args = ["tritonserver", f"--model-repository={BUNDLE_ROOT}/model_repository",
+            "--exit-timeout-secs=25", f"--allow-grpc={'true' if server.allow_grpc else 'false'}",
+            "--allow-metrics=true", "--strict-readiness=true"]
+    if server.model_config_name:
+        args.append(f"--model-config-name={server.model_config_name}")
+    args += [f"--backend-config={value}" for value in server.backend_config]
+    return args + list(server.extra_args)
+
+
+def bundle_image(deployment: Deployment, options: RenderOptions) -> str:
+    return options.bundle_image or f"triton-harness/{deployment.name.replace('_', '-')}-bundle:latest"
+
+
+def probes(start_to_ready_s: float) -> dict:
+    """Startup budget of 3x the measured start (at least 2 min), then fast readiness, slower liveness."""
+    startup_failures = max(24, math.ceil(3 * start_to_ready_s / 5))
+    return {
+        "startupProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
+                         "failureThreshold": startup_failures},
+        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
+                           "timeoutSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 10,
+                          "timeoutSeconds": 3, "failureThreshold": 3},
+    }
+
+
+def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
+    measured, source = footprint(deployment)
+    limits, _ = resources(deployment, options)
+    container = {
+        "name": "tritonserver",
+        "image": options.image,
+        "command": server_args(deployment, options),
+        "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
+        "resources": limits,
+        **probes(measured.get("start_to_ready_s") or UNMEASURED["start_to_ready_s"]),
+        # Endpoints drop the pod before SIGTERM reaches tritonserver: no new request lands on a draining pod.
+        "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
+        "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_ROOT, "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    init = {
+        "name": "model-bundle",
+        "image": bundle_image(deployment, options),
+        "command": ["cp", "-a", "/bundle/.", BUNDLE_ROOT + "/"],
+        "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_ROOT}],
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+    }
+    pod = {
+        "metadata": {"labels": labels(deployment),
+                     "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8002",
+                                     "prometheus.io/path": "/metrics"}},
+        "spec": {
+            "initContainers": [init],
+            "containers": [container],
+            "terminationGracePeriodSeconds": 45,
+            "volumes": [{"name": "bundle", "emptyDir": {}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": selector(deployment)},
+                                                    "topologyKey": "kubernetes.io/hostname"}}]}},
+        },
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": metadata(deployment, options, annotations={
+            "triton-harness/footprint": source, "triton-harness/summary": deployment.manifest.get("summary", "")}),
+        "spec": {
+            "replicas": options.replicas,
+            "selector": {"matchLabels": selector(deployment)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "minReadySeconds": 5,
+            "template": pod,
+        },
+    }
+
+
+def service(deployment: Deployment, options: RenderOptions) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Service", "metadata": metadata(deployment, options),
+        "spec": {"type": "ClusterIP", "selector": selector(deployment),
+                 "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                           for name, port in PORTS]},
+    }
+
+
+def autoscaler(deployment: Deployment, options: RenderOptions) -> dict:
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": metadata(deployment, options),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": k8s_name(deployment)},
+            "minReplicas": options.min_replicas, "maxReplicas": options.max_replicas,
+            "metrics": [{"type": "Pods", "pods": {
+                "metric": {"name": QUEUE_METRIC},
+                "target": {"type": "AverageValue", "averageValue": str(options.queue_target_us)}}}],
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 0,
+                            "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]},
+                "scaleDown": {"stabilizationWindowSeconds": 300,
+                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+            },
+        },
+    }
+
+
+def disruption_budget(deployment: Deployment, options: RenderOptions) -> dict:
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(deployment, options),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(deployment)}},
+    }
+
+
+def adapter_rule() -> dict:
+    """prometheus-adapter rule: queue µs per model execution of each pod, from Triton's two counters."""
+    return {"rules": [{
+        "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
+        "metricsQuery": ("sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)"
+                         " / clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m]))"
+                         " by (<<.GroupBy>>), 1)"),
+    }]}
+
+
+def adapter_config(deployment: Deployment, options: RenderOptions) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": metadata(deployment, options, name=f"{k8s_name(deployment)}-prometheus-adapter-rules"),
+        "data": {"config.yaml": yaml.safe_dump(adapter_rule(), sort_keys=False)},
+    }
+
+
+def inference_service(deployment: Deployment, options: RenderOptions) -> dict:
+    """KServe v1beta1 InferenceService on the Triton runtime; the bundle at ``storageUri``."""
+    limits, _ = resources(deployment, options)
+    args = [a for a in server_args(deployment, options)[1:] if not a.startswith("--model-repository=")]
+    storage = options.storage_uri or f"pvc://triton-model-bundles/{deployment.name}"
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": metadata(deployment, options, annotations={"serving.kserve.io/deploymentMode": "RawDeployment"}),
+        "spec": {"predictor": {
+            "minReplicas": options.min_replicas, "maxReplicas": options.max_replicas,
+            "model": {
+                "modelFormat": {"name": "triton"}, "runtime": "kserve-tritonserver", "protocolVersion": "v2",
+                "storageUri": storage,
+                "image": options.image,
+                # KServe's storage initializer fills /mnt/models with the bundle (model_repository/ + envs/).
+                "args": [f"--model-repository={BUNDLE_ROOT}/model_repository", *args],
+                "resources": limits,
+            },
+        }},
+    }
+
+
+def render(deployment: Deployment, options: RenderOptions | None = None) -> dict[str, list[dict]]:
+    """``{file name: [objects]}`` for one deployment."""
+    options = apply_manifest(deployment, options or RenderOptions())
+    return {
+        "triton.yaml": [triton_deployment(deployment, options), service(deployment, options),
+                        autoscaler(deployment, options), disruption_budget(deployment, options),
+                        adapter_config(deployment, options)],
+        "inferenceservice.yaml": [inference_service(deployment, options)],
+    }
+
+
+def dump(objects: list[dict]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
+
+
+def write(deployment: Deployment, out_dir: Path | None = None, options: RenderOptions | None = None) -> list[Path]:
+    """Write the rendered files under ``out_dir`` (default build/k8s/<deployment>); returns their paths."""
+    out_dir = Path(out_dir or PROJECT_ROOT / "build" / "k8s" / deployment.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, objects in render(deployment, options).items():
+        path = out_dir / name
+        path.write_text(f"# Rendered by `make k8s DEPLOYMENT={deployment.name}` (harness/scaleout/k8s.py); "
+                        "do not edit, re-render.\n" + dump(objects))
+        written.append(path)
+    return written
