@@ -14,6 +14,8 @@ expected vector, so an answer that belongs to another request is named as such).
     python -m harness.soak                                  # embedding_cpu / embedding_onnx_text, 15 s, c=64
     python -m harness.soak --duration 600 --json results/reliability/soak.json
     python -m harness.soak --deployment my_dep --model my_text_model
+    python -m harness.soak --deployment yolo11_ensemble --model yolo11_ensemble --input IMAGE_BYTES \
+        --output BOXES --images 'deployments/yolo11_ensemble/fixtures/images/*' --concurrency 8 --duration 1200
 
 The shared pieces (``CheckedWorkload``, ``run_checked_load``, ``subset_repository``,
 ``process_memory``) are used by ``harness.faults`` too.
@@ -23,10 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import json
 import os
 import re
+import shlex
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -121,6 +126,35 @@ def text_embedding_workload(http_url: str, model: str, *, cases: int = 256, inpu
         model=model, output=output, make=make, expected=expected.__getitem__, check=check,
         describe=(f"{model}: {cases} unique sentences, each answer compared with the vector the same server "
                   f"gave that sentence alone before the load (atol {atol})"),
+        others=lambda: expected,
+    )
+
+
+def bytes_workload(http_url: str, model: str, cases: list[bytes], *, input_name: str = "IMAGE_BYTES",
+                   output: str = "BOXES", atol: float = 0.05, names: list[str] | None = None) -> CheckedWorkload:
+    """Encoded files (images) in, an array out: request ``i`` sends case ``i % len(cases)`` and
+    must get the ``output`` the same server gave that case alone before the load, within
+    ``atol`` (batching changes float results slightly; boxes of different images differ by far more)."""
+    names = names or [f"case {i}" for i in range(len(cases))]
+    expected: dict[int, np.ndarray] = {}
+    with httpclient.InferenceServerClient(http_url, network_timeout=300) as client:
+        for i, data in enumerate(cases):
+            inputs = make_inputs("http", {input_name: np.array([[data]], dtype=object)})
+            expected[i] = client.infer(model, inputs, outputs=make_outputs("http", [output])).as_numpy(output)
+
+    def make(i: int):
+        key = i % len(cases)
+        return {input_name: np.array([[cases[key]]], dtype=object)}, key
+
+    def check(got: np.ndarray, want: np.ndarray) -> bool:
+        if got.dtype == object or want.dtype == object:
+            return got.shape == want.shape and [bytes(x) for x in got.reshape(-1)] == [bytes(x) for x in want.reshape(-1)]
+        return got.shape == want.shape and bool(np.allclose(got, want, atol=atol, rtol=0))
+
+    return CheckedWorkload(
+        model=model, output=output, make=make, expected=expected.__getitem__, check=check,
+        describe=(f"{model}: {len(cases)} files ({', '.join(names)}) in turn, each request's {output} compared with "
+                  f"what the same server gave that file alone before the load (atol {atol})"),
         others=lambda: expected,
     )
 
@@ -241,20 +275,37 @@ def _label(process: psutil.Process) -> str:
     return process.name()
 
 
+def _role(process: psutil.Process) -> str | None:
+    """``server`` for tritonserver itself, ``gate`` for the front gate, else None."""
+    try:
+        cmdline = process.cmdline()
+    except psutil.Error:
+        return None
+    if cmdline and Path(cmdline[0]).name == "tritonserver":
+        return "server"
+    if "harness.gate" in cmdline:
+        return "gate"
+    return None
+
+
 def process_memory(pid: int) -> dict[str, dict]:
-    """RSS (MiB) of the server and of each child process, keyed ``server`` / ``<label>#<pid>``."""
+    """RSS (MiB) of the process tree under ``pid`` (the launcher's process: tritonserver, or the
+    front gate with tritonserver below it), keyed ``server`` (tritonserver), ``gate`` and
+    ``<label>#<pid>`` (stubs: ``stub:<model>#<pid>``)."""
     out = {}
     try:
-        server = psutil.Process(pid)
-        out["server"] = {"pid": pid, "rss_mib": round(server.memory_info().rss / 2**20, 1)}
-        for child in server.children(recursive=True):
-            try:
-                out[f"{_label(child)}#{child.pid}"] = {"pid": child.pid,
-                                                       "rss_mib": round(child.memory_info().rss / 2**20, 1)}
-            except psutil.Error:
-                continue
+        root = psutil.Process(pid)
+        tree = [root] + root.children(recursive=True)
     except psutil.Error:
-        pass
+        return out
+    for process in tree:
+        try:
+            rss = round(process.memory_info().rss / 2**20, 1)
+        except psutil.Error:
+            continue
+        role = _role(process) or ("server" if process.pid == pid else None)
+        key = role if role and role not in out else f"{_label(process)}#{process.pid}"
+        out[key] = {"pid": process.pid, "rss_mib": rss}
     return out
 
 
@@ -345,16 +396,52 @@ def memory_growth(start: dict, end: dict) -> dict:
             "gone": sorted(set(start) - set(end)), "new": sorted(set(end) - set(start))}
 
 
+def memory_trend(series: list[dict], key: str) -> dict | None:
+    """RSS of one process (``server``, ``gate``, or ``total`` of every process) over the soak:
+    value at the start, at each third and at the end, growth per third, and whether it levelled
+    off (the last third grew less than 2 MiB or less than a quarter of the first third)."""
+    points = [(s["t_s"], s["total_mib"] if key == "total" else s["rss_mib"].get(key)) for s in series]
+    points = [(t, v) for t, v in points if v is not None]
+    if len(points) < 4:
+        return None
+    t_end = points[-1][0]
+    t0 = points[0][0]
+
+    def at(t: float) -> float:
+        return min(points, key=lambda p: abs(p[0] - t))[1]
+
+    marks = [at(t0 + k * (t_end - t0) / 3) for k in range(4)]
+    thirds = [round(marks[k + 1] - marks[k], 1) for k in range(3)]
+    return {"key": key, "start_mib": marks[0], "end_mib": marks[3], "marks_mib": marks, "growth_per_third_mib": thirds,
+            "max_mib": max(v for _, v in points),
+            "levelled": thirds[2] < 2.0 or (thirds[0] > 0 and thirds[2] < 0.25 * thirds[0])}
+
+
 def run_soak(server, workload: CheckedWorkload, *, concurrency: int = 64, duration_s: float = 15.0,
-             warmup_s: float = 2.0, request_timeout_s: float = 60.0) -> dict:
-    """Soak a running server (``server.process.pid`` gives the memory); returns the report."""
+             warmup_s: float = 2.0, request_timeout_s: float = 60.0, sample_every_s: float | None = None) -> dict:
+    """Soak a running server (``server.process.pid`` gives the memory); returns the report.
+
+    RSS of every process of the server is sampled every ``sample_every_s`` (default: 1/40 of
+    the run, at least 1 s) into ``memory_series``, so a long soak shows whether memory levels off."""
     pid = server.process.pid
     memory = {"before": process_memory(pid)}
+    every = sample_every_s or max(1.0, duration_s / 40)
+    series: list[dict] = []
+
+    def sample(t0: float) -> dict:
+        rss = {k: v["rss_mib"] for k, v in process_memory(pid).items()}
+        series.append({"t_s": round(time.monotonic() - t0, 1), "rss_mib": rss, "total_mib": round(sum(rss.values()), 1)})
+        return rss
 
     def sample_after_warmup(log: LoadLog) -> None:
         time.sleep(warmup_s)
+        t0 = time.monotonic()
         memory["start"] = process_memory(pid)
-        time.sleep(duration_s)
+        sample(t0)
+        end = t0 + duration_s
+        while time.monotonic() < end:
+            time.sleep(min(every, max(0.0, end - time.monotonic())))
+            sample(t0)
         memory["end"] = process_memory(pid)
 
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, request_timeout_s=request_timeout_s,
@@ -369,6 +456,9 @@ def run_soak(server, workload: CheckedWorkload, *, concurrency: int = 64, durati
         **summarize_soak(log, warmup_s),
         "memory": memory_growth(memory["start"], memory["end"]),
         "memory_before_load": memory["before"],
+        "memory_series": series,
+        "memory_trend": {k: memory_trend(series, k) for k in ("server", "gate", "total")},
+        "gate": bool(getattr(server, "gate", False)),
     }
     report["stub_crashed"] = bool(report["memory"]["gone"])
     return report
@@ -435,19 +525,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-growth-pct", type=float, default=10.0)
     parser.add_argument("--max-p99-drift", type=float, default=None,
                         help="fail when last-third p99 / first-third p99 exceeds this (default: report only)")
+    parser.add_argument("--images", nargs="+", default=None, metavar="GLOB",
+                        help="files (e.g. JPEGs) sent in turn to an entry model with a bytes input (--input), "
+                             "instead of sentences; each answer's --output checked against the file's answer alone")
+    parser.add_argument("--sample-every", type=float, default=None, help="RSS sampling period, s (default run/40)")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "soak.json")
     args = parser.parse_args(argv)
 
+    files = sorted({Path(p) for pattern in args.images or [] for p in glob.glob(pattern)})
+    if args.images and not files:
+        parser.error(f"--images {args.images} matches no file")
     server = deployment_server(args.deployment, [args.model])
     server.start()
     try:
         server.wait_ready()
-        workload = text_embedding_workload(server.http_url, args.model, input_name=args.input, output=args.output)
+        if files:
+            workload = bytes_workload(server.http_url, args.model, [f.read_bytes() for f in files],
+                                      input_name=args.input, output=args.output, names=[f.name for f in files])
+        else:
+            workload = text_embedding_workload(server.http_url, args.model, input_name=args.input, output=args.output)
         report = run_soak(server, workload, concurrency=args.concurrency, duration_s=args.duration,
-                          warmup_s=args.warmup)
+                          warmup_s=args.warmup, sample_every_s=args.sample_every)
     finally:
         stop_server(server)
     report["deployment"] = args.deployment
+    report["command"] = "python -m harness.soak " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    report["machine"] = {"cpu_count": os.cpu_count(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]}
     failed = check_soak(report, args.max_growth_mib, args.max_growth_pct, args.max_p99_drift)
     report["passed"], report["failed"] = not failed, failed
     write_json(report, args.json)
@@ -470,6 +573,10 @@ def format_soak(r: dict) -> str:
     ]
     for key, row in m["processes"].items():
         lines.append(f"  {key:40s} {row['start_mib']:8.1f} -> {row['end_mib']:8.1f} MiB ({row['growth_mib']:+})")
+    for key, trend in (r.get("memory_trend") or {}).items():
+        if trend:
+            lines.append(f"  {key}: growth per third {trend['growth_per_third_mib']} MiB, "
+                         f"levelled off: {trend['levelled']}")
     if r.get("failed"):
         lines.append("FAILED: " + "; ".join(r["failed"]))
     return "\n".join(lines)

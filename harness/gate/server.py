@@ -168,7 +168,8 @@ class Gate:
 
     # -- upstream ---------------------------------------------------------------------------
     def start_triton(self) -> None:
-        log_file = open(self.cfg["log_path"], "ab", buffering=0)
+        """tritonserver as the gate's child; its log to ``log_path`` (None: the gate's own stdout)."""
+        log_file = open(self.cfg["log_path"], "ab", buffering=0) if self.cfg.get("log_path") else None
         self.triton = subprocess.Popen(self.cfg["command"], stdout=log_file, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, cwd=self.cfg["work_dir"],
                                        preexec_fn=_die_with_parent)
@@ -514,6 +515,10 @@ class Gate:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "serve":  # standalone (the CPU image's entry point): harness.gate.serve
+        from harness.gate.serve import serve_main
+
+        return serve_main(argv[1:])
     config_path = Path(argv[0])
     config = json.loads(config_path.read_text())
     config_path.unlink()  # holds the admin token: gone once read

@@ -12,6 +12,7 @@ from harness.soak import (
     echo_workload,
     format_soak,
     memory_growth,
+    memory_trend,
     model_dependencies,
     run_soak,
     subset_repository,
@@ -39,6 +40,22 @@ def test_soak_holds_concurrency_64_with_no_error_and_bounded_memory(echo_server)
     stubs = [k for k in report["memory"]["processes"] if k.startswith("stub:echo#")]
     assert len(stubs) == 2, f"expected the 2 echo stubs in the memory report, got {list(report['memory']['processes'])}"
     assert report["latency_first_third"]["n"] and report["latency_last_third"]["n"]
+    # tritonserver ("server") and the front gate are told apart; RSS sampled through the run.
+    assert {"server", "gate"} <= set(report["memory"]["processes"]), list(report["memory"]["processes"])
+    assert report["memory"]["processes"]["server"]["start_mib"] > 0
+    assert len(report["memory_series"]) >= 8 and report["memory_series"][-1]["t_s"] >= SOAK_S - 1
+    assert report["memory_trend"]["server"] is not None
+
+
+def test_memory_trend_tells_levelling_off_from_steady_growth():
+    def series(values):
+        return [{"t_s": 10.0 * i, "rss_mib": {"server": v}, "total_mib": v} for i, v in enumerate(values)]
+
+    levelled = memory_trend(series([276, 330, 380, 410, 420, 424, 425, 425, 425, 425]), "server")
+    assert levelled["levelled"] and levelled["start_mib"] == 276 and levelled["end_mib"] == 425
+    growing = memory_trend(series([276 + 15 * i for i in range(10)]), "server")
+    assert not growing["levelled"] and growing["growth_per_third_mib"][2] == 45
+    assert memory_trend(series([1, 2]), "server") is None
 
 
 def test_summary_counts_drift_and_wrong_answers():
