@@ -74,7 +74,7 @@ bench-network: install ## Run benchmarks (or DEPLOYMENT=...) through a shaped li
 .PHONY: pack-env
 pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|npu) into deployments/<d>/envs/<target>.tar.gz
 	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
-	$(PY) -m harness.packenv --deployment $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
+	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
 # --- reliability: soak, faults, hostile input (harness/soak.py, harness/faults.py) ---
 SOAK_DURATION ?= 15
@@ -114,7 +114,7 @@ docker-engine-stop: ## Stop the dockerd that `make docker-engine` started; undo 
 	images/docker-engine.sh stop
 
 pack-env-image: install ## Pack every deployment's Python env for the CPU image (TARGET=cpu-image; skipped when current)
-	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness.packenv --deployment $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
+	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness pack-env $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
 test-docker: install image ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
 	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
@@ -131,3 +131,22 @@ k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into buil
 gate-cost: install ## Throughput with and without the front gate at c=8 (results/reliability/gate_cost*.json)
 	$(PY) -m harness.gate.cost
 	$(PY) -m harness.gate.cost --model echo --json results/reliability/gate_cost_echo.json
+
+# --- embedding serving vs its ceiling and its peers (harness/generators/wrk.py, harness/peers/) ---
+INFINITY_VENV ?= .venv-infinity
+PEERS_ARGS ?=
+.PHONY: wrk peer-infinity bench-peers
+
+wrk: ## Install the wrk HTTP load generator (Debian package; root)
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y --no-install-recommends wrk; }
+
+$(INFINITY_VENV)/.installed: requirements/peers-infinity.txt
+	$(PYTHON) -m venv $(INFINITY_VENV)
+	$(INFINITY_VENV)/bin/pip install --quiet --upgrade pip wheel
+	$(INFINITY_VENV)/bin/pip install -r requirements/peers-infinity.txt
+	touch $@
+
+peer-infinity: $(INFINITY_VENV)/.installed ## Create .venv-infinity: infinity-emb 0.0.78 with the pins that import (requirements/peers-infinity.txt)
+
+bench-peers: install wrk peer-infinity ## embedding_cpu vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating
+	$(PY) -m harness.peers --duration $(BENCH_DURATION) $(PEERS_ARGS)

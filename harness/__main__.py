@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness {list,export,serve,bench}``.
+"""Command line: ``python -m harness {list,export,serve,bench,pack-env}``.
 
     python -m harness serve embedding_cpu            # export what is missing, serve until Ctrl-C
     python -m harness bench embedding_cpu --duration 5
@@ -166,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--warmup", type=float, default=1.0)
     bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
     bench.set_defaults(func=_bench)
+
+    from harness import packed_serving
+
+    pack_env = sub.add_parser("pack-env", help="pack a deployment's Python-backend env (EXECUTION_ENV_PATH); "
+                              "--serve to serve the deployment with it")
+    packed_serving.add_arguments(pack_env)
+    pack_env.set_defaults(func=packed_serving.pack_command)
 
     args = parser.parse_args(argv)
     try:

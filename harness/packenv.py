@@ -9,8 +9,8 @@ Python backend unpacks and runs its stub in:
 - otherwise with a venv of a Python whose minor version matches the stub of the target's
   server, ``pip install`` of the recipe and ``venv-pack``.
 
-    python -m harness.packenv --deployment yolo11_ensemble              # -> deployments/yolo11_ensemble/envs/cpu.tar.gz
-    python -m harness.packenv --deployment yolo11_ensemble --serve      # pack if needed, serve with it until Ctrl-C
+    python -m harness pack-env yolo11_ensemble            # -> deployments/yolo11_ensemble/envs/cpu.tar.gz
+    python -m harness pack-env yolo11_ensemble --serve    # pack if needed, serve with it until Ctrl-C
 
 Model repositories stay as they are, so the default run needs no packing step: serving with
 a packed env goes through a generated copy of the repository (``packed_repository``) whose
@@ -28,14 +28,12 @@ never starts), numpy 2 in the env (corrupted tensors).
 
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -45,6 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
+
+from harness.repository import (link_or_copy, derive, effective_config_path, parameter, read_config, set_parameter)
 
 
 RECIPE = "environment.yml"
@@ -477,62 +477,6 @@ def inspect_env(tarball: str | Path) -> EnvInfo:
 
 # --------------------------------------------------------------------------- configs and repositories
 
-_COMMENT_RE = re.compile(r"#[^\n]*")
-_BACKEND_RE = re.compile(r'^\s*backend\s*:\s*"([^"]+)"', re.MULTILINE)
-_ENV_PATH_RE = re.compile(
-    r'key\s*:\s*"EXECUTION_ENV_PATH"\s*,?\s*value\s*:\s*\{\s*string_value\s*:\s*"([^"]*)"\s*\}', re.DOTALL)
-
-
-def _strip_comments(text: str) -> str:
-    # pbtxt strings here never contain '#'; good enough for config files.
-    return _COMMENT_RE.sub("", text)
-
-
-def config_backend(text: str) -> str | None:
-    hit = _BACKEND_RE.search(_strip_comments(text))
-    return hit.group(1) if hit else None
-
-
-def config_env_path(text: str) -> str | None:
-    hit = _ENV_PATH_RE.search(_strip_comments(text))
-    return hit.group(1) if hit else None
-
-
-def effective_config(model_dir: Path, model_config_name: str | None = None) -> Path | None:
-    """The config Triton reads for ``model_dir`` given ``--model-config-name``."""
-    if model_config_name:
-        named = model_dir / "configs" / f"{model_config_name}.pbtxt"
-        if named.exists():
-            return named
-    default = model_dir / "config.pbtxt"
-    return default if default.exists() else None
-
-
-def python_models(repository: str | Path, model_config_name: str | None = None) -> list[str]:
-    """Models of ``repository`` served by the Python backend itself (``backend: "python"``)."""
-    names = []
-    for model_dir in sorted(Path(repository).iterdir()):
-        config = effective_config(model_dir, model_config_name) if model_dir.is_dir() else None
-        if config and config_backend(config.read_text()) == "python":
-            names.append(model_dir.name)
-    return names
-
-
-def add_env_parameter(text: str, reference: str) -> str:
-    """``text`` with its EXECUTION_ENV_PATH set to ``reference`` (replaced, or appended)."""
-    entry = f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{reference}" }} }}'
-    if config_env_path(text) is not None:
-        return _ENV_PATH_RE.sub(lambda m: m.group(0).replace(m.group(1), reference), text, count=1)
-    return text.rstrip("\n") + "\n# Added by harness.packenv: the packed env of this deployment's Python models.\n" + entry + "\n"
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
 def packed_repository(repository: str | Path, tarball: str | Path, dest: str | Path,
                       models: list[str] | None = None) -> Path:
     """Write ``dest/model_repository`` (a copy of ``repository``) and ``dest/envs/<tarball name>``.
@@ -543,30 +487,21 @@ def packed_repository(repository: str | Path, tarball: str | Path, dest: str | P
     Models served by other backends (including the harness's Python-based onnxruntime
     backend) are left alone. Returns the copy's repository path.
     """
-    repository, tarball, dest = Path(repository).resolve(), Path(tarball).resolve(), Path(dest)
-    copy = dest / "model_repository"
-    if copy.exists():
-        shutil.rmtree(copy)
-    shutil.copytree(repository, copy, copy_function=_link_or_copy,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    tarball, dest = Path(tarball).resolve(), Path(dest)
+    reference = ENV_REFERENCE.format(file=tarball.name)
+
+    def use_packed_env(model: str, path: Path, config):
+        if config.backend != "python" or (models is not None and model not in models):
+            return None
+        return set_parameter(config, "EXECUTION_ENV_PATH", reference)
+
+    copy = derive(repository, dest, edit=use_packed_env, link="hard")
     envs = dest / ENVS_DIR
     envs.mkdir(parents=True, exist_ok=True)
     env_file = envs / tarball.name
     if env_file.exists() or env_file.is_symlink():
         env_file.unlink()
-    _link_or_copy(str(tarball), str(env_file))
-    reference = ENV_REFERENCE.format(file=tarball.name)
-    for model_dir in sorted(p for p in copy.iterdir() if p.is_dir()):
-        if models is not None and model_dir.name not in models:
-            continue
-        for config in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
-            if not config.exists():
-                continue
-            text = config.read_text()
-            if config_backend(text) != "python":
-                continue
-            config.unlink()  # a new file: never write through a hard link into the original
-            config.write_text(add_env_parameter(text, reference))
+    link_or_copy(str(tarball), str(env_file))
     return copy
 
 
@@ -586,10 +521,10 @@ def check_repository(repository: str | Path, stub_python: str | None = None,
     how = f"make pack-env DEPLOYMENT={deployment or '<name>'} TARGET={target or 'cpu'}"
     problems = []
     for model_dir in sorted(p for p in Path(repository).iterdir() if p.is_dir()):
-        config = effective_config(model_dir, model_config_name)
+        config = effective_config_path(model_dir, model_config_name)
         if config is None:
             continue
-        value = config_env_path(config.read_text())
+        value = parameter(read_config(config), "EXECUTION_ENV_PATH")
         if value is None:
             continue
         where = f"model {model_dir.name} ({config.relative_to(model_dir.parent)})"
@@ -642,7 +577,7 @@ def packed_server_options(deployment, target: str, tarball: str | Path, dest: st
     Checks the copy first (raises PackedEnvError / PythonEnvMismatch); the local launcher's
     stub is the harness's own Python.
     """
-    options = deployment.server_options(_server_target(deployment, target))
+    options = deployment.server_options(server_target(deployment, target))
     repository = packed_repository(deployment.model_repository, tarball, dest)
     options.model_repository = str(repository)
     assert_repository(repository, local_python(), model_config_name=options.model_config_name,
@@ -654,176 +589,9 @@ def packed_server_options(deployment, target: str, tarball: str | Path, dest: st
     return options
 
 
-def start_server(options, **launcher_kwargs):
-    """A ready LocalTritonServer on ``options`` (stopped again if it does not become ready)."""
-    from harness.launchers import LocalTritonServer
-
-    server = LocalTritonServer(options, **launcher_kwargs)
-    try:
-        server.start()
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def _server_target(deployment, target: str) -> str:
+def server_target(deployment, target: str) -> str:
     if target in deployment.targets:
         return target
     if target == "ngc" and "gpu" in deployment.targets:
         return "gpu"
     return "cpu"
-
-
-def stub_envs(server) -> dict[str, list[str]]:
-    """Which packed env each Python-backend stub of a local ``server`` runs in.
-
-    ``{model path: [env folders]}`` read from ``/proc/<stub>/maps`` and ``environ``: the unpacked
-    env folders (``/tmp/python_env_*``) whose shared libraries (numpy's, cv2's ...) the stub has
-    loaded or whose ``bin`` the backend put on its PATH when it activated the env.
-    An empty list means the stub took its packages from elsewhere (the harness's own venv).
-    """
-    import psutil
-
-    found: dict[str, list[str]] = {}
-    for child in psutil.Process(server.process.pid).children(recursive=True):
-        try:
-            cmdline = child.cmdline()
-            if not cmdline or not cmdline[0].endswith("triton_python_backend_stub"):
-                continue
-            seen = Path(f"/proc/{child.pid}/maps").read_text()
-            seen += "\n" + Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace").replace("\0", "\n")
-        except (psutil.Error, OSError):
-            continue
-        # maps: libraries loaded from the env (numpy's ...); environ: the activated env's bin on PATH.
-        envs = sorted({m.group(1) for m in re.finditer(r"(/tmp/python_env_[^/\s:]+/\d+)/", seen)})
-        model = cmdline[1] if len(cmdline) > 1 else str(child.pid)
-        found.setdefault(model, [])
-        found[model] = sorted(set(found[model]) | set(envs))
-    return found
-
-
-def run_checks(deployment, server, target: str) -> dict[str, str | None]:
-    """Run the deployment's ``check_*`` functions on ``server``; ``{name: None or the failure}``."""
-    from harness.context import DeploymentContext
-
-    ctx = DeploymentContext(deployment, server, _server_target(deployment, target))
-    results = {}
-    for name, check in deployment.checks().items():
-        try:
-            check(ctx)
-            results[name] = None
-        except Exception as exc:  # noqa: BLE001 - reported per check
-            results[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return results
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _serve(args, deployment, tarball: Path) -> int:
-    from harness.launchers import ServerStartError
-    from harness.launchers.base import serve_until_interrupted
-
-    if TARGETS.get(args.target, ("", "local"))[1] not in ("local", local_python()):
-        print(f"target {args.target} needs the stub of its own server ({TARGETS[args.target][0]}); the local "
-              f"server here runs the Python {local_python()} stub. Serve it there (docker mode), or pack "
-              "--target cpu to serve locally.", file=sys.stderr)
-        return 2
-    deployment.export()
-    work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
-    try:
-        options = packed_server_options(deployment, args.target, tarball, work)
-        signal.signal(signal.SIGTERM, _interrupt)
-        began = time.monotonic()
-        try:
-            server = start_server(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
-        except ServerStartError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        try:
-            models = python_models(options.model_repository, options.model_config_name)
-            print(f"{deployment.name} ready in {time.monotonic() - began:.1f} s with packed env {tarball.name} "
-                  f"(Python models {', '.join(models)})")
-            print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
-            print(f"  repository (generated copy) {options.model_repository}\n  log {server.log_path}")
-            if args.check:
-                results = run_checks(deployment, server, args.target)
-                for name, failure in results.items():
-                    print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
-                usage = {m: e for m, e in stub_envs(server).items()
-                         if any(f"/model_repository/{name}/" in m for name in models)}
-                for model, envs in sorted(usage.items()):
-                    print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
-                failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
-                print(f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
-                      f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env")
-                return 1 if failed else 0
-            if args.once:
-                return 0
-            return serve_until_interrupted(server)
-        except ServerStartError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            server.stop()
-    except PackedEnvError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.packenv",
-        description="Pack the Python-backend environment of a deployment (environment.yml) for EXECUTION_ENV_PATH.")
-    parser.add_argument("--deployment", required=True, help="deployment name (folder under deployments/)")
-    parser.add_argument("--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)")
-    parser.add_argument("--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)")
-    parser.add_argument("--tool", default="auto", choices=("auto", "conda", "venv"),
-                        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)")
-    parser.add_argument("--python", default=None, help="the Python to build a venv with (must match the target's version)")
-    parser.add_argument("--python-prefix", default=None,
-                        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)")
-    parser.add_argument("--force", action="store_true", help="repack even when the tarball is current")
-    parser.add_argument("--no-compile", action="store_true",
-                        help="leave out .pyc files (smaller tarball, slower stub start-up)")
-    parser.add_argument("--serve", action="store_true", help="then serve the deployment with it on the local server until Ctrl-C")
-    parser.add_argument("--once", action="store_true", help="with --serve: stop as soon as the server is ready (a smoke test)")
-    parser.add_argument("--check", action="store_true",
-                        help="with --serve: run the deployment's checks on it, show which env each stub runs in, stop")
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--metrics-port", type=int, default=8002)
-    args = parser.parse_args(argv)
-
-    from harness.deployments import get_deployment
-
-    try:
-        deployment = get_deployment(args.deployment)
-        recipe = load_recipe(deployment.path)
-        tarball = Path(args.output or default_output(deployment.path, args.target)).resolve()
-        reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
-        if reason:
-            print(f"{deployment.name}: packing for target {args.target} ({reason})")
-            pack(recipe, args.target, tarball, tool=args.tool, python=args.python, python_prefix=args.python_prefix,
-                 compile_bytecode=not args.no_compile)
-        else:
-            meta = json.loads(sidecar(tarball).read_text())
-            print(f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "
-                  f"{meta['size_bytes'] / 1e6:.1f} MB); --force to repack")
-    except PackEnvError as exc:
-        print(f"pack-env: {exc}", file=sys.stderr)
-        return 2
-    if args.serve:
-        return _serve(args, deployment, tarball)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

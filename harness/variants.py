@@ -9,20 +9,14 @@ with protobuf ``text_format``), never as text.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
+
+from harness.repository import derive, model_dirs
 
 KNOWN_KEYS = {"instance_count", "dynamic_batching", "max_queue_delay_microseconds", "preferred_batch_size",
               "max_batch_size", "parameters", "version"}
-
-
-def read_config(path: Path) -> model_config_pb2.ModelConfig:
-    """Parse a config.pbtxt."""
-    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
 def apply_overrides(config: model_config_pb2.ModelConfig, overrides: dict) -> model_config_pb2.ModelConfig:
@@ -58,22 +52,17 @@ def variant_repository(source: Path, overrides: dict[str, dict], dest: Path | No
     """A repository in ``dest`` (default: a new temp dir) whose models link to ``source``'s
     files, with each model named in ``overrides`` given a rewritten ``config.pbtxt``; only
     ``models`` when given (a variant server then loads just what the scenario needs)."""
-    source = Path(source).resolve()
-    missing = [m for m in list(overrides) + list(models) if not (source / m / "config.pbtxt").exists()]
+    names = {p.name for p in model_dirs(source)}
+    missing = [m for m in list(overrides) + list(models) if m not in names]
     if missing:
-        raise ValueError(f"config overrides name models that {source} does not have: {missing}")
-    dest = Path(dest or tempfile.mkdtemp(prefix="triton-variant-")) / "model_repository"
-    dest.mkdir(parents=True, exist_ok=True)
-    for model in sorted(p for p in source.iterdir() if p.is_dir() and (not models or p.name in models)):
-        target = dest / model.name
-        target.mkdir()
-        for item in model.iterdir():
-            if item.name == "config.pbtxt" and model.name in overrides:
-                config = apply_overrides(read_config(item), overrides[model.name])
-                (target / item.name).write_text(text_format.MessageToString(config))
-            else:
-                os.symlink(item, target / item.name)
-    return dest
+        raise ValueError(f"config overrides name models that {Path(source).resolve()} does not have: {missing}")
+
+    def override(model: str, path: Path, config):
+        if model in overrides and path == Path("config.pbtxt"):
+            return apply_overrides(config, overrides[model])
+        return None
+
+    return derive(source, dest, models=models or None, edit=override, prefix="triton-variant-")
 
 
 def describe(overrides: dict[str, dict]) -> str:

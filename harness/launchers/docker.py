@@ -152,7 +152,8 @@ def attach_packed_env(deployment, options: ServerOptions) -> ServerOptions:
     a missing or stale env itself, after its one-line checks (engine, image, ports). A deployment
     without ``environment.yml`` or without Python-backend models is left alone.
     """
-    from harness.packenv import RECIPE, default_output, python_models
+    from harness.packenv import RECIPE, default_output
+    from harness.repository import python_models
 
     if not (Path(deployment.path) / RECIPE).exists():
         return options

@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from harness.deployments import Deployment, discover
 from harness.launchers import LocalTritonServer, ServerOptions, ServerStartError
 from harness.launchers.docker import ascend_profile, ngc_profile
-from harness import packenv
+from harness import packenv, packed_serving, repository
 from harness.tests.repositories import make_repository
 
 MARKER = "tinydb"
@@ -129,10 +129,10 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
     assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
     # attempts: a concurrent harness server's stop() may delete our unpacked env (see start_server)
-    server = packenv.start_server(options)
+    server = packed_serving.start_server(options)
     try:
         info = _whoami(server)
-        used = packenv.stub_envs(server)
+        used = packed_serving.stub_envs(server)
         with httpclient.InferenceServerClient(server.http_url) as client:
             double_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
             double_input.set_data_from_numpy(np.ones((1, 4), np.float32))
@@ -210,6 +210,10 @@ def test_preflight_names_each_known_failure(tmp_path):
     repo = make_repository(tmp_path, models=("echo",))
     config = repo / "echo" / "config.pbtxt"
     base = config.read_text()
+
+    def with_env(value: str) -> None:
+        repository.write_config(repository.set_parameter(repository.read_config(config), "EXECUTION_ENV_PATH", value),
+                                config)
     local = packenv.local_python()
     envs = tmp_path / "envs"
     envs.mkdir()
@@ -225,7 +229,8 @@ def test_preflight_names_each_known_failure(tmp_path):
         "$$TRITON_MODEL_DIRECTORY/../../envs/py36.tar.gz": f"is Python 3.6 but the server's Python backend stub is Python {local}",
     }
     for value, expected in cases.items():
-        config.write_text(packenv.add_env_parameter(base, value))
+        config.write_text(base)
+        with_env(value)
         problems = packenv.check_repository(repo, local)
         if expected is None:
             assert problems == [], problems
@@ -248,12 +253,15 @@ def test_packed_repository_touches_only_python_backend_configs(tmp_path):
     before = {p: p.read_text() for p in repo.rglob("*.pbtxt")}
     copy = packenv.packed_repository(repo, tarball, tmp_path / "out")
     reference = "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz"
-    assert packenv.config_env_path((copy / "echo" / "config.pbtxt").read_text()) == reference
+    def env_path(path):
+        return repository.parameter(repository.read_config(path), "EXECUTION_ENV_PATH")
+
+    assert env_path(copy / "echo" / "config.pbtxt") == reference
     npu_text = (copy / "echo" / "configs" / "npu.pbtxt").read_text()
-    assert packenv.config_env_path(npu_text) == reference and npu_text.count("EXECUTION_ENV_PATH") == 1
-    assert packenv.config_env_path((copy / "double" / "config.pbtxt").read_text()) is None
+    assert env_path(copy / "echo" / "configs" / "npu.pbtxt") == reference and npu_text.count("EXECUTION_ENV_PATH") == 1
+    assert env_path(copy / "double" / "config.pbtxt") is None
     assert (tmp_path / "out" / "envs" / "npu.tar.gz").exists()
-    assert packenv.python_models(copy) == ["echo"]
+    assert repository.python_models(copy) == ["echo"]
     assert {p: p.read_text() for p in repo.rglob("*.pbtxt")} == before, "the original repository must not change"
     assert packenv.check_repository(copy, "3.10", model_config_name="npu") == []
 
@@ -293,13 +301,15 @@ def test_deployment_recipes_are_packable(deployment):
 
 def test_every_deployment_with_python_models_has_a_recipe():
     missing = [d.name for d in discover()
-               if packenv.python_models(d.model_repository) and not (d.path / "environment.yml").exists()]
+               if repository.python_models(d.model_repository) and not (d.path / "environment.yml").exists()]
     assert not missing, f"deployments with Python-backend models but no environment.yml: {missing}"
 
 
 def test_cli_reports_a_target_whose_python_is_absent(capsys):
     name = DEPLOYMENTS[0].name if DEPLOYMENTS else pytest.skip("no deployment recipe")
-    assert packenv.main(["--deployment", name, "--target", "npu", "--python", "/nonexistent/python3.10",
-                         "--output", "/tmp/never-written.tar.gz", "--force"]) == 2
+    from harness.__main__ import main
+
+    assert main(["pack-env", name, "--target", "npu", "--python", "/nonexistent/python3.10",
+                 "--output", "/tmp/never-written.tar.gz", "--force"]) == 2
     err = capsys.readouterr().err
     assert "Python 3.10 is needed for target npu" in err and "/nonexistent/python3.10" in err

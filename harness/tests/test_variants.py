@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.variants import apply_overrides, read_config, variant_repository
+from harness.repository import read_config
+from harness.variants import apply_overrides, variant_repository
 
 REPOSITORY = PROJECT_ROOT / "deployments" / "embedding_cpu" / "model_repository"
 

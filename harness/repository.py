@@ -1,0 +1,167 @@
+"""Model repositories and their ``config.pbtxt`` files, as ``ModelConfig`` protobufs.
+
+Every read, edit and derivation of a repository in the harness goes through here: configs are
+parsed with tritonclient's ``model_config_pb2`` and protobuf ``text_format`` (comments, string
+escapes and field order are the parser's business, never a regex's), and derived repositories
+(config variants, packed-env copies, a subset of models with what they call) are folders of links
+to the original files with only the rewritten configs as new files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+ModelConfig = model_config_pb2.ModelConfig
+
+
+class RepositoryError(ValueError):
+    """A repository or config that cannot be used as asked (names the file or model)."""
+
+
+def read_config(path: str | Path) -> ModelConfig:
+    """Parse one config.pbtxt; a syntax error names the file."""
+    path = Path(path)
+    try:
+        return text_format.Parse(path.read_text(), ModelConfig())
+    except text_format.ParseError as exc:
+        raise RepositoryError(f"{path}: {exc}") from exc
+
+
+def write_config(config: ModelConfig, path: str | Path) -> None:
+    """Write ``config`` as a new file at ``path`` (a link there is replaced, never written through)."""
+    path = Path(path)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.write_text(text_format.MessageToString(config))
+
+
+def effective_config_path(model_dir: str | Path, model_config_name: str | None = None) -> Path | None:
+    """The config Triton reads for ``model_dir`` given ``--model-config-name`` (None: no config)."""
+    model_dir = Path(model_dir)
+    if model_config_name:
+        named = model_dir / "configs" / f"{model_config_name}.pbtxt"
+        if named.exists():
+            return named
+    default = model_dir / "config.pbtxt"
+    return default if default.exists() else None
+
+
+def config_files(model_dir: str | Path) -> list[Path]:
+    """Every config of a model folder: ``config.pbtxt`` and the named ``configs/*.pbtxt``."""
+    model_dir = Path(model_dir)
+    return [p for p in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))] if p.exists()]
+
+
+def model_dirs(repository: str | Path) -> list[Path]:
+    """The model folders of a repository (those with a config.pbtxt), sorted by name."""
+    return [p for p in sorted(Path(repository).iterdir()) if p.is_dir() and (p / "config.pbtxt").exists()]
+
+
+def configs(repository: str | Path, model_config_name: str | None = None) -> dict[str, ModelConfig]:
+    """``{model name: its effective config}`` of a repository."""
+    found = {}
+    for model_dir in sorted(Path(repository).iterdir()):
+        path = effective_config_path(model_dir, model_config_name) if model_dir.is_dir() else None
+        if path is not None:
+            found[model_dir.name] = read_config(path)
+    return found
+
+
+def parameter(config: ModelConfig, key: str, default: str | None = None) -> str | None:
+    """A ``parameters { key: ... value: { string_value: ... } }`` entry of a config."""
+    return config.parameters[key].string_value if key in config.parameters else default
+
+
+def set_parameter(config: ModelConfig, key: str, value: str) -> ModelConfig:
+    config.parameters[key].string_value = str(value)
+    return config
+
+
+def python_models(repository: str | Path, model_config_name: str | None = None) -> list[str]:
+    """Models served by the Python backend itself (``backend: "python"``)."""
+    return [name for name, config in configs(repository, model_config_name).items() if config.backend == "python"]
+
+
+def called_models(config: ModelConfig, available: Iterable[str]) -> set[str]:
+    """Models a model needs loaded: its ensemble steps, and the models its parameters name (BLS targets)."""
+    available = set(available)
+    steps = {step.model_name for step in config.ensemble_scheduling.step}
+    named = {value.string_value for value in config.parameters.values() if value.string_value in available}
+    return (steps | named) - {config.name}
+
+
+def dependencies(repository: str | Path, models: Iterable[str]) -> list[str]:
+    """``models`` and, transitively, every model they call; sorted. Unknown names are refused."""
+    found = configs(repository)
+    wanted: set[str] = set()
+    queue = list(models)
+    while queue:
+        name = queue.pop()
+        if name in wanted:
+            continue
+        if name not in found:
+            raise RepositoryError(f"{repository} has no model {name!r}")
+        wanted.add(name)
+        queue += sorted(called_models(found[name], found) - wanted)
+    return sorted(wanted)
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def derive(source: str | Path, dest: str | Path | None = None, *, models: Iterable[str] | None = None,
+           edit: Callable[[str, Path, ModelConfig], ModelConfig | None] | None = None,
+           link: str = "symlink", prefix: str = "triton-derived-") -> Path:
+    """A repository ``dest/model_repository`` made of ``source``'s models (only ``models`` when given).
+
+    Files are links to the originals (``link``: ``"symlink"``, or ``"hard"`` for hard links, copies
+    where that fails, as packed-env copies need when mounted into a container); for each config file
+    ``edit(model, path, config)`` may return a changed config, which is written as a new file.
+    """
+    source = Path(source).resolve()
+    keep = set(models) if models is not None else None
+    missing = sorted(keep - {p.name for p in model_dirs(source)}) if keep is not None else []
+    if missing:
+        raise RepositoryError(f"{source} has no model(s) {missing}")
+    root = Path(dest or tempfile.mkdtemp(prefix=prefix))
+    copy = root / "model_repository"
+    if copy.exists():
+        shutil.rmtree(copy)
+    copy.mkdir(parents=True)
+    for model_dir in model_dirs(source):
+        if keep is not None and model_dir.name not in keep:
+            continue
+        target = copy / model_dir.name
+        if link == "symlink":
+            target.mkdir()
+            for item in model_dir.iterdir():
+                if item.name not in ("__pycache__",):
+                    os.symlink(item, target / item.name)
+        else:
+            shutil.copytree(model_dir, target, copy_function=link_or_copy,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if edit is None:
+            continue
+        for path in config_files(model_dir):
+            edited = edit(model_dir.name, path.relative_to(model_dir), read_config(path))
+            if edited is None:
+                continue
+            relative = path.relative_to(model_dir)
+            if link == "symlink" and relative.parent != Path("."):
+                # configs/ is a link to the original folder: give the copy its own folder of links
+                (target / relative.parts[0]).unlink()
+                shutil.copytree(model_dir / relative.parts[0], target / relative.parts[0],
+                                copy_function=os.symlink)
+            write_config(edited, target / relative)
+    return copy

@@ -1,0 +1,78 @@
+"""The harness's module graph: no import cycle, counting imports inside functions too."""
+
+from __future__ import annotations
+
+import ast
+
+from harness import PROJECT_ROOT
+
+HARNESS = PROJECT_ROOT / "harness"
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in HARNESS.rglob("*.py"):
+        if "tests" in path.relative_to(HARNESS).parts:
+            continue
+        name = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts).removesuffix(".__init__")
+        found[name] = ast.parse(path.read_text())
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: harness modules it imports}``; a module importing its own parent package is left out."""
+    modules = _modules()
+    graph = {}
+    for name, tree in modules.items():
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    targets.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("harness")}
+        graph[name] = {t for t in targets if t in modules and t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_harness_has_no_import_cycle():
+    graph = import_graph()
+    assert "harness.packenv" in graph and "harness.launchers.local" in graph
+    assert cycles(graph) == []
