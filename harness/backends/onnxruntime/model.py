@@ -5,7 +5,8 @@ PyPI has no native onnxruntime Triton backend, so the local launcher places this
 (or ``platform: "onnxruntime_onnx"``) then runs here unchanged, and runs on the native
 backend of the NGC image. It honours the native backend's keys that apply on CPU:
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` /
-``execution_mode`` / ``enable_mem_arena`` / ``enable_mem_pattern`` parameters and
+``execution_mode`` / ``enable_mem_arena`` / ``enable_mem_pattern`` parameters (and passes
+parameters named ``session.*`` to onnxruntime as session config entries) and
 ``optimization { graph { level } }``. A dynamically batched set of requests runs as ONE
 session run (concatenate, run, split); requests whose non-batch shapes differ run apart, and
 requests to a model without batching always run one by one.
@@ -47,6 +48,9 @@ def session_options(config):
     options.enable_mem_pattern = _parameter(config, "enable_mem_pattern", "1") not in ("0", "false")
     level = config.get("optimization", {}).get("graph", {}).get("level")
     options.graph_optimization_level = GRAPH_LEVELS.get(int(level) if level is not None else 0)
+    for key, value in config.get("parameters", {}).items():
+        if key.startswith("session."):  # onnxruntime's own session config keys, e.g. session.intra_op.allow_spinning
+            options.add_session_config_entry(key, value.get("string_value", ""))
     return options
 
 
@@ -121,6 +125,8 @@ class TritonPythonModel:
             f"inter_op_thread_count={options.inter_op_num_threads} "
             f"execution_mode={options.execution_mode.name} "
             f"graph_optimization_level={options.graph_optimization_level.name}"
+            + "".join(f" {k}={v['string_value']}" for k, v in self.config.get("parameters", {}).items()
+                      if k.startswith("session."))
         )
 
     def execute(self, requests):
