@@ -31,7 +31,7 @@ class DocumentLimits:
     max_request_bytes: int = 32 * 1024 * 1024
     max_files: int = 16
     #: Sum of the inflated (FlateDecode) streams of one PDF, checked before pdfium parses it.
-    max_pdf_inflated_bytes: int = 256 * 1024 * 1024
+    max_pdf_inflated_bytes: int = 128 * 1024 * 1024
 
 
 STREAM = re.compile(rb"stream\r?\n")
@@ -107,7 +107,7 @@ def pdf_text(data: bytes, max_pages: int) -> str:
         raise InputError(f"cannot open PDF: {message}") from None
     try:
         if len(document) > max_pages:
-            raise InputError(f"PDF has {len(document)} pages, over the limit of {max_pages}")
+            raise InputError(f"PDF has {len(document)} pages, over the limit of {max_pages} (max_pdf_pages)")
         pages = []
         for index in range(len(document)):
             try:
@@ -128,7 +128,7 @@ def extract_text(data: bytes, limits: DocumentLimits = DocumentLimits()) -> str:
     if not data:
         raise InputError("file is empty (0 bytes)")
     if len(data) > limits.max_file_bytes:
-        raise InputError(f"file is {len(data)} bytes, over the limit of {limits.max_file_bytes}")
+        raise InputError(f"file is {len(data)} bytes, over the limit of {limits.max_file_bytes} (max_file_bytes)")
     if detect_kind(data) == "pdf":
         pdf_inflated_bytes(data, limits.max_pdf_inflated_bytes)
         text = pdf_text(data, limits.max_pdf_pages)
@@ -203,7 +203,7 @@ def chunk_text(text: str, tokenizer_file: str, chunk_tokens: int, max_chunks: in
         )
     chunks = [c for c in _chunker(tokenizer_file, chunk_tokens)(text) if c.strip()]
     if len(chunks) > max_chunks:
-        raise InputError(f"file makes {len(chunks)} chunks, over the limit of {max_chunks}")
+        raise InputError(f"file makes {len(chunks)} chunks, over the limit of {max_chunks} (max_chunks)")
     if not chunks:
         raise InputError("file has no text to embed")
     return chunks

@@ -121,3 +121,72 @@ def test_image_requests_are_bounded_in_total_bytes():
     check_request_bytes([b"a" * 10, b"b" * 10], "IMAGE_BYTES", 20)
     with pytest.raises(InputError, match=r"21 bytes of IMAGE_BYTES, over the limit of 20 \(max_request_bytes\)"):
         check_request_bytes([b"a" * 11, b"b" * 10], "IMAGE_BYTES", 20)
+
+
+# -- served: every over-limit request of the issue gets a 4xx within 1 s, the stubs stay small -----
+@pytest.fixture(scope="module")
+def embedding_limits_server():
+    from harness.soak import deployment_server, stop_server
+
+    server = deployment_server("embedding_cpu", ["embedding_onnx_text", "pipeline_orchestrator"])
+    server.start()
+    try:
+        server.wait_ready(300)
+        yield server
+    finally:
+        stop_server(server)
+
+
+def _binary_request(server, model: str, name: str, items: list[bytes]):
+    """One binary-HTTP request of BYTES ``items`` ([n, 1]); returns (status, error text, seconds)."""
+    import requests
+    import tritonclient.http as httpclient
+
+    tensor = httpclient.InferInput(name, [len(items), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[item] for item in items], dtype=object), binary_data=True)
+    body, header_length = httpclient.InferenceServerClient.generate_request_body([tensor])
+    began = time.monotonic()
+    response = requests.post(f"http://{server.http_url}/v2/models/{model}/infer", data=body, timeout=120,
+                             headers={"Inference-Header-Content-Length": str(header_length)})
+    elapsed = time.monotonic() - began
+    return response.status_code, response.text[:300], elapsed
+
+
+OVER_LIMIT = {  # case -> (model, input, items, what the error names)
+    "64 texts of 1 MiB (the issue's case)": ("embedding_onnx_text", "TEXT", [b"x" * (1 << 20)] * 64,
+                                             "gate_max_body_bytes"),
+    "3 texts of 1 MiB": ("embedding_onnx_text", "TEXT", [b"word " * (1 << 18)] * 3, "max_request_bytes"),
+    "65 texts": ("embedding_onnx_text", "TEXT", [b"a short text"] * 65, "max_batch_size"),
+    "a 20 MiB + 1 text file": ("pipeline_orchestrator", "RAW_FILE", [b"word " * (4 << 20) + b"!"], "max_file_bytes"),
+    "a PDF inflating 1000:1": ("pipeline_orchestrator", "RAW_FILE",
+                               [pdf_with_stream(b"q " + b" " * (300 << 20) + b" Q")], "max_pdf_inflated_bytes"),
+    "17 files": ("pipeline_orchestrator", "RAW_FILE", [b"a file"] * 17, "max_batch_size"),
+}
+
+
+@pytest.mark.timeout(600)
+def test_over_limit_requests_get_a_4xx_within_1_s_on_a_served_deployment(embedding_limits_server):
+    """Issue 16 acceptance: over the documented limits, a 4xx within 1 s naming the limit; the
+    stubs keep their memory and the server stays ready (embedding_cpu behind the gate)."""
+    import requests
+
+    from harness.soak import process_memory
+
+    server = embedding_limits_server
+    assert _binary_request(server, "embedding_onnx_text", "TEXT", [b"warm up"])[0] == 200
+    assert _binary_request(server, "pipeline_orchestrator", "RAW_FILE", [b"warm up the pipeline"])[0] == 200
+    before = {k: v["rss_mib"] for k, v in process_memory(server.process.pid).items() if k.startswith("stub:")}
+    seen = {}
+    for case, (model, name, items, limit) in OVER_LIMIT.items():
+        status, text, elapsed = _binary_request(server, model, name, items)
+        seen[case] = (status, round(elapsed, 3))
+        assert 400 <= status < 500, f"{case}: {status} {text}"
+        assert limit in text, f"{case}: the error does not name {limit}: {text}"
+        assert elapsed < 1.0, f"{case}: refused after {elapsed:.2f} s"
+    after = {k: v["rss_mib"] for k, v in process_memory(server.process.pid).items() if k.startswith("stub:")}
+    print("over-limit requests (status, s):", seen)
+    print("stub RSS MiB before -> after:", {k: (before[k], after.get(k)) for k in before})
+    assert set(after) == set(before), "a stub died or was replaced"
+    for key, rss in before.items():
+        assert after[key] - rss < 64, f"{key} grew {after[key] - rss:.0f} MiB on refused requests"
+    assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
