@@ -32,6 +32,7 @@ from pathlib import Path
 
 from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
 from harness.launchers.local import free_port
+from harness.repository import derive
 
 #: The image ``make image`` builds (images/cpu); ``make ... IMAGE=`` exports TRITON_CPU_IMAGE.
 CPU_IMAGE = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
@@ -142,6 +143,17 @@ def image_labels(image: str) -> dict[str, str] | None:
         return engine(timeout_s=5).images.get(image).labels or {}
     except Exception:  # noqa: BLE001
         return None
+
+
+def links_outside(folder: str | Path) -> bool:
+    """Whether any symbolic link under ``folder`` points outside it (a mount of it would dangle)."""
+    root = Path(folder).resolve()
+    for parent, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(parent, name)
+            if path.is_symlink() and not path.resolve().is_relative_to(root):
+                return True
+    return False
 
 
 def attach_packed_env(deployment, options: ServerOptions) -> ServerOptions:
@@ -314,6 +326,10 @@ class DockerTritonServer(StartedTritonServer):
             self.work_dir = Path(tempfile.mkdtemp(prefix="triton-docker-"))
             repository = packed_repository(repository, tarball, self.work_dir)
             self.envs_dir = self.work_dir / "envs"
+        elif links_outside(repository):
+            # A derived repository (a config variant) links to files the container cannot see.
+            self.work_dir = Path(tempfile.mkdtemp(prefix="triton-docker-"))
+            repository = derive(repository, self.work_dir, link="hard")
         self.repository = repository
         # The repository's own EXECUTION_ENV_PATHs too (e.g. configs written for another image): on the
         # host, $$TRITON_MODEL_DIRECTORY/../../envs is the folder mounted at /envs.

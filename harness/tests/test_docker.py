@@ -218,6 +218,29 @@ def test_tiny_repository_served_in_the_cpu_image(tmp_path, image):
 
 
 @needs_engine
+def test_config_variant_of_links_is_served_in_the_container(tmp_path, image):
+    """A config variant (links to the original files, as benchmarks make them) must not dangle in the
+    container: the launcher serves a hard-linked copy, with the variant's config."""
+    from harness.variants import variant_repository
+
+    repo = make_repository(tmp_path / "src", models=("double",))
+    variant = variant_repository(repo, {"double": {"instance_count": 2}}, tmp_path / "variant")
+    assert (variant / "double" / "1").is_symlink()
+    server = DockerTritonServer(ServerOptions(str(variant), required_models=["double"], image=image))
+    server.start()
+    try:
+        server.wait_ready(120)
+        with httpclient.InferenceServerClient(server.http_url) as http:
+            assert http.get_model_config("double")["instance_group"][0]["count"] == 2
+            data = np.ones((1, 4), dtype=np.float32)
+            tensor = httpclient.InferInput("INPUT", [1, 4], "FP32")
+            tensor.set_data_from_numpy(data)
+            np.testing.assert_array_equal(http.infer("double", [tensor]).as_numpy("OUTPUT"), data * 2)
+    finally:
+        server.stop()
+
+
+@needs_engine
 def test_python_model_runs_in_the_mounted_packed_env(tmp_path, image):
     """A packed env (harness.packenv, target cpu-image) mounted beside a generated repository copy:
     the stub runs in it (numpy imported from the unpacked env), on the image's Python 3.11."""
