@@ -407,8 +407,14 @@ def test_crashers_are_refused_for_every_model_of_every_deployment(model, config)
     ("embedding_cpu", "embedding_onnx",
      b'{"inputs":[{"name":"input_ids","shape":[1,2147483647],"datatype":"INT64","data":[1]},'
      b'{"name":"attention_mask","shape":[1,1],"datatype":"INT64","data":[1]}]}'),
+    ("cn_clip", "text_embedding",
+     b'{"inputs":[{"name":"TEXT","shape":[131072,131072],"datatype":"BYTES","data":["a"]}]}'),
+    ("resnet_npu", "resnet50",
+     b'{"inputs":[{"name":"IMAGE","shape":[131072,3,224,224],"datatype":"FP32","data":[1]}]}'),
 ])
 def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, body):
+    """The issue's huge-shape request, then 50,000 nested brackets in ``data`` and 300,000 in
+    ``parameters``, on a real server of each deployment: 4xx every time, the server stays ready."""
     from harness.soak import deployment_server, stop_server
 
     server = deployment_server(deployment, [model])
@@ -420,6 +426,13 @@ def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, 
             assert response.status_code in (400, 403), response.text
             assert "error" in response.json()
         assert post(server, body, model=model, headers=server.admin_headers).status_code == 400
+        name = json.loads(body)["inputs"][0]["name"]
+        deep = json.dumps({"inputs": [{"name": name, "shape": [1, 1], "datatype": "FP32", "data": "@"}]}).encode()
+        for nested in (deep.replace(b'"@"', b"[" * 50000 + b"]" * 50000), DEEP_PARAMETERS):
+            began = time.monotonic()
+            response = post(server, nested, model=model, headers=server.admin_headers)
+            assert response.status_code == 400 and "nested" in response.json()["error"], response.text
+            assert time.monotonic() - began < 1.0
         assert server.is_running()
         assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
     finally:
