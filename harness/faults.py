@@ -342,6 +342,9 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
         lines += [f"| {k.split('#')[0]} | {v['start_mib']} | {v['end_mib']} | {v['growth_mib']:+} |"
                   for k, v in m["processes"].items()]
         lines.append("")
+    long_soaks = [json.loads(path.read_text()) for path in sorted(results_dir.glob("soak_*.json"))]
+    for long_soak in long_soaks:
+        lines += render_long_soak(long_soak, docs.parent / "plots")
     if faults:
         lines += ["**Faults survived** (verified load over HTTP; times relative to the fault):", "",
                   "| fault | model | c | errors seen | error window | service back | wrong answers | recovered | how |",
@@ -375,8 +378,10 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
             lines += ["", f"Served entry models fuzzed end to end: {fuzz['served']['requests']} requests to "
                           f"{fuzz['served']['models']} models, every server healthy afterwards."]
         lines.append("")
-    wrong = (soak or {}).get("wrong_answers", 0) + sum(f["wrong_answers"] for f in faults)
-    total = (soak or {}).get("requests", 0) + sum(f["requests_total"] for f in faults)
+    wrong = (soak or {}).get("wrong_answers", 0) + sum(f["wrong_answers"] for f in faults) + sum(
+        s["wrong_answers"] for s in long_soaks)
+    total = (soak or {}).get("requests", 0) + sum(f["requests_total"] for f in faults) + sum(
+        s["requests"] for s in long_soaks)
     lines += [f"**Nothing lost**: {total} verified requests in these runs, {wrong} wrong or swapped answers; "
               "every request ended in its own correct answer or an explicit error.", "", END]
     section = "\n".join(lines)
@@ -387,6 +392,78 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
         text = text.rstrip() + "\n\n## Results\n\n" + section + "\n"
     docs.write_text(text)
     return section
+
+
+def _stubs_mib(sample: dict) -> float:
+    return round(sum(v for k, v in sample["rss_mib"].items() if k.startswith("stub:")), 1)
+
+
+def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
+    """A long soak's memory over time: a table of RSS samples, the growth per third and a figure."""
+    series = soak.get("memory_series") or []
+    if len(series) < 4:
+        return []
+    name = f"{soak.get('deployment')}/{soak['model']}"
+    picks = sorted({round(i * (len(series) - 1) / (rows - 1)) for i in range(rows)})
+    lines = [
+        f"**Memory over a long soak** ({name}, concurrency {soak['concurrency']}, {soak['measured_s']} s after "
+        f"{soak['warmup_s']} s warm-up, {'behind the gate' if soak.get('gate') else 'no gate'}): "
+        f"{soak['requests']} requests, **{soak['errors']} errors, {soak['timeouts']} timeouts, "
+        f"{soak['wrong_answers']} wrong answers**, {soak['throughput_rps']} req/s; RSS sampled every "
+        f"{series[1]['t_s'] - series[0]['t_s']:.0f} s. Command: `{soak.get('command', 'python -m harness.soak')}`"
+        + (f"; load average at the end {soak['machine']['load_avg_at_end']} on {soak['machine']['cpu_count']} cores "
+           "(a shared, busy machine)" if soak.get("machine") else "") + ".", "",
+        "| minute | tritonserver MiB | gate MiB | stubs MiB | total MiB |", "|---|---|---|---|---|",
+    ]
+    for i in picks:
+        sample = series[i]
+        lines.append(f"| {sample['t_s'] / 60:.1f} | {sample['rss_mib'].get('server', '–')} | "
+                     f"{sample['rss_mib'].get('gate', '–')} | {_stubs_mib(sample)} | {sample['total_mib']} |")
+    lines.append("")
+    verdicts = []
+    for key, label in (("server", "tritonserver"), ("total", "all processes")):
+        trend = (soak.get("memory_trend") or {}).get(key)
+        if trend:
+            verdicts.append(f"{label} {trend['start_mib']} -> {trend['end_mib']} MiB, growth per third "
+                            f"{' / '.join(f'{g:+}' for g in trend['growth_per_third_mib'])} MiB: "
+                            f"**{'levels off' if trend['levelled'] else 'still growing'}**")
+    if verdicts:
+        lines += ["; ".join(verdicts) + " (levels off: the last third grew < 2 MiB or < 1/4 of the first third).", ""]
+    figure = plot_long_soak(soak, plots)
+    if figure:
+        lines += [f"![RSS over the soak](plots/{figure.name})", ""]
+    return lines
+
+
+def plot_long_soak(soak: dict, plots: Path) -> Path | None:
+    """docs/plots/soak-<deployment>-rss.png: RSS of tritonserver, the gate and the stubs over time."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    series = soak["memory_series"]
+    minutes = [s["t_s"] / 60 for s in series]
+    figure, axis = plt.subplots(figsize=(7, 3.2))
+    axis.plot(minutes, [s["rss_mib"].get("server") for s in series], label="tritonserver")
+    if any("gate" in s["rss_mib"] for s in series):
+        axis.plot(minutes, [s["rss_mib"].get("gate") for s in series], label="gate")
+    axis.plot(minutes, [_stubs_mib(s) for s in series], label="Python stubs (sum)")
+    axis.plot(minutes, [s["total_mib"] for s in series], label="total", linestyle="--")
+    axis.set_xlabel("minutes after warm-up")
+    axis.set_ylabel("RSS MiB")
+    axis.set_ylim(bottom=0)
+    axis.set_title(f"{soak.get('deployment')}/{soak['model']}, c={soak['concurrency']}: RSS over the soak")
+    axis.legend(loc="lower right", fontsize=8)
+    axis.grid(alpha=0.3)
+    plots.mkdir(parents=True, exist_ok=True)
+    path = plots / f"soak-{soak.get('deployment')}-rss.png"
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
 
 
 def _read(path: Path):
