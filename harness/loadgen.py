@@ -38,6 +38,8 @@ class Workload:
     does not delay the completions of the others. ``ceiling(batch)``, when
     given, returns a function that does the same work for ``batch`` items directly in this
     process (no server): the in-process ceiling each concurrency level is compared with.
+    ``headers`` go with every request (e.g. the harness's admin header, to measure a model
+    that its ensemble hides from clients on its own).
     """
 
     model: str
@@ -50,6 +52,7 @@ class Workload:
     parameters: dict | None = None
     notes: dict = field(default_factory=dict)
     ceiling: Callable[[int], Callable[[], Any]] | None = None
+    headers: dict[str, str] | None = None
 
     def request_inputs(self) -> dict[str, np.ndarray]:
         if self.prepare is not None:
@@ -164,7 +167,8 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
             began = loop.time()
             try:
                 inputs = static_inputs or await loop.run_in_executor(client_work, prepared_inputs)
-                result = await client.infer(workload.model, inputs, outputs=outputs, parameters=workload.parameters)
+                result = await client.infer(workload.model, inputs, outputs=outputs, parameters=workload.parameters,
+                                            headers=workload.headers)
                 if workload.finish is not None:
                     await loop.run_in_executor(client_work, finished, result)
                 ok = True

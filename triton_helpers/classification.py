@@ -112,6 +112,12 @@ class ImageTransform:
         image = image.crop((left, top, left + side, top + side))
         return image.resize((self.crop, self.crop), resample)
 
+    def min_source_side(self) -> int:
+        """The shorter side the geometric step resamples from at the least (a reduced decode keeps it)."""
+        if self.mode == "resize_crop":
+            return self.resize
+        return self.crop + TF_CROP_PADDING
+
     def normalize(self, rgb: np.ndarray) -> np.ndarray:
         """``(H, W, 3)`` uint8 -> ``(3, H, W)`` float32, as ``ToTensor`` + ``Normalize``."""
         chw = np.ascontiguousarray(rgb.transpose(2, 0, 1)).astype(np.float32) / np.float32(255)
@@ -222,6 +228,22 @@ def request_parameters(request) -> dict:
     return json.loads(raw) if isinstance(raw, str) and raw else (raw or {})
 
 
+DECODE_MODES = ("full", "reduced")
+
+
+def decode_min_side(mode: str | None, transform: ImageTransform) -> int | None:
+    """``open_image``'s ``min_shorter_side`` for a config's ``decode`` parameter.
+
+    ``full`` (default): every pixel decoded, equal to the reference pipeline. ``reduced``:
+    JPEGs at least twice the size the transform resamples from are decoded at 1/2, 1/4 or 1/8
+    scale (libjpeg-turbo DCT scaling), never below ``transform.min_source_side()``.
+    """
+    mode = (mode or "full").strip().lower()
+    if mode not in DECODE_MODES:
+        raise ValueError(f"decode must be one of {DECODE_MODES}, got {mode!r}")
+    return transform.min_source_side() if mode == "reduced" else None
+
+
 #: Fallback for a PreprocessModel built without initialize() (tests).
 DEFAULT_REQUEST_BYTES = 64 * 1024 * 1024
 
@@ -251,6 +273,7 @@ class PreprocessModel:
         from triton_helpers.errors import DEFAULT_MAX_REQUEST_BYTES
 
         self.max_request_bytes = int(params.get("max_request_bytes") or DEFAULT_MAX_REQUEST_BYTES)
+        self.limits["min_shorter_side"] = decode_min_side(params.get("decode"), self.transform)
         self.input_name = config["input"][0]["name"]
         self.output_name = config["output"][0]["name"]
         self.dtype = output_dtypes(self.pb_utils, config)[self.output_name]

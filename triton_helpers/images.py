@@ -2,6 +2,11 @@
 
 Limits are checked before any pixel is decoded, so a decompression bomb (a 40000x40000 PNG
 that is small on disk) is refused from its header alone.
+
+``min_shorter_side`` turns on libjpeg-turbo's DCT scaling for JPEGs (PIL's ``draft``): the
+image is decoded at 1/2, 1/4 or 1/8 of its size, the largest reduction that keeps its shorter
+side at least ``min_shorter_side``. It changes pixels (a box-filtered DCT reduction instead of
+the full image), so it is a config choice whose agreement is measured (docs/tuning.md).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from triton_helpers.errors import InputError
 
 DEFAULT_MAX_PIXELS = 40_000_000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+EXIF_ORIENTATION = 0x0112
 
 
 def open_image(
@@ -23,8 +29,13 @@ def open_image(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     max_bytes: int = DEFAULT_MAX_BYTES,
     exif_transpose: bool = True,
+    min_shorter_side: int | None = None,
 ) -> Image.Image:
-    """Open encoded image bytes with PIL, checked against size limits; RGB, EXIF applied."""
+    """Open encoded image bytes with PIL, checked against size limits; RGB, EXIF applied.
+
+    No pixel copy beyond the decode: EXIF transposition only when the orientation tag asks
+    for one, conversion only when the image is not RGB already.
+    """
     if not data:
         raise InputError("image is empty (0 bytes)")
     if len(data) > max_bytes:
@@ -44,11 +55,13 @@ def open_image(
         raise InputError(
             f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}"
         )
+    if min_shorter_side and image.format == "JPEG" and min(width, height) >= 2 * min_shorter_side:
+        image.draft(image.mode, (min_shorter_side, min_shorter_side))
     try:
         image.load()
-        if exif_transpose:
+        if exif_transpose and image.getexif().get(EXIF_ORIENTATION, 1) != 1:
             image = ImageOps.exif_transpose(image)
-        return image.convert("RGB")
+        return image if image.mode == "RGB" else image.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"cannot decode {image.format or 'image'}: {exc}") from None
 
