@@ -1,0 +1,1 @@
+"""Load generators that run outside the Python process (and off the server's cores)."""

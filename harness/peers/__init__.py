@@ -1,0 +1,1 @@
+"""Peer embedding servers measured beside Triton on the same cores, generator and bodies."""

@@ -1,0 +1,47 @@
+"""The sentences and the pre-built request bodies every server of a side-by-side run gets."""
+
+from __future__ import annotations
+
+import json
+
+#: ~8-20-token sentences (the embedding_cpu checks' short sentences, one Chinese).
+SENTENCES = [
+    "Triton batches requests on the server.",
+    "A quick sentence about the weather today.",
+    "How many instances should a CPU model run?",
+    "今天的会议改到下午三点。",
+    "Embeddings map text to vectors.",
+    "The cat sat on the mat.",
+    "Throughput grows with the batch size.",
+    "Short text.",
+]
+#: Bodies per workload: request i carries sentences starting at offset i.
+BODIES = 8
+
+
+def sentences(count: int, offset: int = 0) -> list[str]:
+    return [SENTENCES[(offset + i) % len(SENTENCES)] for i in range(count)]
+
+
+def triton_text_body(texts: list[str]) -> bytes:
+    """KServe v2 JSON: ``TEXT`` BYTES ``[n, 1]``; ``EMBEDDING`` comes back as JSON numbers."""
+    body = {"inputs": [{"name": "TEXT", "shape": [len(texts), 1], "datatype": "BYTES", "data": texts}]}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def triton_tokens_body(texts: list[str]) -> bytes:
+    """KServe v2 JSON of the client-tokenized contract (``input_ids``, ``attention_mask``);
+    ``last_hidden_state`` asked for as binary data (a JSON float list of it would cost more
+    than the model)."""
+    from triton_helpers.text_embedding import tokenize
+
+    tokens = tokenize(texts)
+    shape = list(tokens["input_ids"].shape)
+    body = {"inputs": [{"name": name, "shape": shape, "datatype": "INT64", "data": tokens[name].ravel().tolist()}
+                       for name in ("input_ids", "attention_mask")],
+            "outputs": [{"name": "last_hidden_state", "parameters": {"binary_data": True}}]}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def bodies(make, batch: int) -> list[bytes]:
+    return [make(sentences(batch, offset)) for offset in range(BODIES)]
