@@ -13,9 +13,11 @@ the server-side queue / compute split read from Triton's statistics API over the
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -26,6 +28,75 @@ import tritonclient.http.aio as http_aio
 from harness.tensors import make_inputs, make_outputs, request_bytes, response_bytes, result_arrays
 
 GENERATOR = "harness-asyncio"
+#: ``HARNESS_PIN="server=0 generator=1"``: before each level, every thread of the server's process
+#: tree (found by the port it listens on) and of this generator is pinned to those CPUs, and the
+#: in-process ceiling runs on the server's CPUs. Records say the pinning (``pinning``).
+PIN_ENV = "HARNESS_PIN"
+
+
+def pin_plan(text: str | None = None) -> dict[str, set[int]]:
+    """``{"server": cpus, "generator": cpus}`` from ``HARNESS_PIN`` (empty: no pinning)."""
+    text = os.environ.get(PIN_ENV, "") if text is None else text
+    plan = {}
+    for part in text.replace(";", " ").split():
+        role, _, cpus = part.partition("=")
+        if role not in ("server", "generator") or not cpus:
+            raise ValueError(f"{PIN_ENV}: expected 'server=CPUS generator=CPUS' (CPUS like 0 or 0-1 or 0,2), got {text!r}")
+        chosen = set()
+        for piece in cpus.split(","):
+            low, _, high = piece.partition("-")
+            chosen.update(range(int(low), int(high or low) + 1))
+        plan[role] = chosen
+    return plan
+
+
+def _pin_threads(pid: int, cpus: set[int]) -> int:
+    """Pin every thread of ``pid`` (threads started later inherit it); returns how many."""
+    pinned = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+            pinned += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pinned
+
+
+def pin_server(url: str, cpus: set[int]) -> int:
+    """Pin the process listening on ``url``'s port and all its descendants; returns the process count."""
+    import psutil
+
+    port = int(url.rsplit(":", 1)[1])
+    owners = {c.pid for c in psutil.net_connections(kind="tcp")
+              if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    if not owners:
+        raise RuntimeError(f"{PIN_ENV}: no process of this machine listens on port {port}")
+    processes = set()
+    for pid in owners:
+        root = psutil.Process(pid)
+        processes.update([root, *root.children(recursive=True)])
+    for process in processes:
+        _pin_threads(process.pid, cpus)
+    return len(processes)
+
+
+def apply_pinning(url: str, plan: dict[str, set[int]] | None = None) -> str:
+    """Pin server and generator as ``plan`` (default: ``HARNESS_PIN``) says; the record's description."""
+    plan = pin_plan() if plan is None else plan
+    if not plan:
+        return "none"
+    said = []
+    if "server" in plan:
+        count = pin_server(url, plan["server"])
+        said.append(f"server cpus {_cpus(plan['server'])} ({count} processes)")
+    if "generator" in plan:
+        _pin_threads(os.getpid(), plan["generator"])
+        said.append(f"generator cpus {_cpus(plan['generator'])}")
+    return ", ".join(said)
+
+
+def _cpus(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 @dataclass
@@ -75,6 +146,7 @@ class LoadResult:
     bytes_received_per_request: int
     server: dict
     first_error: str | None = None
+    pinning: str = "none"
 
     def metrics(self, items_per_request: int = 1) -> dict:
         lat = np.asarray(self.latencies_ms) if self.latencies_ms else np.asarray([np.nan])
@@ -94,6 +166,7 @@ class LoadResult:
             "perf_latency_p99": round(float(np.percentile(lat, 99)), 3),
             "bytes_sent_per_request": self.bytes_sent_per_request,
             "bytes_received_per_request": self.bytes_received_per_request,
+            "pinning": self.pinning,
             **self.server,
         }
 
@@ -224,7 +297,10 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
 def run_load(workload: Workload, *, protocol: str, url: str, http_url: str, concurrency: int,
              duration_s: float = 5.0, warmup_s: float = 1.0) -> LoadResult:
     """Hold ``concurrency`` requests in flight for ``duration_s`` after ``warmup_s``."""
-    return asyncio.run(_run_level(workload, protocol, url, http_url, concurrency, duration_s, warmup_s))
+    pinning = apply_pinning(url)
+    result = asyncio.run(_run_level(workload, protocol, url, http_url, concurrency, duration_s, warmup_s))
+    result.pinning = pinning
+    return result
 
 
 def sweep(workload: Workload, concurrencies: list[int], *, protocol: str, url: str, http_url: str,
@@ -243,13 +319,23 @@ def sweep(workload: Workload, concurrencies: list[int], *, protocol: str, url: s
 
 def measure_in_process(run: Callable[[], Any], items_per_call: int, duration_s: float = 3.0,
                        warmup_calls: int = 2) -> dict:
-    """The in-process ceiling: call ``run()`` back to back in this process for ``duration_s``."""
-    for _ in range(warmup_calls):
-        run()
-    calls = 0
-    started = time.perf_counter()
-    while time.perf_counter() - started < duration_s:
-        run()
-        calls += 1
-    elapsed = time.perf_counter() - started
-    return {"calls_per_second": round(calls / elapsed, 2), "items_per_second": round(calls * items_per_call / elapsed, 2)}
+    """The in-process ceiling: call ``run()`` back to back in this process for ``duration_s``
+    (on the server's CPUs when ``HARNESS_PIN`` pins the server)."""
+    server_cpus = pin_plan().get("server")
+    previous = os.sched_getaffinity(0)
+    if server_cpus:
+        _pin_threads(os.getpid(), server_cpus)
+    try:
+        for _ in range(warmup_calls):
+            run()
+        calls = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < duration_s:
+            run()
+            calls += 1
+        elapsed = time.perf_counter() - started
+    finally:
+        if server_cpus:
+            _pin_threads(os.getpid(), previous)
+    return {"calls_per_second": round(calls / elapsed, 2), "items_per_second": round(calls * items_per_call / elapsed, 2),
+            **({"cpus": _cpus(server_cpus)} if server_cpus else {})}

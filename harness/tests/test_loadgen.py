@@ -72,3 +72,52 @@ def test_static_inputs_still_need_no_prepare(echo_server):
     result = run_load(workload, protocol="grpc", url=echo_server.grpc_url, http_url=echo_server.http_url,
                       concurrency=2, duration_s=0.5, warmup_s=0.1)
     assert result.errors == 0 and result.requests >= 2, result.first_error
+
+
+def _affinities(pid: int) -> set[frozenset]:
+    import os
+    from pathlib import Path
+
+    return {frozenset(os.sched_getaffinity(int(t.name))) for t in Path(f"/proc/{pid}/task").iterdir()}
+
+
+def test_pin_plan_parses_and_refuses():
+    from harness.loadgen import pin_plan
+
+    assert pin_plan("") == {}
+    assert pin_plan("server=0 generator=1") == {"server": {0}, "generator": {1}}
+    assert pin_plan("server=0-2,5;generator=3") == {"server": {0, 1, 2, 5}, "generator": {3}}
+    with pytest.raises(ValueError, match="HARNESS_PIN"):
+        pin_plan("client=1")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_pinning_puts_server_and_generator_on_their_cpus(echo_server, monkeypatch):
+    import os
+
+    import psutil
+
+    everything = os.sched_getaffinity(0)
+    server_cpu, generator_cpu = sorted(everything)[:2]
+    monkeypatch.setenv("HARNESS_PIN", f"server={server_cpu} generator={generator_cpu}")
+    workload = Workload(model="echo", inputs={"TEXT": np.array([[b"x"]], dtype=object)}, outputs=["TEXT_OUT"])
+    root = psutil.Process(echo_server.process.pid)
+    tree = [root, *root.children(recursive=True)]
+    try:
+        result = run_load(workload, protocol="grpc", url=echo_server.grpc_url, http_url=echo_server.http_url,
+                          concurrency=2, duration_s=0.5, warmup_s=0.1)
+        assert result.errors == 0
+        assert result.metrics()["pinning"].startswith(f"server cpus {server_cpu} (") and \
+            f"generator cpus {generator_cpu}" in result.metrics()["pinning"]
+        names = {p.name() for p in tree}
+        assert any("tritonserver" in n for n in names) and any("stub" in n for n in names), names
+        for process in tree:
+            assert _affinities(process.pid) == {frozenset({server_cpu})}, process.cmdline()[:2]
+        assert _affinities(os.getpid()) == {frozenset({generator_cpu})}
+    finally:
+        for process in tree:
+            for task in __import__("pathlib").Path(f"/proc/{process.pid}/task").iterdir():
+                os.sched_setaffinity(int(task.name), everything)
+        for task in __import__("pathlib").Path(f"/proc/{os.getpid()}/task").iterdir():
+            os.sched_setaffinity(int(task.name), everything)
