@@ -21,7 +21,7 @@ from harness.launchers.base import port_in_use, serve_until_interrupted
 def _list(args) -> int:
     for deployment in discover():
         print(f"{deployment.name:20} targets={','.join(deployment.targets):10} models={','.join(deployment.entry_models)}")
-        print(f"{'':20} {deployment.manifest.get('summary', '')}")
+        print(f"{'':20} {deployment.summary}")
     return 0
 
 

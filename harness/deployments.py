@@ -11,8 +11,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +19,9 @@ from typing import Callable
 
 from harness import PROJECT_ROOT
 from harness.launchers import ServerOptions
+from harness.manifest import Benchmark, Manifest, ManifestError, TargetSettings, read_manifest
+
+__all__ = ["Benchmark", "Deployment", "ManifestError", "discover", "discover_with_errors", "get_deployment"]
 
 MANIFEST = "deployment.toml"
 #: Packed envs live in <deployment>/envs; configs reach them as $$TRITON_MODEL_DIRECTORY/../../envs,
@@ -27,77 +29,53 @@ MANIFEST = "deployment.toml"
 ENVS_MOUNT = "/envs"
 
 
-class ManifestError(ValueError):
-    """A deployment.toml that is missing something or names something that does not exist."""
-
-
-@dataclass
-class Benchmark:
-    """One benchmark scenario of a deployment."""
-
-    id: str
-    workload: str
-    concurrency: tuple[int, ...]
-    protocol: str = "grpc"
-    targets: tuple[str, ...] = ()
-    config: dict = field(default_factory=dict)
-    models: tuple[str, ...] = ()
-
-
 @dataclass
 class Deployment:
-    """A deployment folder and its parsed manifest."""
+    """A deployment folder and its typed manifest."""
 
     path: Path
-    manifest: dict
+    manifest: Manifest
 
     @property
     def name(self) -> str:
-        return self.manifest["name"]
+        return self.manifest.name
+
+    @property
+    def summary(self) -> str:
+        return self.manifest.summary
 
     @property
     def model_repository(self) -> Path:
-        return self.path / self.manifest.get("model_repository", "model_repository")
+        return self.path / self.manifest.model_repository
 
     @property
     def fixtures_path(self) -> Path:
-        return self.path / self.manifest.get("fixtures", "fixtures")
+        return self.path / self.manifest.fixtures
 
     @property
     def entry_models(self) -> list[str]:
-        return list(self.manifest.get("entry_models", []))
+        return list(self.manifest.entry_models)
 
     @property
     def targets(self) -> list[str]:
-        return list(self.manifest.get("targets", ["cpu"]))
+        return list(self.manifest.targets)
 
     @property
     def benchmarks(self) -> list[Benchmark]:
-        return [
-            Benchmark(
-                id=b["id"],
-                workload=b["workload"],
-                concurrency=tuple(b.get("concurrency", [1])),
-                protocol=b.get("protocol", "grpc"),
-                targets=tuple(b.get("targets", ())),
-                config=dict(b.get("config", {})),
-                models=tuple(b.get("models", ())),
-            )
-            for b in self.manifest.get("benchmarks", [])
-        ]
+        return list(self.manifest.benchmarks)
 
     def export_outputs(self) -> list[Path]:
-        return [self.path / p for p in self.manifest.get("export", {}).get("outputs", [])]
+        return [self.path / p for p in self.manifest.export.outputs] if self.manifest.export else []
 
     def missing_exports(self) -> list[Path]:
         return [p for p in self.export_outputs() if not p.exists()]
 
     def export(self, force: bool = False, python: str | None = None) -> bool:
         """Run the manifest's export command when an output is missing; True if it ran."""
-        spec = self.manifest.get("export")
+        spec = self.manifest.export
         if not spec or (not force and not self.missing_exports()):
             return False
-        command = [part.replace("{python}", python or sys.executable) for part in spec["command"]]
+        command = [part.replace("{python}", python or sys.executable) for part in spec.command]
         subprocess.run(command, cwd=self.path, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         missing = self.missing_exports()
         if missing:
@@ -108,18 +86,19 @@ class Deployment:
         """Launcher options for this deployment on ``target`` (manifest's [targets.<t>] table)."""
         if target not in self.targets:
             raise ManifestError(f"{self.name} does not support target {target!r} (it has {self.targets})")
-        per_target = self.manifest.get("target", {}).get(target, {})
+        per_target = self.manifest.target.get(target, TargetSettings())
         options = ServerOptions(
             model_repository=str(self.model_repository),
             target=target,
-            model_config_name=per_target.get("model_config_name"),
-            backend_config=list(per_target.get("backend_config", [])),
-            extra_args=list(self.manifest.get("server", {}).get("args", [])) + list(per_target.get("server_args", [])),
+            model_config_name=per_target.model_config_name,
+            backend_config=list(per_target.backend_config),
+            extra_args=list(self.manifest.server.args) + list(per_target.server_args),
             required_models=self.entry_models,
-            env=dict(per_target.get("env", {})),
-            image=per_target.get("image"),
-            device_ids=per_target.get("device_ids"),
-            allow_grpc="grpc" in per_target.get("protocols", ["http", "grpc"]),
+            env=dict(per_target.env),
+            image=per_target.image,
+            device_ids=per_target.device_ids,
+            allow_grpc="grpc" in per_target.protocols,
+            stub_python=per_target.stub_python,
         )
         if (self.path / "envs").is_dir():
             options.mounts[str(self.path / "envs")] = ENVS_MOUNT
@@ -129,7 +108,7 @@ class Deployment:
 
     @cached_property
     def checks_module(self) -> ModuleType | None:
-        module_file = self.manifest.get("tests", {}).get("module")
+        module_file = self.manifest.tests.module
         return load_module(self.path / module_file, f"deployment_{self.name}_checks") if module_file else None
 
     def checks(self) -> dict[str, Callable]:
@@ -148,7 +127,7 @@ class Deployment:
         file_name, _, attr = reference.partition(":")
         if not attr:
             raise ManifestError(f"{self.name}: {reference!r} must look like 'file.py:function'")
-        if self.manifest.get("tests", {}).get("module") == file_name and self.checks_module is not None:
+        if self.manifest.tests.module == file_name and self.checks_module is not None:
             module = self.checks_module
         else:
             module = load_module(self.path / file_name, f"deployment_{self.name}_{Path(file_name).stem}")
@@ -174,13 +153,9 @@ def load_module(path: Path, module_name: str) -> ModuleType:
 def load_deployment(path: Path) -> Deployment:
     """Parse and validate one deployment folder."""
     manifest_path = path / MANIFEST
-    with manifest_path.open("rb") as handle:
-        manifest = tomllib.load(handle)
-    for key in ("name", "entry_models"):
-        if key not in manifest:
-            raise ManifestError(f"{manifest_path}: missing required key {key!r}")
-    if manifest["name"] != path.name:
-        raise ManifestError(f"{manifest_path}: name {manifest['name']!r} differs from its folder {path.name!r}")
+    manifest = read_manifest(manifest_path)
+    if manifest.name != path.name:
+        raise ManifestError(f"{manifest_path}: name {manifest.name!r} differs from its folder {path.name!r}")
     deployment = Deployment(path=path.resolve(), manifest=manifest)
     if not deployment.model_repository.is_dir():
         raise ManifestError(f"{manifest_path}: model repository {deployment.model_repository} does not exist")
@@ -202,8 +177,8 @@ def discover_with_errors(root: Path | None = None) -> tuple[list[Deployment], di
     for manifest in sorted(deployments_root(root).glob(f"*/{MANIFEST}")):
         try:
             found.append(load_deployment(manifest.parent))
-        except (ManifestError, tomllib.TOMLDecodeError, OSError, KeyError, TypeError) as exc:
-            broken[manifest.parent] = f"{manifest}: {type(exc).__name__}: {exc}"
+        except (ManifestError, OSError) as exc:
+            broken[manifest.parent] = str(exc) if isinstance(exc, ManifestError) else f"{manifest}: {exc}"
     return found, broken
 
 

@@ -292,7 +292,7 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             variants[r.get("benchmark")] = {"variant": r.get("variant"), "model": r.get("model"),
                                             "backends": r.get("backend_implementation") or {}}
         result[deployment.name] = {
-            "summary": deployment.manifest.get("summary", ""),
+            "summary": deployment.summary,
             "targets": deployment.targets,
             "rows": rows,
             "extra": extra,

@@ -71,6 +71,9 @@ class ServerOptions:
     mounts: dict[str, str] = field(default_factory=dict)
     #: Packed env tarball for the Python-backend models (docker mode: see docker.attach_packed_env).
     python_env: str | None = None
+    #: Python of the image's backend stub as the deployment's manifest states it (docker mode; an
+    #: image label saying otherwise wins).
+    stub_python: str | None = None
 
 
 def find_failure(log_text: str) -> list[str]:

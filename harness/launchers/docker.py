@@ -99,12 +99,16 @@ def ascend_profile(image: str | None = None, device_ids: list[int] | None = None
 
 
 def profile_for(options: ServerOptions) -> ImageProfile:
-    """The profile of ``options.target`` / ``options.image`` (before the image's labels are read)."""
+    """The profile of ``options.target`` / ``options.image`` (before the image's labels are read); the
+    manifest's ``stub_python`` for the target, when it states one, over the profile's default."""
     if options.target == "npu":
-        return ascend_profile(options.image, options.device_ids)
-    if options.target == "gpu" or (options.image and "nvcr.io/nvidia/tritonserver" in options.image):
-        return ngc_profile(options.image)
-    return cpu_image_profile(options.image)
+        profile = ascend_profile(options.image, options.device_ids)
+    elif options.target == "gpu" or (options.image and "nvcr.io/nvidia/tritonserver" in options.image):
+        profile = ngc_profile(options.image)
+    else:
+        profile = cpu_image_profile(options.image)
+    profile.stub_python = options.stub_python or profile.stub_python
+    return profile
 
 
 def apply_labels(profile: ImageProfile, labels: dict[str, str] | None) -> ImageProfile:

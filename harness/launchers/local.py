@@ -33,6 +33,8 @@ import onnxruntime
 import psutil
 
 from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
+from harness.packenv import PackedEnvError, assert_repository
+from harness.repository import RepositoryError
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 PR_SET_PDEATHSIG = 1
@@ -239,17 +241,15 @@ class LocalTritonServer(StartedTritonServer):
         return env
 
     def start(self) -> None:
-        """Check packed envs against the stub's Python, assemble backends, start the process."""
-        from harness.packenv import PackedEnvError, assert_repository
-
+        """Check configs and packed envs against the stub's Python, assemble backends, start the process."""
         stub_python = self.stub_python or f"{sys.version_info.major}.{sys.version_info.minor}"
         try:
             assert_repository(self.options.model_repository, stub_python,
                               model_config_name=self.options.model_config_name)
-        except PackedEnvError as exc:
+        except (PackedEnvError, RepositoryError) as exc:
             raise ServerStartError(str(exc)) from None
         assemble_backend_dir(self.work_dir / "backends", self.stub_python)
-        self._log_file = open(self.log_path, "wb")
+        self._log_file = open(self.log_path, "ab")  # O_APPEND: the gate and tritonserver both write it
         if self.gate:
             self._start_gate()
             return

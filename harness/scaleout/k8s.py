@@ -83,7 +83,7 @@ def metadata(deployment: Deployment, options: RenderOptions, name: str | None = 
 
 def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOptions:
     """The deployment's ``[scaleout]`` table over the defaults (CLI values already in ``options``)."""
-    table = deployment.manifest.get("scaleout", {})
+    table = deployment.manifest.scaleout
     for key, value in table.items():
         if hasattr(options, key) and key != "extra":
             setattr(options, key, value)
@@ -185,7 +185,7 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": metadata(deployment, options, annotations={
-            "triton-harness/footprint": source, "triton-harness/summary": deployment.manifest.get("summary", "")}),
+            "triton-harness/footprint": source, "triton-harness/summary": deployment.summary}),
         "spec": {
             "replicas": options.replicas,
             "selector": {"matchLabels": selector(deployment)},
