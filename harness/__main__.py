@@ -16,6 +16,7 @@ import time
 from harness.deployments import ManifestError, discover, get_deployment
 from harness.launchers import MODES, LocalTritonServer, ServerStartError, create_server
 from harness.launchers.base import port_in_use, serve_until_interrupted
+from harness.session import interrupt_on_sigterm
 
 
 def _list(args) -> int:
@@ -30,10 +31,6 @@ def _export(args) -> int:
     ran = deployment.export(force=args.force)
     print(f"{deployment.name}: {'exported' if ran else 'nothing to export (all outputs present; --force to redo)'}")
     return 0
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _serve(args) -> int:
@@ -62,7 +59,7 @@ def _serve(args) -> int:
         server = DockerTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
     else:
         server = create_server(args.mode, options, url=args.server_url)
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_on_sigterm()
     began = time.monotonic()
     try:
         server.start()
@@ -99,32 +96,17 @@ def _show_level(deployment: str, benchmark: str, level) -> None:
 
 def _bench(args) -> int:
     from harness.bench import run_benchmark
-    from harness.session import ServerPool, variant_key
+    from harness.session import ServerPool, for_each_scenario
 
-    names = [args.deployment] if args.deployment else [d.name for d in discover()]
+    def run(deployment, benchmark, ctx):
+        run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
+                      concurrencies=args.concurrency or list(benchmark.concurrency),
+                      on_level=lambda level: _show_level(deployment.name, benchmark.id, level))
+
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url, image=args.image)
-    failed = []
     try:
-        for name in names:
-            deployment = get_deployment(name)
-            if args.target not in deployment.targets:
-                print(f"{deployment.name}: target {args.target} not supported, skipped")
-                continue
-            for benchmark in deployment.benchmarks:
-                if benchmark.targets and args.target not in benchmark.targets:
-                    continue
-                try:
-                    ctx = pool.context(deployment, benchmark.config, benchmark.models)
-                    run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
-                                  concurrencies=args.concurrency or list(benchmark.concurrency),
-                                  on_level=lambda level, b=benchmark: _show_level(deployment.name, b.id, level))
-                except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
-                    failed.append(f"{deployment.name}/{benchmark.id}: {type(exc).__name__}: {exc}")
-                    print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
-                finally:
-                    if benchmark.config:
-                        pool.release(variant_key(deployment, benchmark.config))
-            pool.release(deployment.name)
+        failed = for_each_scenario(pool, run, deployments=[args.deployment] if args.deployment else None,
+                                   target=args.target)
     finally:
         pool.close()
     if failed:

@@ -7,7 +7,7 @@ from typing import Callable
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark
 from harness.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, sweep
-from harness.records import append_record
+from harness.records import append_record, scenario_fields
 
 
 def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
@@ -48,21 +48,8 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
                 "served_over_ceiling": round(metrics["items_per_second"] / measured["items_per_second"], 3),
             }
         row = {
-            "deployment": ctx.deployment.name,
-            "benchmark": benchmark.id,
-            "model": workload.model,
-            "variant": workload.variant or benchmark.id,
-            "target": ctx.target,
-            "protocol": protocol,
-            "generator": f"{GENERATOR} (tritonclient {protocol}.aio)",
-            "server_mode": server["server_mode"],
-            "server_version": server["server_version"],
-            # True: served through the harness's front gate (harness/gate); None: not known (external).
-            "gate": getattr(ctx.server, "gate", None),
-            "backend_implementation": backends,
-            "items_per_request": workload.items_per_request,
-            "config_overrides": benchmark.config,
-            "notes": workload.notes,
+            **scenario_fields(ctx, benchmark, workload, protocol=protocol,
+                              generator=f"{GENERATOR} (tritonclient {protocol}.aio)", server=server, backends=backends),
             **metrics,
             **ceiling,
         }

@@ -30,7 +30,6 @@ import itertools
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -209,33 +208,25 @@ def run_bench(deployment: str | None, *, rate: str | None, rtt_ms: float, durati
 def _inner(args) -> int:
     """Inside the namespace: serve each deployment on 127.0.0.1 and run its scenarios."""
     from harness.bench import run_benchmark
-    from harness.deployments import discover, get_deployment
-    from harness.session import ServerPool
+    from harness.session import ServerPool, for_each_scenario
 
-    names = [args.deployment] if args.deployment else [d.name for d in discover()]
+    def run(deployment, benchmark, ctx):
+        def show(level):
+            m = level.metrics()
+            print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f}"
+                  f" infer/s  p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  "
+                  f"{m['bytes_sent_per_request']:,} B sent/req  errors {m['errors']}", flush=True)
+
+        run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
+                      concurrencies=args.concurrency, on_level=show)
+
     pool = ServerPool(mode="local", target=args.target)
     try:
-        for name in names:
-            deployment = get_deployment(name)
-            if args.target not in deployment.targets:
-                continue
-            selected = [b for b in deployment.benchmarks if not args.benchmark or b.id in args.benchmark]
-            if not selected:
-                continue
-            ctx = pool.context(deployment)
-            for benchmark in selected:
-                def show(level, benchmark=benchmark):
-                    m = level.metrics()
-                    print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f}"
-                          f" infer/s  p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  "
-                          f"{m['bytes_sent_per_request']:,} B sent/req  errors {m['errors']}", flush=True)
-
-                run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
-                              concurrencies=args.concurrency, on_level=show)
-            pool.release(deployment.name)
+        failed = for_each_scenario(pool, run, deployments=[args.deployment] if args.deployment else None,
+                                   target=args.target, only=args.benchmark)
     finally:
         pool.close()
-    return 0
+    return 1 if failed else 0
 
 
 def _check(args) -> int:
@@ -252,16 +243,14 @@ def _check(args) -> int:
     return 0
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # unwinds through ShapedNamespace.__exit__, which deletes the namespace
-
-
 def _bench(args) -> int:
     reason = why_not()
     if reason:
         print(f"bench-network: {reason}")
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)
+    from harness.session import interrupt_on_sigterm
+
+    interrupt_on_sigterm()  # unwinds through ShapedNamespace.__exit__, which deletes the namespace
     try:
         rows = run_bench(args.deployment, rate=args.rate, rtt_ms=args.rtt_ms, duration_s=args.duration,
                          warmup_s=args.warmup, target=args.target, concurrency=args.concurrency,

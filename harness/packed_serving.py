@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from harness.launchers.base import serve_until_interrupted
 from harness.packenv import (TARGETS, PackedEnvError, PackEnvError, server_target, default_output, is_stale,
                              load_recipe, local_python, pack, packed_server_options, sidecar)
 from harness.repository import python_models
+from harness.session import interrupt_on_sigterm
 
 
 def start_server(options, **launcher_kwargs):
@@ -122,10 +122,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--metrics-port", type=int, default=8002)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def serve(args, deployment, tarball: Path) -> int:
     """Serve ``deployment`` on the local server with its packed env ``tarball`` (``--serve``)."""
     if TARGETS.get(args.target, ("", "local"))[1] not in ("local", local_python()):
@@ -137,7 +133,7 @@ def serve(args, deployment, tarball: Path) -> int:
     work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
     try:
         options = packed_server_options(deployment, args.target, tarball, work)
-        signal.signal(signal.SIGTERM, _interrupt)
+        interrupt_on_sigterm()
         began = time.monotonic()
         try:
             server = start_server(options, ports=(args.http_port, args.grpc_port, args.metrics_port))

@@ -143,7 +143,7 @@ def run_scenario(ctx, benchmark, *, duration_s: float, concurrencies: list[int] 
                  protocol: str | None = None, binary: str = "perf_analyzer") -> list[dict]:
     """Measure one benchmark scenario with perf_analyzer; append and return its records."""
     from harness.bench import model_backends
-    from harness.records import append_record
+    from harness.records import append_record, scenario_fields
     from harness.tensors import make_inputs, make_outputs, request_bytes
 
     ok, why = availability(binary)
@@ -178,11 +178,8 @@ def run_scenario(ctx, benchmark, *, duration_s: float, concurrencies: list[int] 
                                    f"{(done.stdout + done.stderr)[-3000:]}")
             for row in parse_csv(csv_file.read_text()):
                 record = {
-                    "deployment": ctx.deployment.name, "benchmark": benchmark.id, "model": workload.model,
-                    "variant": workload.variant or benchmark.id, "target": ctx.target, "protocol": protocol,
-                    "generator": f"perf_analyzer ({why})", "server_mode": server["server_mode"],
-                    "server_version": server["server_version"], "backend_implementation": backends,
-                    "items_per_request": workload.items_per_request, "notes": workload.notes,
+                    **scenario_fields(ctx, benchmark, workload, protocol=protocol,
+                                      generator=f"perf_analyzer ({why})", server=server, backends=backends),
                     "duration_s": duration_s, "errors": 0, "requests": None,
                     "items_per_second": round(row["perf_throughput"] * workload.items_per_request, 2),
                     "bytes_sent_per_request": sent, "bytes_received_per_request": None,
@@ -200,39 +197,33 @@ def _status(args) -> int:
 
 
 def _bench(args) -> int:
-    from harness.deployments import discover, get_deployment
-    from harness.session import ServerPool
+    from harness.session import ServerPool, for_each_scenario
 
     ok, why = availability(args.binary)
     if not ok:
         print(f"perf_analyzer skipped: {why}. The harness's own generator (`python -m harness bench`) "
               "produced every number in the matrix.")
         return 0
-    names = [args.deployment] if args.deployment else [d.name for d in discover()]
+
+    def run(deployment, benchmark, ctx):
+        try:
+            rows = run_scenario(ctx, benchmark, duration_s=args.duration, concurrencies=args.concurrency,
+                                binary=args.binary)
+        except ValueError as exc:
+            print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
+            return
+        for m in rows:
+            print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
+                  f"{m['perf_throughput']:9.1f} infer/s  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
+                  "(perf_analyzer)", flush=True)
+
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
     try:
-        for name in names:
-            deployment = get_deployment(name)
-            if args.target not in deployment.targets:
-                continue
-            ctx = pool.context(deployment)
-            for benchmark in deployment.benchmarks:
-                if benchmark.targets and args.target not in benchmark.targets:
-                    continue
-                try:
-                    rows = run_scenario(ctx, benchmark, duration_s=args.duration, concurrencies=args.concurrency,
-                                        binary=args.binary)
-                except ValueError as exc:
-                    print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
-                    continue
-                for m in rows:
-                    print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
-                          f"{m['perf_throughput']:9.1f} infer/s  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
-                          "(perf_analyzer)", flush=True)
-            pool.release(deployment.name)
+        failed = for_each_scenario(pool, run, deployments=[args.deployment] if args.deployment else None,
+                                   target=args.target)
     finally:
         pool.close()
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

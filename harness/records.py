@@ -47,6 +47,34 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
+#: Version of the record layout; bumped when a field changes meaning or name (2: ``schema`` and
+#: ``gate`` added, every generator's records built by ``scenario_fields``).
+SCHEMA = 2
+
+
+def scenario_fields(ctx, benchmark, workload, *, protocol: str, generator: str, server: dict,
+                    backends: dict[str, str]) -> dict:
+    """What every benchmark record says about its scenario, whichever generator measured it."""
+    return {
+        "schema": SCHEMA,
+        "deployment": ctx.deployment.name,
+        "benchmark": benchmark.id,
+        "model": workload.model,
+        "variant": workload.variant or benchmark.id,
+        "target": ctx.target,
+        "protocol": protocol,
+        "generator": generator,
+        "server_mode": server["server_mode"],
+        "server_version": server["server_version"],
+        # True: served through the harness's front gate (harness/gate); None: not known (external).
+        "gate": getattr(ctx.server, "gate", None),
+        "backend_implementation": backends,
+        "items_per_request": workload.items_per_request,
+        "config_overrides": benchmark.config,
+        "notes": workload.notes,
+    }
+
+
 def append_record(record: dict, path: Path | None = None) -> Path:
     """Append one record (timestamped, with the machine) to the records file."""
     path = path or records_path()

@@ -1,14 +1,18 @@
-"""Serving deployments: export what is missing, start a server per deployment, hand out contexts."""
+"""Serving deployments: export what is missing, start a server per deployment, hand out contexts;
+``for_each_scenario`` is the one loop over benchmark scenarios that every runner uses."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.context import DeploymentContext
-from harness.deployments import Deployment
+from harness.deployments import Benchmark, Deployment, discover, get_deployment
 from harness.launchers import ServerStartError, create_server
 from harness.variants import describe, variant_repository
 
@@ -97,3 +101,40 @@ class ServerPool:
         """Stop every server this pool started."""
         for name in list(self._contexts):
             self.release(name)
+
+
+def for_each_scenario(pool: ServerPool, run: Callable[[Deployment, Benchmark, DeploymentContext], None], *,
+                      deployments: list[str] | None = None, target: str = "cpu",
+                      only: list[str] | None = None) -> list[str]:
+    """Call ``run(deployment, benchmark, ctx)`` for each benchmark scenario of ``deployments`` (default:
+    all) on ``target``, each on a server of ``pool`` (config variants on their own server, stopped
+    after the scenario; a deployment's server stopped after its last scenario). One failing scenario
+    does not stop the others: returns ``"<deployment>/<benchmark>: <error>"`` for each that failed."""
+    failed = []
+    chosen = [get_deployment(name) for name in deployments] if deployments else discover()
+    for deployment in chosen:
+        if target not in deployment.targets:
+            print(f"{deployment.name}: target {target} not supported, skipped", flush=True)
+            continue
+        for benchmark in deployment.benchmarks:
+            if (benchmark.targets and target not in benchmark.targets) or (only and benchmark.id not in only):
+                continue
+            try:
+                run(deployment, benchmark, pool.context(deployment, benchmark.config, benchmark.models))
+            except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
+                failed.append(f"{deployment.name}/{benchmark.id}: {type(exc).__name__}: {exc}")
+                print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
+            finally:
+                if benchmark.config:
+                    pool.release(variant_key(deployment, benchmark.config))
+        pool.release(deployment.name)
+    return failed
+
+
+def interrupt_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so that servers are stopped the same way as on Ctrl-C."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
