@@ -71,6 +71,16 @@ matrix: install ## Aggregate results/records.jsonl into docs/results.md, results
 bench-network: install ## Run benchmarks (or DEPLOYMENT=...) through a shaped link: NETWORK_RATE=100mbit NETWORK_RTT_MS=0 (root)
 	$(PY) -m harness.netem bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION)
 
+.PHONY: lint
+lint: install ## Lint and format check (ruff, settings in pyproject.toml); `make format` fixes what it can
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+.PHONY: format
+format: install ## Apply ruff's formatting and safe fixes
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
 .PHONY: pack-env
 pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|npu) into deployments/<d>/envs/<target>.tar.gz
 	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
