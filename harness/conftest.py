@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from harness import PROJECT_ROOT, matrix
+from harness import PROJECT_ROOT, pytest_outcomes
 from harness.launchers import MODES
 from harness.session import ServerPool
 
@@ -62,4 +62,4 @@ def pytest_configure(config):
     `make matrix`) unless --record-results or $HARNESS_RESULTS_DIR says otherwise."""
     if not config.getoption("--record-results") and not os.environ.get("HARNESS_RESULTS_DIR"):
         os.environ["HARNESS_RESULTS_DIR"] = str(TEST_RUN_RESULTS)
-    matrix.pytest_configure(config)
+    pytest_outcomes.pytest_configure(config)

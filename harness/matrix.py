@@ -12,7 +12,7 @@ wins. Records of network-bound runs (``make bench-network``) go to
 ``docs/results-network.md`` instead, so ``make bench matrix`` always gives the same layout.
 
 Correctness comes from the latest pytest outcomes recorded by the small pytest plugin in
-this module (``pytest -p harness.matrix``, or wired in by conftest), or from a JUnit XML in
+``harness.pytest_outcomes`` (``pytest -p harness.pytest_outcomes``, or wired in by conftest), or from a JUnit XML in
 the results folder (``pytest --junitxml=results/junit.xml``).
 """
 
@@ -31,13 +31,12 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness import PROJECT_ROOT
-from harness.records import read_records, records_path, results_dir
+from harness.records import OUTCOMES_FILE, read_records, records_path
 
 DOCS = PROJECT_ROOT / "docs"
 #: Server modes that can serve each target (local = the pip tritonserver; docker = NGC / npu_ge images).
 MODES_FOR_TARGET = {"cpu": ("local", "docker"), "gpu": ("local", "docker"), "npu": ("docker",)}
 NOT_MEASURED = "not measured"
-OUTCOMES_FILE = "test_outcomes.jsonl"
 
 COLUMNS = ["variant", "server / target", "c", "infer/s", "items/s", "p50 ms", "p99 ms", "sent B/req",
            "recv B/req", "queue ms", "compute ms", "served / ceiling", "correctness", "generator", "run"]
@@ -102,39 +101,6 @@ def compute_ms(record: dict) -> float | None:
 
 
 # --- correctness (pytest outcomes) ---------------------------------------------------------
-
-class OutcomeRecorder:
-    """pytest plugin: appends the outcome of every deployment check to ``results/test_outcomes.jsonl``."""
-
-    def __init__(self, config):
-        self.config = config
-        self.path = results_dir() / OUTCOMES_FILE
-
-    def _option(self, name: str, default: str) -> str:
-        try:
-            return self.config.getoption(name) or default
-        except (ValueError, AttributeError):
-            return default
-
-    def pytest_runtest_logreport(self, report):
-        if "::test_check[" not in report.nodeid:
-            return
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            param = report.nodeid.split("[", 1)[1].rstrip("]")
-            row = {"timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   "nodeid": report.nodeid, "param": param, "outcome": report.outcome,
-                   "duration_s": round(report.duration, 3),
-                   "target": self._option("--target", "cpu"), "server_mode": self._option("--server-mode", "local")}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as handle:
-                handle.write(json.dumps(row) + "\n")
-
-
-def pytest_configure(config):
-    """Register the outcome recorder (``pytest -p harness.matrix`` or import this hook in conftest)."""
-    if not config.pluginmanager.has_plugin("harness-matrix-outcomes"):
-        config.pluginmanager.register(OutcomeRecorder(config), "harness-matrix-outcomes")
-
 
 def read_outcomes(folder: Path) -> list[dict]:
     """Check outcomes: the plugin's JSON lines, plus any ``junit*.xml`` in the results folder."""
@@ -438,7 +404,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
                          f"(pytest, {data['correctness_time'].get(where, '')[:16].replace('T', ' ')} UTC)")
         if not data["correctness"]:
             lines.append(f"- correctness: no pytest outcome recorded (`.venv/bin/pytest harness/ -k {name} "
-                         "-p harness.matrix`)")
+                         "-p harness.pytest_outcomes`)")
         if data["extra"]:
             lines.append(f"- {len(data['extra'])} other records (other concurrencies or generators) are in "
                          "results.json / results.csv only")

@@ -12,6 +12,10 @@ from pathlib import Path
 from harness import PROJECT_ROOT
 
 
+#: Check outcomes (harness.pytest_outcomes) beside the records, for the matrix's correctness column.
+OUTCOMES_FILE = "test_outcomes.jsonl"
+
+
 def results_dir() -> Path:
     """Where records go: $HARNESS_RESULTS_DIR or ./results."""
     return Path(os.environ.get("HARNESS_RESULTS_DIR") or PROJECT_ROOT / "results")

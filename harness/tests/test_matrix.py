@@ -175,7 +175,7 @@ def test_outcome_plugin_records_checks(tmp_path):
         "import pytest\n"
         "@pytest.mark.parametrize('x', [1, 2], ids=['toy-good', 'toy-bad'])\n"
         "def test_check(x):\n    assert x == 1\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.matrix", str(test_file),
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.pytest_outcomes", str(test_file),
                            "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True,
                           env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(tmp_path / "r")})
     assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
