@@ -1,4 +1,5 @@
-"""Command line: ``python -m harness {list,export,serve,bench,pack-env}``.
+"""Command line: ``python -m harness`` (or ``triton-harness``) ``{list,export,serve,bench,pack-env,...}``;
+the harness's other tools (matrix, soak, faults, ...) are subcommands of the same tree.
 
     python -m harness serve embedding_cpu            # export what is missing, serve until Ctrl-C
     python -m harness bench embedding_cpu --duration 5
@@ -7,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import subprocess
@@ -115,6 +117,20 @@ def _bench(args) -> int:
     return 0
 
 
+#: The harness's other tools, one subcommand each of this command tree (their options are theirs).
+TOOLS = {
+    "matrix": ("harness.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
+    "bench-network": ("harness.netem", "benchmarks through a shaped link (root)"),
+    "perf-analyzer": ("harness.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
+    "pair-bench": ("harness.pair_bench", "entry model vs model-only path side by side"),
+    "peers": ("harness.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
+    "soak": ("harness.soak", "hold a load: errors, latency drift, memory"),
+    "faults": ("harness.faults", "kill a stub, reload, restart under verified load"),
+    "gate-cost": ("harness.gate.cost", "throughput with and without the front gate"),
+    "scaleout": ("harness.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description="Triton reference deployments harness")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     packed_serving.add_arguments(pack_env)
     pack_env.set_defaults(func=packed_serving.pack_command)
 
+    for name, (module, summary) in TOOLS.items():
+        sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in TOOLS:
+        return importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:])
     args = parser.parse_args(argv)
     try:
         return args.func(args)

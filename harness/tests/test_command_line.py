@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 import time
 
 import pytest
@@ -81,6 +82,20 @@ def test_harness_cli_unknown_deployment_and_target():
     _assert_one_line(done, 2, "no deployment 'nosuch'", "embedding_cpu")
     done = _run([sys.executable, "-m", "harness", "serve", "yolo11_ensemble", "--target", "npu"])
     _assert_one_line(done, 2, "does not support target 'npu'")
+
+
+def test_one_command_tree_reaches_every_tool():
+    from harness.__main__ import TOOLS
+
+    listed = _run([sys.executable, "-m", "harness", "--help"])
+    assert listed.returncode == 0
+    for name, (module, _) in TOOLS.items():
+        assert name in listed.stdout, f"{name} missing from python -m harness --help"
+        done = _run([sys.executable, "-m", "harness", name, "--help"])
+        assert done.returncode == 0 and "usage:" in done.stdout, (name, done.stdout[-500:], done.stderr[-500:])
+    script = Path(sys.executable).parent / "triton-harness"
+    assert script.exists(), "the console script comes with `pip install -e .` (make install)"
+    assert _run([str(script), "list"]).returncode == 0
 
 
 def test_harness_serve_refuses_a_port_in_use_before_loading_models():
