@@ -19,6 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from harness.deployments import Deployment, discover
+from harness.manifest import Manifest
 from harness.launchers import LocalTritonServer, ServerOptions, ServerStartError
 from harness.launchers.docker import ascend_profile, ngc_profile
 from harness import packenv, packed_serving, repository
@@ -82,7 +83,7 @@ def write_deployment(root, pip=("numpy<2", MARKER), python_cpu="local"):
         f"name: {root.name}\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n{pip_lines}\n"
         f"python_by_target:\n  cpu: {python_cpu}\n")
     (root / "deployment.toml").write_text(f'name = "{root.name}"\nentry_models = ["whoami", "double"]\n')
-    return Deployment(path=root.resolve(), manifest={"name": root.name, "entry_models": ["whoami", "double"]})
+    return Deployment(path=root.resolve(), manifest=Manifest(name=root.name, entry_models=["whoami", "double"]))
 
 
 @pytest.fixture(scope="module")
