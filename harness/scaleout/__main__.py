@@ -17,7 +17,7 @@ def _k8s(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for deployment in deployments:
-        options = RenderOptions(image=args.image, namespace=args.namespace)
+        options = RenderOptions(image=args.image, namespace=args.namespace, gate=args.gate)
         if args.stdout:
             for name, objects in render(deployment, options).items():
                 print(f"# {deployment.name}/{name}\n---\n{dump(objects)}", end="")
@@ -40,10 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     k8s.add_argument("--namespace", default=None)
     k8s.add_argument("--out", default=None, help="folder for <deployment>/*.yaml (default build/k8s)")
     k8s.add_argument("--stdout", action="store_true", help="print the YAML instead of writing files")
+    k8s.add_argument("--gate", action="store_true",
+                     help="serve through the front gate (python -m harness.gate serve); the image must carry harness.gate")
     fp = sub.add_parser("footprint", help="measure one replica of each deployment in the CPU image (docker)")
     fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")
     fp.add_argument("--image", default=None, help="tritonserver image (default: the CPU image of `make image`)")
     fp.add_argument("--duration", type=float, default=4.0, help="seconds of load per scenario")
+    run = sub.add_parser("run", help="replicas behind nginx (Compose): throughput 1..N, kill one, roll a version")
+    run.add_argument("--deployment", default="embedding_cpu")
+    run.add_argument("--replicas", type=int, default=3)
+    run.add_argument("--concurrency", type=int, default=8)
+    run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
+    run.add_argument("--scenarios", nargs="+", default=["throughput", "kill", "roll"],
+                     choices=["throughput", "kill", "roll"])
+    run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
     args = parser.parse_args(argv)
     if args.command == "k8s":
         return _k8s(args)
@@ -51,6 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         from harness.scaleout.footprint import measure_all
 
         measure_all(args.deployments or None, image=args.image, duration_s=args.duration)
+        return 0
+    if args.command == "run":
+        from harness.scaleout.compose import ScaleoutError
+        from harness.scaleout.run import run as run_stack
+
+        try:
+            run_stack(args.deployment, replicas=args.replicas, concurrency=args.concurrency, duration_s=args.duration,
+                      scenarios=tuple(args.scenarios), keep=args.keep)
+        except ScaleoutError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         return 0
     return 2
 

@@ -13,6 +13,12 @@
 - ``inferenceservice.yaml``: the same server as a KServe ``InferenceService`` (``modelFormat:
   triton``, runtime ``kserve-tritonserver``, protocol v2), the bundle at ``storageUri``.
 
+With ``--gate`` (``RenderOptions.gate``) the container runs the front gate
+(``python -m harness.gate serve -- tritonserver ...``, harness/gate/serve.py) in front of
+tritonserver: requests are validated before Triton parses them and the probes read the gate's
+readiness, which turns false when a Python stub dies (Triton's own stays true). That needs an
+image carrying ``harness.gate``; the CPU image of ``make image`` does not yet, so it is off by default.
+
 The bundle is the layout ``harness.packenv.packed_repository`` writes (``model_repository/`` with
 every Python config pointing at ``$$TRITON_MODEL_DIRECTORY/../../envs/<env>`` + ``envs/``), so the
 same tree serves from ``/mnt/models`` in the Deployment and under KServe's storage initializer.
@@ -57,6 +63,9 @@ class RenderOptions:
     bundle_image: str | None = None
     storage_uri: str | None = None
     target: str = "cpu"
+    #: Serve through the front gate (``python -m harness.gate serve -- tritonserver ...``): needs an
+    #: image that carries ``harness.gate``; the probes then read the gate's honest readiness.
+    gate: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -132,8 +141,9 @@ def bundle_image(deployment: Deployment, options: RenderOptions) -> str:
 
 
 def probes(start_to_ready_s: float) -> dict:
-    """Startup budget of 3x the measured start (at least 2 min), then fast readiness, slower liveness."""
-    startup_failures = max(24, math.ceil(3 * start_to_ready_s / 5))
+    """Startup budget of 3x the measured start, at least 2 and at most 15 minutes; then fast
+    readiness (out of the Service within ~10 s) and slower liveness (restart after ~30 s dead)."""
+    startup_failures = min(180, max(24, math.ceil(3 * start_to_ready_s / 5)))
     return {
         "startupProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
                          "failureThreshold": startup_failures},
@@ -147,10 +157,14 @@ def probes(start_to_ready_s: float) -> dict:
 def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     measured, source = footprint(deployment)
     limits, _ = resources(deployment, options)
+    command = server_args(deployment, options)
+    if options.gate:
+        command = ["python3", "-m", "harness.gate", "serve", "--host", "0.0.0.0", "--http-port", "8000",
+                   "--grpc-port", "8001", "--metrics-port", "8002", "--", *command]
     container = {
         "name": "tritonserver",
         "image": options.image,
-        "command": server_args(deployment, options),
+        "command": command,
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": limits,
         **probes(measured.get("start_to_ready_s") or UNMEASURED["start_to_ready_s"]),

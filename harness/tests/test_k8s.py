@@ -121,6 +121,19 @@ def test_server_command_is_the_deployments_own(deployment):
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
+def test_front_gate_in_front_of_tritonserver(deployment):
+    """--gate: the gate's serve mode owns the public ports and runs the same tritonserver command."""
+    plain = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
+    gated = by_kind(rendered(deployment, gate=True)["triton.yaml"])["Deployment"]
+    kubernetes_validate.validate(gated, K8S_VERSIONS[0], strict=True)
+    command = gated["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:4] == ["python3", "-m", "harness.gate", "serve"]
+    split = command.index("--")
+    assert command[split + 1:] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--http-port") + 1] == "8000" and "0.0.0.0" in command[:split]
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
 def test_requests_come_from_the_measured_footprint(deployment):
     dep = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
     res = dep["spec"]["template"]["spec"]["containers"][0]["resources"]

@@ -1,0 +1,67 @@
+"""Many replicas for real: two replicas of embedding_cpu in the CPU image behind nginx (Docker
+Compose), one killed with SIGKILL while requests are in flight; no request may be lost with the
+client's stated retry policy (harness.scaleout.run.RETRY), and traffic must move to the survivor.
+
+Runs where a Docker engine answers (skipped with the reason otherwise, as test_docker.py); CI runs
+it in the docker stage (`make test-docker`), after the image and the packed envs are built.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.deployments import get_deployment
+from harness.launchers.docker import CPU_IMAGE, DockerStartError, engine
+from harness.scaleout.compose import Stack, compose_command
+from harness.scaleout.run import RETRY, kill_under_load
+
+
+def _engine_or_none():
+    try:
+        return engine(timeout_s=5)
+    except DockerStartError:
+        return None
+
+
+ENGINE = _engine_or_none()
+pytestmark = [pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
+              pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def stack(request):
+    image = request.config.getoption("--image") or CPU_IMAGE
+    try:
+        ENGINE.images.get(image)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
+    if shutil.which("docker-compose") is None:
+        compose_command()  # the plugin, or a one-line error naming `make scaleout-tools`
+    stack = Stack(get_deployment("embedding_cpu"), replicas=2, image=image, project="triton-scaleout-test",
+                  work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu")
+    stack.prepare()
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+        shutil.rmtree(stack.work_dir, ignore_errors=True)
+
+
+def test_killing_a_replica_under_load_loses_no_request(stack):
+    result = kill_under_load(stack, concurrency=8, before_s=3.0, after_s=8.0, victim="t2", rejoin=False)
+    client = result["client"]
+    assert client["requests"] > 20, result
+    # Both replicas served before the kill: the kill hit a replica that had traffic.
+    assert result["served_by_before_kill"]["t1"] > 0 and result["served_by_before_kill"]["t2"] > 0, result
+    assert client["lost"] == 0, (f"{client['lost']} requests lost with {RETRY['tries']} tries "
+                                 f"({client['first_error']}): {result}")
+    # Something was absorbed by a retry (nginx's next-upstream or the client's): the kill was felt.
+    assert result["nginx_failovers_total"] + client["retried_by_client"] >= 1, result
+    # After the kill every answer came from the survivor, and it kept answering.
+    assert result["served_by_after_kill"]["t2"] == 0 and result["served_by_after_kill"]["t1"] > 0, result
+    assert result["after_kill"]["requests"] > 10, result
+    assert result["traffic_moved_s"] < stack.fail_timeout_s, result
