@@ -126,15 +126,22 @@ docker-engine-stop: ## Stop the dockerd that `make docker-engine` started; undo 
 pack-env-image: install ## Pack every deployment's Python env for the CPU image (TARGET=cpu-image; skipped when current)
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness pack-env $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
-test-docker: install image ## Every deployment's correctness checks in docker mode (engine + image + packed envs first)
-	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
+test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), a replica killed behind nginx
+	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker.py harness/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
 # --- beyond one machine: Kubernetes objects, multi-replica runs (harness/scaleout/, docs/scaling.md) ---
 K8S_ARGS ?=
-.PHONY: k8s
+SCALEOUT_ARGS ?=
+.PHONY: k8s scaleout scaleout-tools
 
 k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into build/k8s/<d>/: Deployment, Service, HPA, PDB, KServe
 	$(PY) -m harness.scaleout k8s $(DEPLOYMENT) $(K8S_ARGS)
+
+scaleout-tools: ## Install docker-compose (Debian package; root) unless it or the compose plugin is there
+	@command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y --no-install-recommends docker-compose; }
+
+scaleout: install docker-engine image scaleout-tools ## 3 embedding_cpu replicas behind nginx (Compose): 1/2/3-replica throughput, kill one under load, roll a version (results/scaleout/)
+	$(PY) -m harness.scaleout run $(SCALEOUT_ARGS)
 
 # --- front gate (harness/gate): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost
