@@ -54,7 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scenarios", nargs="+", default=["throughput", "kill", "roll"],
                      choices=["throughput", "kill", "roll"])
     run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
+    cap = sub.add_parser("capacity", help="replicas for N requests/s at a p99 target, from docs/results.json")
+    cap.add_argument("--source", default=None, help="results JSON of `make matrix` (default docs/results.json)")
+    cap.add_argument("--server-mode", default="local")
+    cap.add_argument("--p99", type=float, nargs="+", default=[100, 300, 1000], help="p99 targets, ms")
+    cap.add_argument("--rate", type=int, nargs="+", default=[100, 1000], help="requests/s to serve")
+    cap.add_argument("--scenario", nargs="+", default=None, help="only these benchmark ids")
+    cap.add_argument("--utilisation", type=float, default=0.7, help="share of a replica's measured maximum to plan for")
     args = parser.parse_args(argv)
+    if args.command == "capacity":
+        from harness.scaleout.capacity import SOURCE, markdown, model
+
+        lines = model(args.source or SOURCE, server_mode=args.server_mode, p99_targets_ms=args.p99,
+                      rates=args.rate, utilisation=args.utilisation, scenarios_wanted=args.scenario)
+        print(markdown(lines, rates=args.rate))
+        return 0
     if args.command == "k8s":
         return _k8s(args)
     if args.command == "footprint":

@@ -32,6 +32,8 @@ SKIPPED = [
                 r"perf_analyzer|faults|gate\.cost)|^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="),
      "a measurement (minutes) that rewrites results/ or docs/: `make bench matrix` / `make reliability`"),
     (re.compile(r"docker|^make image\b|pack-env-image|cpu-image|MODE=docker"), "docker mode: .ci/run's docker stages run it"),
+    (re.compile(r"^make scaleout\b|harness\.scaleout (run|footprint)\b"),
+     "a multi-replica measurement in Docker (minutes, Compose + nginx) that rewrites results/scaleout/: `make scaleout`"),
     (re.compile(r"make_fixtures\.py"), "regenerates the reference fixtures (after new weights), never in a test run"),
     (re.compile(r"TARGET=(npu|ngc)|perf_analyzer|npu-host|--serve\b"),
      "needs other hardware or interpreters (Ascend host, Python 3.10/3.12, glibc 2.38), or serves until Ctrl-C"),

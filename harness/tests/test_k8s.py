@@ -218,3 +218,15 @@ def test_command_line_writes_files_per_deployment(tmp_path, capsys):
             assert objects and all(o["metadata"]["namespace"] == "inference" for o in objects)
     assert scaleout_main(["k8s", "no_such_deployment", "--out", str(tmp_path)]) == 2
     assert "no deployment 'no_such_deployment'" in capsys.readouterr().err
+
+
+def test_capacity_model_uses_only_levels_that_met_the_target():
+    from harness.scaleout.capacity import per_replica, replicas_for
+
+    rows = [{"concurrency": 1, "perf_throughput": 40.0, "perf_latency_p99": 30.0},
+            {"concurrency": 8, "perf_throughput": 120.0, "perf_latency_p99": 105.0}]
+    assert per_replica(rows, 100)["concurrency"] == 1
+    assert per_replica(rows, 300)["concurrency"] == 8
+    assert per_replica(rows, 10) is None
+    # 1000/s at 70 % of 120/s per replica: 1000 / 84 = 11.9 -> 12 replicas; never fewer than one.
+    assert replicas_for(1000, 120.0, 0.7) == 12 and replicas_for(1, 120.0, 0.7) == 1
