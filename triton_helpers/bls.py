@@ -1,40 +1,71 @@
-"""Embedding texts through an ONNX transformer model with BLS, in few large requests.
+"""Embedding texts through an ONNX transformer, in few large length-bucketed runs.
 
 Used by the Python models that tokenize on the server: every text of a dynamic batch (or
-every chunk of every file in it) is tokenized together, sorted by length so padding stays
-small, cut into requests of at most the ONNX model's ``max_batch_size`` rows, sent with
-``await async_exec`` concurrently, then mean-pooled (+ normalised) and put back in order.
+every chunk of every file in it) is tokenized together, sorted by length and cut into
+length buckets of at most ``max_rows`` rows (``plan_batches``), so concurrent requests of
+different token lengths share runs without padding short texts to the longest. Each bucket
+runs either through BLS on the ONNX model (``await async_exec``, all buckets in flight
+together: ``embed_texts``) or on an onnxruntime session in the calling process
+(``embed_texts_local``); the hidden states are then mean-pooled (+ normalised) and put back
+in order.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from triton_helpers.text_embedding import pool, tokenize
 
+#: A bucket is closed when padding would make it this much larger than its real tokens.
+MAX_PADDING_RATIO = 1.5
 
-def plan_batches(lengths: list[int], max_rows: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, at most ``max_rows`` each."""
+
+def plan_batches(lengths: list[int], max_rows: int, max_padding_ratio: float = MAX_PADDING_RATIO) -> list[list[int]]:
+    """Indices grouped into batches of similar length: sorted by length, a batch is closed at
+    ``max_rows`` rows or when padding every row to the next length would cost more than
+    ``max_padding_ratio`` times the batch's real tokens."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i:i + max_rows] for i in range(0, len(order), max_rows)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for index in order:
+        length = max(int(lengths[index]), 1)
+        if current and (len(current) >= max_rows or (len(current) + 1) * length > max_padding_ratio * (tokens + length)):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(index)
+        tokens += length
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _buckets(texts: list[str], max_rows: int, model_dir: str | None, max_length: int | None):
+    tokens = tokenize(texts, model_dir, max_length)
+    lengths = tokens["attention_mask"].sum(axis=1).tolist()
+    for indices in plan_batches(lengths, max_rows):
+        width = int(max(lengths[i] for i in indices))
+        yield (indices, np.ascontiguousarray(tokens["input_ids"][indices, :width]),
+               np.ascontiguousarray(tokens["attention_mask"][indices, :width]))
+
+
+def _assemble(count: int, parts: list[tuple[list[int], np.ndarray]]) -> np.ndarray:
+    out = np.empty((count, parts[0][1].shape[1]), np.float32)
+    for indices, vectors in parts:
+        out[indices] = vectors
+    return out
 
 
 async def embed_texts(pb_utils: Any, model_name: str, texts: list[str], *, max_rows: int, normalize: bool,
                       model_dir: str | None = None, max_length: int | None = None) -> np.ndarray:
-    """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name``."""
+    """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name`` (BLS)."""
     if not texts:
         return np.zeros((0, 0), np.float32)
-    tokens = tokenize(texts, model_dir, max_length)
-    lengths = tokens["attention_mask"].sum(axis=1).tolist()
-    batches = plan_batches(lengths, max_rows)
 
-    async def run(indices: list[int]) -> np.ndarray:
-        width = int(max(lengths[i] for i in indices))
-        ids = np.ascontiguousarray(tokens["input_ids"][indices, :width])
-        mask = np.ascontiguousarray(tokens["attention_mask"][indices, :width])
+    async def run(indices: list[int], ids: np.ndarray, mask: np.ndarray):
         request = pb_utils.InferenceRequest(
             model_name=model_name,
             requested_output_names=["last_hidden_state"],
@@ -44,10 +75,19 @@ async def embed_texts(pb_utils: Any, model_name: str, texts: list[str], *, max_r
         if response.has_error():
             raise RuntimeError(f"{model_name}: {response.error().message()}")
         hidden = pb_utils.get_output_tensor_by_name(response, "last_hidden_state").as_numpy()
-        return pool(hidden, mask, normalize)
+        return indices, pool(hidden, mask, normalize)
 
-    pooled = await asyncio.gather(*(run(b) for b in batches))
-    out = np.empty((len(texts), pooled[0].shape[1]), np.float32)
-    for indices, vectors in zip(batches, pooled):
-        out[indices] = vectors
-    return out
+    parts = await asyncio.gather(*(run(*bucket) for bucket in _buckets(texts, max_rows, model_dir, max_length)))
+    return _assemble(len(texts), parts)
+
+
+def embed_texts_local(run: Callable, texts: list[str], *, max_rows: int, normalize: bool,
+                      model_dir: str | None = None, max_length: int | None = None) -> np.ndarray:
+    """The same as ``embed_texts`` with ``run`` = an onnxruntime ``InferenceSession.run`` in this process."""
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+    parts = []
+    for indices, ids, mask in _buckets(texts, max_rows, model_dir, max_length):
+        hidden = run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
+        parts.append((indices, pool(hidden, mask, normalize)))
+    return _assemble(len(texts), parts)

@@ -142,6 +142,39 @@ def check_one_sentence_per_request_equals_batch(ctx):
             _assert_close(f"{model} one per request", fixture["sentences"], singles, expected, MIN_COSINE[model])
 
 
+def check_concurrent_texts_of_different_lengths_share_executions(ctx):
+    """Requests of very different token lengths sent together are batched by the server (fewer
+    executions than requests; the model pads each length bucket, not the whole batch, to its
+    longest text) and each still gets its own reference vector."""
+    fixture = _fixture()
+    expected = dict(zip(fixture["sentences"], np.asarray(fixture["embeddings"], np.float32)))
+    texts = [s for s in fixture["sentences"] if s] * 3
+    for model in ("embedding_onnx_text", "embedding_onnx_text_ensemble"):
+        with client.connect(ctx.server.http_url, "http") as c:
+            before = c.get_inference_statistics(model)["model_stats"][0]
+
+        def send(text, model=model):
+            with client.connect(ctx.server.http_url, "http") as c:
+                return client.embed_texts(c, [text], model)
+
+        with ThreadPoolExecutor(len(texts)) as pool:
+            vectors = np.concatenate(list(pool.map(send, texts)))
+        deadline = time.monotonic() + 10  # statistics are updated after the responses are sent
+        with client.connect(ctx.server.http_url, "http") as c:
+            while True:
+                after = c.get_inference_statistics(model)["model_stats"][0]
+                if after["inference_count"] - before["inference_count"] >= len(texts) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        _assert_close(f"{model} concurrent mixed lengths", texts, vectors, np.stack([expected[t] for t in texts]),
+                      MIN_COSINE[model])
+        requests = after["inference_count"] - before["inference_count"]
+        executions = after["execution_count"] - before["execution_count"]
+        assert requests == len(texts), f"{model}: {requests} inferences counted for {len(texts)} requests"
+        if model == "embedding_onnx_text":  # an ensemble counts one execution per request; its steps batch
+            assert executions < requests, f"{model}: {requests} concurrent requests ran as {executions} executions"
+
+
 def _document_cases():
     fixture = _fixture("expected_documents.json")
     for case in fixture["cases"]:

@@ -76,6 +76,7 @@ class Target:
     describe: str
     server: dict
     check: Callable[[bytes, int], None]
+    pid: int = 0
     rounds: dict = field(default_factory=dict)
 
 
@@ -98,6 +99,26 @@ class CeilingWorker:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=30)
+
+
+def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
+    """Wait until the process tree of ``pid`` stops using CPU (requests a closed generator left in
+    flight have drained), so they do not run into the next target's window."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        processes = [root] + root.children(recursive=True)
+        before = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
+        time.sleep(0.25)
+        after = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
+        if (after - before) / 0.25 < busy_share:
+            return
+    print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
 
 
 def _post(url: str, body: bytes) -> bytes:
@@ -130,9 +151,7 @@ def start_triton(models: list[str], cores: set[int], overrides: dict | None):
     folder = PROJECT_ROOT / "deployments" / DEPLOYMENT
     if not ONNX_FP32.exists() or not ONNX_INT8.exists():
         subprocess.run([sys.executable, "export.py"], cwd=folder, check=True)
-    repository = folder / "model_repository"
-    if overrides:
-        repository = variant_repository(repository, overrides, models=_with_steps(models))
+    repository = variant_repository(folder / "model_repository", overrides or {}, models=_with_steps(models))
     options = ServerOptions(str(repository), required_models=list(models))
     server = LocalTritonServer(options, gate=False)
     previous = os.sched_getaffinity(0)
@@ -162,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cores", default=None, help="default: every core but 0")
     parser.add_argument("--generator-cores", default="0")
     parser.add_argument("--triton-config", default=None, help="JSON config overrides (harness.variants)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                        help="one more tritonserver (same cores) with these config overrides; its "
+                             "--variant-models are targets named MODEL[NAME]")
+    parser.add_argument("--variant-models", default="embedding_onnx_text")
     parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
     args = parser.parse_args(argv)
 
@@ -182,9 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     from triton_helpers.text_embedding import default_model_dir
 
     triton = start_triton(models, server_cores, overrides) if models else None
+    variant_models = [m for m in args.variant_models.split(",") if m]
+    variants = []
     peers = []
     workers: dict[str, CeilingWorker] = {}
     try:
+        for spec in args.variant:
+            name, _, config = spec.partition("=")
+            variants.append((name, json.loads(config), start_triton(variant_models, server_cores, json.loads(config))))
         for engine in engines:
             peer = InfinityServer(engine, default_model_dir(), ONNX_FP32, cores=server_cores, threads=threads)
             peer.start()
@@ -196,11 +224,21 @@ def main(argv: list[str] | None = None) -> int:
                 make_body, ceiling, what = TRITON_MODELS[model]
                 check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
                 targets.append(Target(model, f"http://{triton.http_url}/v2/models/{model}/infer", make_body, ceiling, what,
-                                      {"server_mode": "local (no front gate)", "server_version": version}, check))
+                                      {"server_mode": "local (no front gate)", "server_version": version}, check,
+                                      triton.process.pid))
+        for name, config, server in variants:
+            version = server.describe()["server_version"]
+            for model in variant_models:
+                make_body, ceiling, what = TRITON_MODELS[model]
+                check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
+                targets.append(Target(f"{model}[{name}]", f"http://{server.http_url}/v2/models/{model}/infer",
+                                      make_body, ceiling, f"{what}, config {json.dumps(config, sort_keys=True)}",
+                                      {"server_mode": "local (no front gate)", "server_version": version,
+                                       "config_overrides": config}, check, server.process.pid))
         for peer in peers:
             targets.append(Target(f"infinity-{peer.engine}", peer.url, peer.body, PEER_CEILING[peer.engine],
                                   peer.describe(), {"server_mode": "peer", "server_version": infinity_version()},
-                                  check_peer))
+                                  check_peer, peer.process.pid))
         for kind in sorted({t.ceiling for t in targets}):
             workers[kind] = CeilingWorker(kind, server_cores, threads)
         for batch in batches:
@@ -212,13 +250,19 @@ def main(argv: list[str] | None = None) -> int:
                 results = {t.name: [] for t in targets}
                 ceilings = {k: [] for k in workers}
                 for round_index in range(args.rounds):
-                    order = targets if round_index % 2 == 0 else targets[::-1]
-                    for target in order:
-                        generator.run(target.url, bodies[target.name], concurrency, 1)  # warm-up
-                        results[target.name].append(generator.run(target.url, bodies[target.name], concurrency,
-                                                                  args.duration))
                     for kind, worker in workers.items():
                         ceilings[kind].append(worker.measure(ceiling_batch, min(args.duration, 3.0)))
+                    order = targets if round_index % 2 == 0 else targets[::-1]
+                    for target in order:
+                        # long enough for every connection to complete a few requests at the ceiling's pace
+                        pace = ceilings[target.ceiling][-1] or 1.0
+                        duration = max(args.duration, 3 * batch * concurrency / pace)
+                        cycle = batch * concurrency / pace
+                        generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))  # warm-up
+                        wait_idle(target.pid, 10 * cycle + 10)
+                        results[target.name].append(generator.run(target.url, bodies[target.name], concurrency,
+                                                                  duration))
+                        wait_idle(target.pid, 10 * cycle + 10)
                 for target in targets:
                     runs = results[target.name]
                     rates = [r.requests_per_second * batch for r in runs]
@@ -232,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                         "protocol": "http", "generator": generator.describe(),
                         "server_cores": cores_label(server_cores), "generator_cores": cores_label(generator_cores),
                         "items_per_request": batch, "config_overrides": overrides, "label": args.label,
-                        **target.server, **median_run.metrics(batch), "items_per_second": round(served, 2),
+                        "base_model": target.name.split("[")[0], **target.server, **median_run.metrics(batch), "items_per_second": round(served, 2),
                         "rounds_items_per_second": [round(r, 2) for r in rates],
                         "errors": sum(r.errors for r in runs),
                         "ceiling_kind": target.ceiling, "ceiling_batch_size": ceiling_batch,
@@ -251,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             worker.close()
         for peer in peers:
             peer.stop()
+        for _, _, server in variants:
+            server.stop()
         if triton:
             triton.stop()
         generator.close()
