@@ -553,10 +553,17 @@ def generate(records_file: Path | None = None, docs: Path = DOCS, deployments_ro
         source = str(records_file)
     docs.mkdir(parents=True, exist_ok=True)
     written = {"markdown": docs / "results.md", "json": docs / "results.json", "csv": docs / "results.csv"}
-    written["markdown"].write_text(render_markdown(matrix, perf_analyzer_note, source))
+    # ratio section: side-by-side runs (make bench-peers), ratios taken round by round
+    from harness.peers import ratios as side_by_side
+
+    ratio_lines = side_by_side.render(records)
+    written["markdown"].write_text(render_markdown(matrix, perf_analyzer_note, source)
+                                   + ("\n".join(ratio_lines) + "\n" if ratio_lines else ""))
     payload = {
         "source": source,
         "perf_analyzer": perf_analyzer_note,
+        "side_by_side": {"records": side_by_side.latest_run(records),
+                         "ratios": side_by_side.ratios(side_by_side.latest_run(records))},
         "not_measured": NOT_MEASURED,
         "deployments": {
             name: {"summary": data["summary"], "targets": data["targets"], "correctness": data["correctness"],
