@@ -91,7 +91,8 @@ def render(records: list[dict]) -> list[str]:
         f"in-process ceiling on cores {first.get('server_cores')}. Every workload ran its targets in turn, "
         "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
         "column). Ceiling: the same work (tokenize + model + pool) in one process on the server's cores, at "
-        "the batch the server could form (`min(batch x c, 64)`).", "",
+        "the batch the server could form (`min(batch x c, 64)`; runs whose records carry `ceiling_rule` take the "
+        "better of that and the request's own batch).", "",
     ]
     table = []
     for r in sorted(run, key=lambda r: (int(r["items_per_request"]), int(r["concurrency"]), r["model"])):
@@ -108,6 +109,6 @@ def render(records: list[dict]) -> list[str]:
               f">= {r['goal']:g}", "met" if r["value"] >= r["goal"] else "NOT met"] for r in ratios(run)]
     lines.append(tabulate(table, headers=["batch", "c", "ratio", "median", "rounds", "goal", ""],
                           tablefmt="github", disable_numparse=True))
-    variants = sorted({(r["model"], r.get("variant")) for r in run})
-    lines += ["", "Targets: " + "; ".join(f"`{m}`: {v.split(': ', 1)[-1]}" for m, v in variants), ""]
+    variants = sorted({(r["model"], r.get("variant") or "") for r in run})
+    lines += ["", "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants), ""]
     return lines
