@@ -44,20 +44,30 @@ class TritonPythonModel:
             path = onnx_file(Path(args["model_repository"]).parent, self.onnx_model)
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
-    async def execute(self, requests):
-        """Validate each request, embed every valid text of the batch together, answer each."""
+    def execute(self, requests):
+        """Validate each request, embed every valid text of the batch together, answer each.
+
+        In-process the responses come back directly; through BLS this returns the coroutine the
+        stub awaits (a plain ``def``: the stub hands only coroutines to its event-loop thread,
+        a thread hop per batch that the in-process path does not need)."""
         batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
-        if batch.texts:
-            options = dict(max_rows=self.max_rows, normalize=self.info.normalize, model_dir=str(self.info.model_dir))
-            try:
-                if self.session is not None:
-                    vectors = embed_texts_local(self.session.run, batch.texts, **options)
-                else:
-                    vectors = await embed_texts(pb_utils, self.onnx_model, batch.texts, **options)
-            except RuntimeError as exc:
-                return batch.fail(pb_utils, str(exc))
-            batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
-        return batch.responses
+        if not batch.texts:
+            return batch.responses
+        options = dict(max_rows=self.max_rows, normalize=self.info.normalize, model_dir=str(self.info.model_dir))
+        if self.session is None:
+            return self._execute_bls(batch, options)
+        try:
+            vectors = embed_texts_local(self.session.run, batch.texts, **options)
+        except RuntimeError as exc:
+            return batch.fail(pb_utils, str(exc))
+        return batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
+
+    async def _execute_bls(self, batch, options):
+        try:
+            vectors = await embed_texts(pb_utils, self.onnx_model, batch.texts, **options)
+        except RuntimeError as exc:
+            return batch.fail(pb_utils, str(exc))
+        return batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
 
     def finalize(self):
         """Release the in-process session, if any."""
