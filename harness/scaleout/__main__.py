@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scenarios", nargs="+", default=["throughput", "kill", "roll"],
                      choices=["throughput", "kill", "roll"])
     run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
+    run.add_argument("--out", default=None, help="results JSON (default results/scaleout/<deployment>.json)")
     cap = sub.add_parser("capacity", help="replicas for N requests/s at a p99 target, from docs/results.json")
     cap.add_argument("--source", default=None, help="results JSON of `make matrix` (default docs/results.json)")
     cap.add_argument("--server-mode", default="local")
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             run_stack(args.deployment, replicas=args.replicas, concurrency=args.concurrency, duration_s=args.duration,
-                      scenarios=tuple(args.scenarios), keep=args.keep)
+                      scenarios=tuple(args.scenarios), keep=args.keep, out=Path(args.out) if args.out else None)
         except ScaleoutError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -111,9 +111,10 @@ class Stack:
     deployment: Deployment
     replicas: int = 3
     #: Models loaded in each replica (explicit model control); the first is the one clients call.
-    models: tuple[str, ...] = ("embedding_onnx_text", "embedding_onnx")
-    #: The model whose version 2 a roll brings (in bundle-v2).
-    rolled_model: str = "embedding_onnx_text"
+    models: tuple[str, ...] = ("embedding_onnx_text_ensemble", "tokenize", "embedding_onnx", "pool_embedding")
+    #: The models whose version 2 a roll brings (bundle-v2): the ONNX model (new weights, taken by the
+    #: ensemble's ``model_version: -1`` step) and the public ensemble, whose version every response names.
+    rolled_models: tuple[str, ...] = ("embedding_onnx", "embedding_onnx_text_ensemble")
     image: str = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
     work_dir: Path | None = None
     project: str = PROJECT
@@ -161,7 +162,8 @@ class Stack:
             shutil.rmtree(bundle, ignore_errors=True)
             repository = packed_repository(self.deployment.model_repository, tarball, bundle)
             if version == "v2":
-                add_version(repository, self.rolled_model)
+                for model in self.rolled_models:
+                    add_version(repository, model)
         self.lb = lb_image()
         self.subnet = free_subnet(self.project)
         self.write()

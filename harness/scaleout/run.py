@@ -47,6 +47,8 @@ class Outcome:
     upstream: str = ""
     version: str | None = None
     error: str | None = None
+    #: Why the first try failed, when the request needed another.
+    first_try_error: str | None = None
 
 
 def infer_body(text: str = SENTENCE) -> bytes:
@@ -103,6 +105,8 @@ class Load:
                         break
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 outcome.status, outcome.error = None, f"connection error: {type(exc).__name__}: {exc}"[:300]
+            if attempt == 1:
+                outcome.first_try_error = outcome.error
             if attempt < RETRY["tries"]:
                 await asyncio.sleep(RETRY["backoff_s"])
         outcome.ended = time.time()
@@ -145,6 +149,7 @@ def summarize(outcomes: list[Outcome], began: float | None = None, ended: float 
         "p99_ms": round(float(np.percentile(latencies, 99)), 1),
         "max_ms": round(float(np.max(latencies)), 1),
         "first_error": next((o.error for o in chosen if not o.ok), None),
+        "client_retry_causes": sorted({(o.first_try_error or "")[:120] for o in chosen if o.tries > 1}),
     }
 
 
@@ -284,7 +289,7 @@ def run(deployment: str = "embedding_cpu", replicas: int = 3, concurrency: int =
                "image": stack.image, "retry_policy": RETRY, "machine": machine(),
                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "command": f"python -m harness.scaleout run --deployment {deployment} --replicas {replicas} "
-                          f"--concurrency {concurrency} --duration {duration_s:g}"}
+                          f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}"}
     stack.prepare()
     results["lb_image"] = stack.lb
     results["nginx"] = {"fail_timeout_s": stack.fail_timeout_s, "connect_timeout_s": 1, "next_upstream_tries": 3}
