@@ -157,16 +157,26 @@ def measure_all(names: list[str] | None = None, image: str | None = None, path: 
                 duration_s: float = 4.0) -> dict:
     """Measure the named deployments (default: all) and merge them into ``path``."""
     table = load_footprints(path)
+    failed: list[str] = []
     for deployment in discover():
         if names and deployment.name not in names:
             continue
         if "cpu" not in deployment.targets:
             continue
         print(f"{deployment.name}: measuring one replica in the CPU image ...", flush=True)
-        table["deployments"][deployment.name] = measure(deployment, image=image, duration_s=duration_s)
-        table["deployments"][deployment.name]["measured"] = time.strftime("%Y-%m-%d", time.gmtime())
-        print(f"{deployment.name}: {json.dumps(table['deployments'][deployment.name])}", flush=True)
-    table["machine"] = machine()
-    table["command"] = COMMAND
-    path.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+        try:
+            measured = measure(deployment, image=image, duration_s=duration_s)
+        except Exception as exc:  # noqa: BLE001 - one deployment that cannot start keeps its old figures
+            print(f"{deployment.name}: not measured, previous figures kept: {' '.join(str(exc).split())[:400]}",
+                  flush=True)
+            failed.append(deployment.name)
+            continue
+        measured["measured"] = time.strftime("%Y-%m-%d", time.gmtime())
+        table["deployments"][deployment.name] = measured
+        print(f"{deployment.name}: {json.dumps(measured)}", flush=True)
+        table["machine"] = machine()
+        table["command"] = COMMAND
+        path.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    if failed:
+        raise RuntimeError(f"not measured: {', '.join(failed)} (see above)")
     return table
