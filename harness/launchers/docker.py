@@ -27,11 +27,12 @@ import os
 import shutil
 import socket
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
-from harness.launchers.local import free_port
+from harness.launchers.local import ADMIN_HEADER, free_port
 from harness.repository import derive
 
 #: The image ``make image`` builds (images/cpu); ``make ... IMAGE=`` exports TRITON_CPU_IMAGE.
@@ -41,6 +42,8 @@ NGC_IMAGE = os.environ.get("TRITON_NGC_IMAGE", "nvcr.io/nvidia/tritonserver:25.0
 ASCEND_IMAGE = os.environ.get("TRITON_ASCEND_IMAGE", "ascendhub.huawei.com/public-ascendhub/tritonserver-npu_ge:latest")
 CONTAINER_MODEL_DIR = "/models"
 CONTAINER_ENVS_DIR = "/envs"
+#: Read-only folder in the container holding the front gate's admin token file.
+CONTAINER_SECRET_DIR = "/run/triton-gate"
 LABEL_PREFIX = "org.triton-harness."
 OWNER_LABEL = "started-by"
 OWNER_VALUE = "triton-harness"
@@ -230,13 +233,28 @@ class DockerTritonServer(StartedTritonServer):
         self.envs_dir: Path | None = None
         self.work_dir: Path | None = None
         self._last_logs = ""
+        #: Served through the image's front gate (label ``org.triton-harness.gate=serve``: the CPU image),
+        #: known once the image's labels are read in start(); the admin token reaches the gate in a
+        #: 0600 file mounted read-only, never on a command line.
+        self.gate = False
+        self.admin_token = uuid.uuid4().hex
+        self.secret_dir: Path | None = None
 
     # ------------------------------------------------------------------ the container
 
     def server_args(self) -> list[str]:
-        """tritonserver's arguments inside the container."""
-        return ["tritonserver", f"--model-repository={CONTAINER_MODEL_DIR}",
-                f"--exit-timeout-secs={self.exit_timeout_s}"] + self.option_args()
+        """The container's command: tritonserver, behind the image's front gate when it has one."""
+        triton = ["tritonserver", f"--model-repository={CONTAINER_MODEL_DIR}",
+                  f"--exit-timeout-secs={self.exit_timeout_s}"] + self.option_args()
+        if not self.gate:
+            return triton
+        return ["python3", "-m", "harness.gate", "serve", "--admin-token-file",
+                f"{CONTAINER_SECRET_DIR}/admin-token", "--"] + triton
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """Headers for internal models and the restricted APIs behind the gate (none without a gate)."""
+        return {ADMIN_HEADER: self.admin_token} if self.gate else {}
 
     def container_spec(self) -> dict:
         """Keyword arguments for ``docker.from_env().containers.run``."""
@@ -251,6 +269,8 @@ class DockerTritonServer(StartedTritonServer):
             mounts = {h: m for h, m in mounts.items() if m["bind"] != CONTAINER_ENVS_DIR}
             mounts[str(self.envs_dir.resolve())] = {"bind": CONTAINER_ENVS_DIR, "mode": "ro"}
         volumes.update(mounts)
+        if self.gate and self.secret_dir is not None:
+            volumes[str(self.secret_dir)] = {"bind": CONTAINER_SECRET_DIR, "mode": "ro"}
         return {
             "image": self.profile.image,
             "command": self.server_args(),
@@ -346,10 +366,13 @@ class DockerTritonServer(StartedTritonServer):
         """Engine, image, leftovers, ports, packed envs: each checked at once; then run the container."""
         client = engine()
         self._image(client)
+        self.gate = self.profile.labels.get("gate") == "serve"
         remove_leftovers(client, log=print)
         self._check_ports()
         try:
             self._prepare_repository()
+            if self.gate:
+                self._write_secret()
             self.container = client.containers.run(**self.container_spec())
         except DockerStartError:
             self._cleanup_work_dir()
@@ -400,6 +423,7 @@ class DockerTritonServer(StartedTritonServer):
     def describe(self) -> dict:
         info = super().describe()
         info["image"] = self.profile.image
+        info["gate"] = self.gate
         if self.container is not None:
             info["image_id"] = self.container.attrs.get("Image")
             info["container"] = self.container.short_id
@@ -420,7 +444,17 @@ class DockerTritonServer(StartedTritonServer):
             self.container = None
         self._cleanup_work_dir()
 
+    def _write_secret(self) -> None:
+        """The admin token in a 0600 file of a fresh 0700 folder, mounted read-only into the container."""
+        self.secret_dir = Path(tempfile.mkdtemp(prefix="triton-gate-secret-"))
+        fd = os.open(self.secret_dir / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.admin_token)
+
     def _cleanup_work_dir(self) -> None:
+        if self.secret_dir is not None:
+            shutil.rmtree(self.secret_dir, ignore_errors=True)
+            self.secret_dir = None
         if self.work_dir is not None:
             shutil.rmtree(self.work_dir, ignore_errors=True)
             self.work_dir = None
