@@ -114,6 +114,8 @@ def dependencies(repository: str | Path, models: Iterable[str]) -> list[str]:
 
 
 def link_or_copy(source: str, target: str) -> None:
+    """A hard link to the file ``source`` names (through any symbolic link), or a copy across devices."""
+    source = os.path.realpath(source)  # os.link may link the symlink itself, which dangles in a container
     try:
         os.link(source, target)
     except OSError:

@@ -100,3 +100,12 @@ def test_packed_copy_of_a_path_with_a_hash_keeps_the_whole_path(repo, tmp_path):
     value = repository.parameter(repository.read_config(copy / "step_a" / "config.pbtxt"), "EXECUTION_ENV_PATH")
     assert value == "$$TRITON_MODEL_DIRECTORY/../../envs/env#1.tar.gz"
     assert check_repository(copy, local_python()) == []
+
+
+def test_hard_copy_of_a_variant_has_no_symlinks(repo, tmp_path):
+    """A variant is links; its hard copy (mounted into a container) must hold the files themselves."""
+    variant = repository.derive(repo, tmp_path / "variant", models=["pipeline", "step_a", "step_b", "step_c"])
+    assert (variant / "pipeline" / "config.pbtxt").is_symlink()
+    copy = repository.derive(variant, tmp_path / "hard", link="hard")
+    assert not [p for p in copy.rglob("*") if p.is_symlink()]
+    assert repository.configs(copy)["pipeline"].platform == "ensemble"
