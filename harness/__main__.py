@@ -23,7 +23,9 @@ from harness.session import interrupt_on_sigterm
 
 def _list(args) -> int:
     for deployment in discover():
-        print(f"{deployment.name:20} targets={','.join(deployment.targets):10} models={','.join(deployment.entry_models)}")
+        print(
+            f"{deployment.name:20} targets={','.join(deployment.targets):10} models={','.join(deployment.entry_models)}"
+        )
         print(f"{'':20} {deployment.summary}")
     return 0
 
@@ -40,13 +42,21 @@ def _serve(args) -> int:
     args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
     deployment.server_options(args.target)  # an unsupported target is refused before anything starts
     if args.mode in ("local", "docker"):
-        ports = {"HTTP": (args.http_port, "--http-port"), "gRPC": (args.grpc_port, "--grpc-port"),
-                 "metrics": (args.metrics_port, "--metrics-port")}
+        ports = {
+            "HTTP": (args.http_port, "--http-port"),
+            "gRPC": (args.grpc_port, "--grpc-port"),
+            "metrics": (args.metrics_port, "--metrics-port"),
+        }
         busy = [(name, port, flag) for name, (port, flag) in ports.items() if port_in_use(args.host, port)]
         if busy:
-            print("python -m harness: error: " + "; ".join(
-                f"port {port} ({name}) on {args.host} is in use: pick a free one with {flag}" for name, port, flag in busy),
-                file=sys.stderr)
+            print(
+                "python -m harness: error: "
+                + "; ".join(
+                    f"port {port} ({name}) on {args.host} is in use: pick a free one with {flag}"
+                    for name, port, flag in busy
+                ),
+                file=sys.stderr,
+            )
             return 1
         deployment.export()
     options = deployment.server_options(args.target)
@@ -70,7 +80,9 @@ def _serve(args) -> int:
         return 1
     try:
         server.wait_ready()
-        print(f"{deployment.name} ready in {time.monotonic() - began:.1f} s ({server.mode} server, target {args.target})")
+        print(
+            f"{deployment.name} ready in {time.monotonic() - began:.1f} s ({server.mode} server, target {args.target})"
+        )
         print(f"  HTTP    {server.http_url}")
         if server.grpc_url:
             print(f"  gRPC    {server.grpc_url}")
@@ -92,8 +104,11 @@ def _serve(args) -> int:
 
 def _show_level(deployment: str, benchmark: str, level) -> None:
     m = level.metrics()
-    print(f"{deployment:16} {benchmark:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f} infer/s  "
-          f"p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  errors {m['errors']}", flush=True)
+    print(
+        f"{deployment:16} {benchmark:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f} infer/s  "
+        f"p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  errors {m['errors']}",
+        flush=True,
+    )
 
 
 def _bench(args) -> int:
@@ -101,14 +116,20 @@ def _bench(args) -> int:
     from harness.session import ServerPool, for_each_scenario
 
     def run(deployment, benchmark, ctx):
-        run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
-                      concurrencies=args.concurrency or list(benchmark.concurrency),
-                      on_level=lambda level: _show_level(deployment.name, benchmark.id, level))
+        run_benchmark(
+            ctx,
+            benchmark,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            concurrencies=args.concurrency or list(benchmark.concurrency),
+            on_level=lambda level: _show_level(deployment.name, benchmark.id, level),
+        )
 
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url, image=args.image)
     try:
-        failed = for_each_scenario(pool, run, deployments=[args.deployment] if args.deployment else None,
-                                   target=args.target)
+        failed = for_each_scenario(
+            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target
+        )
     finally:
         pool.close()
     if failed:
@@ -145,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--mode", choices=MODES, default=None, help="local (default), docker or external")
         p.add_argument("--target", default="cpu", help="cpu / gpu / npu")
         p.add_argument("--server-url", default=None, help="host:port of a running server (external mode)")
-        p.add_argument("--image", default=os.environ.get("TRITON_IMAGE"),
-                       help="docker mode: tritonserver image (default: the target's; cpu: the image of `make image`)")
+        p.add_argument(
+            "--image",
+            default=os.environ.get("TRITON_IMAGE"),
+            help="docker mode: tritonserver image (default: the target's; cpu: the image of `make image`)",
+        )
 
     serve = sub.add_parser("serve", help="export what is missing and serve a deployment until Ctrl-C")
     serve.add_argument("deployment")
@@ -167,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness import packed_serving
 
-    pack_env = sub.add_parser("pack-env", help="pack a deployment's Python-backend env (EXECUTION_ENV_PATH); "
-                              "--serve to serve the deployment with it")
+    pack_env = sub.add_parser(
+        "pack-env",
+        help="pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
+    )
     packed_serving.add_arguments(pack_env)
     pack_env.set_defaults(func=packed_serving.pack_command)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark
@@ -23,9 +23,16 @@ def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
     return found
 
 
-def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: float, warmup_s: float = 1.0,
-                  concurrencies: list[int] | None = None, protocol: str | None = None,
-                  on_level: Callable[[LoadResult], None] | None = None) -> list[dict]:
+def run_benchmark(
+    ctx: DeploymentContext,
+    benchmark: Benchmark,
+    *,
+    duration_s: float,
+    warmup_s: float = 1.0,
+    concurrencies: list[int] | None = None,
+    protocol: str | None = None,
+    on_level: Callable[[LoadResult], None] | None = None,
+) -> list[dict]:
     """Run one scenario at each concurrency and append a record per level; returns them."""
     workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     protocol = protocol or benchmark.protocol
@@ -48,8 +55,15 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
                 "served_over_ceiling": round(metrics["items_per_second"] / measured["items_per_second"], 3),
             }
         row = {
-            **scenario_fields(ctx, benchmark, workload, protocol=protocol,
-                              generator=f"{GENERATOR} (tritonclient {protocol}.aio)", server=server, backends=backends),
+            **scenario_fields(
+                ctx,
+                benchmark,
+                workload,
+                protocol=protocol,
+                generator=f"{GENERATOR} (tritonclient {protocol}.aio)",
+                server=server,
+                backends=backends,
+            ),
             **metrics,
             **ceiling,
         }
@@ -58,6 +72,14 @@ def run_benchmark(ctx: DeploymentContext, benchmark: Benchmark, *, duration_s: f
         if on_level:
             on_level(level)
 
-    sweep(workload, list(concurrencies or benchmark.concurrency), protocol=protocol, url=url,
-          http_url=ctx.server.http_url, duration_s=duration_s, warmup_s=warmup_s, on_level=record)
+    sweep(
+        workload,
+        list(concurrencies or benchmark.concurrency),
+        protocol=protocol,
+        url=url,
+        http_url=ctx.server.http_url,
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        on_level=record,
+    )
     return records

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 EXIT_SERVER = 1
@@ -39,10 +39,10 @@ class ClientArgumentParser(argparse.ArgumentParser):
 def add_server_options(parser: argparse.ArgumentParser, *, in_subcommand: bool = False) -> None:
     """``--url`` and ``--protocol``; on a subcommand they default to what was given before it."""
     default = argparse.SUPPRESS if in_subcommand else None
-    parser.add_argument("--url", default=default,
-                        help="server host:port (default 127.0.0.1:8000 for http, 127.0.0.1:8001 for grpc)")
-    parser.add_argument("--protocol", choices=("http", "grpc"),
-                        default=argparse.SUPPRESS if in_subcommand else "http")
+    parser.add_argument(
+        "--url", default=default, help="server host:port (default 127.0.0.1:8000 for http, 127.0.0.1:8001 for grpc)"
+    )
+    parser.add_argument("--protocol", choices=("http", "grpc"), default=argparse.SUPPRESS if in_subcommand else "http")
 
 
 def client_parser(description: str | None) -> ClientArgumentParser:
@@ -97,8 +97,9 @@ def _explain(exc: BaseException, url: str, protocol: str) -> tuple[str, int]:
     return f"{type(exc).__name__}: {exc}", EXIT_SERVER
 
 
-def run(parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int | None],
-        argv: list[str] | None = None) -> int:
+def run(
+    parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int | None], argv: list[str] | None = None
+) -> int:
     """Parse ``argv``, call ``handler(args)``; any failure becomes one line on stderr and an exit code."""
     args = parser.parse_args(argv)
     try:

@@ -15,31 +15,58 @@ TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
 
 def pytest_addoption(parser):
     group = parser.getgroup("triton harness")
-    group.addoption("--server-mode", choices=MODES, default=os.environ.get("TRITON_SERVER_MODE", "local"),
-                    help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)")
-    group.addoption("--target", default=os.environ.get("TRITON_TARGET", "cpu"),
-                    help="cpu / gpu / npu (default: $TRITON_TARGET or cpu)")
-    group.addoption("--server-url", default=os.environ.get("TRITON_SERVER_URL"),
-                    help="HTTP host:port of a running server (external mode)")
-    group.addoption("--grpc-url", default=os.environ.get("TRITON_GRPC_URL"),
-                    help="gRPC host:port of a running server (external mode)")
-    group.addoption("--image", default=os.environ.get("TRITON_IMAGE"),
-                    help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
-                         "the CPU image of `make image` for cpu)")
-    group.addoption("--record-results", action="store_true",
-                    help="append benchmark records and check outcomes to results/ for `make matrix` "
-                         "(default: results/test-runs/, which the matrix does not read)")
-    group.addoption("--bench-duration", type=float, default=float(os.environ.get("BENCH_DURATION", "2")),
-                    help="seconds measured per concurrency level in benchmark tests (default 2)")
+    group.addoption(
+        "--server-mode",
+        choices=MODES,
+        default=os.environ.get("TRITON_SERVER_MODE", "local"),
+        help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)",
+    )
+    group.addoption(
+        "--target",
+        default=os.environ.get("TRITON_TARGET", "cpu"),
+        help="cpu / gpu / npu (default: $TRITON_TARGET or cpu)",
+    )
+    group.addoption(
+        "--server-url",
+        default=os.environ.get("TRITON_SERVER_URL"),
+        help="HTTP host:port of a running server (external mode)",
+    )
+    group.addoption(
+        "--grpc-url",
+        default=os.environ.get("TRITON_GRPC_URL"),
+        help="gRPC host:port of a running server (external mode)",
+    )
+    group.addoption(
+        "--image",
+        default=os.environ.get("TRITON_IMAGE"),
+        help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
+        "the CPU image of `make image` for cpu)",
+    )
+    group.addoption(
+        "--record-results",
+        action="store_true",
+        help="append benchmark records and check outcomes to results/ for `make matrix` "
+        "(default: results/test-runs/, which the matrix does not read)",
+    )
+    group.addoption(
+        "--bench-duration",
+        type=float,
+        default=float(os.environ.get("BENCH_DURATION", "2")),
+        help="seconds measured per concurrency level in benchmark tests (default 2)",
+    )
 
 
 @pytest.fixture(scope="session")
 def server_pool(request):
     """Servers by deployment; each started on first use, all stopped at the end."""
     config = request.config
-    pool = ServerPool(mode=config.getoption("--server-mode"), target=config.getoption("--target"),
-                      url=config.getoption("--server-url"), grpc_url=config.getoption("--grpc-url"),
-                      image=config.getoption("--image"))
+    pool = ServerPool(
+        mode=config.getoption("--server-mode"),
+        target=config.getoption("--target"),
+        url=config.getoption("--server-url"),
+        grpc_url=config.getoption("--grpc-url"),
+        image=config.getoption("--image"),
+    )
     config.stash[START_TIMES] = pool.start_times
     yield pool
     pool.close()

@@ -31,8 +31,14 @@ class DeploymentContext:
             raise RuntimeError(f"the {self.server.mode} server has no gRPC endpoint")
         return grpcclient.InferenceServerClient(self.server.grpc_url, **kwargs)
 
-    def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
-              protocol: str = "http", parameters: dict | None = None) -> dict[str, np.ndarray]:
+    def infer(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str] | None = None,
+        protocol: str = "http",
+        parameters: dict | None = None,
+    ) -> dict[str, np.ndarray]:
         """One inference; returns ``{output name: array}``; raises InferenceServerException."""
         client = self.http_client() if protocol == "http" else self.grpc_client()
         try:

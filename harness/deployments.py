@@ -11,11 +11,11 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 from harness import PROJECT_ROOT
 from harness.launchers import ServerOptions
@@ -117,9 +117,7 @@ class Deployment:
         if module is None:
             return {}
         return {
-            name[len("check_"):]: fn
-            for name, fn in vars(module).items()
-            if name.startswith("check_") and callable(fn)
+            name[len("check_") :]: fn for name, fn in vars(module).items() if name.startswith("check_") and callable(fn)
         }
 
     def resolve(self, reference: str) -> Callable:

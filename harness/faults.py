@@ -33,8 +33,18 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from harness.soak import (RESULTS_DIR, CheckedWorkload, LoadLog, deployment_server, echo_workload, run_checked_load,
-                          stop_server, stub_processes, text_embedding_workload, write_json)
+from harness.soak import (
+    RESULTS_DIR,
+    CheckedWorkload,
+    LoadLog,
+    deployment_server,
+    echo_workload,
+    run_checked_load,
+    stop_server,
+    stub_processes,
+    text_embedding_workload,
+    write_json,
+)
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reliability.md"
@@ -155,20 +165,33 @@ class ReadinessWatch:
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join(5)
-        rel = (lambda t: round(t - self.since, 2) if t is not None else None)
+        rel = lambda t: round(t - self.since, 2) if t is not None else None
         return {"not_ready_after_s": rel(self.not_ready_at), "ready_again_after_s": rel(self.ready_again_at)}
 
 
 # -- scenarios --------------------------------------------------------------------------------
-def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = None, concurrency: int = 16,
-              before_s: float = 2.0, unattended_s: float = 4.0, after_s: float = 3.0, remedy: bool = True) -> dict:
+def kill_stub(
+    server,
+    workload: CheckedWorkload,
+    *,
+    stub_model: str | None = None,
+    concurrency: int = 16,
+    before_s: float = 2.0,
+    unattended_s: float = 4.0,
+    after_s: float = 3.0,
+    remedy: bool = True,
+) -> dict:
     """SIGKILL one stub process of ``stub_model`` (default: the workload's model) under load;
     watch ``unattended_s`` for self-recovery (behind the harness's gate: readiness false and an
     automatic reload); then reload the model (the operator's remedy) if still broken. Also
     records when ``/v2/health/ready`` first said not-ready and when it was ready again."""
     stub_model = stub_model or workload.model
-    info: dict = {"scenario": "kill_stub", "model": workload.model, "killed_stub_of": stub_model,
-                  "concurrency": concurrency}
+    info: dict = {
+        "scenario": "kill_stub",
+        "model": workload.model,
+        "killed_stub_of": stub_model,
+        "concurrency": concurrency,
+    }
 
     def during(log: LoadLog) -> None:
         time.sleep(before_s)
@@ -186,12 +209,14 @@ def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = Non
             info["ready_flag_while_broken"] = bool(client.is_model_ready(stub_model))
             window_end = time.monotonic()
             info["errors_in_last_second_unattended"] = _errors_between(log, window_end - 1.0, window_end)
-            info["stub_restarted_by_triton"] = any(p.pid not in info["stubs_before"]
-                                                   for p in stub_processes(server.process.pid, stub_model))
+            info["stub_restarted_by_triton"] = any(
+                p.pid not in info["stubs_before"] for p in stub_processes(server.process.pid, stub_model)
+            )
             # Recovered only when the dead stub was replaced: a quiet second proves nothing, since
             # the dynamic batcher may not have sent a batch to the dead instance in it.
-            info["recovered_by_itself"] = (info["stub_restarted_by_triton"]
-                                           and info["errors_in_last_second_unattended"] == 0)
+            info["recovered_by_itself"] = (
+                info["stub_restarted_by_triton"] and info["errors_in_last_second_unattended"] == 0
+            )
             if remedy and not info["recovered_by_itself"]:
                 # A plain load of the (unchanged) loaded model was seen to return at once without
                 # replacing the dead stub; unload + load always replaced it.
@@ -200,7 +225,9 @@ def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = Non
                 _wait(lambda: not client.is_model_ready(stub_model), 60)
                 client.load_model(stub_model, headers=_admin(server))
                 log.events["remedy_done"] = time.monotonic()
-                info["remedy"] = f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
+                info["remedy"] = (
+                    f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
+                )
                 info["remedy_call_s"] = round(log.events["remedy_done"] - log.events["remedy"], 2)
         time.sleep(after_s)
         info.update(watch.stop())
@@ -211,15 +238,18 @@ def kill_stub(server, workload: CheckedWorkload, *, stub_model: str | None = Non
     info.update(client_view(log, log.events["fault"]))
     if "remedy" in log.events:
         info["remedy_at_s"] = _rel(log, log.events["remedy"])
-        info["errors_after_remedy_done"] = sum(1 for r in log.records
-                                               if r.status != "ok" and r.start >= log.events["remedy_done"])
+        info["errors_after_remedy_done"] = sum(
+            1 for r in log.records if r.status != "ok" and r.start >= log.events["remedy_done"]
+        )
     info["recovered"] = info["errors_after_remedy_done" if "remedy" in log.events else "errors"] == 0 or (
-        info.get("recovered_by_itself", False))
+        info.get("recovered_by_itself", False)
+    )
     return info
 
 
-def unload_reload(server, workload: CheckedWorkload, *, concurrency: int = 16, before_s: float = 2.0,
-                  after_s: float = 3.0) -> dict:
+def unload_reload(
+    server, workload: CheckedWorkload, *, concurrency: int = 16, before_s: float = 2.0, after_s: float = 3.0
+) -> dict:
     """Unload the model under load, wait until it is gone, load it again."""
     info: dict = {"scenario": "unload_reload", "model": workload.model, "concurrency": concurrency}
 
@@ -238,21 +268,33 @@ def unload_reload(server, workload: CheckedWorkload, *, concurrency: int = 16, b
     info.update(client_view(log, log.events["fault"]))
     info["unload_s"] = _rel(log, log.events["unloaded"])
     info["load_returned_s"] = _rel(log, log.events["loaded"])
-    info["errors_after_load_returned"] = sum(1 for r in log.records if r.status != "ok" and r.start >= log.events["loaded"])
+    info["errors_after_load_returned"] = sum(
+        1 for r in log.records if r.status != "ok" and r.start >= log.events["loaded"]
+    )
     info["recovered"] = info["errors_after_load_returned"] == 0
     return info
 
 
-def restart_server(server, workload: CheckedWorkload, *, concurrency: int = 16, before_s: float = 2.0,
-                   after_s: float = 3.0, make_server=None) -> tuple[dict, object]:
+def restart_server(
+    server,
+    workload: CheckedWorkload,
+    *,
+    concurrency: int = 16,
+    before_s: float = 2.0,
+    after_s: float = 3.0,
+    make_server=None,
+) -> tuple[dict, object]:
     """Stop the server (SIGTERM, as an orchestrator does) under load and start a new one on the
     same ports. Returns (report, the new server)."""
     from harness.launchers import LocalTritonServer
 
     info: dict = {"scenario": "restart_server", "model": workload.model, "concurrency": concurrency}
     holder = {"server": server}
-    make_server = make_server or (lambda old: LocalTritonServer(
-        old.options, ports=(old.http_port, old.grpc_port, old.metrics_port), exit_timeout_s=old.exit_timeout_s))
+    make_server = make_server or (
+        lambda old: LocalTritonServer(
+            old.options, ports=(old.http_port, old.grpc_port, old.metrics_port), exit_timeout_s=old.exit_timeout_s
+        )
+    )
 
     def during(log: LoadLog) -> None:
         time.sleep(before_s)
@@ -277,8 +319,9 @@ def restart_server(server, workload: CheckedWorkload, *, concurrency: int = 16, 
 
 
 # -- CLI and docs -----------------------------------------------------------------------------
-def run_all(deployment: str, model: str, scenarios: list[str], concurrency: int, stub_model: str | None = None
-            ) -> list[dict]:
+def run_all(
+    deployment: str, model: str, scenarios: list[str], concurrency: int, stub_model: str | None = None
+) -> list[dict]:
     """Every scenario on one server of ``deployment`` (subset: ``model`` + dependencies, explicit mode)."""
     server = deployment_server(deployment, [model], model_control_mode="explicit")
     reports = []
@@ -294,8 +337,9 @@ def run_all(deployment: str, model: str, scenarios: list[str], concurrency: int,
                 report = unload_reload(server, workload, concurrency=concurrency)
             else:
                 report, server = restart_server(server, workload, concurrency=concurrency)
-            report.update(deployment=deployment, concurrency=concurrency,
-                          scenario_wall_s=round(time.monotonic() - began, 1))
+            report.update(
+                deployment=deployment, concurrency=concurrency, scenario_wall_s=round(time.monotonic() - began, 1)
+            )
             reports.append(report)
             print(format_fault(report), flush=True)
     finally:
@@ -304,15 +348,19 @@ def run_all(deployment: str, model: str, scenarios: list[str], concurrency: int,
 
 
 def format_fault(r: dict) -> str:
-    text = (f"{r['scenario']} ({r.get('deployment', '')}/{r['model']}, c={r.get('concurrency')}): "
-            f"{r['requests_total']} requests, {r['errors']} errors + {r['timeouts']} timeouts after the fault "
-            f"(from +{r['first_error_s']} s to +{r['last_error_s']} s), service back at +{r['service_back_s']} s, "
-            f"{r['wrong_answers']} wrong answers, recovered: {r['recovered']}")
+    text = (
+        f"{r['scenario']} ({r.get('deployment', '')}/{r['model']}, c={r.get('concurrency')}): "
+        f"{r['requests_total']} requests, {r['errors']} errors + {r['timeouts']} timeouts after the fault "
+        f"(from +{r['first_error_s']} s to +{r['last_error_s']} s), service back at +{r['service_back_s']} s, "
+        f"{r['wrong_answers']} wrong answers, recovered: {r['recovered']}"
+    )
     if r["scenario"] == "kill_stub":
-        text += (f"; by itself: {r.get('recovered_by_itself')}, ready flag while broken: "
-                 f"{r.get('ready_flag_while_broken')}, remedy: {r.get('remedy', 'none')}, "
-                 f"/v2/health/ready false at +{r.get('not_ready_after_s')} s, ready again at "
-                 f"+{r.get('ready_again_after_s')} s (gate: {r.get('gate')})")
+        text += (
+            f"; by itself: {r.get('recovered_by_itself')}, ready flag while broken: "
+            f"{r.get('ready_flag_while_broken')}, remedy: {r.get('remedy', 'none')}, "
+            f"/v2/health/ready false at +{r.get('not_ready_after_s')} s, ready again at "
+            f"+{r.get('ready_again_after_s')} s (gate: {r.get('gate')})"
+        )
     return text
 
 
@@ -328,66 +376,101 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
             f"**Load held** ({soak.get('deployment')}/{soak['model']}, concurrency {soak['concurrency']}, "
             f"{soak['measured_s']} s after {soak['warmup_s']} s warm-up): {soak['requests']} requests, "
             f"**{soak['errors']} errors, {soak['timeouts']} timeouts, {soak['wrong_answers']} wrong answers**, "
-            f"{soak['throughput_rps']} req/s.", "",
-            "| latency | first third | last third | drift |", "|---|---|---|---|",
+            f"{soak['throughput_rps']} req/s.",
+            "",
+            "| latency | first third | last third | drift |",
+            "|---|---|---|---|",
             f"| p50 ms | {soak['latency_first_third']['p50_ms']} | {soak['latency_last_third']['p50_ms']} | "
             f"x{soak['latency_drift'].get('p50_ratio')} |",
             f"| p99 ms | {soak['latency_first_third']['p99_ms']} | {soak['latency_last_third']['p99_ms']} | "
-            f"x{soak['latency_drift'].get('p99_ratio')} |", "",
+            f"x{soak['latency_drift'].get('p99_ratio')} |",
+            "",
             f"Memory (RSS after warm-up -> end): total {m['total_start_mib']} -> {m['total_end_mib']} MiB "
             f"(**{m['total_growth_mib']:+} MiB, {m['total_growth_pct']}%**; bound "
-            f"{soak.get('bounds', {}).get('max_growth_mib')} MiB).", "",
-            "| process | start MiB | end MiB | growth MiB |", "|---|---|---|---|",
+            f"{soak.get('bounds', {}).get('max_growth_mib')} MiB).",
+            "",
+            "| process | start MiB | end MiB | growth MiB |",
+            "|---|---|---|---|",
         ]
-        lines += [f"| {k.split('#')[0]} | {v['start_mib']} | {v['end_mib']} | {v['growth_mib']:+} |"
-                  for k, v in m["processes"].items()]
+        lines += [
+            f"| {k.split('#')[0]} | {v['start_mib']} | {v['end_mib']} | {v['growth_mib']:+} |"
+            for k, v in m["processes"].items()
+        ]
         lines.append("")
     long_soaks = [json.loads(path.read_text()) for path in sorted(results_dir.glob("soak_*.json"))]
     for long_soak in long_soaks:
         lines += render_long_soak(long_soak, docs.parent / "plots")
     if faults:
-        lines += ["**Faults survived** (verified load over HTTP; times relative to the fault):", "",
-                  "| fault | model | c | errors seen | error window | service back | wrong answers | recovered | how |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "**Faults survived** (verified load over HTTP; times relative to the fault):",
+            "",
+            "| fault | model | c | errors seen | error window | service back | wrong answers | recovered | how |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for f in faults:
             how = {
-                "kill_stub": ((f"behind the gate: /v2/health/ready false at +{f.get('not_ready_after_s')} s, "
-                               f"automatic unload + load, ready again at +{f.get('ready_again_after_s')} s")
-                              if f.get("gate") and f.get("recovered_by_itself") else
-                              (f"Triton did {'' if f.get('recovered_by_itself') else 'not '}recover by itself "
-                               f"(ready flag stayed {f.get('ready_flag_while_broken')}); "
-                               f"{f.get('remedy', 'no remedy')} at +{f.get('remedy_at_s')} s")),
+                "kill_stub": (
+                    (
+                        f"behind the gate: /v2/health/ready false at +{f.get('not_ready_after_s')} s, "
+                        f"automatic unload + load, ready again at +{f.get('ready_again_after_s')} s"
+                    )
+                    if f.get("gate") and f.get("recovered_by_itself")
+                    else (
+                        f"Triton did {'' if f.get('recovered_by_itself') else 'not '}recover by itself "
+                        f"(ready flag stayed {f.get('ready_flag_while_broken')}); "
+                        f"{f.get('remedy', 'no remedy')} at +{f.get('remedy_at_s')} s"
+                    )
+                ),
                 "unload_reload": f"unloaded at +{f.get('unload_s')} s, load returned at +{f.get('load_returned_s')} s",
                 "restart_server": f"stopped at +{f.get('stop_s')} s, new server ready at +{f.get('ready_again_s')} s",
             }[f["scenario"]]
-            window = (f"+{f['first_error_s']} .. +{f['last_error_s']} s" if f["first_error_s"] is not None else "none")
-            lines.append(f"| {f['scenario']} | {f['model']} | {f.get('concurrency')} | {f['errors'] + f['timeouts']} "
-                         f"of {f['requests_after_fault']} | {window} | +{f['service_back_s']} s | "
-                         f"{f['wrong_answers']} | {f['recovered']} | {how} |")
+            window = f"+{f['first_error_s']} .. +{f['last_error_s']} s" if f["first_error_s"] is not None else "none"
+            lines.append(
+                f"| {f['scenario']} | {f['model']} | {f.get('concurrency')} | {f['errors'] + f['timeouts']} "
+                f"of {f['requests_after_fault']} | {window} | +{f['service_back_s']} s | "
+                f"{f['wrong_answers']} | {f['recovered']} | {how} |"
+            )
         lines.append("")
         messages = {msg for f in faults for msg in f["error_messages"]}
         if messages:
             lines += ["Errors the clients saw:", ""] + [f"- `{m}`" for m in sorted(messages)] + [""]
     if fuzz:
-        lines += [f"**Inputs tried**: {fuzz['total']} generated hostile inputs, {fuzz['results']} ended in a result "
-                  f"and {fuzz['input_errors']} in a clear `InputError`, 0 hangs or crashes (slowest "
-                  f"{fuzz['slowest_s']} s):", "",
-                  "| function | cases |", "|---|---|"]
+        lines += [
+            f"**Inputs tried**: {fuzz['total']} generated hostile inputs, {fuzz['results']} ended in a result "
+            f"and {fuzz['input_errors']} in a clear `InputError`, 0 hangs or crashes (slowest "
+            f"{fuzz['slowest_s']} s):",
+            "",
+            "| function | cases |",
+            "|---|---|",
+        ]
         lines += [f"| `{k}` | {v} |" for k, v in sorted(fuzz["per_function"].items())]
         if fuzz.get("served"):
-            lines += ["", f"Served entry models fuzzed end to end: {fuzz['served']['requests']} requests to "
-                          f"{fuzz['served']['models']} models, every server healthy afterwards."]
+            lines += [
+                "",
+                f"Served entry models fuzzed end to end: {fuzz['served']['requests']} requests to "
+                f"{fuzz['served']['models']} models, every server healthy afterwards.",
+            ]
         lines.append("")
-    wrong = (soak or {}).get("wrong_answers", 0) + sum(f["wrong_answers"] for f in faults) + sum(
-        s["wrong_answers"] for s in long_soaks)
-    total = (soak or {}).get("requests", 0) + sum(f["requests_total"] for f in faults) + sum(
-        s["requests"] for s in long_soaks)
-    lines += [f"**Nothing lost**: {total} verified requests in these runs, {wrong} wrong or swapped answers; "
-              "every request ended in its own correct answer or an explicit error.", "", END]
+    wrong = (
+        (soak or {}).get("wrong_answers", 0)
+        + sum(f["wrong_answers"] for f in faults)
+        + sum(s["wrong_answers"] for s in long_soaks)
+    )
+    total = (
+        (soak or {}).get("requests", 0)
+        + sum(f["requests_total"] for f in faults)
+        + sum(s["requests"] for s in long_soaks)
+    )
+    lines += [
+        f"**Nothing lost**: {total} verified requests in these runs, {wrong} wrong or swapped answers; "
+        "every request ended in its own correct answer or an explicit error.",
+        "",
+        END,
+    ]
     section = "\n".join(lines)
     text = docs.read_text() if docs.exists() else f"# Reliability\n\n{BEGIN}\n{END}\n"
     if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
     else:
         text = text.rstrip() + "\n\n## Results\n\n" + section + "\n"
     docs.write_text(text)
@@ -411,22 +494,33 @@ def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
         f"{soak['requests']} requests, **{soak['errors']} errors, {soak['timeouts']} timeouts, "
         f"{soak['wrong_answers']} wrong answers**, {soak['throughput_rps']} req/s; RSS sampled every "
         f"{series[1]['t_s'] - series[0]['t_s']:.0f} s. Command: `{soak.get('command', 'python -m harness.soak')}`"
-        + (f"; load average at the end {soak['machine']['load_avg_at_end']} on {soak['machine']['cpu_count']} cores "
-           "(a shared, busy machine)" if soak.get("machine") else "") + ".", "",
-        "| minute | tritonserver MiB | gate MiB | stubs MiB | total MiB |", "|---|---|---|---|---|",
+        + (
+            f"; load average at the end {soak['machine']['load_avg_at_end']} on {soak['machine']['cpu_count']} cores "
+            "(a shared, busy machine)"
+            if soak.get("machine")
+            else ""
+        )
+        + ".",
+        "",
+        "| minute | tritonserver MiB | gate MiB | stubs MiB | total MiB |",
+        "|---|---|---|---|---|",
     ]
     for i in picks:
         sample = series[i]
-        lines.append(f"| {sample['t_s'] / 60:.1f} | {sample['rss_mib'].get('server', '–')} | "
-                     f"{sample['rss_mib'].get('gate', '–')} | {_stubs_mib(sample)} | {sample['total_mib']} |")
+        lines.append(
+            f"| {sample['t_s'] / 60:.1f} | {sample['rss_mib'].get('server', '–')} | "
+            f"{sample['rss_mib'].get('gate', '–')} | {_stubs_mib(sample)} | {sample['total_mib']} |"
+        )
     lines.append("")
     verdicts = []
     for key, label in (("server", "tritonserver"), ("total", "all processes")):
         trend = (soak.get("memory_trend") or {}).get(key)
         if trend:
-            verdicts.append(f"{label} {trend['start_mib']} -> {trend['end_mib']} MiB, growth per third "
-                            f"{' / '.join(f'{g:+}' for g in trend['growth_per_third_mib'])} MiB: "
-                            f"**{'levels off' if trend['levelled'] else 'still growing'}**")
+            verdicts.append(
+                f"{label} {trend['start_mib']} -> {trend['end_mib']} MiB, growth per third "
+                f"{' / '.join(f'{g:+}' for g in trend['growth_per_third_mib'])} MiB: "
+                f"**{'levels off' if trend['levelled'] else 'still growing'}**"
+            )
     if verdicts:
         lines += ["; ".join(verdicts) + " (levels off: the last third grew < 2 MiB or < 1/4 of the first third).", ""]
     figure = plot_long_soak(soak, plots)
@@ -483,8 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs:
         print(write_docs())
         return 0
-    reports = run_all(args.deployment, args.model, args.scenario or list(SCENARIOS), args.concurrency,
-                      args.stub_model)
+    reports = run_all(args.deployment, args.model, args.scenario or list(SCENARIOS), args.concurrency, args.stub_model)
     write_json(reports, args.json)
     print(f"report: {args.json}")
     return 0 if all(r["recovered"] and not r["wrong_answers"] for r in reports) else 1

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc.aio as grpc_aio
@@ -41,7 +42,9 @@ def pin_plan(text: str | None = None) -> dict[str, set[int]]:
     for part in text.replace(";", " ").split():
         role, _, cpus = part.partition("=")
         if role not in ("server", "generator") or not cpus:
-            raise ValueError(f"{PIN_ENV}: expected 'server=CPUS generator=CPUS' (CPUS like 0 or 0-1 or 0,2), got {text!r}")
+            raise ValueError(
+                f"{PIN_ENV}: expected 'server=CPUS generator=CPUS' (CPUS like 0 or 0-1 or 0,2), got {text!r}"
+            )
         chosen = set()
         for piece in cpus.split(","):
             low, _, high = piece.partition("-")
@@ -67,8 +70,11 @@ def pin_server(url: str, cpus: set[int]) -> int:
     import psutil
 
     port = int(url.rsplit(":", 1)[1])
-    owners = {c.pid for c in psutil.net_connections(kind="tcp")
-              if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    owners = {
+        c.pid
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+    }
     if not owners:
         raise RuntimeError(f"{PIN_ENV}: no process of this machine listens on port {port}")
     processes = set()
@@ -203,8 +209,9 @@ def server_split(before: dict, after: dict) -> dict:
     }
 
 
-async def _run_level(workload: Workload, protocol: str, url: str, http_url: str, concurrency: int,
-                     duration_s: float, warmup_s: float) -> LoadResult:
+async def _run_level(
+    workload: Workload, protocol: str, url: str, http_url: str, concurrency: int, duration_s: float, warmup_s: float
+) -> LoadResult:
     if protocol == "http":
         client = http_aio.InferenceServerClient(url, conn_limit=max(concurrency, 1))
     else:
@@ -226,8 +233,11 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
             window["end"] = at
             closed.set()
 
-    client_work = ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="loadgen-client") \
-        if workload.prepare is not None or workload.finish is not None else None
+    client_work = (
+        ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="loadgen-client")
+        if workload.prepare is not None or workload.finish is not None
+        else None
+    )
 
     def prepared_inputs():
         return make_inputs(protocol, workload.request_inputs())
@@ -240,8 +250,9 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
             began = loop.time()
             try:
                 inputs = static_inputs or await loop.run_in_executor(client_work, prepared_inputs)
-                result = await client.infer(workload.model, inputs, outputs=outputs, parameters=workload.parameters,
-                                            headers=workload.headers)
+                result = await client.infer(
+                    workload.model, inputs, outputs=outputs, parameters=workload.parameters, headers=workload.headers
+                )
                 if workload.finish is not None:
                     await loop.run_in_executor(client_work, finished, result)
                 ok = True
@@ -294,8 +305,16 @@ async def _run_level(workload: Workload, protocol: str, url: str, http_url: str,
     )
 
 
-def run_load(workload: Workload, *, protocol: str, url: str, http_url: str, concurrency: int,
-             duration_s: float = 5.0, warmup_s: float = 1.0) -> LoadResult:
+def run_load(
+    workload: Workload,
+    *,
+    protocol: str,
+    url: str,
+    http_url: str,
+    concurrency: int,
+    duration_s: float = 5.0,
+    warmup_s: float = 1.0,
+) -> LoadResult:
     """Hold ``concurrency`` requests in flight for ``duration_s`` after ``warmup_s``."""
     pinning = apply_pinning(url)
     result = asyncio.run(_run_level(workload, protocol, url, http_url, concurrency, duration_s, warmup_s))
@@ -303,22 +322,38 @@ def run_load(workload: Workload, *, protocol: str, url: str, http_url: str, conc
     return result
 
 
-def sweep(workload: Workload, concurrencies: list[int], *, protocol: str, url: str, http_url: str,
-          duration_s: float = 5.0, warmup_s: float = 1.0, on_level: Callable[[LoadResult], None] | None = None
-          ) -> list[LoadResult]:
+def sweep(
+    workload: Workload,
+    concurrencies: list[int],
+    *,
+    protocol: str,
+    url: str,
+    http_url: str,
+    duration_s: float = 5.0,
+    warmup_s: float = 1.0,
+    on_level: Callable[[LoadResult], None] | None = None,
+) -> list[LoadResult]:
     """``run_load`` at each concurrency in turn."""
     results = []
     for concurrency in concurrencies:
-        result = run_load(workload, protocol=protocol, url=url, http_url=http_url, concurrency=concurrency,
-                          duration_s=duration_s, warmup_s=warmup_s)
+        result = run_load(
+            workload,
+            protocol=protocol,
+            url=url,
+            http_url=http_url,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+        )
         results.append(result)
         if on_level:
             on_level(result)
     return results
 
 
-def measure_in_process(run: Callable[[], Any], items_per_call: int, duration_s: float = 3.0,
-                       warmup_calls: int = 2) -> dict:
+def measure_in_process(
+    run: Callable[[], Any], items_per_call: int, duration_s: float = 3.0, warmup_calls: int = 2
+) -> dict:
     """The in-process ceiling: call ``run()`` back to back in this process for ``duration_s``
     (on the server's CPUs when ``HARNESS_PIN`` pins the server)."""
     server_cpus = pin_plan().get("server")
@@ -337,5 +372,8 @@ def measure_in_process(run: Callable[[], Any], items_per_call: int, duration_s: 
     finally:
         if server_cpus:
             _pin_threads(os.getpid(), previous)
-    return {"calls_per_second": round(calls / elapsed, 2), "items_per_second": round(calls * items_per_call / elapsed, 2),
-            **({"cpus": _cpus(server_cpus)} if server_cpus else {})}
+    return {
+        "calls_per_second": round(calls / elapsed, 2),
+        "items_per_second": round(calls * items_per_call / elapsed, 2),
+        **({"cpus": _cpus(server_cpus)} if server_cpus else {}),
+    }

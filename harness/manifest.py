@@ -129,9 +129,11 @@ def build(cls, table: dict, where: str, source: Path):
     unknown = sorted(set(table) - set(known))
     if unknown:
         prefix = f"{where}." if where else ""
-        raise ManifestError(f"{source}: unknown key {prefix}{unknown[0]!r}"
-                            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; "
-                            f"known keys{' of ' + where if where else ''}: {', '.join(known)}")
+        raise ManifestError(
+            f"{source}: unknown key {prefix}{unknown[0]!r}"
+            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; "
+            f"known keys{' of ' + where if where else ''}: {', '.join(known)}"
+        )
     values = {}
     for name, spec in known.items():
         path = f"{where}.{name}" if where else name

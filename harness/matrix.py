@@ -38,16 +38,60 @@ DOCS = PROJECT_ROOT / "docs"
 MODES_FOR_TARGET = {"cpu": ("local", "docker"), "gpu": ("local", "docker"), "npu": ("docker",)}
 NOT_MEASURED = "not measured"
 
-COLUMNS = ["variant", "server / target", "c", "infer/s", "items/s", "p50 ms", "p99 ms", "sent B/req",
-           "recv B/req", "queue ms", "compute ms", "served / ceiling", "correctness", "generator", "run"]
-CSV_FIELDS = ["deployment", "benchmark", "variant", "model", "target", "server_mode", "server_version", "gate", "protocol",
-              "generator", "network", "concurrency", "perf_throughput", "items_per_second", "perf_latency_p50",
-              "perf_latency_p95", "perf_latency_p99", "bytes_sent_per_request", "bytes_received_per_request",
-              "perf_server_queue", "server_compute_ms", "server_avg_batch_size", "ceiling_items_per_second",
-              "errors", "requests", "duration_s", "cpu_model", "cpu_cores", "os", "timestamp", "in_matrix"]
+COLUMNS = [
+    "variant",
+    "server / target",
+    "c",
+    "infer/s",
+    "items/s",
+    "p50 ms",
+    "p99 ms",
+    "sent B/req",
+    "recv B/req",
+    "queue ms",
+    "compute ms",
+    "served / ceiling",
+    "correctness",
+    "generator",
+    "run",
+]
+CSV_FIELDS = [
+    "deployment",
+    "benchmark",
+    "variant",
+    "model",
+    "target",
+    "server_mode",
+    "server_version",
+    "gate",
+    "protocol",
+    "generator",
+    "network",
+    "concurrency",
+    "perf_throughput",
+    "items_per_second",
+    "perf_latency_p50",
+    "perf_latency_p95",
+    "perf_latency_p99",
+    "bytes_sent_per_request",
+    "bytes_received_per_request",
+    "perf_server_queue",
+    "server_compute_ms",
+    "server_avg_batch_size",
+    "ceiling_items_per_second",
+    "errors",
+    "requests",
+    "duration_s",
+    "cpu_model",
+    "cpu_cores",
+    "os",
+    "timestamp",
+    "in_matrix",
+]
 
 
 # --- records -------------------------------------------------------------------------------
+
 
 def generator_family(record: dict) -> str:
     """``perf_analyzer`` or ``harness-asyncio`` (the default load generator)."""
@@ -68,9 +112,17 @@ def network_label(record: dict) -> str | None:
 
 def cell_key(record: dict) -> tuple:
     machine = record.get("machine") or {}
-    return (record.get("deployment"), record.get("benchmark"), record.get("target", "cpu"),
-            record.get("server_mode", "local"), int(record.get("concurrency") or 0), generator_family(record),
-            network_label(record), machine.get("cpu_model"), machine.get("cpu_cores"))
+    return (
+        record.get("deployment"),
+        record.get("benchmark"),
+        record.get("target", "cpu"),
+        record.get("server_mode", "local"),
+        int(record.get("concurrency") or 0),
+        generator_family(record),
+        network_label(record),
+        machine.get("cpu_model"),
+        machine.get("cpu_cores"),
+    )
 
 
 def latest_records(records: list[dict]) -> list[dict]:
@@ -93,14 +145,16 @@ def ceiling(record: dict) -> float | None:
 
 
 def compute_ms(record: dict) -> float | None:
-    parts = [record.get(k) for k in ("perf_server_compute_input", "perf_server_compute_infer",
-                                     "perf_server_compute_output")]
+    parts = [
+        record.get(k) for k in ("perf_server_compute_input", "perf_server_compute_infer", "perf_server_compute_output")
+    ]
     if all(p is None for p in parts):
         return None
     return round(sum(p or 0.0 for p in parts), 3)
 
 
 # --- correctness (pytest outcomes) ---------------------------------------------------------
+
 
 def read_outcomes(folder: Path) -> list[dict]:
     """Check outcomes: the plugin's JSON lines, plus any ``junit*.xml`` in the results folder."""
@@ -113,7 +167,7 @@ def read_outcomes(folder: Path) -> list[dict]:
             root = ET.parse(xml_path).getroot()
         except ET.ParseError:
             continue
-        stamp = dt.datetime.fromtimestamp(xml_path.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
+        stamp = dt.datetime.fromtimestamp(xml_path.stat().st_mtime, dt.UTC).isoformat(timespec="seconds")
         for suite in root.iter("testsuite"):
             stamp = suite.get("timestamp") or stamp
             for case in suite.iter("testcase"):
@@ -125,8 +179,16 @@ def read_outcomes(folder: Path) -> list[dict]:
                     outcome = "failed"
                 elif case.find("skipped") is not None:
                     outcome = "skipped"
-                rows.append({"timestamp": stamp, "nodeid": name, "param": name.split("[", 1)[1].rstrip("]"),
-                             "outcome": outcome, "target": "cpu", "server_mode": "local"})
+                rows.append(
+                    {
+                        "timestamp": stamp,
+                        "nodeid": name,
+                        "param": name.split("[", 1)[1].rstrip("]"),
+                        "outcome": outcome,
+                        "target": "cpu",
+                        "server_mode": "local",
+                    }
+                )
     return rows
 
 
@@ -136,7 +198,7 @@ def correctness_by_deployment(outcomes: list[dict], names: list[str]) -> dict[st
     for row in sorted(outcomes, key=lambda r: str(r.get("timestamp", ""))):
         for name in sorted(names, key=len, reverse=True):
             if row["param"].startswith(name + "-"):
-                check = row["param"][len(name) + 1:]
+                check = row["param"][len(name) + 1 :]
                 found[name][(row.get("target", "cpu"), row.get("server_mode", "local"))][check] = row
                 break
     return found
@@ -160,8 +222,7 @@ def row_correctness(checks: dict[str, dict], model: str | None, models: set[str]
     prefixes a check owns it) when there are such checks, else all of the deployment's."""
     if model:
         names = set(models or ()) | {model}
-        owner = {c: max((m for m in names if c == m or c.startswith(m + "_")), key=len, default=None)
-                 for c in checks}
+        owner = {c: max((m for m in names if c == m or c.startswith(m + "_")), key=len, default=None) for c in checks}
         specific = {c: r for c, r in checks.items() if owner[c] == model}
         if specific:
             return summarize_checks(specific)
@@ -169,6 +230,7 @@ def row_correctness(checks: dict[str, dict], model: str | None, models: set[str]
 
 
 # --- the matrix ----------------------------------------------------------------------------
+
 
 def _fmt(value, digits: int = 1) -> str:
     if value is None:
@@ -182,8 +244,14 @@ def _fmt(value, digits: int = 1) -> str:
 
 def _run_label(record: dict) -> tuple:
     machine = record.get("machine") or {}
-    return (machine.get("cpu_model", "unknown CPU"), machine.get("cpu_cores"), machine.get("os", ""),
-            record.get("server_mode"), record.get("server_version"), record.get("gate"))
+    return (
+        machine.get("cpu_model", "unknown CPU"),
+        machine.get("cpu_cores"),
+        machine.get("os", ""),
+        record.get("server_mode"),
+        record.get("server_version"),
+        record.get("gate"),
+    )
 
 
 def _deployments(root: Path | None):
@@ -226,37 +294,64 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
         rows, used = [], set()
         for benchmark_id, target, mode in grid:
             benchmark = benchmarks[benchmark_id]
-            cell = [r for r in mine if r.get("benchmark") == benchmark_id and r.get("target") == target
-                    and r.get("server_mode") == mode]
+            cell = [
+                r
+                for r in mine
+                if r.get("benchmark") == benchmark_id and r.get("target") == target and r.get("server_mode") == mode
+            ]
             checks = correctness.get(deployment.name, {}).get((target, mode), {})
             if not cell:
-                rows.append({"benchmark": benchmark_id, "target": target, "server_mode": mode,
-                             "concurrency": ", ".join(map(str, benchmark.concurrency)),
-                             "measured": False, "correctness": summarize_checks(checks)})
+                rows.append(
+                    {
+                        "benchmark": benchmark_id,
+                        "target": target,
+                        "server_mode": mode,
+                        "concurrency": ", ".join(map(str, benchmark.concurrency)),
+                        "measured": False,
+                        "correctness": summarize_checks(checks),
+                    }
+                )
                 continue
             for generator in sorted({generator_family(r) for r in cell} | {"harness-asyncio"}):
                 at = [r for r in cell if generator_family(r) == generator]
                 if not at and generator != "harness-asyncio":
                     continue
                 for level in benchmark.concurrency:
-                    found = sorted((r for r in at if int(r.get("concurrency") or 0) == level),
-                                   key=lambda r: str(r.get("timestamp", "")))
+                    found = sorted(
+                        (r for r in at if int(r.get("concurrency") or 0) == level),
+                        key=lambda r: str(r.get("timestamp", "")),
+                    )
                     if found:
                         record = found[-1]
                         used.add(id(record))
-                        rows.append({**record, "measured": True,
-                                     "correctness": row_correctness(checks, record.get("model"), models)})
+                        rows.append(
+                            {
+                                **record,
+                                "measured": True,
+                                "correctness": row_correctness(checks, record.get("model"), models),
+                            }
+                        )
                     else:
-                        rows.append({"benchmark": benchmark_id, "target": target, "server_mode": mode,
-                                     "concurrency": level, "measured": False,
-                                     "correctness": summarize_checks(checks)})
+                        rows.append(
+                            {
+                                "benchmark": benchmark_id,
+                                "target": target,
+                                "server_mode": mode,
+                                "concurrency": level,
+                                "measured": False,
+                                "correctness": summarize_checks(checks),
+                            }
+                        )
         extra = [r for r in mine if id(r) not in used]
         runs = sorted({_run_label(r) for r in rows if r["measured"]}, key=str)
         dates = sorted(str(r.get("timestamp", ""))[:10] for r in rows if r["measured"])
         variants: dict[str, dict] = {}
         for r in sorted(mine, key=lambda r: str(r.get("timestamp", ""))):
-            variants[r.get("benchmark")] = {"variant": r.get("variant"), "model": r.get("model"),
-                                            "backends": r.get("backend_implementation") or {}}
+            variants[r.get("benchmark")] = {
+                "variant": r.get("variant"),
+                "model": r.get("model"),
+                "backends": r.get("backend_implementation") or {},
+            }
         result[deployment.name] = {
             "summary": deployment.summary,
             "targets": deployment.targets,
@@ -265,10 +360,15 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "runs": runs,
             "dates": (dates[0], dates[-1]) if dates else None,
             "variants": {b: variants[b] for b in benchmarks if b in variants},
-            "correctness": {f"{t}/{m}": {c: r["outcome"] for c, r in checks.items()}
-                            for (t, m), checks in correctness.get(deployment.name, {}).items()},
-            "correctness_time": {f"{t}/{m}": max(str(r.get("timestamp", "")) for r in checks.values())
-                                 for (t, m), checks in correctness.get(deployment.name, {}).items() if checks},
+            "correctness": {
+                f"{t}/{m}": {c: r["outcome"] for c, r in checks.items()}
+                for (t, m), checks in correctness.get(deployment.name, {}).items()
+            },
+            "correctness_time": {
+                f"{t}/{m}": max(str(r.get("timestamp", "")) for r in checks.values())
+                for (t, m), checks in correctness.get(deployment.name, {}).items()
+                if checks
+            },
         }
     return result
 
@@ -298,38 +398,63 @@ def render_table(data: dict) -> str:
     for r in data["rows"]:
         where = f"{r['server_mode']} / {r['target']}"
         if not r["measured"]:
-            table.append([r["benchmark"], where, r["concurrency"], NOT_MEASURED] + [""] * 8
-                         + [r["correctness"], "", ""])
+            table.append(
+                [r["benchmark"], where, r["concurrency"], NOT_MEASURED] + [""] * 8 + [r["correctness"], "", ""]
+            )
             continue
         limit = ceiling(r)
-        served = f"{r['items_per_second'] / limit:.0%} of {limit:,.0f}" if limit and limit >= 10 else (
-            f"{r['items_per_second'] / limit:.0%} of {limit:.1f}" if limit else "–")
+        served = (
+            f"{r['items_per_second'] / limit:.0%} of {limit:,.0f}"
+            if limit and limit >= 10
+            else (f"{r['items_per_second'] / limit:.0%} of {limit:.1f}" if limit else "–")
+        )
         queue, compute = r.get("perf_server_queue"), compute_ms(r)
-        table.append([
-            r["benchmark"], where, r.get("concurrency"),
-            _fmt(r.get("perf_throughput")), _fmt(r.get("items_per_second")),
-            _fmt(r.get("perf_latency_p50")), _fmt(r.get("perf_latency_p99")),
-            _fmt(r.get("bytes_sent_per_request"), 0), _fmt(r.get("bytes_received_per_request"), 0),
-            _fmt(queue, 2), _fmt(compute, 2), served,
-            r["correctness"] + (f" ({r['errors']} errors under load)" if r.get("errors") else ""),
-            generator_family(r), runs.get(_run_label(r), "?"),
-        ])
+        table.append(
+            [
+                r["benchmark"],
+                where,
+                r.get("concurrency"),
+                _fmt(r.get("perf_throughput")),
+                _fmt(r.get("items_per_second")),
+                _fmt(r.get("perf_latency_p50")),
+                _fmt(r.get("perf_latency_p99")),
+                _fmt(r.get("bytes_sent_per_request"), 0),
+                _fmt(r.get("bytes_received_per_request"), 0),
+                _fmt(queue, 2),
+                _fmt(compute, 2),
+                served,
+                r["correctness"] + (f" ({r['errors']} errors under load)" if r.get("errors") else ""),
+                generator_family(r),
+                runs.get(_run_label(r), "?"),
+            ]
+        )
     return tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
 
 
 def container_cost(rows: list[dict]) -> list[dict]:
     """docker / local items/s for each (variant, target, c) measured in both modes by the same generator."""
-    measured = {(r["benchmark"], r["target"], r["server_mode"], int(r["concurrency"]), generator_family(r)): r
-                for r in rows if r["measured"]}
+    measured = {
+        (r["benchmark"], r["target"], r["server_mode"], int(r["concurrency"]), generator_family(r)): r
+        for r in rows
+        if r["measured"]
+    }
     pairs = []
     for (benchmark, target, mode, level, generator), docker in measured.items():
         local = measured.get((benchmark, target, "local", level, generator))
         if mode != "docker" or not local or not local.get("items_per_second"):
             continue
-        pairs.append({"benchmark": benchmark, "target": target, "concurrency": level, "generator": generator,
-                      "local": local["items_per_second"], "docker": docker["items_per_second"],
-                      "ratio": docker["items_per_second"] / local["items_per_second"],
-                      "hours_apart": abs(_hours(docker) - _hours(local))})
+        pairs.append(
+            {
+                "benchmark": benchmark,
+                "target": target,
+                "concurrency": level,
+                "generator": generator,
+                "local": local["items_per_second"],
+                "docker": docker["items_per_second"],
+                "ratio": docker["items_per_second"] / local["items_per_second"],
+                "hours_apart": abs(_hours(docker) - _hours(local)),
+            }
+        )
     return pairs
 
 
@@ -346,13 +471,32 @@ def render_container_cost(rows: list[dict]) -> list[str]:
     pairs = container_cost(rows)
     if not pairs:
         return []
-    table = [[p["benchmark"], p["target"], p["concurrency"], _fmt(p["local"]), _fmt(p["docker"]),
-              f"{p['ratio']:.2f}", f"{p['hours_apart']:.1f}"] for p in pairs]
-    return ["", "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
-            "container costs nothing measurable; `h apart` how far apart the two records were taken — compare "
-            "only rows measured in one run):", "",
-            tabulate(table, headers=["variant", "target", "c", "local items/s", "docker items/s", "docker / local",
-                                     "h apart"], tablefmt="github", disable_numparse=True), ""]
+    table = [
+        [
+            p["benchmark"],
+            p["target"],
+            p["concurrency"],
+            _fmt(p["local"]),
+            _fmt(p["docker"]),
+            f"{p['ratio']:.2f}",
+            f"{p['hours_apart']:.1f}",
+        ]
+        for p in pairs
+    ]
+    return [
+        "",
+        "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
+        "container costs nothing measurable; `h apart` how far apart the two records were taken — compare "
+        "only rows measured in one run):",
+        "",
+        tabulate(
+            table,
+            headers=["variant", "target", "c", "local items/s", "docker items/s", "docker / local", "h apart"],
+            tablefmt="github",
+            disable_numparse=True,
+        ),
+        "",
+    ]
 
 
 def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
@@ -362,7 +506,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
         "Generated by `make matrix` (`python -m harness.matrix`) from the benchmark records in "
         f"`{source}`; regenerate everything with `make bench matrix BENCH_DURATION=2`. "
         "Nothing here is typed in by hand: a cell no run has measured says "
-        f"\"{NOT_MEASURED}\". The latest record of each cell wins.",
+        f'"{NOT_MEASURED}". The latest record of each cell wins.',
         "",
         "Columns: `variant` the benchmark scenario of the deployment's manifest (described under the "
         "table, with the backend that serves it); `server / target` the server mode (`local`: the pip "
@@ -389,25 +533,35 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
         if data["runs"]:
             for i, (cpu, cores, os_name, mode, version, gate) in enumerate(data["runs"]):
                 behind = {True: ", behind the front gate", False: ", no front gate"}.get(gate, "")
-                lines.append(f"- run {_run_letter(i)}: {cpu}, {cores} cores, {os_name}; tritonserver "
-                             f"{version or 'unknown version'}, `{mode}` server mode{behind}")
+                lines.append(
+                    f"- run {_run_letter(i)}: {cpu}, {cores} cores, {os_name}; tritonserver "
+                    f"{version or 'unknown version'}, `{mode}` server mode{behind}"
+                )
             first, last = data["dates"]
             lines.append(f"- measured {first}" + (f" to {last}" if last != first else ""))
         else:
             lines.append("- no run recorded yet: `make bench DEPLOYMENT=" + name + "`")
         for benchmark, info in data["variants"].items():
-            lines.append(f"- `{benchmark}`: {info['variant'] or info['model']}; backend " +
-                         "; ".join(f"`{m}` {b}" for m, b in info["backends"].items()))
+            lines.append(
+                f"- `{benchmark}`: {info['variant'] or info['model']}; backend "
+                + "; ".join(f"`{m}` {b}" for m, b in info["backends"].items())
+            )
         for where, checks in sorted(data["correctness"].items()):
             passed = sum(o == "passed" for o in checks.values())
-            lines.append(f"- correctness on {where}: {passed}/{len(checks)} checks passed "
-                         f"(pytest, {data['correctness_time'].get(where, '')[:16].replace('T', ' ')} UTC)")
+            lines.append(
+                f"- correctness on {where}: {passed}/{len(checks)} checks passed "
+                f"(pytest, {data['correctness_time'].get(where, '')[:16].replace('T', ' ')} UTC)"
+            )
         if not data["correctness"]:
-            lines.append(f"- correctness: no pytest outcome recorded (`.venv/bin/pytest harness/ -k {name} "
-                         "-p harness.pytest_outcomes`)")
+            lines.append(
+                f"- correctness: no pytest outcome recorded (`.venv/bin/pytest harness/ -k {name} "
+                "-p harness.pytest_outcomes`)"
+            )
         if data["extra"]:
-            lines.append(f"- {len(data['extra'])} other records (other concurrencies or generators) are in "
-                         "results.json / results.csv only")
+            lines.append(
+                f"- {len(data['extra'])} other records (other concurrencies or generators) are in "
+                "results.json / results.csv only"
+            )
         lines += render_container_cost(data["rows"])
         plots = [p for p in ("throughput", "latency", "bytes") if data.get("plots", {}).get(p)]
         if plots:
@@ -421,38 +575,71 @@ def render_network(records: list[dict]) -> str | None:
     network = [r for r in latest_records(records) if network_label(r)]
     if not network:
         return None
-    network.sort(key=lambda r: (r.get("deployment"), r.get("benchmark"), network_label(r),
-                                int(r.get("concurrency", 0))))
-    table = [[r.get("deployment"), r.get("variant") or r.get("benchmark"), network_label(r),
-              f"{r.get('server_mode')} / {r.get('target')}", r.get("concurrency"), _fmt(r.get("perf_throughput")),
-              _fmt(r.get("link_ceiling_infer_per_s")),
-              _fmt(r.get("perf_latency_p50")), _fmt(r.get("perf_latency_p99")),
-              _fmt(r.get("bytes_sent_per_request"), 0), _fmt(r.get("bytes_received_per_request"), 0),
-              _fmt(r.get("perf_server_queue"), 2), _fmt(compute_ms(r), 2), str(r.get("timestamp", ""))[:10]]
-             for r in network]
-    headers = ["deployment", "variant", "link", "server / target", "c", "infer/s", "link ceiling infer/s",
-               "p50 ms", "p99 ms",
-               "sent B/req", "recv B/req", "queue ms", "compute ms", "date"]
-    machines = sorted({f"{(r.get('machine') or {}).get('cpu_model')}, {(r.get('machine') or {}).get('cpu_cores')} cores"
-                       for r in network})
-    return "\n".join([
-        "# Network-bound results",
-        "",
-        "Generated by `make matrix` from the records of `make bench-network` (`python -m harness.netem`): "
-        "server and load generator run inside a private network namespace whose loopback is shaped by "
-        "`tc` (token bucket `tbf` for the rate, `netem` for the delay where the kernel has it). "
-        "`link ceiling` = rate / 8 / (bytes sent + bytes received per request): the loopback carries "
-        "both directions, so no request pattern can beat it. See [tuning.md](tuning.md) for how to read a "
-        "network-bound row.",
-        "",
-        tabulate(table, headers=headers, tablefmt="github", disable_numparse=True),
-        "",
-        "Machines: " + "; ".join(machines),
-        "",
-    ])
+    network.sort(
+        key=lambda r: (r.get("deployment"), r.get("benchmark"), network_label(r), int(r.get("concurrency", 0)))
+    )
+    table = [
+        [
+            r.get("deployment"),
+            r.get("variant") or r.get("benchmark"),
+            network_label(r),
+            f"{r.get('server_mode')} / {r.get('target')}",
+            r.get("concurrency"),
+            _fmt(r.get("perf_throughput")),
+            _fmt(r.get("link_ceiling_infer_per_s")),
+            _fmt(r.get("perf_latency_p50")),
+            _fmt(r.get("perf_latency_p99")),
+            _fmt(r.get("bytes_sent_per_request"), 0),
+            _fmt(r.get("bytes_received_per_request"), 0),
+            _fmt(r.get("perf_server_queue"), 2),
+            _fmt(compute_ms(r), 2),
+            str(r.get("timestamp", ""))[:10],
+        ]
+        for r in network
+    ]
+    headers = [
+        "deployment",
+        "variant",
+        "link",
+        "server / target",
+        "c",
+        "infer/s",
+        "link ceiling infer/s",
+        "p50 ms",
+        "p99 ms",
+        "sent B/req",
+        "recv B/req",
+        "queue ms",
+        "compute ms",
+        "date",
+    ]
+    machines = sorted(
+        {
+            f"{(r.get('machine') or {}).get('cpu_model')}, {(r.get('machine') or {}).get('cpu_cores')} cores"
+            for r in network
+        }
+    )
+    return "\n".join(
+        [
+            "# Network-bound results",
+            "",
+            "Generated by `make matrix` from the records of `make bench-network` (`python -m harness.netem`): "
+            "server and load generator run inside a private network namespace whose loopback is shaped by "
+            "`tc` (token bucket `tbf` for the rate, `netem` for the delay where the kernel has it). "
+            "`link ceiling` = rate / 8 / (bytes sent + bytes received per request): the loopback carries "
+            "both directions, so no request pattern can beat it. See [tuning.md](tuning.md) for how to read a "
+            "network-bound row.",
+            "",
+            tabulate(table, headers=headers, tablefmt="github", disable_numparse=True),
+            "",
+            "Machines: " + "; ".join(machines),
+            "",
+        ]
+    )
 
 
 # --- plots ---------------------------------------------------------------------------------
+
 
 def plot(name: str, rows: list[dict], folder: Path) -> dict[str, Path]:
     """Throughput vs concurrency, latency vs throughput, bytes per request; PNG paths by kind."""
@@ -487,10 +674,20 @@ def plot(name: str, rows: list[dict], folder: Path) -> dict[str, Path]:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for label, points in series.items():
-        line, = ax.plot([p["perf_throughput"] for p in points], [p["perf_latency_p50"] for p in points],
-                        marker="o", label=f"{label} p50")
-        ax.plot([p["perf_throughput"] for p in points], [p["perf_latency_p99"] for p in points], marker="x",
-                linestyle="--", color=line.get_color(), label=f"{label} p99")
+        (line,) = ax.plot(
+            [p["perf_throughput"] for p in points],
+            [p["perf_latency_p50"] for p in points],
+            marker="o",
+            label=f"{label} p50",
+        )
+        ax.plot(
+            [p["perf_throughput"] for p in points],
+            [p["perf_latency_p99"] for p in points],
+            marker="x",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{label} p99",
+        )
     ax.set(xlabel="infer/s", ylabel="latency (ms)", title=f"{name}: latency vs throughput")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -519,16 +716,30 @@ def plot(name: str, rows: list[dict], folder: Path) -> dict[str, Path]:
 
 # --- outputs -------------------------------------------------------------------------------
 
+
 def _json_row(r: dict, in_matrix: bool) -> dict:
     machine = r.get("machine") or {}
-    return {**{k: v for k, v in r.items() if k != "measured"}, "generator_family": generator_family(r),
-            "network": r.get("network"), "server_compute_ms": compute_ms(r), "ceiling_items_per_second": ceiling(r),
-            "cpu_model": machine.get("cpu_model"), "cpu_cores": machine.get("cpu_cores"), "os": machine.get("os"),
-            "in_matrix": in_matrix, "measured": r.get("measured", True)}
+    return {
+        **{k: v for k, v in r.items() if k != "measured"},
+        "generator_family": generator_family(r),
+        "network": r.get("network"),
+        "server_compute_ms": compute_ms(r),
+        "ceiling_items_per_second": ceiling(r),
+        "cpu_model": machine.get("cpu_model"),
+        "cpu_cores": machine.get("cpu_cores"),
+        "os": machine.get("os"),
+        "in_matrix": in_matrix,
+        "measured": r.get("measured", True),
+    }
 
 
-def generate(records_file: Path | None = None, docs: Path = DOCS, deployments_root: Path | None = None,
-             outcomes_folder: Path | None = None, perf_analyzer_note: str | None = None) -> dict[str, Path]:
+def generate(
+    records_file: Path | None = None,
+    docs: Path = DOCS,
+    deployments_root: Path | None = None,
+    outcomes_folder: Path | None = None,
+    perf_analyzer_note: str | None = None,
+) -> dict[str, Path]:
     """Write results.md, results.json, results.csv and plots; returns the paths written."""
     records_file = Path(records_file or records_path())
     records = read_records(records_file)
@@ -538,8 +749,11 @@ def generate(records_file: Path | None = None, docs: Path = DOCS, deployments_ro
         from harness.perf_analyzer import availability
 
         ok, reason = availability()
-        perf_analyzer_note = ("perf_analyzer: available on this machine (`python -m harness.perf_analyzer bench`)."
-                              if ok else f"perf_analyzer: not usable on this machine ({reason}).")
+        perf_analyzer_note = (
+            "perf_analyzer: available on this machine (`python -m harness.perf_analyzer bench`)."
+            if ok
+            else f"perf_analyzer: not usable on this machine ({reason})."
+        )
     matrix = build(records, deployments, outcomes)
     plots_dir = docs / "plots"
     if plots_dir.exists():
@@ -557,19 +771,26 @@ def generate(records_file: Path | None = None, docs: Path = DOCS, deployments_ro
     from harness.peers import ratios as side_by_side
 
     ratio_lines = side_by_side.render(records)
-    written["markdown"].write_text(render_markdown(matrix, perf_analyzer_note, source)
-                                   + ("\n".join(ratio_lines) + "\n" if ratio_lines else ""))
+    written["markdown"].write_text(
+        render_markdown(matrix, perf_analyzer_note, source) + ("\n".join(ratio_lines) + "\n" if ratio_lines else "")
+    )
     payload = {
         "source": source,
         "perf_analyzer": perf_analyzer_note,
-        "side_by_side": {"records": side_by_side.latest_run(records),
-                         "ratios": side_by_side.ratios(side_by_side.latest_run(records))},
+        "side_by_side": {
+            "records": side_by_side.latest_run(records),
+            "ratios": side_by_side.ratios(side_by_side.latest_run(records)),
+        },
         "not_measured": NOT_MEASURED,
         "deployments": {
-            name: {"summary": data["summary"], "targets": data["targets"], "correctness": data["correctness"],
-                   "rows": [_json_row(r, True) for r in data["rows"]],
-                   "other_records": [_json_row(r, False) for r in data["extra"]],
-                   "plots": {k: str(p.relative_to(docs)) for k, p in data["plots"].items()}}
+            name: {
+                "summary": data["summary"],
+                "targets": data["targets"],
+                "correctness": data["correctness"],
+                "rows": [_json_row(r, True) for r in data["rows"]],
+                "other_records": [_json_row(r, False) for r in data["extra"]],
+                "plots": {k: str(p.relative_to(docs)) for k, p in data["plots"].items()},
+            }
             for name, data in matrix.items()
         },
         "network": [_json_row(r, False) for r in latest_records(records) if network_label(r)],
@@ -603,8 +824,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records_file = args.records or records_path()
     if not Path(records_file).exists():
-        print(f"no records at {records_file}: every row will say '{NOT_MEASURED}' (run `make bench` first)",
-              file=sys.stderr)
+        print(
+            f"no records at {records_file}: every row will say '{NOT_MEASURED}' (run `make bench` first)",
+            file=sys.stderr,
+        )
     written = generate(records_file, args.docs, args.deployments)
     for kind, path in written.items():
         print(f"{kind:28} {os.path.relpath(path)}")

@@ -59,14 +59,46 @@ def tc_commands(rate: str | None, rtt_ms: float = 0.0) -> list[list[str]]:
     commands = []
     parent = ["root"]
     if rtt_ms:
-        commands.append(["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "netem",
-                         "delay", f"{rtt_ms / 2:g}ms", "limit", "100000"])
+        commands.append(
+            [
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "handle",
+                "1:",
+                "netem",
+                "delay",
+                f"{rtt_ms / 2:g}ms",
+                "limit",
+                "100000",
+            ]
+        )
         parent = ["parent", "1:1"]
     if rate:
         bits = rate_bits(rate)
         burst = max(int(bits / 8 / 100), 16 * 1024, 70 * 1024)  # >= 10 ms of traffic and > the loopback MTU
-        commands.append(["tc", "qdisc", "add", "dev", "lo", *parent, "handle", "2:", "tbf", "rate", rate,
-                         "burst", str(burst), "latency", "200ms"])
+        commands.append(
+            [
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                *parent,
+                "handle",
+                "2:",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                str(burst),
+                "latency",
+                "200ms",
+            ]
+        )
     return commands
 
 
@@ -107,7 +139,7 @@ class ShapedNamespace:
         """``argv`` run inside the namespace."""
         return ["ip", "netns", "exec", self.name, *argv]
 
-    def create(self) -> "ShapedNamespace":
+    def create(self) -> ShapedNamespace:
         reason = why_not()
         if reason:
             raise ShapingUnavailable(reason)
@@ -120,8 +152,10 @@ class ShapedNamespace:
                 if done.returncode != 0:
                     hint = ""
                     if "netem" in cmd and "unknown" in (done.stderr or "").lower():
-                        hint = (" -- this kernel has no sch_netem, so latency cannot be added here; "
-                                "run with --rtt-ms 0 (bandwidth only)")
+                        hint = (
+                            " -- this kernel has no sch_netem, so latency cannot be added here; "
+                            "run with --rtt-ms 0 (bandwidth only)"
+                        )
                     raise ShapingUnavailable(f"`{' '.join(cmd)}` failed: {done.stderr.strip()}{hint}")
             self.qdisc = _run(self.wrap(["tc", "qdisc", "show", "dev", "lo"])).stdout.strip()
         except BaseException:
@@ -135,10 +169,15 @@ class ShapedNamespace:
             self.created = False
 
     def describe(self) -> dict:
-        return {"rate": self.rate, "rtt_ms": self.rtt_ms, "namespace": self.name, "qdisc": self.qdisc,
-                "rate_bits_per_s": rate_bits(self.rate) if self.rate else None}
+        return {
+            "rate": self.rate,
+            "rtt_ms": self.rtt_ms,
+            "namespace": self.name,
+            "qdisc": self.qdisc,
+            "rate_bits_per_s": rate_bits(self.rate) if self.rate else None,
+        }
 
-    def __enter__(self) -> "ShapedNamespace":
+    def __enter__(self) -> ShapedNamespace:
         return self.create()
 
     def __exit__(self, *exc) -> None:
@@ -175,19 +214,42 @@ def annotate(record: dict, network: dict) -> dict:
     return record
 
 
-def run_bench(deployment: str | None, *, rate: str | None, rtt_ms: float, duration_s: float, warmup_s: float,
-              target: str, concurrency: list[int] | None, benchmarks: list[str] | None,
-              records_file: Path | None = None) -> list[dict]:
+def run_bench(
+    deployment: str | None,
+    *,
+    rate: str | None,
+    rtt_ms: float,
+    duration_s: float,
+    warmup_s: float,
+    target: str,
+    concurrency: list[int] | None,
+    benchmarks: list[str] | None,
+    records_file: Path | None = None,
+) -> list[dict]:
     """Run benchmark scenarios inside a shaped namespace; append annotated records; return them."""
     from harness.records import append_record, read_records, records_path
 
     records_file = records_file or records_path()
     cleanup_stale()
     with tempfile.TemporaryDirectory(prefix="harness-netem-") as tmp, ShapedNamespace(rate, rtt_ms) as ns:
-        print(f"namespace {ns.name}: loopback shaped to {rate or 'unlimited'}"
-              + (f", +{rtt_ms:g} ms RTT" if rtt_ms else "") + f"\n  {ns.qdisc}", flush=True)
-        inner = [sys.executable, "-m", "harness.netem", "_inner", "--duration", str(duration_s),
-                 "--warmup", str(warmup_s), "--target", target]
+        print(
+            f"namespace {ns.name}: loopback shaped to {rate or 'unlimited'}"
+            + (f", +{rtt_ms:g} ms RTT" if rtt_ms else "")
+            + f"\n  {ns.qdisc}",
+            flush=True,
+        )
+        inner = [
+            sys.executable,
+            "-m",
+            "harness.netem",
+            "_inner",
+            "--duration",
+            str(duration_s),
+            "--warmup",
+            str(warmup_s),
+            "--target",
+            target,
+        ]
         if deployment:
             inner += ["--deployment", deployment]
         if concurrency:
@@ -200,8 +262,9 @@ def run_bench(deployment: str | None, *, rate: str | None, rtt_ms: float, durati
         for row in rows:
             append_record(row, records_file)
         if done.returncode != 0:
-            raise RuntimeError(f"the benchmark inside {ns.name} failed (exit {done.returncode}); "
-                               f"{len(rows)} records kept")
+            raise RuntimeError(
+                f"the benchmark inside {ns.name} failed (exit {done.returncode}); {len(rows)} records kept"
+            )
     return rows
 
 
@@ -213,17 +276,31 @@ def _inner(args) -> int:
     def run(deployment, benchmark, ctx):
         def show(level):
             m = level.metrics()
-            print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f}"
-                  f" infer/s  p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  "
-                  f"{m['bytes_sent_per_request']:,} B sent/req  errors {m['errors']}", flush=True)
+            print(
+                f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f}"
+                f" infer/s  p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  "
+                f"{m['bytes_sent_per_request']:,} B sent/req  errors {m['errors']}",
+                flush=True,
+            )
 
-        run_benchmark(ctx, benchmark, duration_s=args.duration, warmup_s=args.warmup,
-                      concurrencies=args.concurrency, on_level=show)
+        run_benchmark(
+            ctx,
+            benchmark,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            concurrencies=args.concurrency,
+            on_level=show,
+        )
 
     pool = ServerPool(mode="local", target=args.target)
     try:
-        failed = for_each_scenario(pool, run, deployments=[args.deployment] if args.deployment else None,
-                                   target=args.target, only=args.benchmark)
+        failed = for_each_scenario(
+            pool,
+            run,
+            deployments=[args.deployment] if args.deployment else None,
+            target=args.target,
+            only=args.benchmark,
+        )
     finally:
         pool.close()
     return 1 if failed else 0
@@ -252,9 +329,16 @@ def _bench(args) -> int:
 
     interrupt_on_sigterm()  # unwinds through ShapedNamespace.__exit__, which deletes the namespace
     try:
-        rows = run_bench(args.deployment, rate=args.rate, rtt_ms=args.rtt_ms, duration_s=args.duration,
-                         warmup_s=args.warmup, target=args.target, concurrency=args.concurrency,
-                         benchmarks=args.benchmark)
+        rows = run_bench(
+            args.deployment,
+            rate=args.rate,
+            rtt_ms=args.rtt_ms,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            target=args.target,
+            concurrency=args.concurrency,
+            benchmarks=args.benchmark,
+        )
     except ShapingUnavailable as exc:
         print(f"bench-network: cannot shape here: {exc}; skipped")
         return 0
@@ -262,8 +346,10 @@ def _bench(args) -> int:
         print(f"bench-network: {exc}", file=sys.stderr)
         return 1
     for row in rows:
-        print(f"{row['deployment']:16} {row['benchmark']:34} c={row['concurrency']:<3} {row['perf_throughput']:9.1f} "
-              f"infer/s  link ceiling {row['link_ceiling_infer_per_s']} infer/s")
+        print(
+            f"{row['deployment']:16} {row['benchmark']:34} c={row['concurrency']:<3} {row['perf_throughput']:9.1f} "
+            f"infer/s  link ceiling {row['link_ceiling_infer_per_s']} infer/s"
+        )
     print(f"{len(rows)} records appended; `make matrix` writes docs/results-network.md")
     return 0
 

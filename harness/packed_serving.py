@@ -22,8 +22,19 @@ from harness.context import DeploymentContext
 from harness.deployments import get_deployment
 from harness.launchers import LocalTritonServer, ServerStartError
 from harness.launchers.base import serve_until_interrupted
-from harness.packenv import (TARGETS, PackedEnvError, PackEnvError, server_target, default_output, is_stale,
-                             load_recipe, local_python, pack, packed_server_options, sidecar)
+from harness.packenv import (
+    TARGETS,
+    PackedEnvError,
+    PackEnvError,
+    default_output,
+    is_stale,
+    load_recipe,
+    local_python,
+    pack,
+    packed_server_options,
+    server_target,
+    sidecar,
+)
 from harness.repository import python_models
 from harness.session import interrupt_on_sigterm
 
@@ -88,12 +99,21 @@ def pack_command(args) -> int:
         reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
         if reason:
             print(f"{deployment.name}: packing for target {args.target} ({reason})")
-            pack(recipe, args.target, tarball, tool=args.tool, python=args.python, python_prefix=args.python_prefix,
-                 compile_bytecode=not args.no_compile)
+            pack(
+                recipe,
+                args.target,
+                tarball,
+                tool=args.tool,
+                python=args.python,
+                python_prefix=args.python_prefix,
+                compile_bytecode=not args.no_compile,
+            )
         else:
             meta = json.loads(sidecar(tarball).read_text())
-            print(f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "
-                  f"{meta['size_bytes'] / 1e6:.1f} MB); --force to repack")
+            print(
+                f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "
+                f"{meta['size_bytes'] / 1e6:.1f} MB); --force to repack"
+            )
     except PackEnvError as exc:
         print(f"pack-env: {exc}", file=sys.stderr)
         return 2
@@ -105,18 +125,35 @@ def add_arguments(parser) -> None:
     parser.add_argument("deployment", help="deployment name (folder under deployments/)")
     parser.add_argument("--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)")
     parser.add_argument("--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)")
-    parser.add_argument("--tool", default="auto", choices=("auto", "conda", "venv"),
-                        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)")
-    parser.add_argument("--python", default=None, help="the Python to build a venv with (must match the target's version)")
-    parser.add_argument("--python-prefix", default=None,
-                        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)")
+    parser.add_argument(
+        "--tool",
+        default="auto",
+        choices=("auto", "conda", "venv"),
+        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)",
+    )
+    parser.add_argument(
+        "--python", default=None, help="the Python to build a venv with (must match the target's version)"
+    )
+    parser.add_argument(
+        "--python-prefix",
+        default=None,
+        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)",
+    )
     parser.add_argument("--force", action="store_true", help="repack even when the tarball is current")
-    parser.add_argument("--no-compile", action="store_true",
-                        help="leave out .pyc files (smaller tarball, slower stub start-up)")
-    parser.add_argument("--serve", action="store_true", help="then serve the deployment with it on the local server until Ctrl-C")
-    parser.add_argument("--once", action="store_true", help="with --serve: stop as soon as the server is ready (a smoke test)")
-    parser.add_argument("--check", action="store_true",
-                        help="with --serve: run the deployment's checks on it, show which env each stub runs in, stop")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave out .pyc files (smaller tarball, slower stub start-up)"
+    )
+    parser.add_argument(
+        "--serve", action="store_true", help="then serve the deployment with it on the local server until Ctrl-C"
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="with --serve: stop as soon as the server is ready (a smoke test)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --serve: run the deployment's checks on it, show which env each stub runs in, stop",
+    )
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
@@ -125,9 +162,12 @@ def add_arguments(parser) -> None:
 def serve(args, deployment, tarball: Path) -> int:
     """Serve ``deployment`` on the local server with its packed env ``tarball`` (``--serve``)."""
     if TARGETS.get(args.target, ("", "local"))[1] not in ("local", local_python()):
-        print(f"target {args.target} needs the stub of its own server ({TARGETS[args.target][0]}); the local "
-              f"server here runs the Python {local_python()} stub. Serve it there (docker mode), or pack "
-              "--target cpu to serve locally.", file=sys.stderr)
+        print(
+            f"target {args.target} needs the stub of its own server ({TARGETS[args.target][0]}); the local "
+            f"server here runs the Python {local_python()} stub. Serve it there (docker mode), or pack "
+            "--target cpu to serve locally.",
+            file=sys.stderr,
+        )
         return 2
     deployment.export()
     work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
@@ -142,21 +182,28 @@ def serve(args, deployment, tarball: Path) -> int:
             return 1
         try:
             models = python_models(options.model_repository, options.model_config_name)
-            print(f"{deployment.name} ready in {time.monotonic() - began:.1f} s with packed env {tarball.name} "
-                  f"(Python models {', '.join(models)})")
+            print(
+                f"{deployment.name} ready in {time.monotonic() - began:.1f} s with packed env {tarball.name} "
+                f"(Python models {', '.join(models)})"
+            )
             print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
             print(f"  repository (generated copy) {options.model_repository}\n  log {server.log_path}")
             if args.check:
                 results = run_checks(deployment, server, args.target)
                 for name, failure in results.items():
                     print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
-                usage = {m: e for m, e in stub_envs(server).items()
-                         if any(f"/model_repository/{name}/" in m for name in models)}
+                usage = {
+                    m: e
+                    for m, e in stub_envs(server).items()
+                    if any(f"/model_repository/{name}/" in m for name in models)
+                }
                 for model, envs in sorted(usage.items()):
                     print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
                 failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
-                print(f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
-                      f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env")
+                print(
+                    f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
+                    f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env"
+                )
                 return 1 if failed else 0
             if args.once:
                 return 0

@@ -58,27 +58,48 @@ def measure(ctx, workload, concurrency: int, duration: float, steps: list[str]) 
     models = [workload.model] + [s for s in steps if s != workload.model]
     before = {m: _stats(http, m) for m in models}
     cpu0 = cpu_seconds(ctx.server.process.pid)
-    level = run_load(workload, protocol="grpc" if ctx.server.grpc_url else "http",
-                     url=ctx.server.grpc_url or http, http_url=http, concurrency=concurrency,
-                     duration_s=duration, warmup_s=1.0)
+    level = run_load(
+        workload,
+        protocol="grpc" if ctx.server.grpc_url else "http",
+        url=ctx.server.grpc_url or http,
+        http_url=http,
+        concurrency=concurrency,
+        duration_s=duration,
+        warmup_s=1.0,
+    )
     cpu1 = cpu_seconds(ctx.server.process.pid)
     after = {m: _stats(http, m) for m in models}
     done = max(after[workload.model]["success_count"] - before[workload.model]["success_count"], 1)
     cpu_ms = {k: round((cpu1[k] - cpu0.get(k, 0.0)) / done * 1e3, 2) for k in cpu1}
     metrics = level.metrics(workload.items_per_request)
-    return {"infer_per_s": metrics["perf_throughput"], "p50_ms": metrics["perf_latency_p50"],
-            "errors": metrics["errors"], "cpu_ms_per_request": cpu_ms,
-            "cpu_ms_total": round(sum(cpu_ms.values()), 2),
-            "steps": {m: server_split(before[m], after[m]) for m in models}}
+    return {
+        "infer_per_s": metrics["perf_throughput"],
+        "p50_ms": metrics["perf_latency_p50"],
+        "errors": metrics["errors"],
+        "cpu_ms_per_request": cpu_ms,
+        "cpu_ms_total": round(sum(cpu_ms.values()), 2),
+        "steps": {m: server_split(before[m], after[m]) for m in models},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.pair_bench", description=__doc__.splitlines()[0])
     parser.add_argument("deployment")
-    parser.add_argument("--pair", nargs=2, action="append", required=True, metavar=("MODEL_ONLY", "ENTRY"),
-                        help="two workloads ('file.py:function' of the deployment); repeatable")
-    parser.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "OVERRIDES_JSON"),
-                        help="a server variant: config overrides as JSON ({} = the repository as it is)")
+    parser.add_argument(
+        "--pair",
+        nargs=2,
+        action="append",
+        required=True,
+        metavar=("MODEL_ONLY", "ENTRY"),
+        help="two workloads ('file.py:function' of the deployment); repeatable",
+    )
+    parser.add_argument(
+        "--variant",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "OVERRIDES_JSON"),
+        help="a server variant: config overrides as JSON ({} = the repository as it is)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=2)
@@ -99,19 +120,35 @@ def main(argv: list[str] | None = None) -> int:
                         for role, reference in (("model-only", model_only), ("entry", entry)):
                             workload = deployment.resolve(reference)(ctx)
                             got[role] = measure(ctx, workload, concurrency, args.duration, args.steps)
-                            cpu = " ".join(f"{k.removeprefix('stub:')}={v}" for k, v in got[role]["cpu_ms_per_request"].items()
-                                           if v >= 0.05)
-                            print(f"r{round_index} c={concurrency} {name:12} {role:10} {workload.model:30} "
-                                  f"{got[role]['infer_per_s']:7.1f}/s p50 {got[role]['p50_ms']:7.1f} ms "
-                                  f"errors {got[role]['errors']} | cpu ms/req {got[role]['cpu_ms_total']}: {cpu}",
-                                  flush=True)
+                            cpu = " ".join(
+                                f"{k.removeprefix('stub:')}={v}"
+                                for k, v in got[role]["cpu_ms_per_request"].items()
+                                if v >= 0.05
+                            )
+                            print(
+                                f"r{round_index} c={concurrency} {name:12} {role:10} {workload.model:30} "
+                                f"{got[role]['infer_per_s']:7.1f}/s p50 {got[role]['p50_ms']:7.1f} ms "
+                                f"errors {got[role]['errors']} | cpu ms/req {got[role]['cpu_ms_total']}: {cpu}",
+                                flush=True,
+                            )
                         ratio = got["entry"]["infer_per_s"] / max(got["model-only"]["infer_per_s"], 1e-9)
                         cpu_ratio = got["model-only"]["cpu_ms_total"] / max(got["entry"]["cpu_ms_total"], 1e-9)
-                        print(f"RATIO r{round_index} c={concurrency} {name:12} {entry}: infer/s {ratio:.3f}, "
-                              f"CPU per request (model-only / entry) {cpu_ratio:.3f}", flush=True)
-                        levels.append({"round": round_index, "concurrency": concurrency, "variant": name,
-                                       "pair": [model_only, entry], "ratio": round(ratio, 3),
-                                       "cpu_ratio": round(cpu_ratio, 3), **got})
+                        print(
+                            f"RATIO r{round_index} c={concurrency} {name:12} {entry}: infer/s {ratio:.3f}, "
+                            f"CPU per request (model-only / entry) {cpu_ratio:.3f}",
+                            flush=True,
+                        )
+                        levels.append(
+                            {
+                                "round": round_index,
+                                "concurrency": concurrency,
+                                "variant": name,
+                                "pair": [model_only, entry],
+                                "ratio": round(ratio, 3),
+                                "cpu_ratio": round(cpu_ratio, 3),
+                                **got,
+                            }
+                        )
     finally:
         pool.close()
         if args.json:

@@ -56,8 +56,10 @@ def availability(binary: str = "perf_analyzer") -> tuple[bool, str]:
     """``(True, version line)`` when perf_analyzer runs here, else ``(False, why not)``."""
     path = shutil.which(binary)
     if path is None:
-        return False, (f"no `{binary}` on PATH; the perf-analyzer 2.60 wheel needs glibc 2.38, this machine has "
-                       f"glibc {glibc_version()}; pip's tritonclient[all] only brings a 0.1.0 placeholder")
+        return False, (
+            f"no `{binary}` on PATH; the perf-analyzer 2.60 wheel needs glibc 2.38, this machine has "
+            f"glibc {glibc_version()}; pip's tritonclient[all] only brings a 0.1.0 placeholder"
+        )
     try:
         probe = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -82,8 +84,10 @@ def parse_csv(text: str) -> list[dict]:
         for column, field in CSV_COLUMNS.items():
             if raw.get(column):
                 row[field] = round(float(raw[column]) / 1000.0, 3)
-        request_us = sum(float(raw.get(c) or 0) for c in ("Server Queue", "Server Compute Input",
-                                                            "Server Compute Infer", "Server Compute Output"))
+        request_us = sum(
+            float(raw.get(c) or 0)
+            for c in ("Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output")
+        )
         row["perf_server_request"] = round(request_us / 1000.0, 3)
         rows.append(row)
     return sorted(rows, key=lambda r: r["concurrency"])
@@ -128,19 +132,52 @@ def _is_text(value: bytes) -> bool:
     return True
 
 
-def command(model: str, url: str, protocol: str, concurrency: list[int], input_file: Path, csv_file: Path,
-            measurement_ms: int, batch: int = 1, binary: str = "perf_analyzer") -> list[str]:
+def command(
+    model: str,
+    url: str,
+    protocol: str,
+    concurrency: list[int],
+    input_file: Path,
+    csv_file: Path,
+    measurement_ms: int,
+    batch: int = 1,
+    binary: str = "perf_analyzer",
+) -> list[str]:
     """The perf_analyzer command line for one scenario."""
     levels = sorted(set(concurrency))
-    cmd = [binary, "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--input-data", str(input_file),
-           "--measurement-mode", "time_windows", "--measurement-interval", str(measurement_ms),
-           "--concurrency-range", f"{levels[0]}:{levels[-1]}",
-           "-f", str(csv_file)]
+    cmd = [
+        binary,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
+        "-b",
+        str(batch),
+        "--input-data",
+        str(input_file),
+        "--measurement-mode",
+        "time_windows",
+        "--measurement-interval",
+        str(measurement_ms),
+        "--concurrency-range",
+        f"{levels[0]}:{levels[-1]}",
+        "-f",
+        str(csv_file),
+    ]
     return cmd
 
 
-def run_scenario(ctx, benchmark, *, duration_s: float, concurrencies: list[int] | None = None,
-                 protocol: str | None = None, binary: str = "perf_analyzer") -> list[dict]:
+def run_scenario(
+    ctx,
+    benchmark,
+    *,
+    duration_s: float,
+    concurrencies: list[int] | None = None,
+    protocol: str | None = None,
+    binary: str = "perf_analyzer",
+) -> list[dict]:
     """Measure one benchmark scenario with perf_analyzer; append and return its records."""
     from harness.bench import model_backends
     from harness.records import append_record, scenario_fields
@@ -151,8 +188,9 @@ def run_scenario(ctx, benchmark, *, duration_s: float, concurrencies: list[int] 
         raise RuntimeError(why)
     workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     if workload.prepare is not None or workload.inputs is None:
-        raise ValueError(f"{benchmark.id}: the client prepares every request (prepare()); perf_analyzer can only "
-                         "replay fixed inputs")
+        raise ValueError(
+            f"{benchmark.id}: the client prepares every request (prepare()); perf_analyzer can only replay fixed inputs"
+        )
     protocol = protocol or benchmark.protocol
     if protocol == "grpc" and not ctx.server.grpc_url:
         protocol = "http"
@@ -163,27 +201,45 @@ def run_scenario(ctx, benchmark, *, duration_s: float, concurrencies: list[int] 
     levels = list(concurrencies or benchmark.concurrency)
     server = ctx.server.describe()
     backends = model_backends(ctx, workload.model)
-    sent = request_bytes(protocol, workload.model, make_inputs(protocol, workload.inputs),
-                         make_outputs(protocol, workload.outputs), workload.parameters)
+    sent = request_bytes(
+        protocol,
+        workload.model,
+        make_inputs(protocol, workload.inputs),
+        make_outputs(protocol, workload.outputs),
+        workload.parameters,
+    )
     records = []
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
         input_file, csv_file = Path(tmp) / "input.json", Path(tmp) / "result.csv"
         input_file.write_text(json.dumps(data))
         for level in levels:  # one run per level: the manifest's levels are not a contiguous range
-            cmd = command(workload.model, url, protocol, [level], input_file, csv_file,
-                          int(duration_s * 1000), batch, binary)
+            cmd = command(
+                workload.model, url, protocol, [level], input_file, csv_file, int(duration_s * 1000), batch, binary
+            )
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 20 + 120)
             if done.returncode != 0:
-                raise RuntimeError(f"perf_analyzer failed ({done.returncode}): {' '.join(cmd)}\n"
-                                   f"{(done.stdout + done.stderr)[-3000:]}")
+                raise RuntimeError(
+                    f"perf_analyzer failed ({done.returncode}): {' '.join(cmd)}\n{(done.stdout + done.stderr)[-3000:]}"
+                )
             for row in parse_csv(csv_file.read_text()):
                 record = {
-                    **scenario_fields(ctx, benchmark, workload, protocol=protocol,
-                                      generator=f"perf_analyzer ({why})", server=server, backends=backends),
-                    "duration_s": duration_s, "errors": 0, "requests": None,
+                    **scenario_fields(
+                        ctx,
+                        benchmark,
+                        workload,
+                        protocol=protocol,
+                        generator=f"perf_analyzer ({why})",
+                        server=server,
+                        backends=backends,
+                    ),
+                    "duration_s": duration_s,
+                    "errors": 0,
+                    "requests": None,
                     "items_per_second": round(row["perf_throughput"] * workload.items_per_request, 2),
-                    "bytes_sent_per_request": sent, "bytes_received_per_request": None,
-                    "perf_analyzer_command": " ".join(cmd), **row,
+                    "bytes_sent_per_request": sent,
+                    "bytes_received_per_request": None,
+                    "perf_analyzer_command": " ".join(cmd),
+                    **row,
                 }
                 append_record(record)
                 records.append(record)
@@ -201,26 +257,33 @@ def _bench(args) -> int:
 
     ok, why = availability(args.binary)
     if not ok:
-        print(f"perf_analyzer skipped: {why}. The harness's own generator (`python -m harness bench`) "
-              "produced every number in the matrix.")
+        print(
+            f"perf_analyzer skipped: {why}. The harness's own generator (`python -m harness bench`) "
+            "produced every number in the matrix."
+        )
         return 0
 
     def run(deployment, benchmark, ctx):
         try:
-            rows = run_scenario(ctx, benchmark, duration_s=args.duration, concurrencies=args.concurrency,
-                                binary=args.binary)
+            rows = run_scenario(
+                ctx, benchmark, duration_s=args.duration, concurrencies=args.concurrency, binary=args.binary
+            )
         except ValueError as exc:
             print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
             return
         for m in rows:
-            print(f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
-                  f"{m['perf_throughput']:9.1f} infer/s  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
-                  "(perf_analyzer)", flush=True)
+            print(
+                f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
+                f"{m['perf_throughput']:9.1f} infer/s  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
+                "(perf_analyzer)",
+                flush=True,
+            )
 
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
     try:
-        failed = for_each_scenario(pool, run, deployments=[args.deployment] if args.deployment else None,
-                                   target=args.target)
+        failed = for_each_scenario(
+            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target
+        )
     finally:
         pool.close()
     return 1 if failed else 0

@@ -28,10 +28,15 @@ class OutcomeRecorder:
             return
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             param = report.nodeid.split("[", 1)[1].rstrip("]")
-            row = {"timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   "nodeid": report.nodeid, "param": param, "outcome": report.outcome,
-                   "duration_s": round(report.duration, 3),
-                   "target": self._option("--target", "cpu"), "server_mode": self._option("--server-mode", "local")}
+            row = {
+                "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "nodeid": report.nodeid,
+                "param": param,
+                "outcome": report.outcome,
+                "duration_s": round(report.duration, 3),
+                "target": self._option("--target", "cpu"),
+                "server_mode": self._option("--server-mode", "local"),
+            }
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as handle:
                 handle.write(json.dumps(row) + "\n")

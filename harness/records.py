@@ -11,7 +11,6 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT
 
-
 #: Check outcomes (harness.pytest_outcomes) beside the records, for the matrix's correctness column.
 OUTCOMES_FILE = "test_outcomes.jsonl"
 
@@ -47,8 +46,13 @@ def machine() -> dict:
         os_name = platform.freedesktop_os_release().get("PRETTY_NAME", os_name)
     except OSError:
         pass
-    return {"cpu_model": cpu_model, "cpu_cores": os.cpu_count(), "memory_gib": memory_gib, "os": os_name,
-            "python": platform.python_version()}
+    return {
+        "cpu_model": cpu_model,
+        "cpu_cores": os.cpu_count(),
+        "memory_gib": memory_gib,
+        "os": os_name,
+        "python": platform.python_version(),
+    }
 
 
 #: Version of the record layout; bumped when a field changes meaning or name (2: ``schema`` and
@@ -56,8 +60,9 @@ def machine() -> dict:
 SCHEMA = 2
 
 
-def scenario_fields(ctx, benchmark, workload, *, protocol: str, generator: str, server: dict,
-                    backends: dict[str, str]) -> dict:
+def scenario_fields(
+    ctx, benchmark, workload, *, protocol: str, generator: str, server: dict, backends: dict[str, str]
+) -> dict:
     """What every benchmark record says about its scenario, whichever generator measured it."""
     return {
         "schema": SCHEMA,
@@ -83,7 +88,7 @@ def append_record(record: dict, path: Path | None = None) -> Path:
     """Append one record (timestamped, with the machine) to the records file."""
     path = path or records_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    full = {"timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(), **record}
+    full = {"timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "machine": machine(), **record}
     with path.open("a") as handle:
         handle.write(json.dumps(full, default=str) + "\n")
     return path

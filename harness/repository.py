@@ -122,9 +122,15 @@ def link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def derive(source: str | Path, dest: str | Path | None = None, *, models: Iterable[str] | None = None,
-           edit: Callable[[str, Path, ModelConfig], ModelConfig | None] | None = None,
-           link: str = "symlink", prefix: str = "triton-derived-") -> Path:
+def derive(
+    source: str | Path,
+    dest: str | Path | None = None,
+    *,
+    models: Iterable[str] | None = None,
+    edit: Callable[[str, Path, ModelConfig], ModelConfig | None] | None = None,
+    link: str = "symlink",
+    prefix: str = "triton-derived-",
+) -> Path:
     """A repository ``dest/model_repository`` made of ``source``'s models (only ``models`` when given).
 
     Files are links to the originals (``link``: ``"symlink"``, or ``"hard"`` for hard links, copies
@@ -151,8 +157,9 @@ def derive(source: str | Path, dest: str | Path | None = None, *, models: Iterab
                 if item.name not in ("__pycache__",):
                     os.symlink(item, target / item.name)
         else:
-            shutil.copytree(model_dir, target, copy_function=link_or_copy,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                model_dir, target, copy_function=link_or_copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
         if edit is None:
             continue
         for path in config_files(model_dir):
@@ -163,7 +170,6 @@ def derive(source: str | Path, dest: str | Path | None = None, *, models: Iterab
             if link == "symlink" and relative.parent != Path("."):
                 # configs/ is a link to the original folder: give the copy its own folder of links
                 (target / relative.parts[0]).unlink()
-                shutil.copytree(model_dir / relative.parts[0], target / relative.parts[0],
-                                copy_function=os.symlink)
+                shutil.copytree(model_dir / relative.parts[0], target / relative.parts[0], copy_function=os.symlink)
             write_config(edited, target / relative)
     return copy

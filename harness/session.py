@@ -25,8 +25,14 @@ def variant_key(deployment: Deployment, config: dict | None = None) -> str:
 class ServerPool:
     """One server per deployment, started lazily on first use and stopped by ``close``."""
 
-    def __init__(self, mode: str | None = None, target: str = "cpu", url: str | None = None,
-                 grpc_url: str | None = None, image: str | None = None):
+    def __init__(
+        self,
+        mode: str | None = None,
+        target: str = "cpu",
+        url: str | None = None,
+        grpc_url: str | None = None,
+        image: str | None = None,
+    ):
         self.mode = mode
         self.image = image
         self.target = target
@@ -37,8 +43,9 @@ class ServerPool:
         self._failures: dict[str, BaseException] = {}
         self.start_times: dict[str, float] = {}
 
-    def context(self, deployment: Deployment, config: dict | None = None,
-                models: tuple[str, ...] = ()) -> DeploymentContext:
+    def context(
+        self, deployment: Deployment, config: dict | None = None, models: tuple[str, ...] = ()
+    ) -> DeploymentContext:
         """The deployment served on a ready server (export and start on first call).
 
         ``config`` overrides (see ``harness.variants``) serve a variant of the repository on
@@ -47,8 +54,7 @@ class ServerPool:
         """
         key = variant_key(deployment, config)
         if key in self._failures:
-            raise ServerStartError(f"{key}: its server failed to start earlier in this session:\n"
-                                   f"{self._failures[key]}")
+            raise ServerStartError(f"{key}: its server failed to start earlier in this session:\n{self._failures[key]}")
         if key not in self._contexts:
             if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) in ("local", "docker"):
                 try:
@@ -103,9 +109,14 @@ class ServerPool:
             self.release(name)
 
 
-def for_each_scenario(pool: ServerPool, run: Callable[[Deployment, Benchmark, DeploymentContext], None], *,
-                      deployments: list[str] | None = None, target: str = "cpu",
-                      only: list[str] | None = None) -> list[str]:
+def for_each_scenario(
+    pool: ServerPool,
+    run: Callable[[Deployment, Benchmark, DeploymentContext], None],
+    *,
+    deployments: list[str] | None = None,
+    target: str = "cpu",
+    only: list[str] | None = None,
+) -> list[str]:
     """Call ``run(deployment, benchmark, ctx)`` for each benchmark scenario of ``deployments`` (default:
     all) on ``target``, each on a server of ``pool`` (config variants on their own server, stopped
     after the scenario; a deployment's server stopped after its last scenario). One failing scenario

@@ -35,9 +35,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import psutil
@@ -48,8 +48,28 @@ from harness.tensors import make_inputs, make_outputs, result_arrays
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results" / "reliability"
 
-WORDS = ("river", "lamp", "orbit", "quiet", "granite", "violet", "harbour", "engine", "meadow", "signal",
-         "copper", "lantern", "glacier", "thunder", "pepper", "circuit", "falcon", "marble", "velvet", "canyon")
+WORDS = (
+    "river",
+    "lamp",
+    "orbit",
+    "quiet",
+    "granite",
+    "violet",
+    "harbour",
+    "engine",
+    "meadow",
+    "signal",
+    "copper",
+    "lantern",
+    "glacier",
+    "thunder",
+    "pepper",
+    "circuit",
+    "falcon",
+    "marble",
+    "velvet",
+    "canyon",
+)
 
 
 def unique_sentence(index: int) -> str:
@@ -87,12 +107,15 @@ class CheckedWorkload:
 
 def echo_workload(model: str = "echo", input_name: str = "TEXT", output: str = "TEXT_OUT") -> CheckedWorkload:
     """A Python model that returns its BYTES input: request ``i`` must get back its own text."""
+
     def make(i: int):
         text = f"{unique_sentence(i)} #{i}".encode()
         return {input_name: np.array([[text]], dtype=object)}, text
 
     return CheckedWorkload(
-        model=model, output=output, make=make,
+        model=model,
+        output=output,
+        make=make,
         expected=lambda text: np.array([[text]], dtype=object),
         check=lambda got, want: got.shape == want.shape and bytes(got.reshape(-1)[0]) == bytes(want.reshape(-1)[0]),
         describe=f"{model}: every request sends a unique text and must get exactly that text back",
@@ -100,8 +123,15 @@ def echo_workload(model: str = "echo", input_name: str = "TEXT", output: str = "
     )
 
 
-def text_embedding_workload(http_url: str, model: str, *, cases: int = 256, input_name: str = "TEXT",
-                            output: str = "EMBEDDING", atol: float = 2e-4) -> CheckedWorkload:
+def text_embedding_workload(
+    http_url: str,
+    model: str,
+    *,
+    cases: int = 256,
+    input_name: str = "TEXT",
+    output: str = "EMBEDDING",
+    atol: float = 2e-4,
+) -> CheckedWorkload:
     """A text -> vector model: ``cases`` unique sentences, each embedded alone before the load.
 
     During the load request ``i`` sends sentence ``i % cases`` (batched by the server with
@@ -123,15 +153,29 @@ def text_embedding_workload(http_url: str, model: str, *, cases: int = 256, inpu
         return got.shape == want.shape and bool(np.allclose(got, want, atol=atol, rtol=0))
 
     return CheckedWorkload(
-        model=model, output=output, make=make, expected=expected.__getitem__, check=check,
-        describe=(f"{model}: {cases} unique sentences, each answer compared with the vector the same server "
-                  f"gave that sentence alone before the load (atol {atol})"),
+        model=model,
+        output=output,
+        make=make,
+        expected=expected.__getitem__,
+        check=check,
+        describe=(
+            f"{model}: {cases} unique sentences, each answer compared with the vector the same server "
+            f"gave that sentence alone before the load (atol {atol})"
+        ),
         others=lambda: expected,
     )
 
 
-def bytes_workload(http_url: str, model: str, cases: list[bytes], *, input_name: str = "IMAGE_BYTES",
-                   output: str = "BOXES", atol: float = 0.05, names: list[str] | None = None) -> CheckedWorkload:
+def bytes_workload(
+    http_url: str,
+    model: str,
+    cases: list[bytes],
+    *,
+    input_name: str = "IMAGE_BYTES",
+    output: str = "BOXES",
+    atol: float = 0.05,
+    names: list[str] | None = None,
+) -> CheckedWorkload:
     """Encoded files (images) in, an array out: request ``i`` sends case ``i % len(cases)`` and
     must get the ``output`` the same server gave that case alone before the load, within
     ``atol`` (batching changes float results slightly; boxes of different images differ by far more)."""
@@ -148,13 +192,21 @@ def bytes_workload(http_url: str, model: str, cases: list[bytes], *, input_name:
 
     def check(got: np.ndarray, want: np.ndarray) -> bool:
         if got.dtype == object or want.dtype == object:
-            return got.shape == want.shape and [bytes(x) for x in got.reshape(-1)] == [bytes(x) for x in want.reshape(-1)]
+            return got.shape == want.shape and [bytes(x) for x in got.reshape(-1)] == [
+                bytes(x) for x in want.reshape(-1)
+            ]
         return got.shape == want.shape and bool(np.allclose(got, want, atol=atol, rtol=0))
 
     return CheckedWorkload(
-        model=model, output=output, make=make, expected=expected.__getitem__, check=check,
-        describe=(f"{model}: {len(cases)} files ({', '.join(names)}) in turn, each request's {output} compared with "
-                  f"what the same server gave that file alone before the load (atol {atol})"),
+        model=model,
+        output=output,
+        make=make,
+        expected=expected.__getitem__,
+        check=check,
+        describe=(
+            f"{model}: {len(cases)} files ({', '.join(names)}) in turn, each request's {output} compared with "
+            f"what the same server gave that file alone before the load (atol {atol})"
+        ),
         others=lambda: expected,
     )
 
@@ -180,12 +232,22 @@ class LoadLog:
     ended: float = 0.0
 
     def count(self, status: str, since: float | None = None, until: float | None = None) -> int:
-        return sum(1 for r in self.records if r.status == status
-                   and (since is None or r.end >= since) and (until is None or r.end < until))
+        return sum(
+            1
+            for r in self.records
+            if r.status == status and (since is None or r.end >= since) and (until is None or r.end < until)
+        )
 
 
-async def _checked_load(workload: CheckedWorkload, http_url: str, concurrency: int, request_timeout_s: float,
-                        backoff_s: float, log: LoadLog, stop_flag: threading.Event) -> None:
+async def _checked_load(
+    workload: CheckedWorkload,
+    http_url: str,
+    concurrency: int,
+    request_timeout_s: float,
+    backoff_s: float,
+    log: LoadLog,
+    stop_flag: threading.Event,
+) -> None:
     client = http_aio.InferenceServerClient(http_url, conn_limit=max(concurrency, 1))
     outputs = make_outputs("http", [workload.output])
     counter = iter(range(1 << 62))
@@ -200,14 +262,16 @@ async def _checked_load(workload: CheckedWorkload, http_url: str, concurrency: i
             try:
                 result = await asyncio.wait_for(
                     client.infer(workload.model, make_inputs("http", inputs), outputs=outputs),
-                    timeout=request_timeout_s)
+                    timeout=request_timeout_s,
+                )
                 got = result_arrays(result, [workload.output])[workload.output]
                 if not workload.check(got, workload.expected(key)):
                     owner = workload.owner_of(got)
                     status = "wrong"
                     detail = f"request {index} (case {key!r}) got " + (
-                        f"the answer of case {owner!r}" if owner is not None else "an answer that matches no case")
-            except asyncio.TimeoutError:
+                        f"the answer of case {owner!r}" if owner is not None else "an answer that matches no case"
+                    )
+            except TimeoutError:
                 status, detail = "timeout", f"no answer within {request_timeout_s} s"
             except Exception as exc:  # noqa: BLE001 - what the client saw is the measurement
                 status, detail = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -227,9 +291,16 @@ async def _checked_load(workload: CheckedWorkload, http_url: str, concurrency: i
         await client.close()
 
 
-def run_checked_load(workload: CheckedWorkload, http_url: str, *, concurrency: int = 64, duration_s: float = 10.0,
-                     request_timeout_s: float = 60.0, backoff_s: float = 0.05,
-                     during: Callable[[LoadLog], None] | None = None) -> LoadLog:
+def run_checked_load(
+    workload: CheckedWorkload,
+    http_url: str,
+    *,
+    concurrency: int = 64,
+    duration_s: float = 10.0,
+    request_timeout_s: float = 60.0,
+    backoff_s: float = 0.05,
+    during: Callable[[LoadLog], None] | None = None,
+) -> LoadLog:
     """Hold ``concurrency`` verified requests in flight for ``duration_s``, or while ``during(log)``
     runs (the fault scenarios pass a function that injects a fault, remedies it and waits).
 
@@ -348,8 +419,11 @@ def percentiles(latencies_ms: list[float]) -> dict:
     if not latencies_ms:
         return {"p50_ms": None, "p99_ms": None, "n": 0}
     lat = np.asarray(latencies_ms)
-    return {"p50_ms": round(float(np.percentile(lat, 50)), 2), "p99_ms": round(float(np.percentile(lat, 99)), 2),
-            "n": int(lat.size)}
+    return {
+        "p50_ms": round(float(np.percentile(lat, 50)), 2),
+        "p99_ms": round(float(np.percentile(lat, 99)), 2),
+        "n": int(lat.size),
+    }
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
@@ -357,8 +431,14 @@ def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
     measured = [r for r in log.records if r.start >= log.began + warmup_s]
     span = max(log.ended - (log.began + warmup_s), 1e-9)
     t0 = log.began + warmup_s
-    thirds = [[(r.end - r.start) * 1e3 for r in measured if r.status == "ok" and t0 + k * span / 3 <= r.start
-               < t0 + (k + 1) * span / 3] for k in range(3)]
+    thirds = [
+        [
+            (r.end - r.start) * 1e3
+            for r in measured
+            if r.status == "ok" and t0 + k * span / 3 <= r.start < t0 + (k + 1) * span / 3
+        ]
+        for k in range(3)
+    ]
     first, last = percentiles(thirds[0]), percentiles(thirds[2])
     drift = {}
     for key in ("p50_ms", "p99_ms"):
@@ -386,14 +466,22 @@ def memory_growth(start: dict, end: dict) -> dict:
     rows = {}
     for key, value in start.items():
         if key in end:
-            rows[key] = {"start_mib": value["rss_mib"], "end_mib": end[key]["rss_mib"],
-                         "growth_mib": round(end[key]["rss_mib"] - value["rss_mib"], 1)}
+            rows[key] = {
+                "start_mib": value["rss_mib"],
+                "end_mib": end[key]["rss_mib"],
+                "growth_mib": round(end[key]["rss_mib"] - value["rss_mib"], 1),
+            }
     total_start = sum(v["start_mib"] for v in rows.values())
     total_end = sum(v["end_mib"] for v in rows.values())
-    return {"processes": rows, "total_start_mib": round(total_start, 1), "total_end_mib": round(total_end, 1),
-            "total_growth_mib": round(total_end - total_start, 1),
-            "total_growth_pct": round(100 * (total_end - total_start) / total_start, 1) if total_start else None,
-            "gone": sorted(set(start) - set(end)), "new": sorted(set(end) - set(start))}
+    return {
+        "processes": rows,
+        "total_start_mib": round(total_start, 1),
+        "total_end_mib": round(total_end, 1),
+        "total_growth_mib": round(total_end - total_start, 1),
+        "total_growth_pct": round(100 * (total_end - total_start) / total_start, 1) if total_start else None,
+        "gone": sorted(set(start) - set(end)),
+        "new": sorted(set(end) - set(start)),
+    }
 
 
 def memory_trend(series: list[dict], key: str) -> dict | None:
@@ -412,13 +500,27 @@ def memory_trend(series: list[dict], key: str) -> dict | None:
 
     marks = [at(t0 + k * (t_end - t0) / 3) for k in range(4)]
     thirds = [round(marks[k + 1] - marks[k], 1) for k in range(3)]
-    return {"key": key, "start_mib": marks[0], "end_mib": marks[3], "marks_mib": marks, "growth_per_third_mib": thirds,
-            "max_mib": max(v for _, v in points),
-            "levelled": thirds[2] < 2.0 or (thirds[0] > 0 and thirds[2] < 0.25 * thirds[0])}
+    return {
+        "key": key,
+        "start_mib": marks[0],
+        "end_mib": marks[3],
+        "marks_mib": marks,
+        "growth_per_third_mib": thirds,
+        "max_mib": max(v for _, v in points),
+        "levelled": thirds[2] < 2.0 or (thirds[0] > 0 and thirds[2] < 0.25 * thirds[0]),
+    }
 
 
-def run_soak(server, workload: CheckedWorkload, *, concurrency: int = 64, duration_s: float = 15.0,
-             warmup_s: float = 2.0, request_timeout_s: float = 60.0, sample_every_s: float | None = None) -> dict:
+def run_soak(
+    server,
+    workload: CheckedWorkload,
+    *,
+    concurrency: int = 64,
+    duration_s: float = 15.0,
+    warmup_s: float = 2.0,
+    request_timeout_s: float = 60.0,
+    sample_every_s: float | None = None,
+) -> dict:
     """Soak a running server (``server.process.pid`` gives the memory); returns the report.
 
     RSS of every process of the server is sampled every ``sample_every_s`` (default: 1/40 of
@@ -430,7 +532,9 @@ def run_soak(server, workload: CheckedWorkload, *, concurrency: int = 64, durati
 
     def sample(t0: float) -> dict:
         rss = {k: v["rss_mib"] for k, v in process_memory(pid).items()}
-        series.append({"t_s": round(time.monotonic() - t0, 1), "rss_mib": rss, "total_mib": round(sum(rss.values()), 1)})
+        series.append(
+            {"t_s": round(time.monotonic() - t0, 1), "rss_mib": rss, "total_mib": round(sum(rss.values()), 1)}
+        )
         return rss
 
     def sample_after_warmup(log: LoadLog) -> None:
@@ -444,8 +548,14 @@ def run_soak(server, workload: CheckedWorkload, *, concurrency: int = 64, durati
             sample(t0)
         memory["end"] = process_memory(pid)
 
-    log = run_checked_load(workload, server.http_url, concurrency=concurrency, request_timeout_s=request_timeout_s,
-                           backoff_s=0.0, during=sample_after_warmup)
+    log = run_checked_load(
+        workload,
+        server.http_url,
+        concurrency=concurrency,
+        request_timeout_s=request_timeout_s,
+        backoff_s=0.0,
+        during=sample_after_warmup,
+    )
     report = {
         "scenario": "soak",
         "model": workload.model,
@@ -494,8 +604,9 @@ def deployment_server(deployment: str, models: list[str], *, model_control_mode:
     dep.export()
     repo = subset_repository(dep.model_repository, models)
     every = sorted(p.name for p in repo.iterdir())  # explicit mode loads only what is named: all of them
-    options = dep.server_options(target, model_repository=str(repo), required_models=every,
-                                 model_control_mode=model_control_mode)
+    options = dep.server_options(
+        target, model_repository=str(repo), required_models=every, model_control_mode=model_control_mode
+    )
     server = LocalTritonServer(options)
     server.cleanup_dirs = [repo.parent]  # type: ignore[attr-defined]
     return server
@@ -523,11 +634,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--max-growth-mib", type=float, default=64.0)
     parser.add_argument("--max-growth-pct", type=float, default=10.0)
-    parser.add_argument("--max-p99-drift", type=float, default=None,
-                        help="fail when last-third p99 / first-third p99 exceeds this (default: report only)")
-    parser.add_argument("--images", nargs="+", default=None, metavar="GLOB",
-                        help="files (e.g. JPEGs) sent in turn to an entry model with a bytes input (--input), "
-                             "instead of sentences; each answer's --output checked against the file's answer alone")
+    parser.add_argument(
+        "--max-p99-drift",
+        type=float,
+        default=None,
+        help="fail when last-third p99 / first-third p99 exceeds this (default: report only)",
+    )
+    parser.add_argument(
+        "--images",
+        nargs="+",
+        default=None,
+        metavar="GLOB",
+        help="files (e.g. JPEGs) sent in turn to an entry model with a bytes input (--input), "
+        "instead of sentences; each answer's --output checked against the file's answer alone",
+    )
     parser.add_argument("--sample-every", type=float, default=None, help="RSS sampling period, s (default run/40)")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "soak.json")
     args = parser.parse_args(argv)
@@ -540,16 +660,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.wait_ready()
         if files:
-            workload = bytes_workload(server.http_url, args.model, [f.read_bytes() for f in files],
-                                      input_name=args.input, output=args.output, names=[f.name for f in files])
+            workload = bytes_workload(
+                server.http_url,
+                args.model,
+                [f.read_bytes() for f in files],
+                input_name=args.input,
+                output=args.output,
+                names=[f.name for f in files],
+            )
         else:
             workload = text_embedding_workload(server.http_url, args.model, input_name=args.input, output=args.output)
-        report = run_soak(server, workload, concurrency=args.concurrency, duration_s=args.duration,
-                          warmup_s=args.warmup, sample_every_s=args.sample_every)
+        report = run_soak(
+            server,
+            workload,
+            concurrency=args.concurrency,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            sample_every_s=args.sample_every,
+        )
     finally:
         stop_server(server)
     report["deployment"] = args.deployment
-    report["command"] = "python -m harness.soak " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    report["command"] = "python -m harness.soak " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
     report["machine"] = {"cpu_count": os.cpu_count(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]}
     failed = check_soak(report, args.max_growth_mib, args.max_growth_pct, args.max_p99_drift)
     report["passed"], report["failed"] = not failed, failed
@@ -575,8 +709,9 @@ def format_soak(r: dict) -> str:
         lines.append(f"  {key:40s} {row['start_mib']:8.1f} -> {row['end_mib']:8.1f} MiB ({row['growth_mib']:+})")
     for key, trend in (r.get("memory_trend") or {}).items():
         if trend:
-            lines.append(f"  {key}: growth per third {trend['growth_per_third_mib']} MiB, "
-                         f"levelled off: {trend['levelled']}")
+            lines.append(
+                f"  {key}: growth per third {trend['growth_per_third_mib']} MiB, levelled off: {trend['levelled']}"
+            )
     if r.get("failed"):
         lines.append("FAILED: " + "; ".join(r["failed"]))
     return "\n".join(lines)

@@ -71,8 +71,16 @@ def request_bytes(protocol: str, model: str, inputs: list, outputs: list | None,
     from tritonclient.grpc._utils import _get_inference_request
 
     message = _get_inference_request(
-        model_name=model, inputs=inputs, model_version="", request_id="", outputs=outputs,
-        sequence_id=0, sequence_start=False, sequence_end=False, priority=0, timeout=None,
+        model_name=model,
+        inputs=inputs,
+        model_version="",
+        request_id="",
+        outputs=outputs,
+        sequence_id=0,
+        sequence_start=False,
+        sequence_end=False,
+        priority=0,
+        timeout=None,
         parameters=parameters,
     )
     return message.ByteSize()

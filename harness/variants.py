@@ -15,8 +15,15 @@ from tritonclient.grpc import model_config_pb2
 
 from harness.repository import derive, model_dirs
 
-KNOWN_KEYS = {"instance_count", "dynamic_batching", "max_queue_delay_microseconds", "preferred_batch_size",
-              "max_batch_size", "parameters", "version"}
+KNOWN_KEYS = {
+    "instance_count",
+    "dynamic_batching",
+    "max_queue_delay_microseconds",
+    "preferred_batch_size",
+    "max_batch_size",
+    "parameters",
+    "version",
+}
 
 
 def apply_overrides(config: model_config_pb2.ModelConfig, overrides: dict) -> model_config_pb2.ModelConfig:
@@ -47,8 +54,9 @@ def apply_overrides(config: model_config_pb2.ModelConfig, overrides: dict) -> mo
     return config
 
 
-def variant_repository(source: Path, overrides: dict[str, dict], dest: Path | None = None,
-                       models: list[str] | tuple[str, ...] = ()) -> Path:
+def variant_repository(
+    source: Path, overrides: dict[str, dict], dest: Path | None = None, models: list[str] | tuple[str, ...] = ()
+) -> Path:
     """A repository in ``dest`` (default: a new temp dir) whose models link to ``source``'s
     files, with each model named in ``overrides`` given a rewritten ``config.pbtxt``; only
     ``models`` when given (a variant server then loads just what the scenario needs)."""

@@ -13,7 +13,8 @@ in order.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,9 @@ def plan_batches(lengths: list[int], max_rows: int, max_padding_ratio: float = M
     tokens = 0
     for index in order:
         length = max(int(lengths[index]), 1)
-        if current and (len(current) >= max_rows or (len(current) + 1) * length > max_padding_ratio * (tokens + length)):
+        if current and (
+            len(current) >= max_rows or (len(current) + 1) * length > max_padding_ratio * (tokens + length)
+        ):
             batches.append(current)
             current, tokens = [], 0
         current.append(index)
@@ -48,8 +51,11 @@ def _buckets(texts: list[str], max_rows: int, model_dir: str | None, max_length:
     lengths = tokens["attention_mask"].sum(axis=1).tolist()
     for indices in plan_batches(lengths, max_rows):
         width = int(max(lengths[i] for i in indices))
-        yield (indices, np.ascontiguousarray(tokens["input_ids"][indices, :width]),
-               np.ascontiguousarray(tokens["attention_mask"][indices, :width]))
+        yield (
+            indices,
+            np.ascontiguousarray(tokens["input_ids"][indices, :width]),
+            np.ascontiguousarray(tokens["attention_mask"][indices, :width]),
+        )
 
 
 def _assemble(count: int, parts: list[tuple[list[int], np.ndarray]]) -> np.ndarray:
@@ -59,8 +65,16 @@ def _assemble(count: int, parts: list[tuple[list[int], np.ndarray]]) -> np.ndarr
     return out
 
 
-async def embed_texts(pb_utils: Any, model_name: str, texts: list[str], *, max_rows: int, normalize: bool,
-                      model_dir: str | None = None, max_length: int | None = None) -> np.ndarray:
+async def embed_texts(
+    pb_utils: Any,
+    model_name: str,
+    texts: list[str],
+    *,
+    max_rows: int,
+    normalize: bool,
+    model_dir: str | None = None,
+    max_length: int | None = None,
+) -> np.ndarray:
     """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name`` (BLS)."""
     if not texts:
         return np.zeros((0, 0), np.float32)
@@ -81,8 +95,15 @@ async def embed_texts(pb_utils: Any, model_name: str, texts: list[str], *, max_r
     return _assemble(len(texts), parts)
 
 
-def embed_texts_local(run: Callable, texts: list[str], *, max_rows: int, normalize: bool,
-                      model_dir: str | None = None, max_length: int | None = None) -> np.ndarray:
+def embed_texts_local(
+    run: Callable,
+    texts: list[str],
+    *,
+    max_rows: int,
+    normalize: bool,
+    model_dir: str | None = None,
+    max_length: int | None = None,
+) -> np.ndarray:
     """The same as ``embed_texts`` with ``run`` = an onnxruntime ``InferenceSession.run`` in this process."""
     if not texts:
         return np.zeros((0, 0), np.float32)

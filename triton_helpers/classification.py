@@ -18,9 +18,9 @@ softmax probabilities and labels.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -65,22 +65,25 @@ class ImageTransform:
             raise ValueError(f"bad sizes: resize={self.resize} crop={self.crop}")
 
     @classmethod
-    def torchvision_imagenet(cls, resize: int = 256, crop: int = 224) -> "ImageTransform":
+    def torchvision_imagenet(cls, resize: int = 256, crop: int = 224) -> ImageTransform:
         """torchvision's ImageNet eval transform (ResNet & co.)."""
         return cls("resize_crop", resize, crop, "bilinear", IMAGENET_MEAN, IMAGENET_STD)
 
     @classmethod
-    def efficientnet_lite(cls, crop: int = 224) -> "ImageTransform":
+    def efficientnet_lite(cls, crop: int = 224) -> ImageTransform:
         """The TensorFlow EfficientNet-Lite eval transform (centre crop then bicubic resize)."""
-        return cls("crop_resize", crop + TF_CROP_PADDING, crop, "bicubic", EFFICIENTNET_LITE_MEAN, EFFICIENTNET_LITE_STD)
+        return cls(
+            "crop_resize", crop + TF_CROP_PADDING, crop, "bicubic", EFFICIENTNET_LITE_MEAN, EFFICIENTNET_LITE_STD
+        )
 
     @classmethod
-    def from_parameters(cls, parameters: Mapping[str, str]) -> "ImageTransform":
+    def from_parameters(cls, parameters: Mapping[str, str]) -> ImageTransform:
         """Build from string key/values (a Triton config's ``parameters``).
 
         Keys: ``mode``, ``resize``, ``crop``, ``interpolation``, ``mean``, ``std`` (comma
         separated floats); any missing key keeps the torchvision ImageNet default.
         """
+
         def floats(text: str) -> tuple:
             return tuple(float(v) for v in text.split(","))
 
@@ -364,8 +367,11 @@ class TopKPostprocessModel:
         if tensor is None:
             raise InputError(f"input '{self.input_name}' is missing")
         logits = tensor.as_numpy()
-        k = parse_top_k(request_parameters(request).get("top_k"), self.default_top_k,
-                        maximum=min(logits.shape[-1], len(self.names)) if logits.ndim else 1)
+        k = parse_top_k(
+            request_parameters(request).get("top_k"),
+            self.default_top_k,
+            maximum=min(logits.shape[-1], len(self.names)) if logits.ndim else 1,
+        )
         outputs = self.postprocess(logits, k)
         return pb.InferenceResponse(output_tensors=[pb.Tensor(n, a) for n, a in outputs.items()])
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -34,9 +34,7 @@ DEFAULT_MAX_TEXT_BYTES = 16 * 1024
 def _cn_clip_dir() -> str:
     spec = importlib.util.find_spec("cn_clip")  # finds the package without executing it
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "the cn_clip package is not installed: pip install --no-deps cn-clip==1.6.0"
-        )
+        raise ImportError("the cn_clip package is not installed: pip install --no-deps cn-clip==1.6.0")
     return os.path.join(list(spec.submodule_search_locations)[0], "clip")
 
 
@@ -69,10 +67,7 @@ class CnClipTokenizer:
 
     def encode(self, texts: Iterable[str]) -> np.ndarray:
         """``cn_clip.clip.tokenize(texts, context_length)`` as an int64 array ``[n, context_length]``."""
-        rows = [
-            [self.cls_id] + self.token_ids(text)[: self.context_length - 2] + [self.sep_id]
-            for text in texts
-        ]
+        rows = [[self.cls_id] + self.token_ids(text)[: self.context_length - 2] + [self.sep_id] for text in texts]
         out = np.zeros((len(rows), self.context_length), dtype=np.int64)
         for i, row in enumerate(rows):
             out[i, : len(row)] = row

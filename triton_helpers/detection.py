@@ -48,7 +48,9 @@ def image_header_size(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tupl
         with Image.open(io.BytesIO(data)) as image:
             return image.format, image.size[0], image.size[1]
     except Image.DecompressionBombError as exc:
-        raise InputError(f"image is over the limit of {max_pixels} pixels (max_pixels; decompression bomb): {exc}") from None
+        raise InputError(
+            f"image is over the limit of {max_pixels} pixels (max_pixels; decompression bomb): {exc}"
+        ) from None
     except (UnidentifiedImageError, ImportError):
         # ImportError: ultralytics, when imported in the same process, patches Image.open to
         # try an optional HEIF plugin on unknown data.
@@ -77,7 +79,9 @@ def decode_bgr(
     if width <= 0 or height <= 0:
         raise InputError(f"image has an empty size {width}x{height}")
     if width * height > max_pixels:
-        raise InputError(f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} (max_pixels)")
+        raise InputError(
+            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} (max_pixels)"
+        )
     if fmt == "JPEG" and data.rstrip(b"\x00\r\n ")[-2:] != b"\xff\xd9":
         raise InputError(f"truncated JPEG: no end-of-image marker in its {len(data)} bytes")
     cv2 = _cv2()

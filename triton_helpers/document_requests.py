@@ -27,8 +27,15 @@ class DocumentJob:
     server_error: bool = False
 
 
-def parse_requests(pb_utils: Any, requests: list, *, limits: DocumentLimits, tokenizer_file: str,
-                   default_chunk_tokens: int, max_chunk_tokens: int) -> list[DocumentJob]:
+def parse_requests(
+    pb_utils: Any,
+    requests: list,
+    *,
+    limits: DocumentLimits,
+    tokenizer_file: str,
+    default_chunk_tokens: int,
+    max_chunk_tokens: int,
+) -> list[DocumentJob]:
     """Parse and chunk every file of every request; a bad request gets an error, not the batch."""
     jobs = []
     for request in requests:
@@ -44,7 +51,8 @@ def parse_requests(pb_utils: Any, requests: list, *, limits: DocumentLimits, tok
                 try:
                     text = extract_text(data, limits)
                     job.chunks_per_file.append(
-                        chunk_text(text, tokenizer_file, job.options.chunk_tokens, limits.max_chunks))
+                        chunk_text(text, tokenizer_file, job.options.chunk_tokens, limits.max_chunks)
+                    )
                 except InputError as exc:
                     prefix = f"file {index}: " if len(files) > 1 else ""
                     raise InputError(prefix + str(exc)) from None
@@ -60,8 +68,9 @@ def check_request_size(files: list[bytes], limits: DocumentLimits) -> None:
         raise InputError(f"request has {len(files)} files, over the limit of {limits.max_files} (max_files)")
     total = sum(len(f) for f in files)
     if total > limits.max_request_bytes:
-        raise InputError(f"request has {total} bytes of files, over the limit of {limits.max_request_bytes} "
-                         "(max_request_bytes)")
+        raise InputError(
+            f"request has {total} bytes of files, over the limit of {limits.max_request_bytes} (max_request_bytes)"
+        )
 
 
 def all_chunks(jobs: list[DocumentJob]) -> list[str]:
@@ -82,7 +91,7 @@ def build_responses(pb_utils: Any, jobs: list[DocumentJob], vectors: np.ndarray,
             continue
         finals, counts, per_chunk = [], [], None
         for chunks in job.chunks_per_file:
-            chunk_vectors = vectors[offset:offset + len(chunks)]
+            chunk_vectors = vectors[offset : offset + len(chunks)]
             offset += len(chunks)
             finals.append(aggregate(chunk_vectors))
             counts.append([len(chunks)])
@@ -92,8 +101,9 @@ def build_responses(pb_utils: Any, jobs: list[DocumentJob], vectors: np.ndarray,
             pb_utils.Tensor("CHUNK_COUNT", np.asarray(counts, dtype=dtypes["CHUNK_COUNT"])),
         ]
         if job.options.aggregation == "none":
-            outputs.append(pb_utils.Tensor("CHUNK_EMBEDDINGS",
-                                           np.asarray(per_chunk, dtype=dtypes["CHUNK_EMBEDDINGS"])[None]))
+            outputs.append(
+                pb_utils.Tensor("CHUNK_EMBEDDINGS", np.asarray(per_chunk, dtype=dtypes["CHUNK_EMBEDDINGS"])[None])
+            )
         responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
     return responses
 

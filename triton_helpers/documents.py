@@ -51,9 +51,9 @@ def pdf_inflated_bytes(data: bytes, limit: int) -> int:
         start = match.end()
         end = data.find(b"endstream", start)
         end = len(data) if end < 0 else end
-        dictionary = data[max(0, match.start() - 512):match.start()]
+        dictionary = data[max(0, match.start() - 512) : match.start()]
         position = end + len(b"endstream")
-        if not FLATE.search(dictionary[dictionary.rfind(b"<<"):] if b"<<" in dictionary else dictionary):
+        if not FLATE.search(dictionary[dictionary.rfind(b"<<") :] if b"<<" in dictionary else dictionary):
             continue
         inflater = zlib.decompressobj()
         chunk = memoryview(data)[start:end]
@@ -62,8 +62,9 @@ def pdf_inflated_bytes(data: bytes, limit: int) -> int:
                 out = inflater.decompress(chunk, 1 << 20)
                 total += len(out)
                 if total > limit:
-                    raise InputError(f"PDF streams inflate to more than {limit} bytes, over the limit "
-                                     "(max_pdf_inflated_bytes)")
+                    raise InputError(
+                        f"PDF streams inflate to more than {limit} bytes, over the limit (max_pdf_inflated_bytes)"
+                    )
                 chunk = inflater.unconsumed_tail
                 if inflater.eof or not out:
                     break
@@ -79,14 +80,14 @@ def detect_kind(data: bytes) -> str:
 def decode_text(data: bytes) -> str:
     """UTF-8 (BOM stripped) or BOM-marked UTF-16; else an error naming the offending byte."""
     if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+        data = data[len(codecs.BOM_UTF8) :]
     elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return data.decode("utf-16")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"file is neither a PDF nor UTF-8 text (invalid byte {data[exc.start:exc.start + 1]!r} at offset "
+            f"file is neither a PDF nor UTF-8 text (invalid byte {data[exc.start : exc.start + 1]!r} at offset "
             f"{exc.start}); convert it to UTF-8"
         ) from None
     if "\x00" in text:
@@ -162,7 +163,7 @@ def count_tokens_within(text: str, tokenizer_file: str, budget: int) -> int:
     # over-long files at once, before the tokenizer runs.
     words = 0
     for offset in range(0, len(text), 1 << 20):
-        words += len(text[offset:offset + (1 << 20)].split())
+        words += len(text[offset : offset + (1 << 20)].split())
         if words > budget + (len(text) >> 20) + 1:  # + words split at slice borders
             return words
     count = token_counter(tokenizer_file)
@@ -220,7 +221,7 @@ class PipelineOptions:
     aggregation: str = "mean"
 
     @classmethod
-    def from_parameters(cls, parameters: dict, default_chunk_tokens: int, max_chunk_tokens: int) -> "PipelineOptions":
+    def from_parameters(cls, parameters: dict, default_chunk_tokens: int, max_chunk_tokens: int) -> PipelineOptions:
         unknown = set(parameters) - {"chunk_tokens", "aggregation"}
         if unknown:
             raise InputError(f"unknown request parameters {sorted(unknown)}; known: chunk_tokens, aggregation")
@@ -229,8 +230,9 @@ class PipelineOptions:
         except (TypeError, ValueError):
             raise InputError(f"chunk_tokens must be an integer, got {parameters.get('chunk_tokens')!r}") from None
         if not 8 <= chunk_tokens <= max_chunk_tokens:
-            raise InputError(f"chunk_tokens must be between 8 and {max_chunk_tokens} (the model's limit), "
-                             f"got {chunk_tokens}")
+            raise InputError(
+                f"chunk_tokens must be between 8 and {max_chunk_tokens} (the model's limit), got {chunk_tokens}"
+            )
         aggregation = str(parameters.get("aggregation", "mean"))
         if aggregation not in AGGREGATIONS:
             raise InputError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 class InputError(ValueError):
@@ -36,10 +37,7 @@ def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any],
 
 def output_dtypes(pb_utils: Any, model_config: dict) -> dict:
     """Map each output name in the model config to its numpy dtype."""
-    return {
-        output["name"]: pb_utils.triton_string_to_numpy(output["data_type"])
-        for output in model_config["output"]
-    }
+    return {output["name"]: pb_utils.triton_string_to_numpy(output["data_type"]) for output in model_config["output"]}
 
 
 def single_bytes_items(values: Any, name: str) -> list[bytes]:
@@ -65,7 +63,7 @@ def decode_utf8(data: bytes, name: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"input '{name}' is not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+            f"input '{name}' is not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
         ) from None
 
 

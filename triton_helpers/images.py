@@ -52,9 +52,7 @@ def open_image(
     if width <= 0 or height <= 0:
         raise InputError(f"image has an empty size {width}x{height}")
     if width * height > max_pixels:
-        raise InputError(
-            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}"
-        )
+        raise InputError(f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}")
     if min_shorter_side and image.format == "JPEG" and min(width, height) >= 2 * min_shorter_side:
         image.draft(image.mode, (min_shorter_side, min_shorter_side))
     try:

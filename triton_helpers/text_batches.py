@@ -25,15 +25,18 @@ class TextLimits:
     max_texts: int = DEFAULT_MAX_TEXTS
 
     @classmethod
-    def from_config(cls, config: dict, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES) -> "TextLimits":
+    def from_config(cls, config: dict, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES) -> TextLimits:
         parameters = config.get("parameters", {})
 
         def value(key: str, default: int) -> int:
             raw = (parameters.get(key) or {}).get("string_value")
             return int(raw) if raw not in (None, "") else default
 
-        return cls(value("max_text_bytes", max_text_bytes), value("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
-                   value("max_texts", DEFAULT_MAX_TEXTS))
+        return cls(
+            value("max_text_bytes", max_text_bytes),
+            value("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
+            value("max_texts", DEFAULT_MAX_TEXTS),
+        )
 
 
 def request_texts(values: Any, name: str, limits: TextLimits) -> list[str]:
@@ -43,12 +46,12 @@ def request_texts(values: Any, name: str, limits: TextLimits) -> list[str]:
 
     array = np.asarray(values)
     if array.size > limits.max_texts:
-        raise InputError(f"request has {array.size} {name} elements, over the limit of {limits.max_texts} "
-                         "(max_texts)")
+        raise InputError(f"request has {array.size} {name} elements, over the limit of {limits.max_texts} (max_texts)")
     total = sum(len(v) for v in array.reshape(-1) if isinstance(v, (bytes, bytearray, str)))
     if total > limits.max_request_bytes:
-        raise InputError(f"request has {total} bytes of {name}, over the limit of {limits.max_request_bytes} "
-                         "(max_request_bytes)")
+        raise InputError(
+            f"request has {total} bytes of {name}, over the limit of {limits.max_request_bytes} (max_request_bytes)"
+        )
     return utf8_texts(array, name, limits.max_text_bytes)
 
 
@@ -61,7 +64,7 @@ class TextBatch:
     responses: list = field(default_factory=list)
 
     @classmethod
-    def gather(cls, pb_utils: Any, requests: list, name: str, max_bytes: "int | TextLimits") -> "TextBatch":
+    def gather(cls, pb_utils: Any, requests: list, name: str, max_bytes: int | TextLimits) -> TextBatch:
         """Validate every request's ``name`` input; invalid requests get their error response now.
 
         ``max_bytes``: the per-text limit, or ``TextLimits`` (per text and per request)."""
@@ -82,7 +85,7 @@ class TextBatch:
         """Responses in request order: each valid request gets its rows of ``vectors``."""
         offset = 0
         for index, count in self.owners:
-            rows = np.ascontiguousarray(vectors[offset:offset + count], dtype=dtype)
+            rows = np.ascontiguousarray(vectors[offset : offset + count], dtype=dtype)
             self.responses[index] = pb_utils.InferenceResponse([pb_utils.Tensor(output, rows)])
             offset += count
         return self.responses

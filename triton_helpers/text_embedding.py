@@ -31,7 +31,7 @@ class EmbeddingModelInfo:
     dimension: int
 
     @classmethod
-    def read(cls, model_dir: str | Path | None = None) -> "EmbeddingModelInfo":
+    def read(cls, model_dir: str | Path | None = None) -> EmbeddingModelInfo:
         model_dir = Path(model_dir or default_model_dir())
         bert = json.loads((model_dir / "sentence_bert_config.json").read_text())
         modules = json.loads((model_dir / "modules.json").read_text())
@@ -77,9 +77,9 @@ def cut_for_truncation(text: str, tokenizer, start_chars: int = CUT_START_CHARS)
     """
     limit = start_chars
     while limit < len(text):
-        window = text[limit // 2:limit]
+        window = text[limit // 2 : limit]
         space = max(window.rfind(" "), window.rfind("\n"), window.rfind("\t"))
-        prefix = text[:limit // 2 + space] if space > 0 else text[:limit]
+        prefix = text[: limit // 2 + space] if space > 0 else text[:limit]
         encoding = tokenizer.encode(prefix)
         if sum(len(o.ids) for o in encoding.overflowing) >= CUT_MARGIN_TOKENS:
             return prefix

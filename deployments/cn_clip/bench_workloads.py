@@ -8,8 +8,6 @@ harness's admin header, as the gate requires for internal models.
 
 from __future__ import annotations
 
-import numpy as np
-
 from triton_helpers.cn_clip import preprocess_image
 
 
@@ -18,6 +16,10 @@ def workload_image_encoder_tensor(ctx):
     from harness.loadgen import Workload
 
     data = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
-    return Workload(model="image_encoder", inputs={"PIXEL_VALUES": preprocess_image(data)[None]},
-                    outputs=["EMBEDDING"], variant="image_encoder tensor b1",
-                    headers=getattr(ctx.server, "admin_headers", None))
+    return Workload(
+        model="image_encoder",
+        inputs={"PIXEL_VALUES": preprocess_image(data)[None]},
+        outputs=["EMBEDDING"],
+        variant="image_encoder tensor b1",
+        headers=getattr(ctx.server, "admin_headers", None),
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +24,12 @@ PROBABILITY_ATOL = 1e-3
 PIXEL_ATOL = 1e-5
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reference(fixtures: str) -> dict:
     return json.loads((Path(fixtures) / "reference.json").read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _embeddings(fixtures: str) -> dict:
     with np.load(Path(fixtures) / "reference.npz") as data:
         return {key: data[key] for key in data.files}
@@ -73,7 +73,8 @@ def _expect_error(ctx, model: str, inputs: dict, *fragments: str) -> str:
     except InferenceServerException as exc:
         message = str(exc)
         assert any(f.lower() in message.lower() for f in fragments), (
-            f"{model}: error message {message!r} does not say what is wrong (expected one of {fragments})")
+            f"{model}: error message {message!r} does not say what is wrong (expected one of {fragments})"
+        )
         assert "internal error" not in message, f"{model}: bad input reached an internal error: {message}"
         return message
     raise AssertionError(f"{model}: bad input was accepted: {list(inputs)}")
@@ -98,10 +99,12 @@ def check_fixtures_match_exported_weights(ctx):
         sha = _onnx_weights_sha(repo / tower / "1" / "model.onnx")
         assert sha == ref["weights_sha256"], (
             f"{tower}/1/model.onnx was exported from weights {sha}, the fixtures from {ref['weights_sha256']}: "
-            f"export and fixtures must use the same weights; run {REGENERATE}")
+            f"export and fixtures must use the same weights; run {REGENERATE}"
+        )
     config = (repo / "zero_shot" / "config.pbtxt").read_text()
     assert f'string_value: "{ref["logit_scale"]:.6f}"' in config, (
-        f"zero_shot/config.pbtxt logit_scale is not the fixtures' {ref['logit_scale']:.6f}; run {REGENERATE}")
+        f"zero_shot/config.pbtxt logit_scale is not the fixtures' {ref['logit_scale']:.6f}; run {REGENERATE}"
+    )
 
 
 def check_token_ids_match_cn_clip(ctx):
@@ -109,21 +112,27 @@ def check_token_ids_match_cn_clip(ctx):
     texts = [t for t in _ref(ctx)["texts"] if t["text"].strip()]  # "" is refused: see check_bad_text
     got = _infer_internal(ctx, "tokenize", {"TEXT": _bytes_column(t["text"] for t in texts)})["INPUT_IDS"]
     for row, entry in zip(got, texts):
-        assert row.tolist() == entry["token_ids"], f"token ids differ for {entry['text'][:40]!r}:\n{row.tolist()}\n{entry['token_ids']}"
+        assert row.tolist() == entry["token_ids"], (
+            f"token ids differ for {entry['text'][:40]!r}:\n{row.tolist()}\n{entry['token_ids']}"
+        )
 
 
 def check_preprocessing_matches_cn_clip_transform(ctx):
     """preprocess_image gives cn_clip's image_transform tensor for JPEG, PNG, greyscale and WebP."""
     for entry in _ref(ctx)["images"]:
         want = entry["pixels"]
-        got = _infer_internal(ctx, "preprocess_image", {"IMAGE_BYTES": _bytes_column([_image_bytes(ctx, entry)])})["PIXEL_VALUES"][0]
+        got = _infer_internal(ctx, "preprocess_image", {"IMAGE_BYTES": _bytes_column([_image_bytes(ctx, entry)])})[
+            "PIXEL_VALUES"
+        ][0]
         assert list(got.shape) == want["shape"], f"{entry['file']}: shape {got.shape} != {want['shape']}"
         flat = got.astype(np.float64).reshape(-1)
         samples = flat[np.array(want["sample_index"])]
         err = float(np.abs(samples - np.array(want["sample_values"])).max())
         assert err <= PIXEL_ATOL, f"{entry['file']}: sampled pixels differ from cn_clip's transform by {err:.2e}"
-        for key, value in (("sum", flat.sum()), ("abs_sum", np.abs(flat).sum()), ("sq_sum", (flat ** 2).sum())):
-            assert abs(value - want[key]) <= 1e-4 * max(1.0, abs(want[key])), f"{entry['file']}: {key} {value} != {want[key]}"
+        for key, value in (("sum", flat.sum()), ("abs_sum", np.abs(flat).sum()), ("sq_sum", (flat**2).sum())):
+            assert abs(value - want[key]) <= 1e-4 * max(1.0, abs(want[key])), (
+                f"{entry['file']}: {key} {value} != {want[key]}"
+            )
 
 
 def check_internal_steps_refused_to_clients(ctx):
@@ -131,8 +140,10 @@ def check_internal_steps_refused_to_clients(ctx):
     admin header; the entry models stay open."""
     if not getattr(ctx.server, "admin_headers", None):
         return  # no gate in front of this server (external URL): nothing refuses them
-    for model, inputs in (("tokenize", {"TEXT": _bytes_column(["猫"])}),
-                          ("preprocess_image", {"IMAGE_BYTES": _bytes_column([b"x"])})):
+    for model, inputs in (
+        ("tokenize", {"TEXT": _bytes_column(["猫"])}),
+        ("preprocess_image", {"IMAGE_BYTES": _bytes_column([b"x"])}),
+    ):
         try:
             ctx.infer(model, inputs)
         except InferenceServerException as exc:
@@ -145,8 +156,12 @@ def check_internal_steps_refused_to_clients(ctx):
 def check_image_embeddings(ctx):
     """image_embedding (ensemble, one batch of all fixture images) matches the torch reference."""
     images = _ref(ctx)["images"]
-    got = ctx.infer("image_embedding", {"IMAGE_BYTES": _bytes_column([_image_bytes(ctx, e) for e in images])})["EMBEDDING"]
-    _compare_embeddings(got, _embeddings(str(ctx.deployment.fixtures_path))["image_embeddings"], [e["file"] for e in images])
+    got = ctx.infer("image_embedding", {"IMAGE_BYTES": _bytes_column([_image_bytes(ctx, e) for e in images])})[
+        "EMBEDDING"
+    ]
+    _compare_embeddings(
+        got, _embeddings(str(ctx.deployment.fixtures_path))["image_embeddings"], [e["file"] for e in images]
+    )
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5), "image embeddings are not L2-normalised"
 
 
@@ -157,7 +172,9 @@ def check_text_embeddings_http_and_grpc(ctx):
     want = _embeddings(str(ctx.deployment.fixtures_path))["text_embeddings"][keep]
     names = [texts[i]["text"][:30] for i in keep]
     for protocol in ("http", "grpc"):
-        got = ctx.infer("text_embedding", {"TEXT": _bytes_column(texts[i]["text"] for i in keep)}, protocol=protocol)["EMBEDDING"]
+        got = ctx.infer("text_embedding", {"TEXT": _bytes_column(texts[i]["text"] for i in keep)}, protocol=protocol)[
+            "EMBEDDING"
+        ]
         _compare_embeddings(got, want, names)
 
 
@@ -168,8 +185,13 @@ def check_zero_shot_probabilities(ctx):
     for entry in ref["images"]:
         name = entry["file"].split("/")[-1]
         want = np.array(ref["zero_shot"]["probabilities"][name])
-        got = ctx.infer("zero_shot", {"IMAGE_BYTES": np.array([_image_bytes(ctx, entry)], dtype=np.object_),
-                                      "LABELS": np.array([l.encode() for l in labels], dtype=np.object_)})["PROBABILITIES"]
+        got = ctx.infer(
+            "zero_shot",
+            {
+                "IMAGE_BYTES": np.array([_image_bytes(ctx, entry)], dtype=np.object_),
+                "LABELS": np.array([l.encode() for l in labels], dtype=np.object_),
+            },
+        )["PROBABILITIES"]
         assert got.shape == want.shape, f"{name}: {got.shape} probabilities for {len(labels)} labels"
         err = float(np.abs(got - want).max())
         assert err <= PROBABILITY_ATOL, f"{name}: probabilities differ by {err:.2e}\n{got}\n{want}"
@@ -179,22 +201,44 @@ def check_bad_image(ctx):
     """Undecodable, empty and truncated images get clear errors; the server stays healthy."""
     scene = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
     for data in (b"this is not an image", b"", scene[: len(scene) // 3]):
-        _expect_error(ctx, "image_embedding", {"IMAGE_BYTES": _bytes_column([data])},
-                      "cannot decode", "empty", "truncated", "image")
-    _expect_error(ctx, "zero_shot", {"IMAGE_BYTES": np.array([b"\x89PNG broken"], dtype=np.object_),
-                                     "LABELS": np.array([b"cat"], dtype=np.object_)}, "cannot decode")
+        _expect_error(
+            ctx,
+            "image_embedding",
+            {"IMAGE_BYTES": _bytes_column([data])},
+            "cannot decode",
+            "empty",
+            "truncated",
+            "image",
+        )
+    _expect_error(
+        ctx,
+        "zero_shot",
+        {
+            "IMAGE_BYTES": np.array([b"\x89PNG broken"], dtype=np.object_),
+            "LABELS": np.array([b"cat"], dtype=np.object_),
+        },
+        "cannot decode",
+    )
     ctx.assert_healthy()
 
 
 def check_bad_text(ctx):
     """Empty text, 1 MB text and non-UTF-8 bytes get clear errors, on text_embedding and zero_shot."""
-    cases = [(b"", "empty"), (b" \t\n", "empty"), ("长".encode() * 350_000, "over the limit"),
-             (b"caf\xe9 \xff\xfe", "not valid utf-8")]
+    cases = [
+        (b"", "empty"),
+        (b" \t\n", "empty"),
+        ("长".encode() * 350_000, "over the limit"),
+        (b"caf\xe9 \xff\xfe", "not valid utf-8"),
+    ]
     for data, fragment in cases:
         _expect_error(ctx, "text_embedding", {"TEXT": _bytes_column([data])}, fragment)
     scene = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
-    _expect_error(ctx, "zero_shot", {"IMAGE_BYTES": np.array([scene], dtype=np.object_),
-                                     "LABELS": np.array([b"cat", b"\xff"], dtype=np.object_)}, "not valid utf-8")
+    _expect_error(
+        ctx,
+        "zero_shot",
+        {"IMAGE_BYTES": np.array([scene], dtype=np.object_), "LABELS": np.array([b"cat", b"\xff"], dtype=np.object_)},
+        "not valid utf-8",
+    )
     ctx.assert_healthy()
 
 
@@ -225,7 +269,7 @@ def check_good_requests_answered_beside_bad_ones(ctx):
 # --- benchmark workloads --------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _session(path: str):
     import onnxruntime as ort
 
@@ -236,22 +280,26 @@ def _session(path: str):
 
 def _text_ceiling(ctx, text: str):
     """The same work in this process: cn_clip tokenization + onnxruntime text tower, one batch."""
+
     def make(batch: int):
         from triton_helpers.cn_clip import CnClipTokenizer
 
         session = _session(str(ctx.deployment.model_repository / "text_encoder" / "1" / "model.onnx"))
         tokenizer = CnClipTokenizer()
         return lambda: session.run(None, {"INPUT_IDS": tokenizer.encode_checked([text] * batch)})
+
     return make
 
 
 def _image_ceiling(ctx, data: bytes):
     """The same work in this process: decode + cn_clip transform + onnxruntime image tower, one batch."""
+
     def make(batch: int):
         from triton_helpers.cn_clip import preprocess_image
 
         session = _session(str(ctx.deployment.model_repository / "image_encoder" / "1" / "model.onnx"))
         return lambda: session.run(None, {"PIXEL_VALUES": np.stack([preprocess_image(data) for _ in range(batch)])})
+
     return make
 
 
@@ -264,15 +312,23 @@ def _workload(**kwargs):
 def workload_image_embedding(ctx):
     """One JPEG (320x240, 7 kB) per request -> image embedding (ensemble: decode+transform, RN50)."""
     data = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
-    return _workload(model="image_embedding", inputs={"IMAGE_BYTES": _bytes_column([data])}, outputs=["EMBEDDING"],
-                     ceiling=_image_ceiling(ctx, data))
+    return _workload(
+        model="image_embedding",
+        inputs={"IMAGE_BYTES": _bytes_column([data])},
+        outputs=["EMBEDDING"],
+        ceiling=_image_ceiling(ctx, data),
+    )
 
 
 def workload_text_embedding(ctx):
     """One short Chinese sentence per request -> text embedding (ensemble: tokenize, RBT3)."""
     text = "一只狗在草地上奔跑"
-    return _workload(model="text_embedding", inputs={"TEXT": _bytes_column([text])}, outputs=["EMBEDDING"],
-                     ceiling=_text_ceiling(ctx, text))
+    return _workload(
+        model="text_embedding",
+        inputs={"TEXT": _bytes_column([text])},
+        outputs=["EMBEDDING"],
+        ceiling=_text_ceiling(ctx, text),
+    )
 
 
 def workload_zero_shot(ctx):
@@ -280,5 +336,8 @@ def workload_zero_shot(ctx):
     ref = _ref(ctx)
     data = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
     labels = np.array([l.encode() for l in ref["zero_shot"]["labels"]], dtype=np.object_)
-    return _workload(model="zero_shot", inputs={"IMAGE_BYTES": np.array([data], dtype=np.object_), "LABELS": labels},
-                     outputs=["PROBABILITIES"])
+    return _workload(
+        model="zero_shot",
+        inputs={"IMAGE_BYTES": np.array([data], dtype=np.object_), "LABELS": labels},
+        outputs=["PROBABILITIES"],
+    )

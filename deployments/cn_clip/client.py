@@ -59,8 +59,10 @@ def text_embeddings(texts, url: str | None = None, protocol: str = "http") -> np
 
 def zero_shot(image, labels, url: str | None = None, protocol: str = "http") -> np.ndarray:
     """One probability per label for one image (softmax over the labels)."""
-    inputs = {"IMAGE_BYTES": np.array([_read(image)], dtype=np.object_),
-              "LABELS": np.array([label.encode("utf-8") for label in labels], dtype=np.object_)}
+    inputs = {
+        "IMAGE_BYTES": np.array([_read(image)], dtype=np.object_),
+        "LABELS": np.array([label.encode("utf-8") for label in labels], dtype=np.object_),
+    }
     return _infer("zero_shot", inputs, "PROBABILITIES", url, protocol)
 
 

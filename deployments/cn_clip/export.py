@@ -30,7 +30,13 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from cn_clip_model import (  # noqa: E402
-    DEFAULT_ARCH, DEFAULT_SEED, ImageTower, TextTower, build_model, image_resolution, weights_sha256,
+    DEFAULT_ARCH,
+    DEFAULT_SEED,
+    ImageTower,
+    TextTower,
+    build_model,
+    image_resolution,
+    weights_sha256,
 )
 
 CONTEXT_LENGTH = 52
@@ -40,8 +46,15 @@ def _export(module, example, path: Path, input_name: str, dynamic: bool, opset: 
     path.parent.mkdir(parents=True, exist_ok=True)
     axes = {input_name: {0: "batch"}, "EMBEDDING": {0: "batch"}} if dynamic else None
     torch.onnx.export(
-        module, (example,), str(path), input_names=[input_name], output_names=["EMBEDDING"],
-        dynamic_axes=axes, opset_version=opset, do_constant_folding=True, dynamo=False,
+        module,
+        (example,),
+        str(path),
+        input_names=[input_name],
+        output_names=["EMBEDDING"],
+        dynamic_axes=axes,
+        opset_version=opset,
+        do_constant_folding=True,
+        dynamo=False,
     )
     if not dynamic:
         # A static graph still computes shapes at run time (Shape/Gather/Concat chains);
@@ -81,7 +94,7 @@ def _set_logit_scale(config: Path, value: float) -> None:
     pattern = r'(key:\s*"logit_scale"\s*value:\s*\{\s*string_value:\s*")[^"]*(")'
     new, count = re.subn(pattern, lambda m: f"{m.group(1)}{value:.6f}{m.group(2)}", text)
     if count != 1:
-        raise SystemExit(f"{config}: no parameters {{ key: \"logit_scale\" ... }} entry to update")
+        raise SystemExit(f'{config}: no parameters {{ key: "logit_scale" ... }} entry to update')
     if new != text:
         config.write_text(new)
 
@@ -89,11 +102,15 @@ def _set_logit_scale(config: Path, value: float) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default=DEFAULT_ARCH, help="cn_clip '<vision>@<text>' architecture")
-    parser.add_argument("--checkpoint", help="a Chinese-CLIP .pt checkpoint (e.g. clip_cn_rn50.pt); default: seeded weights")
+    parser.add_argument(
+        "--checkpoint", help="a Chinese-CLIP .pt checkpoint (e.g. clip_cn_rn50.pt); default: seeded weights"
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--static", action="store_true", help="also export static batch-1 graphs as version 2 (NPU)")
-    parser.add_argument("--static-opset", type=int, default=14, help="opset of the static graphs (npu_ge recommends 14)")
+    parser.add_argument(
+        "--static-opset", type=int, default=14, help="opset of the static graphs (npu_ge recommends 14)"
+    )
     parser.add_argument("--repository", default=str(HERE / "model_repository"))
     args = parser.parse_args(argv)
 
@@ -119,20 +136,31 @@ def main(argv=None) -> int:
             _tag(path, meta)
             check = torch.cat([example, example[:1]]) if dynamic else sample  # another batch size than traced
             err = _verify(path, module, check)
-            print(f"{path.relative_to(HERE)}: {'dynamic batch' if dynamic else 'static batch 1'}, "
-                  f"opset {opset}, max |onnx - torch| = {err:.2e}")
+            print(
+                f"{path.relative_to(HERE)}: {'dynamic batch' if dynamic else 'static batch 1'}, "
+                f"opset {opset}, max |onnx - torch| = {err:.2e}"
+            )
             if err > 1e-4:
                 raise SystemExit(f"{path}: onnxruntime differs from torch by {err}")
             files[f"{name}/{version}"] = str(path.relative_to(HERE))
 
     _set_logit_scale(repo / "zero_shot" / "config.pbtxt", logit_scale)
-    info = {**meta, "logit_scale": logit_scale, "checkpoint": args.checkpoint, "seed": None if args.checkpoint else args.seed,
-            "context_length": CONTEXT_LENGTH, "image_size": size, "files": files}
+    info = {
+        **meta,
+        "logit_scale": logit_scale,
+        "checkpoint": args.checkpoint,
+        "seed": None if args.checkpoint else args.seed,
+        "context_length": CONTEXT_LENGTH,
+        "image_size": size,
+        "files": files,
+    }
     out = HERE / ".exported" / "export.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(info, indent=2) + "\n")
-    print(f"weights sha256 {sha}, logit_scale {logit_scale:.4f}; wrote {out.relative_to(HERE)} "
-          f"in {time.time() - started:.0f} s")
+    print(
+        f"weights sha256 {sha}, logit_scale {logit_scale:.4f}; wrote {out.relative_to(HERE)} "
+        f"in {time.time() - started:.0f} s"
+    )
     return 0
 
 

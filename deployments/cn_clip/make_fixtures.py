@@ -79,7 +79,7 @@ def tensor_summary(tensor: np.ndarray) -> dict:
         "sha256": hashlib.sha256(np.ascontiguousarray(tensor, dtype=np.float32).tobytes()).hexdigest(),
         "sum": float(flat.sum()),
         "abs_sum": float(np.abs(flat).sum()),
-        "sq_sum": float((flat ** 2).sum()),
+        "sq_sum": float((flat**2).sum()),
         "sample_index": index.tolist(),
         "sample_values": [float(v) for v in flat[index]],
     }
@@ -134,10 +134,13 @@ def main(argv=None) -> int:
     (FIXTURES / "reference.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
     np.savez_compressed(
         FIXTURES / "reference.npz",
-        image_embeddings=image_features.numpy(), text_embeddings=text_features.numpy(),
+        image_embeddings=image_features.numpy(),
+        text_embeddings=text_features.numpy(),
     )
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    print(f"wrote {FIXTURES.relative_to(HERE.parent.parent)} ({size / 1024:.0f} KiB), weights sha256 {reference['weights_sha256']}")
+    print(
+        f"wrote {FIXTURES.relative_to(HERE.parent.parent)} ({size / 1024:.0f} KiB), weights sha256 {reference['weights_sha256']}"
+    )
     return 0
 
 

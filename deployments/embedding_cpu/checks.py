@@ -8,7 +8,7 @@ import json
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +32,16 @@ SHORT_SENTENCES = [
     "Throughput grows with the batch size.",
     "Short text.",
 ]
-MIN_COSINE = {"embedding_py": 0.9999, "embedding_onnx": 0.999, "embedding_onnx_text": 0.999,
-              "embedding_onnx_text_ensemble": 0.999, "embedding_onnx_int8": 0.99}
+MIN_COSINE = {
+    "embedding_py": 0.9999,
+    "embedding_onnx": 0.999,
+    "embedding_onnx_text": 0.999,
+    "embedding_onnx_text_ensemble": 0.999,
+    "embedding_onnx_int8": 0.99,
+}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fixture(name: str = "expected_embeddings.json") -> dict:
     fixture = json.loads((HERE / "fixtures" / name).read_text())
     weights = default_model_dir() / fixture["weights_file"]
@@ -96,7 +101,9 @@ def _in_process(precision: str, texts: list[str]) -> np.ndarray:
     """Client tokenization + the exported ONNX file in this process + pooling: the same batch the
     served model gets from ``client.embed_texts``."""
     tokens = tokenize(texts)
-    hidden = _session(precision, 0).run(["last_hidden_state"], {k: tokens[k] for k in ("input_ids", "attention_mask")})[0]
+    hidden = _session(precision, 0).run(["last_hidden_state"], {k: tokens[k] for k in ("input_ids", "attention_mask")})[
+        0
+    ]
     return pool(hidden, tokens["attention_mask"], EmbeddingModelInfo.read().normalize)
 
 
@@ -108,7 +115,9 @@ def check_embedding_onnx_int8_serves_its_model_exactly(ctx):
     with client.connect(ctx.server.http_url, "http") as c:
         for batch in [sentences] + [[s] for s in sentences]:
             served = client.embed_texts(c, batch, "embedding_onnx_int8")
-            _assert_close("embedding_onnx_int8 served vs in-process", batch, served, _in_process("int8", batch), 0.99999)
+            _assert_close(
+                "embedding_onnx_int8 served vs in-process", batch, served, _in_process("int8", batch), 0.99999
+            )
 
 
 def check_embedding_onnx_int8_within_tolerance(ctx):
@@ -120,8 +129,13 @@ def check_embedding_onnx_int8_within_tolerance(ctx):
     with client.connect(ctx.server.http_url, "http") as c:
         for sentence in fixture["sentences"]:
             alone = client.embed_texts(c, [sentence], "embedding_onnx_int8")
-            _assert_close("embedding_onnx_int8 alone", [sentence], alone, expected[sentence][None],
-                          MIN_COSINE["embedding_onnx_int8"] if sentence else 0.97)
+            _assert_close(
+                "embedding_onnx_int8 alone",
+                [sentence],
+                alone,
+                expected[sentence][None],
+                MIN_COSINE["embedding_onnx_int8"] if sentence else 0.97,
+            )
 
 
 def check_asyncio_clients_send_text_over_http_and_grpc(ctx):
@@ -166,8 +180,13 @@ def check_concurrent_texts_of_different_lengths_share_executions(ctx):
                 if after["inference_count"] - before["inference_count"] >= len(texts) or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
-        _assert_close(f"{model} concurrent mixed lengths", texts, vectors, np.stack([expected[t] for t in texts]),
-                      MIN_COSINE[model])
+        _assert_close(
+            f"{model} concurrent mixed lengths",
+            texts,
+            vectors,
+            np.stack([expected[t] for t in texts]),
+            MIN_COSINE[model],
+        )
         requests = after["inference_count"] - before["inference_count"]
         executions = after["execution_count"] - before["execution_count"]
         assert requests == len(texts), f"{model}: {requests} inferences counted for {len(texts)} requests"
@@ -190,15 +209,23 @@ def check_pipelines_match_reference_and_each_other(ctx):
             for model in client.FILE_MODELS:
                 out = client.embed_file(c, data, model, chunk_tokens=case["chunk_tokens"])
                 assert int(out["CHUNK_COUNT"][0, 0]) == len(case["chunks"]), (
-                    f"{model} {label}: {out['CHUNK_COUNT'][0, 0]} chunks, reference chunker made {len(case['chunks'])}")
+                    f"{model} {label}: {out['CHUNK_COUNT'][0, 0]} chunks, reference chunker made {len(case['chunks'])}"
+                )
                 finals[model] = out["FINAL_EMBEDDING"][0]
                 _assert_close(f"{model} {label}", [label], finals[model], expected, 0.999)
-            _assert_close(f"pipelines agree on {label}", [label], finals["full_pipeline_py"],
-                          finals["pipeline_orchestrator"], 0.999)
+            _assert_close(
+                f"pipelines agree on {label}",
+                [label],
+                finals["full_pipeline_py"],
+                finals["pipeline_orchestrator"],
+                0.999,
+            )
 
 
 def check_pipelines_return_chunk_vectors_without_aggregation(ctx):
-    case, data = next(c for c in _document_cases() if c[0]["file"] == "serving_notes.txt" and c[0]["chunk_size"] == "small")
+    case, data = next(
+        c for c in _document_cases() if c[0]["file"] == "serving_notes.txt" and c[0]["chunk_size"] == "small"
+    )
     expected = np.asarray(case["chunk_embeddings"], np.float32)
     with client.connect(ctx.server.http_url, "http") as c:
         for model in client.FILE_MODELS:
@@ -208,19 +235,32 @@ def check_pipelines_return_chunk_vectors_without_aggregation(ctx):
 
 def check_pipeline_contract_with_plain_http_json(ctx):
     """A client that knows only the SPEC contract: HTTP/JSON, RAW_FILE as a BYTES string."""
-    case, data = next(c for c in _document_cases() if c[0]["file"] == "serving_notes.txt" and c[0]["chunk_size"] == "default")
-    body = json.dumps({"inputs": [{"name": "RAW_FILE", "shape": [1, 1], "datatype": "BYTES",
-                                   "data": [data.decode("utf-8")]}],
-                       "outputs": [{"name": "FINAL_EMBEDDING"}]}).encode()
+    case, data = next(
+        c for c in _document_cases() if c[0]["file"] == "serving_notes.txt" and c[0]["chunk_size"] == "default"
+    )
+    body = json.dumps(
+        {
+            "inputs": [{"name": "RAW_FILE", "shape": [1, 1], "datatype": "BYTES", "data": [data.decode("utf-8")]}],
+            "outputs": [{"name": "FINAL_EMBEDDING"}],
+        }
+    ).encode()
     for model in client.FILE_MODELS:
-        request = urllib.request.Request(f"http://{ctx.server.http_url}/v2/models/{model}/infer", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://{ctx.server.http_url}/v2/models/{model}/infer",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             answer = json.loads(response.read())
         output = next(o for o in answer["outputs"] if o["name"] == "FINAL_EMBEDDING")
         assert output["datatype"] == "FP32" and output["shape"] == [1, 384], output["shape"]
-        _assert_close(f"{model} via JSON", ["serving_notes.txt"], np.asarray(output["data"], np.float32),
-                      np.asarray(case["final_embedding"], np.float32), 0.999)
+        _assert_close(
+            f"{model} via JSON",
+            ["serving_notes.txt"],
+            np.asarray(output["data"], np.float32),
+            np.asarray(case["final_embedding"], np.float32),
+            0.999,
+        )
 
 
 def _expect_error(ctx, model, inputs, *fragments, parameters=None, within_s: float | None = None):
@@ -242,12 +282,18 @@ def check_bad_sentence_input_is_rejected_clearly(ctx):
         _expect_error(ctx, model, {"TEXT": np.array([b"a", b"b"], dtype=object)}, "shape")
         message = _expect_error(ctx, model, {"TEXT": np.array([[b"\xff\xfe bad"]], dtype=object)}, "UTF-8")
         assert "internal error" not in message, message
-        _expect_error(ctx, model, {"WRONG": np.array([[b"x"]], dtype=object)}, "unexpected inference input",
-                      "expected", "TEXT")
+        _expect_error(
+            ctx, model, {"WRONG": np.array([[b"x"]], dtype=object)}, "unexpected inference input", "expected", "TEXT"
+        )
         _expect_error(ctx, model, {"TEXT": np.array([[b"x" * ((1 << 20) + 1)]], dtype=object)}, "limit")
     for model in ("embedding_onnx", "embedding_onnx_int8"):
-        _expect_error(ctx, model, {"input_ids": np.ones((1, 4), np.float32),
-                                   "attention_mask": np.ones((1, 4), np.int64)}, "data-type", "datatype")
+        _expect_error(
+            ctx,
+            model,
+            {"input_ids": np.ones((1, 4), np.float32), "attention_mask": np.ones((1, 4), np.int64)},
+            "data-type",
+            "datatype",
+        )
         _expect_error(ctx, model, {"input_ids": np.ones((1, 4), np.int64)}, "attention_mask", "expected")
     ctx.assert_healthy()
 
@@ -272,8 +318,14 @@ def check_bad_files_get_clear_errors_in_bounded_time(ctx):
     ]
     for model in client.FILE_MODELS:
         for data, parameters, fragments in cases:
-            _expect_error(ctx, model, {"RAW_FILE": np.array([[data]], dtype=object)}, *fragments,
-                          parameters=parameters or None, within_s=30)
+            _expect_error(
+                ctx,
+                model,
+                {"RAW_FILE": np.array([[data]], dtype=object)},
+                *fragments,
+                parameters=parameters or None,
+                within_s=30,
+            )
     ctx.assert_healthy()
 
 
@@ -314,8 +366,9 @@ def _session(precision: str, copy: int):
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     name = "embedding_onnx" if precision == "fp32" else "embedding_onnx_int8"
-    return ort.InferenceSession(str(HERE / "model_repository" / name / "1" / "model.onnx"), options,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        str(HERE / "model_repository" / name / "1" / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
 
 
 def _ceiling(precision: str, instances: int = 2):
@@ -329,8 +382,11 @@ def _ceiling(precision: str, instances: int = 2):
 
     def for_batch(n: int):
         shares = [n // instances + (1 if i < n % instances else 0) for i in range(instances)]
-        jobs = [(_session(precision, i), [SHORT_SENTENCES[j % len(SHORT_SENTENCES)] for j in range(k)])
-                for i, k in enumerate(shares) if k]
+        jobs = [
+            (_session(precision, i), [SHORT_SENTENCES[j % len(SHORT_SENTENCES)] for j in range(k)])
+            for i, k in enumerate(shares)
+            if k
+        ]
 
         def one(job):
             session, texts = job
@@ -338,23 +394,37 @@ def _ceiling(precision: str, instances: int = 2):
             pool(session.run(["last_hidden_state"], tokens)[0], tokens["attention_mask"], normalize)
 
         return lambda: list(workers.map(one, jobs))
+
     return for_batch
 
 
 def workload_embedding_py_sentence(ctx) -> Workload:
-    return Workload(model="embedding_py", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
-                    variant="embedding_py (sentence-transformers, python backend)")
+    return Workload(
+        model="embedding_py",
+        inputs={"TEXT": _text_rows(1)},
+        outputs=["EMBEDDING"],
+        variant="embedding_py (sentence-transformers, python backend)",
+    )
 
 
 def workload_embedding_onnx_text_sentence(ctx) -> Workload:
-    return Workload(model="embedding_onnx_text", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
-                    variant="embedding_onnx_text fp32 (server tokenizes + pools, BLS)", ceiling=_ceiling("fp32"))
+    return Workload(
+        model="embedding_onnx_text",
+        inputs={"TEXT": _text_rows(1)},
+        outputs=["EMBEDDING"],
+        variant="embedding_onnx_text fp32 (server tokenizes + pools, BLS)",
+        ceiling=_ceiling("fp32"),
+    )
 
 
 def workload_embedding_onnx_text_ensemble_sentence(ctx) -> Workload:
-    return Workload(model="embedding_onnx_text_ensemble", inputs={"TEXT": _text_rows(1)}, outputs=["EMBEDDING"],
-                    variant="embedding_onnx_text_ensemble fp32 (tokenize -> onnx -> pool ensemble)",
-                    ceiling=_ceiling("fp32"))
+    return Workload(
+        model="embedding_onnx_text_ensemble",
+        inputs={"TEXT": _text_rows(1)},
+        outputs=["EMBEDDING"],
+        variant="embedding_onnx_text_ensemble fp32 (tokenize -> onnx -> pool ensemble)",
+        ceiling=_ceiling("fp32"),
+    )
 
 
 def _client_tokenized(model: str, variant: str, precision: str) -> Workload:
@@ -369,8 +439,14 @@ def _client_tokenized(model: str, variant: str, precision: str) -> Workload:
         hidden = outputs["last_hidden_state"]
         pool(hidden, np.ones(hidden.shape[:2], np.int64), normalize)
 
-    return Workload(model=model, prepare=prepare, finish=finish, outputs=["last_hidden_state"], variant=variant,
-                    ceiling=_ceiling(precision))
+    return Workload(
+        model=model,
+        prepare=prepare,
+        finish=finish,
+        outputs=["last_hidden_state"],
+        variant=variant,
+        ceiling=_ceiling(precision),
+    )
 
 
 def workload_embedding_onnx_sentence(ctx) -> Workload:
@@ -383,8 +459,12 @@ def workload_embedding_onnx_int8_sentence(ctx) -> Workload:
 
 def _document_workload(model: str) -> Workload:
     data = (DOCUMENTS / "serving_notes.txt").read_bytes()
-    return Workload(model=model, inputs={"RAW_FILE": np.array([[data]], dtype=object)}, outputs=["FINAL_EMBEDDING"],
-                    variant=f"{model} (serving_notes.txt, {len(data)} bytes, 2 chunks)")
+    return Workload(
+        model=model,
+        inputs={"RAW_FILE": np.array([[data]], dtype=object)},
+        outputs=["FINAL_EMBEDDING"],
+        variant=f"{model} (serving_notes.txt, {len(data)} bytes, 2 chunks)",
+    )
 
 
 def workload_full_pipeline_py_document(ctx) -> Workload:

@@ -84,8 +84,9 @@ def file_parameters(chunk_tokens: int | None = None, aggregation: str | None = N
 
 def embed_file(client, data: bytes, model: str = "pipeline_orchestrator", **options) -> dict[str, np.ndarray]:
     """FINAL_EMBEDDING, CHUNK_COUNT (and CHUNK_EMBEDDINGS with aggregation='none') of one file."""
-    result = client.infer(model, [bytes_input(_module(client), "RAW_FILE", [data])],
-                          parameters=file_parameters(**options))
+    result = client.infer(
+        model, [bytes_input(_module(client), "RAW_FILE", [data])], parameters=file_parameters(**options)
+    )
     names = ["FINAL_EMBEDDING", "CHUNK_COUNT"] + (["CHUNK_EMBEDDINGS"] if options.get("aggregation") == "none" else [])
     return {name: result.as_numpy(name) for name in names}
 
@@ -100,8 +101,15 @@ def connect_async(url: str, protocol: str):
     return (grpc_aio if protocol == "grpc" else http_aio).InferenceServerClient(url)
 
 
-async def embed_files_async(url: str, protocol: str, paths: list[Path], model: str = "pipeline_orchestrator",
-                            concurrency: int = 8, progress: bool = True, **options) -> dict[Path, np.ndarray]:
+async def embed_files_async(
+    url: str,
+    protocol: str,
+    paths: list[Path],
+    model: str = "pipeline_orchestrator",
+    concurrency: int = 8,
+    progress: bool = True,
+    **options,
+) -> dict[Path, np.ndarray]:
     """The asyncio pattern: many files in flight at once (bounded), one request each.
 
     Returns ``{path: FINAL_EMBEDDING}``; a file the server refuses maps to its InferenceServerException.
@@ -116,8 +124,9 @@ async def embed_files_async(url: str, protocol: str, paths: list[Path], model: s
     async def one(path: Path):
         async with limit:
             try:
-                result = await client.infer(model, [bytes_input(module, "RAW_FILE", [path.read_bytes()])],
-                                            parameters=parameters)
+                result = await client.infer(
+                    model, [bytes_input(module, "RAW_FILE", [path.read_bytes()])], parameters=parameters
+                )
             except InferenceServerException as exc:
                 return path, exc
             return path, result.as_numpy("FINAL_EMBEDDING")[0]
@@ -129,8 +138,9 @@ async def embed_files_async(url: str, protocol: str, paths: list[Path], model: s
     return dict(pairs)
 
 
-async def embed_texts_async(url: str, protocol: str, texts: list[str], model: str = "embedding_onnx_text",
-                            concurrency: int = 16) -> np.ndarray:
+async def embed_texts_async(
+    url: str, protocol: str, texts: list[str], model: str = "embedding_onnx_text", concurrency: int = 16
+) -> np.ndarray:
     """The asyncio pattern for sentences: one request per text, ``concurrency`` in flight."""
     client = connect_async(url, protocol)
     module = _module(client)
@@ -172,12 +182,14 @@ def _embed(args) -> int:
         return 0
     paths = collect_files(args.paths)
     if not paths:
-        raise ClientError(f"no {'/'.join(sorted(FILE_SUFFIXES))} files under {' '.join(map(str, args.paths))}",
-                          EXIT_USAGE)
+        raise ClientError(
+            f"no {'/'.join(sorted(FILE_SUFFIXES))} files under {' '.join(map(str, args.paths))}", EXIT_USAGE
+        )
     for path in paths:
         read_file(path)
-    vectors = asyncio.run(embed_files_async(url, args.protocol, paths, args.model,
-                                            args.concurrency, chunk_tokens=args.chunk_tokens))
+    vectors = asyncio.run(
+        embed_files_async(url, args.protocol, paths, args.model, args.concurrency, chunk_tokens=args.chunk_tokens)
+    )
     refused = 0
     for path, vector in vectors.items():
         if isinstance(vector, InferenceServerException):

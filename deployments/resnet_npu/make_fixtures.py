@@ -57,8 +57,10 @@ def make_images() -> None:
 
     def scene(width, height, noise=20):
         y, x = np.mgrid[0:height, 0:width]
-        rgb = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1),
-                        (x + y) * 255 // max(width + height - 2, 1)], axis=-1).astype(np.uint8)
+        rgb = np.stack(
+            [x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), (x + y) * 255 // max(width + height - 2, 1)],
+            axis=-1,
+        ).astype(np.uint8)
         rgb = np.clip(rgb.astype(int) + rng.randint(-noise, noise + 1, rgb.shape), 0, 255).astype(np.uint8)
         image = Image.fromarray(rgb)
         draw = ImageDraw.Draw(image)
@@ -69,12 +71,12 @@ def make_images() -> None:
             (draw.ellipse if rng.rand() < 0.5 else draw.rectangle)(box, fill=colour)
         return image
 
-    scene(320, 240).save(IMAGES / "landscape_320x240.jpg", quality=90)     # wide, odd crop offsets
-    scene(199, 401, noise=0).save(IMAGES / "portrait_199x401.png")                  # tall, PNG
+    scene(320, 240).save(IMAGES / "landscape_320x240.jpg", quality=90)  # wide, odd crop offsets
+    scene(199, 401, noise=0).save(IMAGES / "portrait_199x401.png")  # tall, PNG
     scene(96, 80).convert("L").save(IMAGES / "gray_96x80.jpg", quality=90)  # upscaled, grayscale
     rgba = scene(300, 300, noise=0).convert("RGBA")
     rgba.putalpha(Image.fromarray(np.full((300, 300), 128, np.uint8)))
-    rgba.save(IMAGES / "rgba_300x300.png")                                 # alpha dropped by convert
+    rgba.save(IMAGES / "rgba_300x300.png")  # alpha dropped by convert
 
 
 def reference_transform(name: str):
@@ -83,8 +85,9 @@ def reference_transform(name: str):
     from torchvision import transforms as T
 
     if name == "resnet50":
-        return T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
-                          T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+        return T.Compose(
+            [T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+        )
 
     def tf_center_crop(image: Image.Image) -> Image.Image:
         width, height = image.size
@@ -92,23 +95,33 @@ def reference_transform(name: str):
         top, left = (height - side + 1) // 2, (width - side + 1) // 2
         return image.crop((left, top, left + side, top + side))
 
-    return T.Compose([T.Lambda(tf_center_crop), T.Resize((224, 224), interpolation=T.InterpolationMode.BICUBIC),
-                      T.ToTensor(), T.Normalize([127 / 255] * 3, [128 / 255] * 3)])
+    return T.Compose(
+        [
+            T.Lambda(tf_center_crop),
+            T.Resize((224, 224), interpolation=T.InterpolationMode.BICUBIC),
+            T.ToTensor(),
+            T.Normalize([127 / 255] * 3, [128 / 255] * 3),
+        ]
+    )
 
 
 def main() -> int:
     import torch
+    from export import load_exported
     from PIL import Image
 
-    from export import load_exported
     from triton_helpers.classification import imagenet_class_names
 
     if not IMAGES.exists() or not any(IMAGES.iterdir()):
         make_images()
     names = imagenet_class_names()
     paths = image_paths()
-    expected = {"generated_by": "make_fixtures.py (torch + torchvision reference)", "regenerate": REGENERATE,
-                "match_rule": "top-5 class ids identical; probabilities within 1e-3", "models": {}}
+    expected = {
+        "generated_by": "make_fixtures.py (torch + torchvision reference)",
+        "regenerate": REGENERATE,
+        "match_rule": "top-5 class ids identical; probabilities within 1e-3",
+        "models": {},
+    }
     logits_out = {}
     torch.set_num_threads(2)
     for model_name in MODELS:

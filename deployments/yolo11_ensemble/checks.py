@@ -11,7 +11,7 @@ import struct
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +27,14 @@ client = load_module(HERE / "client.py", "yolo11_ensemble_client")
 
 ENSEMBLE, DETECTOR = "yolo11_ensemble", "yolo11_detector"
 MIN_IOU, MAX_SCORE_DIFF = 0.9, 0.02
-REGENERATE = (
-    "cd deployments/yolo11_ensemble && python export.py [--weights W] && python make_fixtures.py [--weights W]"
-)
+REGENERATE = "cd deployments/yolo11_ensemble && python export.py [--weights W] && python make_fixtures.py [--weights W]"
 BENCH_IMAGE = "bus.jpg"
 
 
 # ----------------------------------------------------------------------------- helpers
 
-@lru_cache(maxsize=None)
+
+@cache
 def _expected(fixtures_path: Path) -> dict:
     return json.loads((fixtures_path / "expected_detections.json").read_text())
 
@@ -67,7 +66,9 @@ def _require_same_weights(ctx) -> None:
         f"{info['weights_sha256'][:12]}) than the fixtures ({expected['weights']}, sha256 "
         f"{expected['weights_sha256'][:12]}); export the fixtures' weights or regenerate both: {REGENERATE}"
     )
-    assert info["imgsz"] == expected["imgsz"], f"exported at {info['imgsz']}, fixtures at {expected['imgsz']}: {REGENERATE}"
+    assert info["imgsz"] == expected["imgsz"], (
+        f"exported at {info['imgsz']}, fixtures at {expected['imgsz']}: {REGENERATE}"
+    )
 
 
 def match_detections(got: client.Detections, expected: list[dict], where: str) -> None:
@@ -123,9 +124,10 @@ def _counts(ctx, model: str) -> tuple[int, int]:
     """(requests, executions) a model has run so far, from Triton's statistics."""
     with ctx.http_client() as http:
         stats = http.get_inference_statistics(model)["model_stats"]
-    return (sum(int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])
-                for s in stats),
-            sum(int(s.get("execution_count", 0)) for s in stats))
+    return (
+        sum(int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"]) for s in stats),
+        sum(int(s.get("execution_count", 0)) for s in stats),
+    )
 
 
 def _expect_error(call, needle: str, what: str) -> str:
@@ -139,6 +141,7 @@ def _expect_error(call, needle: str, what: str) -> str:
 
 
 # ----------------------------------------------------------------------------- checks
+
 
 def check_weights_match_fixtures(ctx):
     """The served ONNX comes from the checkpoint the fixtures were made with."""
@@ -191,8 +194,9 @@ def check_request_parameters(ctx):
     (loose,) = _infer_ensemble(ctx, data, parameters={"conf": 0.05, "iou": 0.3})
     assert len(loose.scores) >= len(default.scores) - 1, loose.as_dicts()
     _expect_error(lambda: _infer_ensemble(ctx, data, parameters={"conf": 2.5}), "parameter 'conf'", "conf=2.5")
-    _expect_error(lambda: _infer_ensemble(ctx, data, parameters={"max_det": "many"}), "parameter 'max_det'",
-                  "max_det=many")
+    _expect_error(
+        lambda: _infer_ensemble(ctx, data, parameters={"max_det": "many"}), "parameter 'max_det'", "max_det=many"
+    )
     ctx.assert_healthy()
 
 
@@ -202,8 +206,11 @@ def check_bad_inputs_are_refused(ctx):
         _expect_error(lambda data=data: _infer_ensemble(ctx, data), needle, what)
     ctx.assert_healthy(models=[ENSEMBLE, "preprocess", DETECTOR, "postprocess"])
     (got,) = _infer_ensemble(ctx, _image(ctx, "zidane.jpg"))
-    match_detections(got, _expected(ctx.deployment.fixtures_path)["images"]["zidane.jpg"]["detections"],
-                     "zidane.jpg after bad inputs")
+    match_detections(
+        got,
+        _expected(ctx.deployment.fixtures_path)["images"]["zidane.jpg"]["detections"],
+        "zidane.jpg after bad inputs",
+    )
 
 
 def check_batch_mixing_good_and_bad(ctx):
@@ -217,7 +224,7 @@ def check_batch_mixing_good_and_bad(ctx):
     bad = _bad_inputs(ctx)
     jobs = [("good", name, _image(ctx, name), None) for name in good]
     jobs += [("bad", what, data, needle) for what, data, needle in bad]
-    jobs = [job for pair in zip(jobs[: len(good)], jobs[len(good):]) for job in pair] + jobs[2 * len(good):]
+    jobs = [job for pair in zip(jobs[: len(good)], jobs[len(good) :]) for job in pair] + jobs[2 * len(good) :]
     barrier = threading.Barrier(len(jobs))
 
     def run(job):
@@ -243,8 +250,11 @@ def check_batch_mixing_good_and_bad(ctx):
             match_detections(got, expected[name]["detections"], f"{name} (mixed batch)")
         else:
             assert error is not None and needle.lower() in error.lower(), f"{name}: expected {needle!r}, got {error}"
-    message = _expect_error(lambda: _infer_ensemble(ctx, _image(ctx, "bus.jpg"), b"not an image"),
-                            "IMAGE_BYTES[1]", "batch [good, bad] in one request")
+    message = _expect_error(
+        lambda: _infer_ensemble(ctx, _image(ctx, "bus.jpg"), b"not an image"),
+        "IMAGE_BYTES[1]",
+        "batch [good, bad] in one request",
+    )
     assert "not a known image format" in message, message
     ctx.assert_healthy(models=[ENSEMBLE, "preprocess", DETECTOR, "postprocess"])
 
@@ -258,11 +268,15 @@ def check_before_path_matches(ctx):
         inputs, geometry = client.tensor_request_640(data)
         head = ctx.infer(DETECTOR, inputs, outputs=["output0"], protocol="grpc")["output0"]
         got = client.finish_tensor(head, geometry, names)
-        match_detections(got, _expected(ctx.deployment.fixtures_path)["images"][image]["detections"],
-                         f"{image} via client-side tensor")
+        match_detections(
+            got,
+            _expected(ctx.deployment.fixtures_path)["images"][image]["detections"],
+            f"{image} via client-side tensor",
+        )
 
 
 # ----------------------------------------------------------------------------- workloads
+
 
 @lru_cache(maxsize=1)
 def _detector_session():
@@ -288,7 +302,10 @@ def workload_ensemble_jpeg(ctx):
 
     data = _image(ctx, BENCH_IMAGE)
     return Workload(
-        model=ENSEMBLE, inputs=_bytes_input(data), outputs=["DETECTIONS_JSON"], variant="ensemble-raw-jpeg",
+        model=ENSEMBLE,
+        inputs=_bytes_input(data),
+        outputs=["DETECTIONS_JSON"],
+        variant="ensemble-raw-jpeg",
         finish=lambda out: json.loads(out["DETECTIONS_JSON"][0][0]),
         notes={"image": f"{BENCH_IMAGE} {len(data)} B", "client_work": "none"},
         ceiling=_detector_ceiling,
@@ -308,10 +325,16 @@ def _tensor_workload(ctx, naive: bool, size: int, variant: str):
         return inputs
 
     return Workload(
-        model=DETECTOR, outputs=["output0"], variant=variant, prepare=prepare,
+        model=DETECTOR,
+        outputs=["output0"],
+        variant=variant,
+        prepare=prepare,
         finish=lambda out: client.finish_tensor(out["output0"], geometry, names),
-        notes={"image": f"{BENCH_IMAGE} {len(data)} B", "tensor": f"1x3x{size}x{size} float32",
-               "client_work": "decode + " + ("stretch" if naive else "letterbox") + " + NMS"},
+        notes={
+            "image": f"{BENCH_IMAGE} {len(data)} B",
+            "tensor": f"1x3x{size}x{size} float32",
+            "client_work": "decode + " + ("stretch" if naive else "letterbox") + " + NMS",
+        },
     )
 
 

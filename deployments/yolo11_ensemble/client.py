@@ -79,12 +79,23 @@ def ensemble_outputs_to_detections(out: dict, index: int = 0) -> Detections:
     keep = out["CLASS_IDS"][index] >= 0
     text = json.loads(out["DETECTIONS_JSON"][index][0])
     names = [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in out["CLASS_NAMES"][index][keep]]
-    return Detections(out["BOXES"][index][keep], out["SCORES"][index][keep], out["CLASS_IDS"][index][keep],
-                      names, tuple(text["image_size"]))
+    return Detections(
+        out["BOXES"][index][keep],
+        out["SCORES"][index][keep],
+        out["CLASS_IDS"][index][keep],
+        names,
+        tuple(text["image_size"]),
+    )
 
 
-def detect_ensemble(images: list[bytes], url: str | None = None, protocol: str = "http",
-                    conf: float | None = None, iou: float | None = None, max_det: int | None = None) -> list[Detections]:
+def detect_ensemble(
+    images: list[bytes],
+    url: str | None = None,
+    protocol: str = "http",
+    conf: float | None = None,
+    iou: float | None = None,
+    max_det: int | None = None,
+) -> list[Detections]:
     """Send encoded images (one batch) to the ensemble; one ``Detections`` per image."""
     params = {k: v for k, v in {"conf": conf, "iou": iou, "max_det": max_det}.items() if v is not None}
     array = np.array([[data] for data in images], dtype=object)
@@ -119,8 +130,9 @@ def tensor_request_naive(data: bytes, size: int = NAIVE_SIZE) -> tuple[dict, dic
     return {"images": tensor}, {"orig_hw": bgr.shape[:2], "model_hw": (size, size), "stretched": True}
 
 
-def finish_tensor(head: np.ndarray, geometry: dict, class_names: list[str], conf=0.25, iou=0.7,
-                  max_det=300) -> Detections:
+def finish_tensor(
+    head: np.ndarray, geometry: dict, class_names: list[str], conf=0.25, iou=0.7, max_det=300
+) -> Detections:
     """Client-side postprocessing of the detector's ``output0`` for one image."""
     from triton_helpers.detection import decode_head, scale_boxes
 
@@ -145,8 +157,14 @@ def detector_class_names(url: str, protocol: str = "http") -> list[str]:
     return []
 
 
-def detect_tensor(data: bytes, url: str | None = None, protocol: str = "http", naive: bool = False,
-                  naive_size: int = NAIVE_SIZE, **thresholds) -> Detections:
+def detect_tensor(
+    data: bytes,
+    url: str | None = None,
+    protocol: str = "http",
+    naive: bool = False,
+    naive_size: int = NAIVE_SIZE,
+    **thresholds,
+) -> Detections:
     """The "before" path for one image: preprocess here, bare detector, postprocess here."""
     url = url or DEFAULT_URLS[protocol]
     inputs, geometry = tensor_request_naive(data, naive_size) if naive else tensor_request_640(data)
@@ -162,8 +180,9 @@ def draw(data: bytes, detections: Detections, path: str) -> None:
     for box, score, name in zip(detections.boxes, detections.scores, detections.class_names):
         x1, y1, x2, y2 = (int(round(float(v))) for v in box)
         cv2.rectangle(image, (x1, y1), (x2, y2), (0, 200, 255), 2)
-        cv2.putText(image, f"{name} {score:.2f}", (x1, max(y1 - 5, 12)), cv2.FONT_HERSHEY_SIMPLEX, 0.6,
-                    (0, 200, 255), 2)
+        cv2.putText(
+            image, f"{name} {score:.2f}", (x1, max(y1 - 5, 12)), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 200, 255), 2
+        )
     if not cv2.imwrite(path, image):
         raise OSError(f"cannot write {path}")
 
@@ -174,11 +193,13 @@ def _detect(args) -> int:
     if args.mode == "ensemble":
         results = detect_ensemble(datas, url, args.protocol, args.conf, args.iou, args.max_det)
     else:
-        thresholds = {k: v for k, v in {"conf": args.conf, "iou": args.iou, "max_det": args.max_det}.items()
-                      if v is not None}
+        thresholds = {
+            k: v for k, v in {"conf": args.conf, "iou": args.iou, "max_det": args.max_det}.items() if v is not None
+        }
         try:
-            results = [detect_tensor(d, url, args.protocol, args.mode == "naive", args.naive_size, **thresholds)
-                       for d in datas]
+            results = [
+                detect_tensor(d, url, args.protocol, args.mode == "naive", args.naive_size, **thresholds) for d in datas
+            ]
         except ValueError as exc:
             raise ClientError(f"{exc} (mode {args.mode} decodes on this machine)", EXIT_USAGE) from None
     for path, data, det in zip(args.images, datas, results):

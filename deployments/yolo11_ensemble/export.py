@@ -88,8 +88,8 @@ def resolve_weights(weights: str) -> Path:
 
 
 def coco_names() -> list[str]:
-    import yaml
     import ultralytics
+    import yaml
 
     data = yaml.safe_load((Path(ultralytics.__file__).parent / "cfg/datasets/coco.yaml").read_text())
     return [data["names"][i] for i in range(len(data["names"]))]

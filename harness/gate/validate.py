@@ -26,8 +26,22 @@ import math
 import struct
 
 #: Bytes per element of each Triton datatype (BYTES is variable).
-DTYPE_SIZE = {"BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4,
-              "INT64": 8, "FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8, "BYTES": None}
+DTYPE_SIZE = {
+    "BOOL": 1,
+    "UINT8": 1,
+    "UINT16": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "INT8": 1,
+    "INT16": 2,
+    "INT32": 4,
+    "INT64": 8,
+    "FP16": 2,
+    "BF16": 2,
+    "FP32": 4,
+    "FP64": 8,
+    "BYTES": None,
+}
 #: Longest JSON text of one element counted when bounding a JSON body from the config.
 JSON_CHARS_PER_ELEMENT = 32
 #: Slack for the JSON envelope (names, parameters, outputs) when the body bound is computed.
@@ -78,8 +92,9 @@ def parse_header(body: bytes, header_length: int | None) -> tuple[dict, memoryvi
     """The JSON header (a dict) and the binary section after it."""
     if header_length is not None:
         if header_length < 0 or header_length > len(body):
-            raise GateError(400, f"Inference-Header-Content-Length {header_length} does not fit the "
-                                 f"{len(body)}-byte body")
+            raise GateError(
+                400, f"Inference-Header-Content-Length {header_length} does not fit the {len(body)}-byte body"
+            )
     else:
         header_length = len(body)
     try:
@@ -100,8 +115,9 @@ def _check_parameters(value, where: str) -> None:
         raise GateError(400, f"{where}: 'parameters' must be an object")
     for key, item in value.items():
         if not isinstance(item, SCALAR) and item is not None:
-            raise GateError(400, f"{where}: parameter '{key}' must be a string, number or boolean, "
-                                 f"not {type(item).__name__}")
+            raise GateError(
+                400, f"{where}: parameter '{key}' must be a string, number or boolean, not {type(item).__name__}"
+            )
 
 
 def count_values(data, max_depth: int, datatype: str) -> int:
@@ -146,25 +162,33 @@ def check_shape(model: str, config: dict, spec: dict, shape: list[int]) -> None:
     full = ([-1] if max_batch > 0 else []) + dims
     ragged = bool(spec.get("allow_ragged_batch"))
     if len(shape) != len(full) and not ragged:
-        raise GateError(400, f"{where}: shape {shape} has rank {len(shape)}, model '{model}' expects "
-                             f"{'[batch] + ' if max_batch > 0 else ''}{dims}")
+        raise GateError(
+            400,
+            f"{where}: shape {shape} has rank {len(shape)}, model '{model}' expects "
+            f"{'[batch] + ' if max_batch > 0 else ''}{dims}",
+        )
     if any(d < 0 for d in shape):
         raise GateError(400, f"{where}: shape {shape} has a negative dimension")
     if max_batch > 0 and shape and not 1 <= shape[0] <= max_batch:
-        raise GateError(400, f"{where}: shape {shape} has batch size {shape[0]}, outside 1..{max_batch} "
-                             "(max_batch_size)")
+        raise GateError(
+            400, f"{where}: shape {shape} has batch size {shape[0]}, outside 1..{max_batch} (max_batch_size)"
+        )
     if not ragged:
         for i, (got, want) in enumerate(zip(shape, full)):
             if want >= 0 and got != want:
-                raise GateError(400, f"{where}: shape {shape} dimension {i} is {got}, model '{model}' "
-                                     f"expects {want} (config dims {dims})")
+                raise GateError(
+                    400,
+                    f"{where}: shape {shape} dimension {i} is {got}, model '{model}' "
+                    f"expects {want} (config dims {dims})",
+                )
     bound = config_parameter(config, f"gate_max_dims:{name}")
     if bound:
         limits = [int(x) for x in bound.split(",")]
         item_shape = shape[1:] if max_batch > 0 else shape
         if any(got > limit for got, limit in zip(item_shape, limits)):
-            raise GateError(400, f"{where}: shape {shape} is over the bound {limits} of model '{model}' "
-                                 f"(gate_max_dims:{name})")
+            raise GateError(
+                400, f"{where}: shape {shape} is over the bound {limits} of model '{model}' (gate_max_dims:{name})"
+            )
 
 
 def validate_infer(model: str, config: dict, body: bytes, header_length: int | None) -> dict:
@@ -191,8 +215,9 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
         name = item.get("name")
         where = f"input '{name}'"
         if not isinstance(name, str) or name not in specs:
-            raise GateError(400, f"unexpected inference input '{name}' for model '{model}'; "
-                                 f"expected one of {sorted(specs)}")
+            raise GateError(
+                400, f"unexpected inference input '{name}' for model '{model}'; expected one of {sorted(specs)}"
+            )
         if name in seen:
             raise GateError(400, f"{where} given twice")
         seen.add(name)
@@ -214,36 +239,45 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
                 raise GateError(400, f"{where}: both 'data' and binary or shared-memory data")
             count = count_values(item["data"], max(len(shape), 1), datatype)
             if count != elements:
-                raise GateError(400, f"{where}: shape {shape} declares {elements} values of {datatype}, "
-                                     f"'data' holds {count}")
+                raise GateError(
+                    400, f"{where}: shape {shape} declares {elements} values of {datatype}, 'data' holds {count}"
+                )
         elif "binary_data_size" in params:
             nbytes = params["binary_data_size"]
             if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
                 raise GateError(400, f"{where}: binary_data_size must be a non-negative integer")
             if binary_offset + nbytes > len(binary):
-                raise GateError(400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes "
-                                     "of binary data sent")
-            section = binary[binary_offset:binary_offset + nbytes]
+                raise GateError(
+                    400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes of binary data sent"
+                )
+            section = binary[binary_offset : binary_offset + nbytes]
             binary_offset += nbytes
             if size is not None:
                 if nbytes != elements * size:
-                    raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, "
-                                         f"binary_data_size is {nbytes}")
+                    raise GateError(
+                        400,
+                        f"{where}: shape {shape} x {datatype} is {elements * size} bytes, binary_data_size is {nbytes}",
+                    )
             else:
                 count = count_bytes_elements(section, elements)
                 if count != elements:
-                    raise GateError(400, f"{where}: shape {shape} declares {elements} BYTES elements, "
-                                         f"the binary data holds {count}")
+                    raise GateError(
+                        400, f"{where}: shape {shape} declares {elements} BYTES elements, the binary data holds {count}"
+                    )
         elif "shared_memory_region" in params:
             nbytes = params.get("shared_memory_byte_size")
             if not isinstance(nbytes, int) or nbytes < 0:
                 raise GateError(400, f"{where}: shared_memory_byte_size must be a non-negative integer")
             if size is not None and nbytes != elements * size:
-                raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, "
-                                     f"shared_memory_byte_size is {nbytes}")
+                raise GateError(
+                    400,
+                    f"{where}: shape {shape} x {datatype} is {elements * size} bytes, "
+                    f"shared_memory_byte_size is {nbytes}",
+                )
         else:
             raise GateError(400, f"{where} has no 'data', binary_data_size or shared_memory_region")
     if binary_offset != len(binary):
-        raise GateError(400, f"{len(binary) - binary_offset} bytes of binary data sent after the inputs "
-                             "declare none for them")
+        raise GateError(
+            400, f"{len(binary) - binary_offset} bytes of binary data sent after the inputs declare none for them"
+        )
     return header

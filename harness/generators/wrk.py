@@ -93,11 +93,16 @@ class WrkResult:
     def metrics(self, items_per_request: int) -> dict:
         """The harness's record fields (model_analyzer names, ms)."""
         return {
-            "concurrency": self.concurrency, "duration_s": round(self.duration_s, 3), "requests": self.requests,
-            "errors": self.errors, "perf_throughput": round(self.requests_per_second, 2),
+            "concurrency": self.concurrency,
+            "duration_s": round(self.duration_s, 3),
+            "requests": self.requests,
+            "errors": self.errors,
+            "perf_throughput": round(self.requests_per_second, 2),
             "items_per_second": round(self.requests_per_second * items_per_request, 2),
-            "perf_latency_p50": round(self.p50_ms, 3), "perf_latency_p90": round(self.p90_ms, 3),
-            "perf_latency_p95": round(self.p95_ms, 3), "perf_latency_p99": round(self.p99_ms, 3),
+            "perf_latency_p50": round(self.p50_ms, 3),
+            "perf_latency_p90": round(self.p90_ms, 3),
+            "perf_latency_p95": round(self.p95_ms, 3),
+            "perf_latency_p99": round(self.p99_ms, 3),
             "perf_latency_avg": round(self.mean_ms, 3),
             "bytes_sent_per_request": round(self.bytes_sent_per_request),
             "bytes_received_per_request": round(self.bytes_received_per_request),
@@ -127,23 +132,41 @@ class WrkGenerator:
         if not bodies_file.exists():
             bodies_file.write_bytes(b"\n".join(bodies) + b"\n")
         seconds = max(1, round(duration_s))
-        command = [self.binary, "-t1", f"-c{concurrency}", f"-d{seconds}s", f"--timeout={int(self.timeout_s)}s",
-                   "-s", str(self._script), url, "--", str(bodies_file)]
+        command = [
+            self.binary,
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{seconds}s",
+            f"--timeout={int(self.timeout_s)}s",
+            "-s",
+            str(self._script),
+            url,
+            "--",
+            str(bodies_file),
+        ]
         if self.cores:
             command = ["taskset", "-c", cores_label(self.cores)] + command
         done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + self.timeout_s + 30)
         line = next((l for l in done.stdout.splitlines() if l.startswith("WRK_JSON ")), None)
         if done.returncode != 0 or line is None:
             raise WrkError(f"wrk failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
-        data = json.loads(line[len("WRK_JSON "):])
+        data = json.loads(line[len("WRK_JSON ") :])
         requests = data["requests"]
-        errors = sum(data[k] for k in ("errors_connect", "errors_read", "errors_write", "errors_status",
-                                       "errors_timeout"))
+        errors = sum(
+            data[k] for k in ("errors_connect", "errors_read", "errors_write", "errors_status", "errors_timeout")
+        )
         mean_body = sum(len(b) for b in bodies) / len(bodies)
         return WrkResult(
-            url=url, concurrency=concurrency, duration_s=data["duration_us"] / 1e6, requests=requests,
-            errors=errors, p50_ms=data["p50_us"] / 1e3, p90_ms=data["p90_us"] / 1e3, p95_ms=data["p95_us"] / 1e3,
-            p99_ms=data["p99_us"] / 1e3, mean_ms=data["mean_us"] / 1e3,
+            url=url,
+            concurrency=concurrency,
+            duration_s=data["duration_us"] / 1e6,
+            requests=requests,
+            errors=errors,
+            p50_ms=data["p50_us"] / 1e3,
+            p90_ms=data["p90_us"] / 1e3,
+            p95_ms=data["p95_us"] / 1e3,
+            p99_ms=data["p99_us"] / 1e3,
+            mean_ms=data["mean_us"] / 1e3,
             bytes_received_per_request=data["bytes_read"] / requests if requests else 0.0,
             bytes_sent_per_request=mean_body,
         )
@@ -151,7 +174,7 @@ class WrkGenerator:
     def close(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> "WrkGenerator":
+    def __enter__(self) -> WrkGenerator:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,8 +12,9 @@ from harness.launchers.local import LocalTritonServer
 MODES = ("local", "docker", "external")
 
 
-def create_server(mode: str | None, options: ServerOptions, url: str | None = None,
-                  grpc_url: str | None = None) -> TritonServer:
+def create_server(
+    mode: str | None, options: ServerOptions, url: str | None = None, grpc_url: str | None = None
+) -> TritonServer:
     """A server of the given mode (default: $TRITON_SERVER_MODE, else ``local``)."""
     mode = mode or os.environ.get("TRITON_SERVER_MODE", "local")
     if mode == "local":
@@ -28,5 +29,13 @@ def create_server(mode: str | None, options: ServerOptions, url: str | None = No
     raise ValueError(f"unknown server mode {mode!r}; choose one of {MODES}")
 
 
-__all__ = ["MODES", "ServerOptions", "ServerStartError", "TritonServer", "create_server",
-           "LocalTritonServer", "DockerTritonServer", "ExternalTritonServer"]
+__all__ = [
+    "MODES",
+    "ServerOptions",
+    "ServerStartError",
+    "TritonServer",
+    "create_server",
+    "LocalTritonServer",
+    "DockerTritonServer",
+    "ExternalTritonServer",
+]

@@ -7,8 +7,8 @@ import re
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import tritonclient.http as httpclient
 
@@ -80,9 +80,7 @@ def find_failure(log_text: str) -> list[str]:
     """Return the log lines that show a fatal start-up problem (empty when none)."""
     hits = []
     for line in log_text.splitlines():
-        if any(p.search(line) for p in FAILURE_PATTERNS) and not any(
-            p.search(line) for p in HARMLESS_PATTERNS
-        ):
+        if any(p.search(line) for p in FAILURE_PATTERNS) and not any(p.search(line) for p in HARMLESS_PATTERNS):
             hits.append(line.strip())
     return hits
 
@@ -164,15 +162,11 @@ class TritonServer(abc.ABC):
                     )
                 failures = find_failure(self.logs())
                 if failures:
-                    raise ServerStartError(
-                        self._failure_message("tritonserver reported a start-up failure", failures)
-                    )
+                    raise ServerStartError(self._failure_message("tritonserver reported a start-up failure", failures))
                 if self._ready(client, models):
                     return time.monotonic() - started
                 if time.monotonic() > deadline:
-                    raise ServerStartError(
-                        self._failure_message(f"tritonserver not ready after {timeout_s:.0f} s")
-                    )
+                    raise ServerStartError(self._failure_message(f"tritonserver not ready after {timeout_s:.0f} s"))
                 time.sleep(0.25)
         finally:
             client.close()
@@ -194,7 +188,7 @@ class TritonServer(abc.ABC):
         parts.append("Log tail:\n" + tail)
         return "\n".join(parts)
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         self.start()
         try:
             self.wait_ready()

@@ -77,8 +77,7 @@ def cpu_image_profile(image: str | None = None) -> ImageProfile:
     """The project's CPU image (images/cpu): Debian Python 3.11 stub, Python onnxruntime backend."""
     image = image or CPU_IMAGE
     built_here = image == CPU_IMAGE or image.startswith("triton-harness/")  # else: try to pull it
-    return ImageProfile(image=image, stub_python="3.11", pack_target="cpu-image", built_here=built_here,
-                        shm_size="2g")
+    return ImageProfile(image=image, stub_python="3.11", pack_target="cpu-image", built_here=built_here, shm_size="2g")
 
 
 def ngc_profile(image: str | None = None) -> ImageProfile:
@@ -96,7 +95,11 @@ def ascend_profile(image: str | None = None, device_ids: list[int] | None = None
         for path in ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
     }
     return ImageProfile(
-        image=image or ASCEND_IMAGE, devices=devices, volumes=volumes, has_grpc=False, stub_python="3.10",
+        image=image or ASCEND_IMAGE,
+        devices=devices,
+        volumes=volumes,
+        has_grpc=False,
+        stub_python="3.10",
         pack_target="npu",
     )
 
@@ -116,7 +119,7 @@ def profile_for(options: ServerOptions) -> ImageProfile:
 
 def apply_labels(profile: ImageProfile, labels: dict[str, str] | None) -> ImageProfile:
     """Take the stub's Python and the pack target from the image's own labels when it has them."""
-    ours = {k[len(LABEL_PREFIX):]: v for k, v in (labels or {}).items() if k.startswith(LABEL_PREFIX)}
+    ours = {k[len(LABEL_PREFIX) :]: v for k, v in (labels or {}).items() if k.startswith(LABEL_PREFIX)}
     profile.labels = ours
     profile.stub_python = ours.get("stub-python", profile.stub_python)
     profile.pack_target = ours.get("pack-target", profile.pack_target)
@@ -140,8 +143,10 @@ def engine(timeout_s: int = 10):
         return client
     except Exception as exc:  # noqa: BLE001 - any failure here means "no engine"
         reason = _one_line(exc)[:160]
-        raise DockerStartError(f"no Docker engine answers at {host} ({reason}): start one with `make docker-engine` "
-                               f"(root, Debian) or point DOCKER_HOST at a running engine") from None
+        raise DockerStartError(
+            f"no Docker engine answers at {host} ({reason}): start one with `make docker-engine` "
+            f"(root, Debian) or point DOCKER_HOST at a running engine"
+        ) from None
 
 
 def image_labels(image: str) -> dict[str, str] | None:
@@ -221,8 +226,15 @@ class DockerTritonServer(StartedTritonServer):
 
     mode = "docker"
 
-    def __init__(self, options: ServerOptions, profile: ImageProfile | None = None, host: str = "127.0.0.1",
-                 ports: tuple[int, int, int] | None = None, exit_timeout_s: int = 5, pack_stale_envs: bool = True):
+    def __init__(
+        self,
+        options: ServerOptions,
+        profile: ImageProfile | None = None,
+        host: str = "127.0.0.1",
+        ports: tuple[int, int, int] | None = None,
+        exit_timeout_s: int = 5,
+        pack_stale_envs: bool = True,
+    ):
         super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
@@ -244,12 +256,22 @@ class DockerTritonServer(StartedTritonServer):
 
     def server_args(self) -> list[str]:
         """The container's command: tritonserver, behind the image's front gate when it has one."""
-        triton = ["tritonserver", f"--model-repository={CONTAINER_MODEL_DIR}",
-                  f"--exit-timeout-secs={self.exit_timeout_s}"] + self.option_args()
+        triton = [
+            "tritonserver",
+            f"--model-repository={CONTAINER_MODEL_DIR}",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+        ] + self.option_args()
         if not self.gate:
             return triton
-        return ["python3", "-m", "harness.gate", "serve", "--admin-token-file",
-                f"{CONTAINER_SECRET_DIR}/admin-token", "--"] + triton
+        return [
+            "python3",
+            "-m",
+            "harness.gate",
+            "serve",
+            "--admin-token-file",
+            f"{CONTAINER_SECRET_DIR}/admin-token",
+            "--",
+        ] + triton
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -263,7 +285,9 @@ class DockerTritonServer(StartedTritonServer):
             ports["8001/tcp"] = (self.host, self.grpc_port)
         volumes = {str(self.repository.resolve()): {"bind": CONTAINER_MODEL_DIR, "mode": "ro"}}
         volumes.update(self.profile.volumes)
-        mounts = {str(Path(host).resolve()): {"bind": inside, "mode": "ro"} for host, inside in self.options.mounts.items()}
+        mounts = {
+            str(Path(host).resolve()): {"bind": inside, "mode": "ro"} for host, inside in self.options.mounts.items()
+        }
         if self.envs_dir is not None:
             # The packed copy's envs folder replaces the deployment's own at /envs.
             mounts = {h: m for h, m in mounts.items() if m["bind"] != CONTAINER_ENVS_DIR}
@@ -294,15 +318,18 @@ class DockerTritonServer(StartedTritonServer):
             found = client.images.get(image)
         except docker.errors.ImageNotFound:
             if self.profile.built_here:
-                raise DockerStartError(f"image {image} is not on this engine: build it with `make image` "
-                                       f"(IMAGE={image}), or choose another with --image / IMAGE=") from None
+                raise DockerStartError(
+                    f"image {image} is not on this engine: build it with `make image` "
+                    f"(IMAGE={image}), or choose another with --image / IMAGE="
+                ) from None
             try:
                 found = client.images.pull(image)
             except Exception as exc:  # noqa: BLE001 - no registry answers here
                 raise DockerStartError(
                     f"image {image} is not on this engine and cannot be pulled ({_one_line(exc)[:160]}): build the "
                     f"CPU image with `make image` and serve with it (the default for target cpu), or pull {image} "
-                    "where a registry answers") from None
+                    "where a registry answers"
+                ) from None
         apply_labels(self.profile, found.labels)
         return found
 
@@ -312,13 +339,23 @@ class DockerTritonServer(StartedTritonServer):
             named.insert(1, ("gRPC", self.grpc_port, "--grpc-port"))
         for what, port, flag in named:
             if port_in_use(self.host, port):
-                raise DockerStartError(f"port {port} ({what}) on {self.host} is in use: stop what listens there or "
-                                       f"choose another port with {flag}")
+                raise DockerStartError(
+                    f"port {port} ({what}) on {self.host} is in use: stop what listens there or "
+                    f"choose another port with {flag}"
+                )
 
     def _prepare_repository(self) -> None:
         """Packed env beside a generated copy of the repository; every env checked against the stub."""
-        from harness.packenv import (RECIPE, PackEnvError, check_repository, inspect_env, is_stale, load_recipe,
-                                     pack, packed_repository)
+        from harness.packenv import (
+            RECIPE,
+            PackEnvError,
+            check_repository,
+            inspect_env,
+            is_stale,
+            load_recipe,
+            pack,
+            packed_repository,
+        )
 
         stub = self.profile.stub_python
         target = self.profile.pack_target
@@ -332,21 +369,27 @@ class DockerTritonServer(StartedTritonServer):
                 recipe = load_recipe(recipe_path)
                 reason = is_stale(tarball, recipe, target)
                 if reason:
-                    print(f"{deployment}: packing its Python env for {self.profile.image} "
-                          f"(target {target}, Python {stub}: {reason})", flush=True)
+                    print(
+                        f"{deployment}: packing its Python env for {self.profile.image} "
+                        f"(target {target}, Python {stub}: {reason})",
+                        flush=True,
+                    )
                     try:
                         pack(recipe, target, tarball, log=lambda *_: None)
                     except PackEnvError as exc:
                         raise DockerStartError(f"packing {tarball} failed: {_one_line(exc)[:300]}") from None
             if not tarball.exists():
-                raise DockerStartError(f"packed env {tarball} does not exist: build it with "
-                                       f"`make pack-env DEPLOYMENT={deployment} TARGET={target}`")
+                raise DockerStartError(
+                    f"packed env {tarball} does not exist: build it with "
+                    f"`make pack-env DEPLOYMENT={deployment} TARGET={target}`"
+                )
             info = inspect_env(tarball)
             if info.python != stub:
                 raise DockerStartError(
                     f"packed env {tarball} is Python {info.python or '(unknown)'} but {self.profile.image}'s Python "
                     f"backend stub is Python {stub}: repack it with `make pack-env DEPLOYMENT={deployment} "
-                    f"TARGET={target}`")
+                    f"TARGET={target}`"
+                )
             self.work_dir = Path(tempfile.mkdtemp(prefix="triton-docker-"))
             repository = packed_repository(repository, tarball, self.work_dir)
             self.envs_dir = self.work_dir / "envs"
@@ -359,8 +402,10 @@ class DockerTritonServer(StartedTritonServer):
         # host, $$TRITON_MODEL_DIRECTORY/../../envs is the folder mounted at /envs.
         problems = check_repository(repository, stub, model_config_name=self.options.model_config_name, target=target)
         if problems:
-            raise DockerStartError(f"not started: {_one_line(problems[0])}"
-                                   + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+            raise DockerStartError(
+                f"not started: {_one_line(problems[0])}"
+                + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+            )
 
     def start(self) -> None:
         """Engine, image, leftovers, ports, packed envs: each checked at once; then run the container."""
@@ -398,9 +443,12 @@ class DockerTritonServer(StartedTritonServer):
         self.container.reload()
         bound = (self.container.ports.get("8000/tcp") or [{}])[0]
         if self.container.status != "running" or str(bound.get("HostPort")) != str(self.http_port):
-            raise ServerStartError(self._failure_message(
-                f"a server answered on {self.http_url} but it is not container {self.container.short_id} "
-                f"(status {self.container.status}, port mapping {bound})"))
+            raise ServerStartError(
+                self._failure_message(
+                    f"a server answered on {self.http_url} but it is not container {self.container.short_id} "
+                    f"(status {self.container.status}, port mapping {bound})"
+                )
+            )
         return waited
 
     def logs(self) -> str:

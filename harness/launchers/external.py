@@ -14,8 +14,9 @@ class ExternalTritonServer(TritonServer):
 
     mode = "external"
 
-    def __init__(self, options: ServerOptions, http_url: str, grpc_url: str | None = None,
-                 metrics_url: str | None = None):
+    def __init__(
+        self, options: ServerOptions, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None
+    ):
         super().__init__(options)
         self._http_url = _strip_scheme(http_url)
         self._grpc_url = _strip_scheme(grpc_url) if grpc_url else None

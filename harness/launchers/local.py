@@ -101,14 +101,24 @@ class LocalTritonServer(StartedTritonServer):
 
     mode = "local"
 
-    def __init__(self, options: ServerOptions, work_dir: str | Path | None = None, exit_timeout_s: int = 5,
-                 ports: tuple[int, int, int] | None = None, host: str = "127.0.0.1",
-                 stub_python: str | None = None, gate: bool = True, isolate: bool = True,
-                 gate_options: dict | None = None):
+    def __init__(
+        self,
+        options: ServerOptions,
+        work_dir: str | Path | None = None,
+        exit_timeout_s: int = 5,
+        ports: tuple[int, int, int] | None = None,
+        host: str = "127.0.0.1",
+        stub_python: str | None = None,
+        gate: bool = True,
+        isolate: bool = True,
+        gate_options: dict | None = None,
+    ):
         super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
         if host not in ("127.0.0.1", "localhost", "::1"):
-            message = (f"tritonserver will listen on {host}: its inference API is open to the network with no "
-                       "TLS and no authentication; put TLS and authentication in front of it")
+            message = (
+                f"tritonserver will listen on {host}: its inference API is open to the network with no "
+                "TLS and no authentication; put TLS and authentication in front of it"
+            )
             warnings.warn(message, stacklevel=2)
             print(f"WARNING: {message}", file=sys.stderr, flush=True)
         self.stub_python = stub_python
@@ -163,7 +173,9 @@ class LocalTritonServer(StartedTritonServer):
             f"--http-restricted-api={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}",
         ]
         if opts.allow_grpc:
-            cmd.append(f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}")
+            cmd.append(
+                f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}"
+            )
         return cmd + self.option_args()
 
     def _gated_command(self) -> list[str]:
@@ -174,9 +186,12 @@ class LocalTritonServer(StartedTritonServer):
             str(pytriton_root() / "bin" / "tritonserver"),
             f"--model-repository={Path(opts.model_repository).resolve()}",
             f"--backend-directory={self.work_dir / 'backends'}",
-            "--http-address=127.0.0.1", f"--http-port={http}",
-            "--grpc-address=127.0.0.1", f"--grpc-port={grpc}",
-            "--metrics-address=127.0.0.1", f"--metrics-port={metrics}",
+            "--http-address=127.0.0.1",
+            f"--http-port={http}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={grpc}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={metrics}",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
@@ -195,12 +210,20 @@ class LocalTritonServer(StartedTritonServer):
     def gate_config(self, fds: dict) -> dict:
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
         return {
-            "command": self.command(), "work_dir": str(self.work_dir), "log_path": str(self.log_path),
+            "command": self.command(),
+            "work_dir": str(self.work_dir),
+            "log_path": str(self.log_path),
             "events_path": str(self.work_dir / "gate-events.jsonl"),
-            "private_ports": list(self.private_ports), "fds": fds,
-            "admin_header": ADMIN_HEADER, "admin_token": self.admin_token, "internal_token": self.internal_token,
-            "restricted_apis": self.restricted_apis(), "user_model_control_mode": self.options.model_control_mode,
-            "exit_timeout_s": self.exit_timeout_s, "isolate": self.isolate, **self.gate_options,
+            "private_ports": list(self.private_ports),
+            "fds": fds,
+            "admin_header": ADMIN_HEADER,
+            "admin_token": self.admin_token,
+            "internal_token": self.internal_token,
+            "restricted_apis": self.restricted_apis(),
+            "user_model_control_mode": self.options.model_control_mode,
+            "exit_timeout_s": self.exit_timeout_s,
+            "isolate": self.isolate,
+            **self.gate_options,
         }
 
     def gate_events(self) -> list[dict]:
@@ -219,8 +242,10 @@ class LocalTritonServer(StartedTritonServer):
             sock.bind((self.host, port))
         except OSError as exc:
             sock.close()
-            raise ServerStartError(f"cannot listen on {self.host}:{port}: {exc.strerror} "
-                                   "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)") from None
+            raise ServerStartError(
+                f"cannot listen on {self.host}:{port}: {exc.strerror} "
+                "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)"
+            ) from None
         sock.listen(1024)
         sock.set_inheritable(True)
         return sock
@@ -235,7 +260,9 @@ class LocalTritonServer(StartedTritonServer):
             str(pytriton_root() / "lib"),
             sysconfig.get_config_var("LIBDIR") or "",
         ]
-        env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if p and Path(p).exists()] + [env.get("LD_LIBRARY_PATH", "")])
+        env["LD_LIBRARY_PATH"] = ":".join(
+            [p for p in libs if p and Path(p).exists()] + [env.get("LD_LIBRARY_PATH", "")]
+        )
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         env.update(self.options.env)
         return env
@@ -244,8 +271,9 @@ class LocalTritonServer(StartedTritonServer):
         """Check configs and packed envs against the stub's Python, assemble backends, start the process."""
         stub_python = self.stub_python or f"{sys.version_info.major}.{sys.version_info.minor}"
         try:
-            assert_repository(self.options.model_repository, stub_python,
-                              model_config_name=self.options.model_config_name)
+            assert_repository(
+                self.options.model_repository, stub_python, model_config_name=self.options.model_config_name
+            )
         except (PackedEnvError, RepositoryError) as exc:
             raise ServerStartError(str(exc)) from None
         assemble_backend_dir(self.work_dir / "backends", self.stub_python)
@@ -280,9 +308,14 @@ class LocalTritonServer(StartedTritonServer):
                 json.dump(self.gate_config(fds), f)
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "harness.gate", str(config_path)],
-                stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.environment(), cwd=self.work_dir, preexec_fn=_die_with_parent,
-                start_new_session=True, pass_fds=list(fds.values()),
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                cwd=self.work_dir,
+                preexec_fn=_die_with_parent,
+                start_new_session=True,
+                pass_fds=list(fds.values()),
             )
         finally:
             for sock in socks.values():

@@ -16,29 +16,38 @@ from pathlib import Path
 
 import yaml
 
-from harness.packenv.recipe import (PACKER_VERSION, TARGET_PYTHON_PREFIX, TARGETS, VENV_EXCLUDES, ENVS_DIR,
-                                    PackEnvError, Recipe, find_python, load_recipe)
-
+from harness.packenv.recipe import (
+    ENVS_DIR,
+    PACKER_VERSION,
+    TARGET_PYTHON_PREFIX,
+    TARGETS,
+    VENV_EXCLUDES,
+    PackEnvError,
+    Recipe,
+    find_python,
+    load_recipe,
+)
 
 # --------------------------------------------------------------------------- packing
+
 
 @dataclass
 class PackResult:
     """What ``pack`` produced; also written next to the tarball as ``<tarball>.json``."""
 
     output: str
-    tool: str                        # "conda-pack" or "venv-pack"
+    tool: str  # "conda-pack" or "venv-pack"
     target: str
-    python: str                      # X.Y inside the env
-    python_executable: str           # the interpreter it was built from (venv-pack)
-    python_prefix: str | None        # where the env expects its base Python at run time
+    python: str  # X.Y inside the env
+    python_executable: str  # the interpreter it was built from (venv-pack)
+    python_prefix: str | None  # where the env expects its base Python at run time
     seconds: float
     size_bytes: int
     packages: dict[str, str] = field(default_factory=dict)
     recipe: str = ""
     recipe_sha256: str = ""
-    packer: int = 0                  # PACKER_VERSION that wrote it
-    sources_sha256: str = ""         # Recipe.sources_digest() when packed
+    packer: int = 0  # PACKER_VERSION that wrote it
+    sources_sha256: str = ""  # Recipe.sources_digest() when packed
 
 
 def default_output(deployment_path: Path, target: str) -> Path:
@@ -51,8 +60,10 @@ def choose_tool(tool: str = "auto") -> str:
     if tool == "auto":
         return "conda" if has_conda else "venv"
     if tool == "conda" and not has_conda:
-        raise PackEnvError("--tool conda: `conda` and `conda-pack` must both be on PATH "
-                           "(conda cannot be installed on the machines this project is developed on; use --tool venv)")
+        raise PackEnvError(
+            "--tool conda: `conda` and `conda-pack` must both be on PATH "
+            "(conda cannot be installed on the machines this project is developed on; use --tool venv)"
+        )
     if tool not in ("conda", "venv"):
         raise PackEnvError(f"unknown tool {tool!r}: auto, conda or venv")
     return tool
@@ -72,8 +83,19 @@ def conda_plan(recipe: Recipe, version: str, prefix: Path, output: Path, env_fil
     plan = [["conda", "env", "create", "--quiet", "--prefix", str(prefix), "--file", str(env_file)]]
     if recipe.pip_no_deps:
         plan.append([python, "-m", "pip", "install", "--no-deps", *recipe.pip_no_deps])
-    plan.append(["conda-pack", "--prefix", str(prefix), "--output", str(output), "--force",
-                 "--ignore-missing-files", "--exclude", "lib/python*/site-packages/pip/*"])
+    plan.append(
+        [
+            "conda-pack",
+            "--prefix",
+            str(prefix),
+            "--output",
+            str(output),
+            "--force",
+            "--ignore-missing-files",
+            "--exclude",
+            "lib/python*/site-packages/pip/*",
+        ]
+    )
     return plan
 
 
@@ -86,8 +108,11 @@ def render_conda_file(recipe: Recipe, version: str) -> dict:
 
 
 def _pip_list(python: str) -> dict[str, str]:
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", python, "list", "--format", "json",
-                          "--disable-pip-version-check"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "list", "--format", "json", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+    )
     try:
         return {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
     except ValueError:
@@ -97,14 +122,24 @@ def _pip_list(python: str) -> dict[str, str]:
 def _check_numpy(packages: dict[str, str], where: str) -> None:
     numpy = packages.get("numpy")
     if numpy and int(numpy.split(".")[0]) >= 2:
-        raise PackEnvError(f"{where} resolved numpy {numpy}; numpy 2 corrupts tensors inside the Triton 2.51 "
-                           "Python stub. Pin `numpy<2` in the recipe (and check which package pulled numpy 2: "
-                           "opencv-python>=4.12 requires it, pin opencv-python-headless<4.12).")
+        raise PackEnvError(
+            f"{where} resolved numpy {numpy}; numpy 2 corrupts tensors inside the Triton 2.51 "
+            "Python stub. Pin `numpy<2` in the recipe (and check which package pulled numpy 2: "
+            "opencv-python>=4.12 requires it, pin opencv-python-headless<4.12)."
+        )
 
 
-def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | None = None, tool: str = "auto",
-         python: str | None = None, python_prefix: str | None = None, compress_level: int = 4,
-         compile_bytecode: bool = True, log=print) -> PackResult:
+def pack(
+    recipe: Recipe | str | Path,
+    target: str = "cpu",
+    output: str | Path | None = None,
+    tool: str = "auto",
+    python: str | None = None,
+    python_prefix: str | None = None,
+    compress_level: int = 4,
+    compile_bytecode: bool = True,
+    log=print,
+) -> PackResult:
     """Build the env of ``recipe`` for ``target`` and pack it into ``output`` (a .tar.gz).
 
     ``compile_bytecode``: ship ``.pyc`` files (default). Without them every stub compiles what it
@@ -132,18 +167,30 @@ def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | 
             info = find_python(version, python, why=f"target {target}: {why}")
             python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
             because = "asked for" if requested == "venv" else "no conda + conda-pack on PATH"
-            log(f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
-                f"Python {version} from {info['executable']}")
+            log(
+                f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
+                f"Python {version} from {info['executable']}"
+            )
             if target != "cpu" and python_prefix is None:
-                log(f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
+                log(
+                    f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
                     f"the {target} server must have Python {version} at that prefix, or pass --python-prefix "
-                    "(e.g. /usr for the NGC image). conda-pack avoids this.")
+                    "(e.g. /usr for the NGC image). conda-pack avoids this."
+                )
             # No pip inside the env: the harness's own pip installs into it (pip --python), which
             # saves bootstrapping pip per env and keeps pip out of the tarball.
             _run([_venv_base(info["executable"], python_prefix), "-m", "venv", "--without-pip", str(prefix)], log)
             env_python = str(prefix / "bin" / "python")
-            pip = [sys.executable, "-m", "pip", "--python", env_python, "install",
-                   "--disable-pip-version-check", "--no-warn-script-location"]
+            pip = [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                env_python,
+                "install",
+                "--disable-pip-version-check",
+                "--no-warn-script-location",
+            ]
             pip += [] if compile_bytecode else ["--no-compile"]
             if recipe.pip:
                 _run(pip + recipe.pip, log, cwd=recipe.path.parent)
@@ -156,21 +203,38 @@ def pack(recipe: Recipe | str | Path, target: str = "cpu", output: str | Path | 
             import venv_pack
 
             log(f"  venv-pack -> {output}")
-            venv_pack.pack(prefix=str(prefix), output=str(partial), force=True, python_prefix=python_prefix, compress_level=compress_level,
-                           filters=[("exclude", p) for p in VENV_EXCLUDES])
+            venv_pack.pack(
+                prefix=str(prefix),
+                output=str(partial),
+                force=True,
+                python_prefix=python_prefix,
+                compress_level=compress_level,
+                filters=[("exclude", p) for p in VENV_EXCLUDES],
+            )
         partial.chmod(0o644)  # readable by a container's non-root user too
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
     result = PackResult(
-        output=str(output), tool="conda-pack" if tool == "conda" else "venv-pack", target=target, python=version,
-        python_executable=built_from, python_prefix=python_prefix, seconds=round(time.monotonic() - began, 1),
-        size_bytes=output.stat().st_size, packages=packages, recipe=str(recipe.path), recipe_sha256=recipe.digest(),
-        packer=PACKER_VERSION, sources_sha256=recipe.sources_digest() if recipe.sources else "",
+        output=str(output),
+        tool="conda-pack" if tool == "conda" else "venv-pack",
+        target=target,
+        python=version,
+        python_executable=built_from,
+        python_prefix=python_prefix,
+        seconds=round(time.monotonic() - began, 1),
+        size_bytes=output.stat().st_size,
+        packages=packages,
+        recipe=str(recipe.path),
+        recipe_sha256=recipe.digest(),
+        packer=PACKER_VERSION,
+        sources_sha256=recipe.sources_digest() if recipe.sources else "",
     )
     sidecar(output).write_text(json.dumps(asdict(result), indent=2) + "\n")
-    log(f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s")
+    log(
+        f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s"
+    )
     return result
 
 
@@ -225,6 +289,7 @@ def is_stale(tarball: str | Path, recipe: Recipe, target: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- inspecting a tarball
+
 
 @dataclass
 class EnvInfo:

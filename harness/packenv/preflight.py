@@ -7,17 +7,23 @@ import os
 import tarfile
 from pathlib import Path
 
-
 from harness.packenv.pack import inspect_env
-from harness.packenv.recipe import (ENV_PLACEHOLDER, ENV_REFERENCE, ENVS_DIR, PackedEnvError, PythonEnvMismatch,
-                                    local_python)
+from harness.packenv.recipe import (
+    ENV_PLACEHOLDER,
+    ENV_REFERENCE,
+    ENVS_DIR,
+    PackedEnvError,
+    PythonEnvMismatch,
+    local_python,
+)
 from harness.repository import derive, effective_config_path, link_or_copy, parameter, read_config, set_parameter
-
 
 # --------------------------------------------------------------------------- configs and repositories
 
-def packed_repository(repository: str | Path, tarball: str | Path, dest: str | Path,
-                      models: list[str] | None = None) -> Path:
+
+def packed_repository(
+    repository: str | Path, tarball: str | Path, dest: str | Path, models: list[str] | None = None
+) -> Path:
     """Write ``dest/model_repository`` (a copy of ``repository``) and ``dest/envs/<tarball name>``.
 
     Files are hard links where possible (copies otherwise); every config of the Python-backend
@@ -48,9 +54,13 @@ def resolve_env_path(value: str, model_dir: Path) -> Path:
     return Path(os.path.normpath(value.replace(ENV_PLACEHOLDER, str(model_dir))))
 
 
-def check_repository(repository: str | Path, stub_python: str | None = None,
-                     model_config_name: str | None = None, deployment: str | None = None,
-                     target: str | None = None) -> list[str]:
+def check_repository(
+    repository: str | Path,
+    stub_python: str | None = None,
+    model_config_name: str | None = None,
+    deployment: str | None = None,
+    target: str | None = None,
+) -> list[str]:
     """Problems of the packed envs ``repository`` references, for a server whose stub is ``stub_python``.
 
     Empty when every ``EXECUTION_ENV_PATH`` uses ``$$TRITON_MODEL_DIRECTORY``, exists, holds the
@@ -69,13 +79,17 @@ def check_repository(repository: str | Path, stub_python: str | None = None,
         where = f"model {model_dir.name} ({config.relative_to(model_dir.parent)})"
         if not value.startswith(ENV_PLACEHOLDER):
             if value.startswith("$TRITON_MODEL_DIRECTORY") or "$TRITON_MODEL_DIRECTORY" in value:
-                problems.append(f"{where}: EXECUTION_ENV_PATH {value!r} must use two dollar signs: "
-                                f"{ENV_PLACEHOLDER}/... (Triton substitutes only that spelling)")
+                problems.append(
+                    f"{where}: EXECUTION_ENV_PATH {value!r} must use two dollar signs: "
+                    f"{ENV_PLACEHOLDER}/... (Triton substitutes only that spelling)"
+                )
                 continue
             if not os.path.isabs(value):
-                problems.append(f"{where}: EXECUTION_ENV_PATH {value!r} is relative; Triton does not resolve it "
-                                f"against the model folder and the stub then runs without the env "
-                                f"(ModuleNotFoundError). Write \"{ENV_PLACEHOLDER}/../../envs/<file>\"")
+                problems.append(
+                    f"{where}: EXECUTION_ENV_PATH {value!r} is relative; Triton does not resolve it "
+                    f"against the model folder and the stub then runs without the env "
+                    f'(ModuleNotFoundError). Write "{ENV_PLACEHOLDER}/../../envs/<file>"'
+                )
                 continue
             path = Path(value)
         else:
@@ -93,10 +107,13 @@ def check_repository(repository: str | Path, stub_python: str | None = None,
                 f"{where}: packed env {path.name} is Python {info.python or '(unknown)'} but the server's Python "
                 f"backend stub is Python {stub_python}. The stub must run in an env of its own minor version "
                 f"(otherwise the model fails with ModuleNotFoundError, or the stub never starts and the server "
-                f"waits in 'loading'). Pack the env with Python {stub_python}: `{how}` for this server's target.")
+                f"waits in 'loading'). Pack the env with Python {stub_python}: `{how}` for this server's target."
+            )
         elif info.numpy and int(info.numpy.split(".")[0]) >= 2:
-            problems.append(f"{where}: packed env {path.name} has numpy {info.numpy}; numpy 2 corrupts tensors in "
-                            "the Triton 2.51 stub. Pin numpy<2 in environment.yml and repack.")
+            problems.append(
+                f"{where}: packed env {path.name} has numpy {info.numpy}; numpy 2 corrupts tensors in "
+                "the Triton 2.51 stub. Pin numpy<2 in environment.yml and repack."
+            )
     return problems
 
 
@@ -110,6 +127,7 @@ def assert_repository(repository: str | Path, stub_python: str | None = None, **
 
 # --------------------------------------------------------------------------- serving a deployment with its packed env
 
+
 def packed_server_options(deployment, target: str, tarball: str | Path, dest: str | Path, **overrides):
     """ServerOptions of ``deployment`` on ``target`` over a generated copy that uses ``tarball``.
 
@@ -119,8 +137,13 @@ def packed_server_options(deployment, target: str, tarball: str | Path, dest: st
     options = deployment.server_options(server_target(deployment, target))
     repository = packed_repository(deployment.model_repository, tarball, dest)
     options.model_repository = str(repository)
-    assert_repository(repository, local_python(), model_config_name=options.model_config_name,
-                      deployment=deployment.name, target=target)
+    assert_repository(
+        repository,
+        local_python(),
+        model_config_name=options.model_config_name,
+        deployment=deployment.name,
+        target=target,
+    )
     # The backend unpacks the env before the first stub starts: a torch env adds a minute or more.
     options.startup_timeout_s = max(options.startup_timeout_s, 600.0)
     for key, value in overrides.items():

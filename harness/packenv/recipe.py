@@ -16,7 +16,6 @@ from pathlib import Path
 
 import yaml
 
-
 RECIPE = "environment.yml"
 ENVS_DIR = "envs"
 ENV_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
@@ -42,10 +41,16 @@ TARGET_PYTHON_PREFIX = {"cpu-image": "/usr"}
 PACKER_VERSION = 2
 
 #: Left out of venv-pack tarballs: not needed at run time.
-VENV_EXCLUDES = ["lib/python*/site-packages/pip/*", "lib/python*/site-packages/pip-*",
-                 "lib/python*/site-packages/setuptools/*", "lib/python*/site-packages/setuptools-*",
-                 "lib/python*/site-packages/_distutils_hack/*", "lib/python*/site-packages/distutils-precedence.pth",
-                 "bin/pip", "bin/pip3*"]
+VENV_EXCLUDES = [
+    "lib/python*/site-packages/pip/*",
+    "lib/python*/site-packages/pip-*",
+    "lib/python*/site-packages/setuptools/*",
+    "lib/python*/site-packages/setuptools-*",
+    "lib/python*/site-packages/_distutils_hack/*",
+    "lib/python*/site-packages/distutils-precedence.pth",
+    "bin/pip",
+    "bin/pip3*",
+]
 
 
 class PackEnvError(RuntimeError):
@@ -66,6 +71,7 @@ def local_python() -> str:
 
 # --------------------------------------------------------------------------- the recipe
 
+
 @dataclass
 class Recipe:
     """``environment.yml`` of a deployment, read for packing."""
@@ -73,9 +79,9 @@ class Recipe:
     path: Path
     name: str
     channels: list[str]
-    conda: list[str]                 # conda dependencies other than python and pip
-    pip: list[str]                   # pip requirements (relative paths resolved)
-    pip_no_deps: list[str]           # installed with ``pip install --no-deps``
+    conda: list[str]  # conda dependencies other than python and pip
+    pip: list[str]  # pip requirements (relative paths resolved)
+    pip_no_deps: list[str]  # installed with ``pip install --no-deps``
     python_by_target: dict[str, str]
     #: Local source folders/files copied into the env (``sources:``): a change makes the env stale.
     sources: list[str] = field(default_factory=list)
@@ -85,8 +91,15 @@ class Recipe:
         digest = hashlib.sha256()
         for root in sorted(self.sources):
             root_path = Path(root)
-            files = [root_path] if root_path.is_file() else sorted(
-                p for p in root_path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+            files = (
+                [root_path]
+                if root_path.is_file()
+                else sorted(
+                    p
+                    for p in root_path.rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+                )
+            )
             for path in files:
                 digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
         return digest.hexdigest()
@@ -106,8 +119,10 @@ def _resolve_requirement(entry: str, base: Path) -> str:
     """Local paths (``../..``, ``./pkg``) become absolute; requirement strings stay."""
     text = str(entry).strip()
     if text.startswith(("-e ", "--editable")):
-        raise PackEnvError(f"{base / RECIPE}: editable requirement {text!r} cannot be packed; "
-                           "list the path without -e (it is installed as a copy)")
+        raise PackEnvError(
+            f"{base / RECIPE}: editable requirement {text!r} cannot be packed; "
+            "list the path without -e (it is installed as a copy)"
+        )
     if text.startswith((".", "/", "~")):
         return str((base / os.path.expanduser(text)).resolve())
     return text
@@ -119,8 +134,10 @@ def load_recipe(path: str | Path) -> Recipe:
     if path.is_dir():
         path = path / RECIPE
     if not path.exists():
-        raise PackEnvError(f"{path} does not exist: the deployment declares no environment for its Python models "
-                           "(see docs/python-environments.md)")
+        raise PackEnvError(
+            f"{path} does not exist: the deployment declares no environment for its Python models "
+            "(see docs/python-environments.md)"
+        )
     data = yaml.safe_load(path.read_text()) or {}
     conda, pip = [], []
     for dep in data.get("dependencies", []):
@@ -142,11 +159,14 @@ def load_recipe(path: str | Path) -> Recipe:
 
 # --------------------------------------------------------------------------- interpreters
 
+
 def _probe(executable: str) -> dict | None:
     """Version, real executable and prefix of a Python, or None when it does not run."""
-    code = ("import json, sys, sysconfig; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
-            "'executable': sys.executable, 'base_prefix': sys.base_prefix, "
-            "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))}))")
+    code = (
+        "import json, sys, sysconfig; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+        "'executable': sys.executable, 'base_prefix': sys.base_prefix, "
+        "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))}))"
+    )
     try:
         out = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):

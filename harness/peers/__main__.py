@@ -24,9 +24,9 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from harness import PROJECT_ROOT
 from harness.generators.wrk import WrkGenerator, cores_label
@@ -40,15 +40,18 @@ ONNX_INT8 = ONNX_FP32.parents[2] / "embedding_onnx_int8" / "1" / "model.onnx"
 #: Triton models of the run: body maker, ceiling kind, what it is.
 TRITON_MODELS = {
     "embedding_onnx_text": (workloads.triton_text_body, "onnx-fp32", "server tokenizes + pools, ONNX FP32"),
-    "embedding_py": (workloads.triton_text_body, "sentence-transformers", "sentence-transformers in the Python backend"),
+    "embedding_py": (
+        workloads.triton_text_body,
+        "sentence-transformers",
+        "sentence-transformers in the Python backend",
+    ),
     "embedding_onnx": (workloads.triton_tokens_body, "onnx-fp32", "client-tokenized, ONNX FP32 (model only)"),
     "embedding_onnx_int8": (workloads.triton_tokens_body, "onnx-int8", "client-tokenized, ONNX INT8 (model only)"),
     "embedding_onnx_text_ensemble": (workloads.triton_text_body, "onnx-fp32", "ensemble tokenize -> ONNX -> pool"),
 }
 PEER_CEILING = {"optimum": "onnx-fp32", "torch": "sentence-transformers"}
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
-INT8_KERNEL_PATH = ("onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, "
-                    "{isa}")
+INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
 
 
 def cpu_flags() -> set[str]:
@@ -60,9 +63,13 @@ def cpu_flags() -> set[str]:
 
 def int8_kernel_path() -> str:
     flags = cpu_flags()
-    isa = ("AVX512-VNNI kernels (avx512_vnni)" if "avx512_vnni" in flags else
-           "AVX-VNNI kernels (avx_vnni)" if "avx_vnni" in flags else
-           "AVX2 u8s8 kernels without VNNI (int16 pair sums)")
+    isa = (
+        "AVX512-VNNI kernels (avx512_vnni)"
+        if "avx512_vnni" in flags
+        else "AVX-VNNI kernels (avx_vnni)"
+        if "avx_vnni" in flags
+        else "AVX2 u8s8 kernels without VNNI (int16 pair sums)"
+    )
     return INT8_KERNEL_PATH.format(isa=isa)
 
 
@@ -86,8 +93,13 @@ class CeilingWorker:
 
     def __init__(self, kind: str, cores: set[int], threads: int):
         command = [sys.executable, "-m", "harness.peers.ceiling", "--kind", kind, "--threads", str(threads), "--serve"]
-        self.process = subprocess.Popen(["taskset", "-c", cores_label(cores)] + command, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT)
+        self.process = subprocess.Popen(
+            ["taskset", "-c", cores_label(cores)] + command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=PROJECT_ROOT,
+        )
         ready = self.process.stdout.readline()
         if not ready:
             raise RuntimeError(f"ceiling worker {kind} did not start")
@@ -166,8 +178,10 @@ def start_triton(models: list[str], cores: set[int], overrides: dict | None):
 
 
 def _with_steps(models: list[str]) -> list[str]:
-    steps = {"embedding_onnx_text": ["embedding_onnx"], "embedding_onnx_text_ensemble":
-             ["tokenize", "embedding_onnx", "pool_embedding"]}
+    steps = {
+        "embedding_onnx_text": ["embedding_onnx"],
+        "embedding_onnx_text_ensemble": ["tokenize", "embedding_onnx", "pool_embedding"],
+    }
     return sorted(set(models).union(*(steps.get(m, []) for m in models)))
 
 
@@ -182,17 +196,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cores", default=None, help="default: every core but 0")
     parser.add_argument("--generator-cores", default="0")
     parser.add_argument("--triton-config", default=None, help="JSON config overrides (harness.variants)")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
-                        help="one more tritonserver (same cores) with these config overrides; its "
-                             "--variant-models are targets named MODEL[NAME]")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="one more tritonserver (same cores) with these config overrides; its "
+        "--variant-models are targets named MODEL[NAME]",
+    )
     parser.add_argument("--variant-models", default="embedding_onnx_text")
     parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
     args = parser.parse_args(argv)
 
     all_cores = sorted(os.sched_getaffinity(0))
     generator_cores = {int(c) for c in args.generator_cores.split(",")}
-    server_cores = ({int(c) for c in args.server_cores.split(",")} if args.server_cores
-                    else set(all_cores) - generator_cores) or set(all_cores)
+    server_cores = (
+        {int(c) for c in args.server_cores.split(",")} if args.server_cores else set(all_cores) - generator_cores
+    ) or set(all_cores)
     threads = len(server_cores)
     batches = [int(b) for b in args.batch.split(",")]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -224,22 +244,48 @@ def main(argv: list[str] | None = None) -> int:
             for model in models:
                 make_body, ceiling, what = TRITON_MODELS[model]
                 check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
-                targets.append(Target(model, f"http://{triton.http_url}/v2/models/{model}/infer", make_body, ceiling, what,
-                                      {"server_mode": "local (no front gate)", "server_version": version}, check,
-                                      triton.process.pid))
+                targets.append(
+                    Target(
+                        model,
+                        f"http://{triton.http_url}/v2/models/{model}/infer",
+                        make_body,
+                        ceiling,
+                        what,
+                        {"server_mode": "local (no front gate)", "server_version": version},
+                        check,
+                        triton.process.pid,
+                    )
+                )
         for name, config, server in variants:
             version = server.describe()["server_version"]
             for model in variant_models:
                 make_body, ceiling, what = TRITON_MODELS[model]
                 check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
-                targets.append(Target(f"{model}[{name}]", f"http://{server.http_url}/v2/models/{model}/infer",
-                                      make_body, ceiling, f"{what}, config {json.dumps(config, sort_keys=True)}",
-                                      {"server_mode": "local (no front gate)", "server_version": version,
-                                       "config_overrides": config}, check, server.process.pid))
+                targets.append(
+                    Target(
+                        f"{model}[{name}]",
+                        f"http://{server.http_url}/v2/models/{model}/infer",
+                        make_body,
+                        ceiling,
+                        f"{what}, config {json.dumps(config, sort_keys=True)}",
+                        {"server_mode": "local (no front gate)", "server_version": version, "config_overrides": config},
+                        check,
+                        server.process.pid,
+                    )
+                )
         for peer in peers:
-            targets.append(Target(f"infinity-{peer.engine}", peer.url, peer.body, PEER_CEILING[peer.engine],
-                                  peer.describe(), {"server_mode": "peer", "server_version": infinity_version()},
-                                  check_peer, peer.process.pid))
+            targets.append(
+                Target(
+                    f"infinity-{peer.engine}",
+                    peer.url,
+                    peer.body,
+                    PEER_CEILING[peer.engine],
+                    peer.describe(),
+                    {"server_mode": "peer", "server_version": infinity_version()},
+                    check_peer,
+                    peer.process.pid,
+                )
+            )
         for kind in sorted({t.ceiling for t in targets}):
             workers[kind] = CeilingWorker(kind, server_cores, threads)
         for batch in batches:
@@ -254,8 +300,11 @@ def main(argv: list[str] | None = None) -> int:
                     for kind, worker in workers.items():
                         # the best of the request's batch and the largest the server could form (a
                         # 64-row batch can be slower per sentence than 8 rows on a small-cache core)
-                        ceilings[kind].append(max(worker.measure(size, min(args.duration, 2.0))
-                                                  for size in sorted({batch, ceiling_batch})))
+                        ceilings[kind].append(
+                            max(
+                                worker.measure(size, min(args.duration, 2.0)) for size in sorted({batch, ceiling_batch})
+                            )
+                        )
                     order = targets if round_index % 2 == 0 else targets[::-1]
                     for target in order:
                         # long enough for every connection to complete a few requests at the ceiling's pace
@@ -264,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                         cycle = batch * concurrency / pace
                         generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))  # warm-up
                         wait_idle(target.pid, 10 * cycle + 10)
-                        results[target.name].append(generator.run(target.url, bodies[target.name], concurrency,
-                                                                  duration))
+                        results[target.name].append(
+                            generator.run(target.url, bodies[target.name], concurrency, duration)
+                        )
                         wait_idle(target.pid, 10 * cycle + 10)
                 for target in targets:
                     runs = results[target.name]
@@ -274,16 +324,28 @@ def main(argv: list[str] | None = None) -> int:
                     ceiling = statistics.median(ceilings[target.ceiling])
                     served = statistics.median(rates)
                     record = {
-                        "deployment": DEPLOYMENT, "benchmark": f"side-by-side-b{batch}", "comparison": "side-by-side",
-                        "run_id": run_id, "model": target.name,
-                        "variant": f"{target.name}: {target.describe}{args.label}", "target": "cpu",
-                        "protocol": "http", "generator": generator.describe(),
-                        "server_cores": cores_label(server_cores), "generator_cores": cores_label(generator_cores),
-                        "items_per_request": batch, "config_overrides": overrides, "label": args.label,
-                        "base_model": target.name.split("[")[0], **target.server, **median_run.metrics(batch), "items_per_second": round(served, 2),
+                        "deployment": DEPLOYMENT,
+                        "benchmark": f"side-by-side-b{batch}",
+                        "comparison": "side-by-side",
+                        "run_id": run_id,
+                        "model": target.name,
+                        "variant": f"{target.name}: {target.describe}{args.label}",
+                        "target": "cpu",
+                        "protocol": "http",
+                        "generator": generator.describe(),
+                        "server_cores": cores_label(server_cores),
+                        "generator_cores": cores_label(generator_cores),
+                        "items_per_request": batch,
+                        "config_overrides": overrides,
+                        "label": args.label,
+                        "base_model": target.name.split("[")[0],
+                        **target.server,
+                        **median_run.metrics(batch),
+                        "items_per_second": round(served, 2),
                         "rounds_items_per_second": [round(r, 2) for r in rates],
                         "errors": sum(r.errors for r in runs),
-                        "ceiling_kind": target.ceiling, "ceiling_batch_size": ceiling_batch,
+                        "ceiling_kind": target.ceiling,
+                        "ceiling_batch_size": ceiling_batch,
                         "ceiling_rule": "max(in-process at batch, at min(batch x c, 64))",
                         "ceiling_items_per_second": round(ceiling, 2),
                         "rounds_ceiling_items_per_second": [round(c, 2) for c in ceilings[target.ceiling]],
@@ -292,9 +354,12 @@ def main(argv: list[str] | None = None) -> int:
                     if "int8" in target.name or target.ceiling == "onnx-int8":
                         record["kernel_path"] = int8_kernel_path()
                     append_record(record)
-                    print(f"b={batch:<2} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
-                          f"rounds {record['rounds_items_per_second']} errors {record['errors']} "
-                          f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']}", flush=True)
+                    print(
+                        f"b={batch:<2} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
+                        f"rounds {record['rounds_items_per_second']} errors {record['errors']} "
+                        f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']}",
+                        flush=True,
+                    )
     finally:
         for worker in workers.values():
             worker.close()

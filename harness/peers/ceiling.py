@@ -13,13 +13,14 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from harness import PROJECT_ROOT
 
 REPOSITORY = PROJECT_ROOT / "deployments" / "embedding_cpu" / "model_repository"
-ONNX_FILES = {"onnx-fp32": REPOSITORY / "embedding_onnx" / "1" / "model.onnx",
-              "onnx-int8": REPOSITORY / "embedding_onnx_int8" / "1" / "model.onnx"}
+ONNX_FILES = {
+    "onnx-fp32": REPOSITORY / "embedding_onnx" / "1" / "model.onnx",
+    "onnx-int8": REPOSITORY / "embedding_onnx_int8" / "1" / "model.onnx",
+}
 KINDS = tuple(ONNX_FILES) + ("sentence-transformers",)
 
 
@@ -69,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--serve", action="store_true",
-                        help="read 'batch duration' lines from stdin, answer each with a JSON line")
+    parser.add_argument(
+        "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
+    )
     args = parser.parse_args(argv)
     encode = encoder(args.kind, args.threads)
     if args.serve:
@@ -78,13 +80,26 @@ def main(argv: list[str] | None = None) -> int:
         for line in sys.stdin:
             batch, duration = line.split()
             rate = measure(encode, sentences(int(batch)), float(duration))
-            print(json.dumps({"kind": args.kind, "batch": int(batch), "threads": args.threads,
-                              "items_per_second": round(rate, 2)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "kind": args.kind,
+                        "batch": int(batch),
+                        "threads": args.threads,
+                        "items_per_second": round(rate, 2),
+                    }
+                ),
+                flush=True,
+            )
         return 0
     for batch in [int(b) for b in args.batch.split(",")]:
         rate = measure(encode, sentences(batch), args.duration)
-        print(json.dumps({"kind": args.kind, "batch": batch, "threads": args.threads,
-                          "items_per_second": round(rate, 2)}), flush=True)
+        print(
+            json.dumps(
+                {"kind": args.kind, "batch": batch, "threads": args.threads, "items_per_second": round(rate, 2)}
+            ),
+            flush=True,
+        )
     return 0
 
 

@@ -48,8 +48,15 @@ def infinity_version() -> str:
 class InfinityServer:
     """``infinity_emb v2`` with ``engine`` on ``cores``, on a free loopback port."""
 
-    def __init__(self, engine: str, model_dir: Path, onnx_file: Path, cores: set[int] | None = None,
-                 threads: int | None = None, batch_size: int = 64):
+    def __init__(
+        self,
+        engine: str,
+        model_dir: Path,
+        onnx_file: Path,
+        cores: set[int] | None = None,
+        threads: int | None = None,
+        batch_size: int = 64,
+    ):
         if engine not in ENGINES:
             raise ValueError(f"engine {engine!r}: one of {ENGINES}")
         binary = VENV / "bin" / "infinity_emb"
@@ -64,10 +71,29 @@ class InfinityServer:
         shutil.copytree(model_dir, self.model_copy)
         if engine == "optimum":
             shutil.copy(onnx_file, self.model_copy / "model.onnx")
-        self.command = [str(binary), "v2", "--model-id", ".", "--served-model-name", SERVED_NAME,
-                        "--engine", engine, "--device", "cpu", "--pooling-method", "mean",
-                        "--batch-size", str(batch_size), "--host", "127.0.0.1", "--port", str(self.port),
-                        "--log-level", "warning", "--no-model-warmup"]
+        self.command = [
+            str(binary),
+            "v2",
+            "--model-id",
+            ".",
+            "--served-model-name",
+            SERVED_NAME,
+            "--engine",
+            engine,
+            "--device",
+            "cpu",
+            "--pooling-method",
+            "mean",
+            "--batch-size",
+            str(batch_size),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+            "--no-model-warmup",
+        ]
         if self.cores:
             self.command = ["taskset", "-c", ",".join(map(str, sorted(self.cores)))] + self.command
         self.process: subprocess.Popen | None = None
@@ -81,21 +107,35 @@ class InfinityServer:
         return f"infinity-emb {infinity_version()} ({self.engine} engine, {self.threads} threads)"
 
     def body(self, texts: list[str]) -> bytes:
-        return json.dumps({"model": SERVED_NAME, "input": texts}, ensure_ascii=False,
-                          separators=(",", ":")).encode()
+        return json.dumps({"model": SERVED_NAME, "input": texts}, ensure_ascii=False, separators=(",", ":")).encode()
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Start the server; poll ``/health`` until it answers or ``timeout_s`` passes."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env.update({"HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1",
-                    "OMP_NUM_THREADS": str(self.threads), "PATH": f"{VENV / 'bin'}:{env.get('PATH', '')}"})
-        self.process = subprocess.Popen(self.command, cwd=self.model_copy, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "INFINITY_ANONYMOUS_USAGE_STATS": "0",
+                "DO_NOT_TRACK": "1",
+                "OMP_NUM_THREADS": str(self.threads),
+                "PATH": f"{VENV / 'bin'}:{env.get('PATH', '')}",
+            }
+        )
+        self.process = subprocess.Popen(
+            self.command,
+            cwd=self.model_copy,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise PeerStartError(f"infinity ({self.engine}) exited {self.process.returncode}:\n{self.logs()[-3000:]}")
+                raise PeerStartError(
+                    f"infinity ({self.engine}) exited {self.process.returncode}:\n{self.logs()[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
                     if reply.status == 200:
@@ -127,7 +167,7 @@ class InfinityServer:
                 self.process.wait()
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> "InfinityServer":
+    def __enter__(self) -> InfinityServer:
         self.start()
         return self
 

@@ -49,6 +49,7 @@ def ratios(run: list[dict]) -> list[dict]:
         workloads[(int(record["items_per_request"]), int(record["concurrency"]))][record["model"]] = record
     rows = []
     for (batch, concurrency), targets in sorted(workloads.items()):
+
         def series(name: str) -> list[float] | None:
             if name.startswith("ceiling:"):
                 kind = name.split(":", 1)[1]
@@ -70,9 +71,17 @@ def ratios(run: list[dict]) -> list[dict]:
             values = [a / b for a, b in zip(numerator, denominator) if b]
             if not values:
                 continue
-            rows.append({"batch": batch, "concurrency": concurrency, "ratio": label, "goal": goal,
-                         "value": statistics.median(values), "rounds": values,
-                         "generator": next(iter(targets.values())).get("generator")})
+            rows.append(
+                {
+                    "batch": batch,
+                    "concurrency": concurrency,
+                    "ratio": label,
+                    "goal": goal,
+                    "value": statistics.median(values),
+                    "rounds": values,
+                    "generator": next(iter(targets.values())).get("generator"),
+                }
+            )
     return rows
 
 
@@ -84,7 +93,9 @@ def render(records: list[dict]) -> list[str]:
     first = min(run, key=lambda r: str(r.get("timestamp", "")))
     machine = first.get("machine") or {}
     lines = [
-        "", "## embedding_cpu side by side: served / ceiling, ONNX / Python, INT8 / FP32, Triton / infinity-emb", "",
+        "",
+        "## embedding_cpu side by side: served / ceiling, ONNX / Python, INT8 / FP32, Triton / infinity-emb",
+        "",
         f"One run (`make bench-peers`, run `{first.get('run_id')}`, {first.get('timestamp')}, "
         f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, a busy shared machine). Generator: "
         f"{first.get('generator')}; servers (tritonserver without the front gate, its stubs, infinity-emb) and the "
@@ -92,23 +103,67 @@ def render(records: list[dict]) -> list[str]:
         "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
         "column). Ceiling: the same work (tokenize + model + pool) in one process on the server's cores, at "
         "the batch the server could form (`min(batch x c, 64)`; runs whose records carry `ceiling_rule` take the "
-        "better of that and the request's own batch).", "",
+        "better of that and the request's own batch).",
+        "",
     ]
     table = []
     for r in sorted(run, key=lambda r: (int(r["items_per_request"]), int(r["concurrency"]), r["model"])):
-        table.append([r["items_per_request"], r["concurrency"], r["model"], f"{r['items_per_second']:.1f}",
-                      ", ".join(f"{v:.0f}" for v in _per_round(r)), f"{r.get('perf_latency_p50', 0):.1f}",
-                      f"{r.get('perf_latency_p99', 0):.1f}", r.get("errors", 0),
-                      f"{r.get('ceiling_kind')}@{r.get('ceiling_batch_size')}",
-                      f"{r.get('served_over_ceiling') or 0:.2f}", r.get("kernel_path", "")])
-    lines.append(tabulate(table, headers=["batch", "c", "target", "sentences/s", "rounds", "p50 ms", "p99 ms",
-                                          "errors", "ceiling", "served / ceiling", "INT8 kernel path"],
-                          tablefmt="github", disable_numparse=True))
+        table.append(
+            [
+                r["items_per_request"],
+                r["concurrency"],
+                r["model"],
+                f"{r['items_per_second']:.1f}",
+                ", ".join(f"{v:.0f}" for v in _per_round(r)),
+                f"{r.get('perf_latency_p50', 0):.1f}",
+                f"{r.get('perf_latency_p99', 0):.1f}",
+                r.get("errors", 0),
+                f"{r.get('ceiling_kind')}@{r.get('ceiling_batch_size')}",
+                f"{r.get('served_over_ceiling') or 0:.2f}",
+                r.get("kernel_path", ""),
+            ]
+        )
+    lines.append(
+        tabulate(
+            table,
+            headers=[
+                "batch",
+                "c",
+                "target",
+                "sentences/s",
+                "rounds",
+                "p50 ms",
+                "p99 ms",
+                "errors",
+                "ceiling",
+                "served / ceiling",
+                "INT8 kernel path",
+            ],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
     lines += ["", "Ratios (goal from issue 17; `met` when the median reaches it):", ""]
-    table = [[r["batch"], r["concurrency"], r["ratio"], f"{r['value']:.2f}", ", ".join(f"{v:.2f}" for v in r["rounds"]),
-              f">= {r['goal']:g}", "met" if r["value"] >= r["goal"] else "NOT met"] for r in ratios(run)]
-    lines.append(tabulate(table, headers=["batch", "c", "ratio", "median", "rounds", "goal", ""],
-                          tablefmt="github", disable_numparse=True))
+    table = [
+        [
+            r["batch"],
+            r["concurrency"],
+            r["ratio"],
+            f"{r['value']:.2f}",
+            ", ".join(f"{v:.2f}" for v in r["rounds"]),
+            f">= {r['goal']:g}",
+            "met" if r["value"] >= r["goal"] else "NOT met",
+        ]
+        for r in ratios(run)
+    ]
+    lines.append(
+        tabulate(
+            table,
+            headers=["batch", "c", "ratio", "median", "rounds", "goal", ""],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
     lines += ["", "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants), ""]
     return lines

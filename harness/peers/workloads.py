@@ -37,9 +37,13 @@ def triton_tokens_body(texts: list[str]) -> bytes:
 
     tokens = tokenize(texts)
     shape = list(tokens["input_ids"].shape)
-    body = {"inputs": [{"name": name, "shape": shape, "datatype": "INT64", "data": tokens[name].ravel().tolist()}
-                       for name in ("input_ids", "attention_mask")],
-            "outputs": [{"name": "last_hidden_state", "parameters": {"binary_data": True}}]}
+    body = {
+        "inputs": [
+            {"name": name, "shape": shape, "datatype": "INT64", "data": tokens[name].ravel().tolist()}
+            for name in ("input_ids", "attention_mask")
+        ],
+        "outputs": [{"name": "last_hidden_state", "parameters": {"binary_data": True}}],
+    }
     return json.dumps(body, separators=(",", ":")).encode()
 
 

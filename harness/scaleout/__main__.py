@@ -31,8 +31,9 @@ def _k8s(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from harness.scaleout.k8s import DEFAULT_IMAGE
 
-    parser = argparse.ArgumentParser(prog="python -m harness.scaleout",
-                                     description="Kubernetes objects, replica footprints, multi-replica runs")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.scaleout", description="Kubernetes objects, replica footprints, multi-replica runs"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     k8s = sub.add_parser("k8s", help="render Kubernetes objects of a deployment (default: all) into build/k8s/<d>/")
     k8s.add_argument("deployment", nargs="?")
@@ -40,8 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     k8s.add_argument("--namespace", default=None)
     k8s.add_argument("--out", default=None, help="folder for <deployment>/*.yaml (default build/k8s)")
     k8s.add_argument("--stdout", action="store_true", help="print the YAML instead of writing files")
-    k8s.add_argument("--gate", action="store_true",
-                     help="serve through the front gate (python -m harness.gate serve); the image must carry harness.gate")
+    k8s.add_argument(
+        "--gate",
+        action="store_true",
+        help="serve through the front gate (python -m harness.gate serve); the image must carry harness.gate",
+    )
     fp = sub.add_parser("footprint", help="measure one replica of each deployment in the CPU image (docker)")
     fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")
     fp.add_argument("--image", default=None, help="tritonserver image (default: the CPU image of `make image`)")
@@ -51,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--replicas", type=int, default=3)
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
-    run.add_argument("--scenarios", nargs="+", default=["throughput", "kill", "roll"],
-                     choices=["throughput", "kill", "roll"])
+    run.add_argument(
+        "--scenarios", nargs="+", default=["throughput", "kill", "roll"], choices=["throughput", "kill", "roll"]
+    )
     run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
     run.add_argument("--out", default=None, help="results JSON (default results/scaleout/<deployment>.json)")
     cap = sub.add_parser("capacity", help="replicas for N requests/s at a p99 target, from docs/results.json")
@@ -66,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "capacity":
         from harness.scaleout.capacity import SOURCE, markdown, model
 
-        lines = model(args.source or SOURCE, server_mode=args.server_mode, p99_targets_ms=args.p99,
-                      rates=args.rate, utilisation=args.utilisation, scenarios_wanted=args.scenario)
+        lines = model(
+            args.source or SOURCE,
+            server_mode=args.server_mode,
+            p99_targets_ms=args.p99,
+            rates=args.rate,
+            utilisation=args.utilisation,
+            scenarios_wanted=args.scenario,
+        )
         print(markdown(lines, rates=args.rate))
         return 0
     if args.command == "k8s":
@@ -82,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         from harness.scaleout.run import run as run_stack
 
         try:
-            run_stack(args.deployment, replicas=args.replicas, concurrency=args.concurrency, duration_s=args.duration,
-                      scenarios=tuple(args.scenarios), keep=args.keep, out=Path(args.out) if args.out else None)
+            run_stack(
+                args.deployment,
+                replicas=args.replicas,
+                concurrency=args.concurrency,
+                duration_s=args.duration,
+                scenarios=tuple(args.scenarios),
+                keep=args.keep,
+                out=Path(args.out) if args.out else None,
+            )
         except ScaleoutError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -54,8 +54,10 @@ def compose_command() -> list[str]:
     probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
     if probe.returncode == 0:
         return ["docker", "compose"]
-    raise ScaleoutError("neither docker-compose nor the docker compose plugin is installed: "
-                        "`make scaleout-tools` installs Debian's docker-compose")
+    raise ScaleoutError(
+        "neither docker-compose nor the docker compose plugin is installed: "
+        "`make scaleout-tools` installs Debian's docker-compose"
+    )
 
 
 def lb_image() -> str:
@@ -71,8 +73,9 @@ def used_subnets() -> list[ipaddress.IPv4Network]:
     names = subprocess.run(["docker", "network", "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
     found = []
     if names:
-        inspected = json.loads(subprocess.run(["docker", "network", "inspect", *names], capture_output=True,
-                                              text=True, check=True).stdout)
+        inspected = json.loads(
+            subprocess.run(["docker", "network", "inspect", *names], capture_output=True, text=True, check=True).stdout
+        )
         for network in inspected:
             for config in (network.get("IPAM") or {}).get("Config") or []:
                 if config.get("Subnet") and ":" not in config["Subnet"]:
@@ -83,8 +86,11 @@ def used_subnets() -> list[ipaddress.IPv4Network]:
 def free_subnet(project: str) -> ipaddress.IPv4Network:
     """A /24 in 172.29.0.0/16 that no network of the engine uses (ours, left over, is reused)."""
     taken = used_subnets()
-    ours = subprocess.run(["docker", "network", "inspect", f"{project}_replicas", "--format",
-                           "{{range .IPAM.Config}}{{.Subnet}}{{end}}"], capture_output=True, text=True)
+    ours = subprocess.run(
+        ["docker", "network", "inspect", f"{project}_replicas", "--format", "{{range .IPAM.Config}}{{.Subnet}}{{end}}"],
+        capture_output=True,
+        text=True,
+    )
     if ours.returncode == 0 and ours.stdout.strip():
         return ipaddress.ip_network(ours.stdout.strip())
     for candidate in ipaddress.ip_network("172.29.0.0/16").subnets(new_prefix=24):
@@ -100,8 +106,7 @@ def add_version(repository: Path, model: str, version: str = "2") -> None:
     source, target = repository / model / "1", repository / model / version
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(source, target, copy_function=os.link,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(source, target, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
 @dataclass
@@ -169,14 +174,21 @@ class Stack:
         self.write()
 
     def server_command(self) -> list[str]:
-        return (["tritonserver", f"--model-repository={BUNDLE_ROOT}/model_repository", "--model-control-mode=explicit",
-                 "--exit-timeout-secs=10", "--allow-grpc=false"] + [f"--load-model={m}" for m in self.models])
+        return [
+            "tritonserver",
+            f"--model-repository={BUNDLE_ROOT}/model_repository",
+            "--model-control-mode=explicit",
+            "--exit-timeout-secs=10",
+            "--allow-grpc=false",
+        ] + [f"--load-model={m}" for m in self.models]
 
     def compose_file(self) -> dict:
         labels = {OWNER_LABEL: OWNER_VALUE, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}
         # bash's /dev/tcp: no interpreter to start (a python3 check missed its timeout on a loaded 2-core machine).
-        ready = ('exec 3<>/dev/tcp/127.0.0.1/8000 && printf "GET /v2/health/ready HTTP/1.0\r\n\r\n" >&3 '
-                 '&& head -n1 <&3 | grep -q " 200 "')
+        ready = (
+            'exec 3<>/dev/tcp/127.0.0.1/8000 && printf "GET /v2/health/ready HTTP/1.0\r\n\r\n" >&3 '
+            '&& head -n1 <&3 | grep -q " 200 "'
+        )
         services = {}
         for name in self.names:
             services[name] = {
@@ -185,57 +197,74 @@ class Stack:
                 "volumes": [f"{self.work_dir / ('bundle-' + self.versions[name])}:{BUNDLE_ROOT}:ro"],
                 "shm_size": "1g",
                 "labels": dict(labels),
-                "healthcheck": {"test": ["CMD", "bash", "-c", ready], "interval": "2s", "timeout": "10s",
-                                "retries": 3, "start_period": "600s"},
+                "healthcheck": {
+                    "test": ["CMD", "bash", "-c", ready],
+                    "interval": "2s",
+                    "timeout": "10s",
+                    "retries": 3,
+                    "start_period": "600s",
+                },
                 "networks": {"replicas": {"ipv4_address": self.address(name)}},
             }
         services["lb"] = {
             "image": self.lb,
-            "volumes": [f"{self.work_dir / 'nginx.conf'}:/etc/nginx/nginx.conf:ro",
-                        f"{self.work_dir / 'logs'}:/var/log/scaleout"],
+            "volumes": [
+                f"{self.work_dir / 'nginx.conf'}:/etc/nginx/nginx.conf:ro",
+                f"{self.work_dir / 'logs'}:/var/log/scaleout",
+            ],
             "ports": [f"127.0.0.1:{self.lb_port}:8080"],
             "labels": dict(labels),
             "depends_on": {name: {"condition": "service_healthy"} for name in self.names},
             "networks": {"replicas": {"ipv4_address": str(self.subnet.network_address + 2)}},
         }
-        return {"version": "2.4", "services": services,
-                "networks": {"replicas": {"ipam": {"config": [{"subnet": str(self.subnet)}]}}}}
+        return {
+            "version": "2.4",
+            "services": services,
+            "networks": {"replicas": {"ipam": {"config": [{"subnet": str(self.subnet)}]}}},
+        }
 
     def nginx_conf(self) -> str:
-        servers = [f"        server {self.address(n)}:8000 max_fails=1 fail_timeout={self.fail_timeout_s}s"
-                   f"{' down' if n in self.drained else ''};" for n in self.names]
-        log_format = ('\'{"t":$msec,"status":$status,"upstream":"$upstream_addr",'
-                      '"upstream_status":"$upstream_status","request_time":$request_time}\'')
-        return "\n".join([
-            "worker_processes 1;",
-            "error_log stderr warn;",
-            "events { worker_connections 2048; }",
-            "http {",
-            f"    log_format lb escape=json {log_format};",
-            "    access_log /var/log/scaleout/access.log lb;",
-            "    upstream triton {",
-            *servers,
-            "        keepalive 64;",
-            "    }",
-            "    server {",
-            "        listen 8080;",
-            f"        client_max_body_size {self.max_body};",
-            "        location = /lb/health { access_log off; return 200 \"ok\\n\"; }",
-            "        location / {",
-            "            proxy_pass http://triton;",
-            "            proxy_http_version 1.1;",
-            "            proxy_set_header Connection \"\";",
-            "            proxy_connect_timeout 1s;",
-            "            proxy_read_timeout 30s;",
-            "            proxy_next_upstream error timeout http_502 http_503 http_504 non_idempotent;",
-            "            proxy_next_upstream_tries 3;",
-            "            proxy_next_upstream_timeout 10s;",
-            "            add_header X-Upstream $upstream_addr always;",
-            "        }",
-            "    }",
-            "}",
-            "",
-        ])
+        servers = [
+            f"        server {self.address(n)}:8000 max_fails=1 fail_timeout={self.fail_timeout_s}s"
+            f"{' down' if n in self.drained else ''};"
+            for n in self.names
+        ]
+        log_format = (
+            '\'{"t":$msec,"status":$status,"upstream":"$upstream_addr",'
+            '"upstream_status":"$upstream_status","request_time":$request_time}\''
+        )
+        return "\n".join(
+            [
+                "worker_processes 1;",
+                "error_log stderr warn;",
+                "events { worker_connections 2048; }",
+                "http {",
+                f"    log_format lb escape=json {log_format};",
+                "    access_log /var/log/scaleout/access.log lb;",
+                "    upstream triton {",
+                *servers,
+                "        keepalive 64;",
+                "    }",
+                "    server {",
+                "        listen 8080;",
+                f"        client_max_body_size {self.max_body};",
+                '        location = /lb/health { access_log off; return 200 "ok\\n"; }',
+                "        location / {",
+                "            proxy_pass http://triton;",
+                "            proxy_http_version 1.1;",
+                '            proxy_set_header Connection "";',
+                "            proxy_connect_timeout 1s;",
+                "            proxy_read_timeout 30s;",
+                "            proxy_next_upstream error timeout http_502 http_503 http_504 non_idempotent;",
+                "            proxy_next_upstream_tries 3;",
+                "            proxy_next_upstream_timeout 10s;",
+                "            add_header X-Upstream $upstream_addr always;",
+                "        }",
+                "    }",
+                "}",
+                "",
+            ]
+        )
 
     def write(self) -> None:
         (self.work_dir / "docker-compose.yml").write_text(yaml.safe_dump(self.compose_file(), sort_keys=False))
@@ -271,9 +300,17 @@ class Stack:
                 pass
 
     def health(self, name: str) -> str:
-        done = subprocess.run(["docker", "inspect", "--format", "{{.State.Status}} {{if .State.Health}}"
-                               "{{.State.Health.Status}}{{end}}", self.container(name)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                "docker",
+                "inspect",
+                "--format",
+                "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}",
+                self.container(name),
+            ],
+            capture_output=True,
+            text=True,
+        )
         return done.stdout.strip() if done.returncode == 0 else "absent"
 
     def wait_healthy(self, names: list[str], deadline_s: float) -> None:
@@ -285,10 +322,15 @@ class Stack:
                 return
             broken = [n for n, s in states.items() if s.startswith(("exited", "dead", "absent"))]
             if broken or time.monotonic() > deadline:
-                logs = subprocess.run(["docker", "logs", "--tail", "15", self.container((broken or names)[0])],
-                                      capture_output=True, text=True)
-                raise ScaleoutError(f"replicas not healthy ({states}) after {deadline_s:.0f} s or exited; "
-                                    f"last log lines: {(logs.stdout + logs.stderr).strip()[-800:]}")
+                logs = subprocess.run(
+                    ["docker", "logs", "--tail", "15", self.container((broken or names)[0])],
+                    capture_output=True,
+                    text=True,
+                )
+                raise ScaleoutError(
+                    f"replicas not healthy ({states}) after {deadline_s:.0f} s or exited; "
+                    f"last log lines: {(logs.stdout + logs.stderr).strip()[-800:]}"
+                )
             time.sleep(1)
 
     @property
@@ -312,8 +354,9 @@ class Stack:
     def reload_lb(self) -> None:
         """Rewrite nginx.conf (drained replicas marked down) and reload nginx gracefully."""
         self.write()
-        done = subprocess.run(["docker", "exec", self.container("lb"), "nginx", "-s", "reload"],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["docker", "exec", self.container("lb"), "nginx", "-s", "reload"], capture_output=True, text=True
+        )
         if done.returncode != 0:
             raise ScaleoutError(f"nginx reload failed: {done.stderr.strip()}")
 
@@ -337,8 +380,11 @@ class Stack:
         import requests
 
         text = requests.get(f"http://{self.address(name)}:8002/metrics", timeout=3).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("nv_inference_pending_request_count{"))
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("nv_inference_pending_request_count{")
+        )
 
     def recreate(self, name: str, version: str) -> None:
         """Replace a replica's container with one serving bundle ``version`` (compose up --force-recreate)."""

@@ -81,7 +81,7 @@ class StatsSampler:
         except Exception:  # noqa: BLE001 - container stopped
             return
 
-    def __enter__(self) -> "StatsSampler":
+    def __enter__(self) -> StatsSampler:
         self._thread.start()
         return self
 
@@ -124,17 +124,33 @@ def measure(deployment: Deployment, image: str | None = None, duration_s: float 
                 protocol = benchmark.protocol if server.grpc_url else "http"
                 url = server.grpc_url if protocol == "grpc" else server.http_url
                 window_began = time.monotonic()
-                level = run_load(workload, protocol=protocol, url=url, http_url=server.http_url,
-                                 concurrency=max(benchmark.concurrency), duration_s=duration_s, warmup_s=0.5)
+                level = run_load(
+                    workload,
+                    protocol=protocol,
+                    url=url,
+                    http_url=server.http_url,
+                    concurrency=max(benchmark.concurrency),
+                    duration_s=duration_s,
+                    warmup_s=0.5,
+                )
                 window = [c for _, _, c in sampler.between(window_began + 1.0, time.monotonic()) if c is not None]
                 metrics = level.metrics(workload.items_per_request)
-                scenarios.append({"benchmark": benchmark.id, "model": workload.model,
-                                  "concurrency": max(benchmark.concurrency), "protocol": protocol,
-                                  "infer_per_s": metrics["perf_throughput"], "p99_ms": metrics["perf_latency_p99"],
-                                  "errors": metrics["errors"],
-                                  "cpu_cores": round(sum(window) / len(window), 2) if window else None})
-                log(f"{deployment.name}: {benchmark.id} c={max(benchmark.concurrency)}: "
-                    f"{scenarios[-1]['infer_per_s']} infer/s")
+                scenarios.append(
+                    {
+                        "benchmark": benchmark.id,
+                        "model": workload.model,
+                        "concurrency": max(benchmark.concurrency),
+                        "protocol": protocol,
+                        "infer_per_s": metrics["perf_throughput"],
+                        "p99_ms": metrics["perf_latency_p99"],
+                        "errors": metrics["errors"],
+                        "cpu_cores": round(sum(window) / len(window), 2) if window else None,
+                    }
+                )
+                log(
+                    f"{deployment.name}: {benchmark.id} c={max(benchmark.concurrency)}: "
+                    f"{scenarios[-1]['infer_per_s']} infer/s"
+                )
             time.sleep(1.5)
             loaded = sampler.between(load_began, time.monotonic())
     finally:
@@ -153,8 +169,9 @@ def measure(deployment: Deployment, image: str | None = None, duration_s: float 
     }
 
 
-def measure_all(names: list[str] | None = None, image: str | None = None, path: Path = FOOTPRINTS,
-                duration_s: float = 4.0) -> dict:
+def measure_all(
+    names: list[str] | None = None, image: str | None = None, path: Path = FOOTPRINTS, duration_s: float = 4.0
+) -> dict:
     """Measure the named deployments (default: all) and merge them into ``path``."""
     table = load_footprints(path)
     failed: list[str] = []
@@ -167,8 +184,10 @@ def measure_all(names: list[str] | None = None, image: str | None = None, path: 
         try:
             measured = measure(deployment, image=image, duration_s=duration_s)
         except Exception as exc:  # noqa: BLE001 - one deployment that cannot start keeps its old figures
-            print(f"{deployment.name}: not measured, previous figures kept: {' '.join(str(exc).split())[:400]}",
-                  flush=True)
+            print(
+                f"{deployment.name}: not measured, previous figures kept: {' '.join(str(exc).split())[:400]}",
+                flush=True,
+            )
             failed.append(deployment.name)
             continue
         measured["measured"] = time.strftime("%Y-%m-%d", time.gmtime())

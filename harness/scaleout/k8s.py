@@ -75,8 +75,12 @@ def k8s_name(deployment: Deployment) -> str:
 
 
 def labels(deployment: Deployment) -> dict:
-    return {"app.kubernetes.io/name": "tritonserver", "app.kubernetes.io/instance": k8s_name(deployment),
-            "app.kubernetes.io/part-of": PART_OF, "triton-harness/deployment": deployment.name.replace("_", "-")}
+    return {
+        "app.kubernetes.io/name": "tritonserver",
+        "app.kubernetes.io/instance": k8s_name(deployment),
+        "app.kubernetes.io/part-of": PART_OF,
+        "triton-harness/deployment": deployment.name.replace("_", "-"),
+    }
 
 
 def selector(deployment: Deployment) -> dict:
@@ -120,16 +124,23 @@ def resources(deployment: Deployment, options: RenderOptions) -> tuple[dict, str
     memory_mib = options.extra.get("memory_mib") or int(round_up(measured["peak_mib"] * 1.25, 64))
     cpu = options.extra.get("cpu") or max(0.5, round_up(measured.get("cpu_cores_under_load") or 1.0, 0.25))
     limit_mib = int(round_up(memory_mib * 1.5, 64))
-    return {"requests": {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mib}Mi"},
-            "limits": {"memory": f"{limit_mib}Mi"}}, source
+    return {
+        "requests": {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mib}Mi"},
+        "limits": {"memory": f"{limit_mib}Mi"},
+    }, source
 
 
 def server_args(deployment: Deployment, options: RenderOptions) -> list[str]:
     """tritonserver's command line in the pod: the deployment's own flags, the bundle's repository."""
     server = deployment.server_options(options.target)
-    args = ["tritonserver", f"--model-repository={BUNDLE_ROOT}/model_repository",
-            "--exit-timeout-secs=25", f"--allow-grpc={'true' if server.allow_grpc else 'false'}",
-            "--allow-metrics=true", "--strict-readiness=true"]
+    args = [
+        "tritonserver",
+        f"--model-repository={BUNDLE_ROOT}/model_repository",
+        "--exit-timeout-secs=25",
+        f"--allow-grpc={'true' if server.allow_grpc else 'false'}",
+        "--allow-metrics=true",
+        "--strict-readiness=true",
+    ]
     if server.model_config_name:
         args.append(f"--model-config-name={server.model_config_name}")
     args += [f"--backend-config={value}" for value in server.backend_config]
@@ -145,12 +156,23 @@ def probes(start_to_ready_s: float) -> dict:
     readiness (out of the Service within ~10 s) and slower liveness (restart after ~30 s dead)."""
     startup_failures = min(180, max(24, math.ceil(3 * start_to_ready_s / 5)))
     return {
-        "startupProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
-                         "failureThreshold": startup_failures},
-        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
-                           "timeoutSeconds": 2, "failureThreshold": 2},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 10,
-                          "timeoutSeconds": 3, "failureThreshold": 3},
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": startup_failures,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
     }
 
 
@@ -159,8 +181,22 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     limits, _ = resources(deployment, options)
     command = server_args(deployment, options)
     if options.gate:
-        command = ["python3", "-m", "harness.gate", "serve", "--host", "0.0.0.0", "--http-port", "8000",
-                   "--grpc-port", "8001", "--metrics-port", "8002", "--", *command]
+        command = [
+            "python3",
+            "-m",
+            "harness.gate",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--http-port",
+            "8000",
+            "--grpc-port",
+            "8001",
+            "--metrics-port",
+            "8002",
+            "--",
+            *command,
+        ]
     container = {
         "name": "tritonserver",
         "image": options.image,
@@ -170,8 +206,10 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
         **probes(measured.get("start_to_ready_s") or UNMEASURED["start_to_ready_s"]),
         # Endpoints drop the pod before SIGTERM reaches tritonserver: no new request lands on a draining pod.
         "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
-        "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_ROOT, "readOnly": True},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [
+            {"name": "bundle", "mountPath": BUNDLE_ROOT, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
     init = {
@@ -182,24 +220,45 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
     }
     pod = {
-        "metadata": {"labels": labels(deployment),
-                     "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8002",
-                                     "prometheus.io/path": "/metrics"}},
+        "metadata": {
+            "labels": labels(deployment),
+            "annotations": {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": "8002",
+                "prometheus.io/path": "/metrics",
+            },
+        },
         "spec": {
             "initContainers": [init],
             "containers": [container],
             "terminationGracePeriodSeconds": 45,
-            "volumes": [{"name": "bundle", "emptyDir": {}},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}],
-            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": selector(deployment)},
-                                                    "topologyKey": "kubernetes.io/hostname"}}]}},
+            "volumes": [
+                {"name": "bundle", "emptyDir": {}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+            ],
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "podAffinityTerm": {
+                                "labelSelector": {"matchLabels": selector(deployment)},
+                                "topologyKey": "kubernetes.io/hostname",
+                            },
+                        }
+                    ]
+                }
+            },
         },
     }
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": metadata(deployment, options, annotations={
-            "triton-harness/footprint": source, "triton-harness/summary": deployment.summary}),
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(
+            deployment,
+            options,
+            annotations={"triton-harness/footprint": source, "triton-harness/summary": deployment.summary},
+        ),
         "spec": {
             "replicas": options.replicas,
             "selector": {"matchLabels": selector(deployment)},
@@ -212,27 +271,44 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
 
 def service(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Service", "metadata": metadata(deployment, options),
-        "spec": {"type": "ClusterIP", "selector": selector(deployment),
-                 "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
-                           for name, port in PORTS]},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(deployment, options),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(deployment),
+            "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in PORTS],
+        },
     }
 
 
 def autoscaler(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": metadata(deployment, options),
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(deployment, options),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": k8s_name(deployment)},
-            "minReplicas": options.min_replicas, "maxReplicas": options.max_replicas,
-            "metrics": [{"type": "Pods", "pods": {
-                "metric": {"name": QUEUE_METRIC},
-                "target": {"type": "AverageValue", "averageValue": str(options.queue_target_us)}}}],
+            "minReplicas": options.min_replicas,
+            "maxReplicas": options.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": QUEUE_METRIC},
+                        "target": {"type": "AverageValue", "averageValue": str(options.queue_target_us)},
+                    },
+                }
+            ],
             "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 0,
-                            "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]},
-                "scaleDown": {"stabilizationWindowSeconds": 300,
-                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+                "scaleUp": {
+                    "stabilizationWindowSeconds": 0,
+                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
+                },
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 300,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
+                },
             },
         },
     }
@@ -240,26 +316,35 @@ def autoscaler(deployment: Deployment, options: RenderOptions) -> dict:
 
 def disruption_budget(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(deployment, options),
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(deployment, options),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(deployment)}},
     }
 
 
 def adapter_rule() -> dict:
     """prometheus-adapter rule: queue µs per model execution of each pod, from Triton's two counters."""
-    return {"rules": [{
-        "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
-        "metricsQuery": ("sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)"
-                         " / clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m]))"
-                         " by (<<.GroupBy>>), 1)"),
-    }]}
+    return {
+        "rules": [
+            {
+                "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
+                "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
+                "metricsQuery": (
+                    "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)"
+                    " / clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m]))"
+                    " by (<<.GroupBy>>), 1)"
+                ),
+            }
+        ]
+    }
 
 
 def adapter_config(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": metadata(deployment, options, name=f"{k8s_name(deployment)}-prometheus-adapter-rules"),
         "data": {"config.yaml": yaml.safe_dump(adapter_rule(), sort_keys=False)},
     }
@@ -271,19 +356,25 @@ def inference_service(deployment: Deployment, options: RenderOptions) -> dict:
     args = [a for a in server_args(deployment, options)[1:] if not a.startswith("--model-repository=")]
     storage = options.storage_uri or f"pvc://triton-model-bundles/{deployment.name}"
     return {
-        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
         "metadata": metadata(deployment, options, annotations={"serving.kserve.io/deploymentMode": "RawDeployment"}),
-        "spec": {"predictor": {
-            "minReplicas": options.min_replicas, "maxReplicas": options.max_replicas,
-            "model": {
-                "modelFormat": {"name": "triton"}, "runtime": "kserve-tritonserver", "protocolVersion": "v2",
-                "storageUri": storage,
-                "image": options.image,
-                # KServe's storage initializer fills /mnt/models with the bundle (model_repository/ + envs/).
-                "args": [f"--model-repository={BUNDLE_ROOT}/model_repository", *args],
-                "resources": limits,
-            },
-        }},
+        "spec": {
+            "predictor": {
+                "minReplicas": options.min_replicas,
+                "maxReplicas": options.max_replicas,
+                "model": {
+                    "modelFormat": {"name": "triton"},
+                    "runtime": "kserve-tritonserver",
+                    "protocolVersion": "v2",
+                    "storageUri": storage,
+                    "image": options.image,
+                    # KServe's storage initializer fills /mnt/models with the bundle (model_repository/ + envs/).
+                    "args": [f"--model-repository={BUNDLE_ROOT}/model_repository", *args],
+                    "resources": limits,
+                },
+            }
+        },
     }
 
 
@@ -291,9 +382,13 @@ def render(deployment: Deployment, options: RenderOptions | None = None) -> dict
     """``{file name: [objects]}`` for one deployment."""
     options = apply_manifest(deployment, options or RenderOptions())
     return {
-        "triton.yaml": [triton_deployment(deployment, options), service(deployment, options),
-                        autoscaler(deployment, options), disruption_budget(deployment, options),
-                        adapter_config(deployment, options)],
+        "triton.yaml": [
+            triton_deployment(deployment, options),
+            service(deployment, options),
+            autoscaler(deployment, options),
+            disruption_budget(deployment, options),
+            adapter_config(deployment, options),
+        ],
         "inferenceservice.yaml": [inference_service(deployment, options)],
     }
 
@@ -309,7 +404,9 @@ def write(deployment: Deployment, out_dir: Path | None = None, options: RenderOp
     written = []
     for name, objects in render(deployment, options).items():
         path = out_dir / name
-        path.write_text(f"# Rendered by `make k8s DEPLOYMENT={deployment.name}` (harness/scaleout/k8s.py); "
-                        "do not edit, re-render.\n" + dump(objects))
+        path.write_text(
+            f"# Rendered by `make k8s DEPLOYMENT={deployment.name}` (harness/scaleout/k8s.py); "
+            "do not edit, re-render.\n" + dump(objects)
+        )
         written.append(path)
     return written

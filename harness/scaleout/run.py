@@ -19,7 +19,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +29,12 @@ from harness.deployments import get_deployment
 from harness.records import machine
 from harness.scaleout.compose import ScaleoutError, Stack
 
-RETRY = {"tries": 3, "retry_on": ["connection error", "HTTP 502", "HTTP 503", "HTTP 504"], "backoff_s": 0.05,
-         "timeout_s": 30}
+RETRY = {
+    "tries": 3,
+    "retry_on": ["connection error", "HTTP 502", "HTTP 503", "HTTP 504"],
+    "backoff_s": 0.05,
+    "timeout_s": 30,
+}
 SENTENCE = "Triton serves this sentence from one of several replicas behind nginx."
 RESULTS = PROJECT_ROOT / "results" / "scaleout"
 
@@ -52,8 +56,12 @@ class Outcome:
 
 
 def infer_body(text: str = SENTENCE) -> bytes:
-    return json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
-                       "outputs": [{"name": "EMBEDDING"}]}).encode()
+    return json.dumps(
+        {
+            "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
+            "outputs": [{"name": "EMBEDDING"}],
+        }
+    ).encode()
 
 
 class Load:
@@ -103,7 +111,7 @@ class Load:
                     outcome.error = f"HTTP {r.status}: {text[:200]}"
                     if f"HTTP {r.status}" not in RETRY["retry_on"]:
                         break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 outcome.status, outcome.error = None, f"connection error: {type(exc).__name__}: {exc}"[:300]
             if attempt == 1:
                 outcome.first_try_error = outcome.error
@@ -118,13 +126,14 @@ class Load:
         timeout = aiohttp.ClientTimeout(total=RETRY["timeout_s"])
         connector = aiohttp.TCPConnector(limit=self.concurrency * 2)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
             async def worker():
                 while not self._stop.is_set():
                     self.outcomes.append(await self._one(session))
 
             await asyncio.gather(*(worker() for _ in range(self.concurrency)))
 
-    def start(self) -> "Load":
+    def start(self) -> Load:
         self._thread.start()
         return self
 
@@ -159,12 +168,14 @@ def served_by(outcomes: list[Outcome], stack: Stack) -> dict[str, int]:
     counts = {n: 0 for n in stack.names}
     for o in outcomes:
         if o.ok and o.upstream:
-            counts[by_address.get(o.upstream.split(",")[-1].strip(), "other")] = counts.get(
-                by_address.get(o.upstream.split(",")[-1].strip(), "other"), 0) + 1
+            counts[by_address.get(o.upstream.split(",")[-1].strip(), "other")] = (
+                counts.get(by_address.get(o.upstream.split(",")[-1].strip(), "other"), 0) + 1
+            )
     return counts
 
 
 # ---------------------------------------------------------------------------------------- scenarios
+
 
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
     """The same offered load (``concurrency`` in flight) through nginx to 1, 2, ... N replicas."""
@@ -178,17 +189,33 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
         ended = time.time()
         outcomes = load.stop()
         window = [o for o in outcomes if began <= o.ended <= ended]
-        rows.append({"replicas": count, "concurrency": concurrency, "duration_s": duration_s,
-                     **summarize(window), "served_by": served_by(window, stack),
-                     "host_load_avg_1m": round(os.getloadavg()[0], 1)})
-        print(f"scaleout: {count} replica(s), c={concurrency}: {rows[-1]['infer_per_s']} infer/s, "
-              f"p99 {rows[-1]['p99_ms']} ms, lost {rows[-1]['lost']}", flush=True)
+        rows.append(
+            {
+                "replicas": count,
+                "concurrency": concurrency,
+                "duration_s": duration_s,
+                **summarize(window),
+                "served_by": served_by(window, stack),
+                "host_load_avg_1m": round(os.getloadavg()[0], 1),
+            }
+        )
+        print(
+            f"scaleout: {count} replica(s), c={concurrency}: {rows[-1]['infer_per_s']} infer/s, "
+            f"p99 {rows[-1]['p99_ms']} ms, lost {rows[-1]['lost']}",
+            flush=True,
+        )
     stack.serve_only(stack.names)
     return rows
 
 
-def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after_s: float = 12.0,
-                    victim: str | None = None, rejoin: bool = True) -> dict:
+def kill_under_load(
+    stack: Stack,
+    concurrency: int,
+    before_s: float = 4.0,
+    after_s: float = 12.0,
+    victim: str | None = None,
+    rejoin: bool = True,
+) -> dict:
     """SIGKILL one replica while ``concurrency`` requests are in flight; what the client and nginx saw."""
     victim = victim or stack.names[-1]
     stack.serve_only(stack.names)
@@ -208,9 +235,14 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
     probes = [e for e in failed_over if e["t"] - asked_at >= stack.fail_timeout_s]
     after = [o for o in outcomes if o.began >= killed_at]
     result = {
-        "victim": victim, "replicas": stack.replicas, "concurrency": concurrency,
-        "kill_asked_at": asked_at, "killed_at": killed_at, "docker_kill_s": round(killed_at - asked_at, 3),
-        "before_s": before_s, "after_s": after_s,
+        "victim": victim,
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "kill_asked_at": asked_at,
+        "killed_at": killed_at,
+        "docker_kill_s": round(killed_at - asked_at, 3),
+        "before_s": before_s,
+        "after_s": after_s,
         "client": summarize(outcomes),
         "before_kill": summarize(outcomes, ended=asked_at),
         "after_kill": summarize(outcomes, began=killed_at),
@@ -229,9 +261,12 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
         stack.compose("up", "-d", "--no-deps", victim)
         stack.wait_healthy([victim], deadline_s=600)
         result["victim_healthy_again_s"] = round(time.monotonic() - began, 1)
-    print(f"scaleout: killed {victim} under c={concurrency}: lost {result['client']['lost']} of "
-          f"{result['client']['requests']} (client retries {result['client']['retried_by_client']}, nginx failovers "
-          f"{len(failed_over)}), traffic moved in {result['traffic_moved_s']} s", flush=True)
+    print(
+        f"scaleout: killed {victim} under c={concurrency}: lost {result['client']['lost']} of "
+        f"{result['client']['requests']} (client retries {result['client']['retried_by_client']}, nginx failovers "
+        f"{len(failed_over)}), traffic moved in {result['traffic_moved_s']} s",
+        flush=True,
+    )
     return result
 
 
@@ -269,34 +304,57 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", drain_dead
         if o.ok:
             by_version[o.version] = by_version.get(o.version, 0) + 1
     result = {
-        "replicas": stack.replicas, "concurrency": concurrency, "to": version, "steps": steps,
-        "roll_s": round(finished - began, 1), "client": summarize(outcomes),
-        "responses_by_model_version": by_version, "versions_served_after_roll": versions_after,
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "to": version,
+        "steps": steps,
+        "roll_s": round(finished - began, 1),
+        "client": summarize(outcomes),
+        "responses_by_model_version": by_version,
+        "versions_served_after_roll": versions_after,
         "last_version_1_response_s_after_roll_start": round(
-            max((o.ended - began for o in outcomes if o.ok and o.version == "1"), default=0.0), 1),
+            max((o.ended - began for o in outcomes if o.ok and o.version == "1"), default=0.0), 1
+        ),
     }
-    print(f"scaleout: rolled {version} across {stack.replicas} replicas in {result['roll_s']} s: lost "
-          f"{result['client']['lost']} of {result['client']['requests']}, by version {by_version}", flush=True)
+    print(
+        f"scaleout: rolled {version} across {stack.replicas} replicas in {result['roll_s']} s: lost "
+        f"{result['client']['lost']} of {result['client']['requests']}, by version {by_version}",
+        flush=True,
+    )
     return result
 
 
-def run(deployment: str = "embedding_cpu", replicas: int = 3, concurrency: int = 8, duration_s: float = 10.0,
-        scenarios: tuple[str, ...] = ("throughput", "kill", "roll"), keep: bool = False,
-        out: Path | None = None) -> dict:
+def run(
+    deployment: str = "embedding_cpu",
+    replicas: int = 3,
+    concurrency: int = 8,
+    duration_s: float = 10.0,
+    scenarios: tuple[str, ...] = ("throughput", "kill", "roll"),
+    keep: bool = False,
+    out: Path | None = None,
+) -> dict:
     """Bring the stack up, run the scenarios, write the results JSON, bring it down."""
     stack = Stack(get_deployment(deployment), replicas=replicas)
-    results = {"deployment": stack.deployment.name, "replicas": replicas, "models": list(stack.models),
-               "image": stack.image, "retry_policy": RETRY, "machine": machine(),
-               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "command": f"python -m harness.scaleout run --deployment {deployment} --replicas {replicas} "
-                          f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}"}
+    results = {
+        "deployment": stack.deployment.name,
+        "replicas": replicas,
+        "models": list(stack.models),
+        "image": stack.image,
+        "retry_policy": RETRY,
+        "machine": machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": f"python -m harness.scaleout run --deployment {deployment} --replicas {replicas} "
+        f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}",
+    }
     stack.prepare()
     results["lb_image"] = stack.lb
     results["nginx"] = {"fail_timeout_s": stack.fail_timeout_s, "connect_timeout_s": 1, "next_upstream_tries": 3}
     try:
         results["up_s"] = round(stack.up(), 1)
-        print(f"scaleout: {replicas} replicas of {deployment} healthy behind nginx at {stack.url} "
-              f"in {results['up_s']} s", flush=True)
+        print(
+            f"scaleout: {replicas} replicas of {deployment} healthy behind nginx at {stack.url} in {results['up_s']} s",
+            flush=True,
+        )
         if "throughput" in scenarios:
             results["throughput"] = throughput(stack, concurrency, duration_s)
         if "kill" in scenarios:

@@ -33,14 +33,14 @@ output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
-
 def write_double_onnx(path: Path) -> None:
     """An ONNX graph that multiplies a ``[batch, 4]`` float input by 2."""
     x = helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", 4])
     y = helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", 4])
     two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
-    graph = helper.make_graph([helper.make_node("Mul", ["INPUT", "two"], ["OUTPUT"])], "double", [x], [y],
-                              initializer=[two])
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["INPUT", "two"], ["OUTPUT"])], "double", [x], [y], initializer=[two]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     path.parent.mkdir(parents=True, exist_ok=True)

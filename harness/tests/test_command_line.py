@@ -9,8 +9,8 @@ import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pytest
 
@@ -55,23 +55,40 @@ def test_client_with_server_down_says_so_in_one_line(deployment, protocol):
     port = _closed_port()
     args = CLIENTS[deployment]
     # --url/--protocol after the positional arguments (and after the subcommand where there is one)
-    done = _run([sys.executable, f"deployments/{deployment}/client.py", *args,
-                 "--url", f"127.0.0.1:{port}", "--protocol", protocol])
+    done = _run(
+        [
+            sys.executable,
+            f"deployments/{deployment}/client.py",
+            *args,
+            "--url",
+            f"127.0.0.1:{port}",
+            "--protocol",
+            protocol,
+        ]
+    )
     _assert_one_line(done, 1, "cannot reach", f"127.0.0.1:{port}", protocol)
 
 
 @pytest.mark.parametrize("deployment", sorted(CLIENTS))
 def test_client_options_before_the_subcommand_work_too(deployment):
     port = _closed_port()
-    done = _run([sys.executable, f"deployments/{deployment}/client.py", "--url", f"127.0.0.1:{port}",
-                 *CLIENTS[deployment]])
+    done = _run(
+        [sys.executable, f"deployments/{deployment}/client.py", "--url", f"127.0.0.1:{port}", *CLIENTS[deployment]]
+    )
     _assert_one_line(done, 1, f"127.0.0.1:{port}")
 
 
 @pytest.mark.parametrize("deployment", sorted(CLIENTS))
 def test_client_missing_file_and_bad_arguments(deployment):
-    done = _run([sys.executable, f"deployments/{deployment}/client.py", *MISSING_FILE[deployment],
-                 "--url", f"127.0.0.1:{_closed_port()}"])
+    done = _run(
+        [
+            sys.executable,
+            f"deployments/{deployment}/client.py",
+            *MISSING_FILE[deployment],
+            "--url",
+            f"127.0.0.1:{_closed_port()}",
+        ]
+    )
     _assert_one_line(done, 2, "no/such/file")
     done = _run([sys.executable, f"deployments/{deployment}/client.py", "--no-such-option"])
     _assert_one_line(done, 2, "error")
@@ -105,8 +122,22 @@ def test_harness_serve_refuses_a_port_in_use_before_loading_models():
         squatter.listen()
         port = squatter.getsockname()[1]
         began = time.monotonic()
-        done = _run([sys.executable, "-m", "harness", "serve", "resnet_npu", "--http-port", str(port),
-                     "--grpc-port", str(_closed_port()), "--metrics-port", str(_closed_port())], timeout=120)
+        done = _run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "serve",
+                "resnet_npu",
+                "--http-port",
+                str(port),
+                "--grpc-port",
+                str(_closed_port()),
+                "--metrics-port",
+                str(_closed_port()),
+            ],
+            timeout=120,
+        )
         took = time.monotonic() - began
     assert done.returncode != 0 and "ready in" not in done.stdout, done.stdout + done.stderr
     assert str(port) in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -115,19 +146,48 @@ def test_harness_serve_refuses_a_port_in_use_before_loading_models():
 
 def test_a_broken_deployment_folder_fails_alone(tmp_path):
     good = tmp_path / "resnet_npu"
-    shutil.copytree(PROJECT_ROOT / "deployments" / "resnet_npu", good,
-                    ignore=shutil.ignore_patterns("*.onnx", "envs", "__pycache__"))
+    shutil.copytree(
+        PROJECT_ROOT / "deployments" / "resnet_npu",
+        good,
+        ignore=shutil.ignore_patterns("*.onnx", "envs", "__pycache__"),
+    )
     broken = tmp_path / "broken_copy"
     shutil.copytree(good, broken)
-    (broken / "deployment.toml").write_text((good / "deployment.toml").read_text().replace(
-        'name = "resnet_npu"', 'name = "broken_copy"\nentry_models = ["nope"]\n[oops'))
-    done = _run([sys.executable, "-m", "pytest", "harness/tests/test_deployments.py", "--collect-only", "-q",
-                 "-p", "no:cacheprovider"], env={**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(tmp_path)})
+    (broken / "deployment.toml").write_text(
+        (good / "deployment.toml")
+        .read_text()
+        .replace('name = "resnet_npu"', 'name = "broken_copy"\nentry_models = ["nope"]\n[oops')
+    )
+    done = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "harness/tests/test_deployments.py",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        env={**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "test_deployment_manifest_loads[broken_copy]" in done.stdout
     assert "test_check[resnet_npu-" in done.stdout
-    done = _run([sys.executable, "-m", "pytest", "harness/tests/test_deployments.py", "-q", "-p", "no:cacheprovider",
-                 "-k", "manifest_loads"], env={**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(tmp_path)})
+    done = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "harness/tests/test_deployments.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "manifest_loads",
+        ],
+        env={**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(tmp_path)},
+    )
     assert done.returncode == 1 and "broken_copy/deployment.toml" in done.stdout, done.stdout
 
 

@@ -20,6 +20,7 @@ def test_deployment_manifest_loads(folder):
     """A deployment folder that cannot be loaded fails here, with its error; the others still run."""
     pytest.fail(BROKEN[folder], pytrace=False)
 
+
 CHECKS = [
     pytest.param(deployment, name, id=f"{deployment.name}-{name}")
     for deployment in DEPLOYMENTS

@@ -49,8 +49,9 @@ def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path
     manifest = target / "deployment.toml"
     text = manifest.read_text()
     start = text.index("entry_models = [")
-    manifest.write_text(text[:start] + 'entry_models = ["embedding_onnx_text", "embedding_onnx"]'
-                        + text[text.index("]", start) + 1:])
+    manifest.write_text(
+        text[:start] + 'entry_models = ["embedding_onnx_text", "embedding_onnx"]' + text[text.index("]", start) + 1 :]
+    )
     copies = discover(tmp_path)
     assert [d.name for d in copies] == ["my_embedding"]
     copy = copies[0]
@@ -71,15 +72,20 @@ def test_every_model_has_a_version_folder_in_git_or_from_its_export():
     """An empty version folder (an ensemble's ``1/``) is not kept by git unless it holds a file."""
     import subprocess
 
-    tracked = subprocess.run(["git", "ls-files", "deployments"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                             check=True).stdout.splitlines()
+    tracked = subprocess.run(
+        ["git", "ls-files", "deployments"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     if not tracked:
         pytest.skip("not a git checkout")
     for deployment in discover():
-        exported = {p.relative_to(deployment.model_repository).parts[0] for p in deployment.export_outputs()
-                    if deployment.model_repository in p.parents}
+        exported = {
+            p.relative_to(deployment.model_repository).parts[0]
+            for p in deployment.export_outputs()
+            if deployment.model_repository in p.parents
+        }
         for model in sorted(p.name for p in deployment.model_repository.iterdir() if p.is_dir()):
             prefix = f"{deployment.model_repository.relative_to(PROJECT_ROOT)}/{model}/"
-            versions = {path[len(prefix):].split("/")[0] for path in tracked if path.startswith(prefix)}
+            versions = {path[len(prefix) :].split("/")[0] for path in tracked if path.startswith(prefix)}
             assert model in exported or any(v.isdigit() for v in versions), (
-                f"{deployment.name}/{model}: no version folder in git (add {prefix}1/.gitkeep) and no export makes one")
+                f"{deployment.name}/{model}: no version folder in git (add {prefix}1/.gitkeep) and no export makes one"
+            )

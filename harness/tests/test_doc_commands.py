@@ -22,21 +22,41 @@ import pytest
 
 from harness import PROJECT_ROOT
 
-DOCS = sorted([PROJECT_ROOT / "README.md", *(PROJECT_ROOT / "docs").rglob("*.md"),
-               *(PROJECT_ROOT / "deployments").glob("*/README.md"), *(PROJECT_ROOT / "images").glob("*/README.md")])
+DOCS = sorted(
+    [
+        PROJECT_ROOT / "README.md",
+        *(PROJECT_ROOT / "docs").rglob("*.md"),
+        *(PROJECT_ROOT / "deployments").glob("*/README.md"),
+        *(PROJECT_ROOT / "images").glob("*/README.md"),
+    ]
+)
 SERVE = re.compile(r"^make (install )?deploy(-[a-z0-9-]+| DEPLOYMENT=\w+)\s*(#.*)?$")
 SKIPPED = [
     (re.compile(r"<[a-z-]+>|\[--|/path/|\.\.\.|\$TRITON_ASCEND_IMAGE"), "a synopsis with placeholders, not a command"),
-    (re.compile(r"\bpytest\b|^make test\b|^make fuzz\b"), "runs tests of this suite: CI runs the suite with `make test`"),
-    (re.compile(r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness bench|harness\.(matrix|netem|"
-                r"perf_analyzer|faults|gate\.cost)|^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="),
-     "a measurement (minutes) that rewrites results/ or docs/: `make bench matrix` / `make reliability`"),
-    (re.compile(r"docker|^make image\b|pack-env-image|cpu-image|MODE=docker"), "docker mode: .ci/run's docker stages run it"),
-    (re.compile(r"^make scaleout\b|harness\.scaleout (run|footprint)\b"),
-     "a multi-replica measurement in Docker (minutes, Compose + nginx) that rewrites results/scaleout/: `make scaleout`"),
+    (
+        re.compile(r"\bpytest\b|^make test\b|^make fuzz\b"),
+        "runs tests of this suite: CI runs the suite with `make test`",
+    ),
+    (
+        re.compile(
+            r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness bench|harness\.(matrix|netem|"
+            r"perf_analyzer|faults|gate\.cost)|^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="
+        ),
+        "a measurement (minutes) that rewrites results/ or docs/: `make bench matrix` / `make reliability`",
+    ),
+    (
+        re.compile(r"docker|^make image\b|pack-env-image|cpu-image|MODE=docker"),
+        "docker mode: .ci/run's docker stages run it",
+    ),
+    (
+        re.compile(r"^make scaleout\b|harness\.scaleout (run|footprint)\b"),
+        "a multi-replica measurement in Docker (minutes, Compose + nginx) that rewrites results/scaleout/: `make scaleout`",
+    ),
     (re.compile(r"make_fixtures\.py"), "regenerates the reference fixtures (after new weights), never in a test run"),
-    (re.compile(r"TARGET=(npu|ngc)|perf_analyzer|npu-host|--serve\b"),
-     "needs other hardware or interpreters (Ascend host, Python 3.10/3.12, glibc 2.38), or serves until Ctrl-C"),
+    (
+        re.compile(r"TARGET=(npu|ngc)|perf_analyzer|npu-host|--serve\b"),
+        "needs other hardware or interpreters (Ascend host, Python 3.10/3.12, glibc 2.38), or serves until Ctrl-C",
+    ),
     (re.compile(r"^make install$|^cd deployments/resnet_npu && "), "set-up/export steps the suite's own start-up runs"),
 ]
 
@@ -71,8 +91,14 @@ class BackgroundServer:
     def __init__(self, command: str, timeout_s: float = 600):
         self.command = command
         self.output: list[str] = []
-        self.process = subprocess.Popen(["bash", "-c", command], cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + timeout_s
         while not any(" ready in " in line for line in self.output):
@@ -111,8 +137,10 @@ def test_every_doc_command_is_classified():
 
 def test_the_classifier_catches_a_broken_client_command(tmp_path):
     doc = tmp_path / "page.md"
-    doc.write_text("```bash\nmake deploy-embedding\n.venv/bin/python deployments/embedding_cpu/client.py \\\n"
-                   "  \"A sentence.\" --model embedding_onnx\nmake test\n```\n")
+    doc.write_text(
+        "```bash\nmake deploy-embedding\n.venv/bin/python deployments/embedding_cpu/client.py \\\n"
+        '  "A sentence." --model embedding_onnx\nmake test\n```\n'
+    )
     commands = _commands(doc)
     assert [classify(c)[0] for c in commands] == ["serve", "run", "skip"]
     done = subprocess.run(["bash", "-c", commands[1]], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
@@ -132,10 +160,17 @@ def test_doc_commands_run_as_written(doc):
                     server.stop()
                 server = BackgroundServer(command)
             elif kind == "run":
-                done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=PROJECT_ROOT, capture_output=True,
-                                      text=True, timeout=600)
+                done = subprocess.run(
+                    ["bash", "-o", "pipefail", "-c", command],
+                    cwd=PROJECT_ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 if done.returncode != 0 or not done.stdout.strip():
-                    failures.append(f"`{command}` -> exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
+                    failures.append(
+                        f"`{command}` -> exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}"
+                    )
     finally:
         if server is not None:
             server.stop()

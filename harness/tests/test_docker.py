@@ -10,8 +10,8 @@ builds the image before running these.
 from __future__ import annotations
 
 import json
-import subprocess
 import socket
+import subprocess
 import sys
 import tarfile
 import time
@@ -23,8 +23,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from harness.launchers import ServerOptions, create_server
-from harness.launchers.docker import (CPU_IMAGE, OWNER_LABEL, OWNER_VALUE, PID_LABEL, DockerStartError,
-                                      DockerTritonServer, cpu_image_profile, engine)
+from harness.launchers.docker import (
+    CPU_IMAGE,
+    OWNER_LABEL,
+    OWNER_VALUE,
+    PID_LABEL,
+    DockerStartError,
+    DockerTritonServer,
+    cpu_image_profile,
+    engine,
+)
 from harness.launchers.local import free_port
 from harness.tests.repositories import make_repository
 
@@ -81,6 +89,7 @@ def _python310_env(path: Path) -> Path:
 
 # --------------------------------------------------------------------------- one-line errors
 
+
 def test_no_engine_is_a_one_line_error_naming_make_docker_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     server = DockerTritonServer(ServerOptions(str(make_repository(tmp_path, ("double",))), required_models=["double"]))
@@ -97,8 +106,9 @@ def test_missing_image_of_this_project_says_make_image(tmp_path):
 
 @needs_engine
 def test_image_that_cannot_be_pulled_says_make_image(tmp_path):
-    options = ServerOptions(str(make_repository(tmp_path, ("double",))),
-                            image="registry.invalid/tritonserver:never-pushed")
+    options = ServerOptions(
+        str(make_repository(tmp_path, ("double",))), image="registry.invalid/tritonserver:never-pushed"
+    )
     _assert_one_line_error(DockerTritonServer(options), "cannot be pulled", "make image")
 
 
@@ -129,16 +139,21 @@ def test_repository_env_path_of_another_python_is_a_one_line_error(tmp_path, ima
     (tmp_path / "envs").mkdir()
     _python310_env(tmp_path / "envs" / "npu.tar.gz")
     config = repo / "echo" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "EXECUTION_ENV_PATH" value: '
-                      '{ string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz" } }\n')
+    config.write_text(
+        config.read_text() + 'parameters { key: "EXECUTION_ENV_PATH" value: '
+        '{ string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz" } }\n'
+    )
     options = ServerOptions(str(repo), image=image, mounts={str(tmp_path / "envs"): "/envs"})
     _assert_one_line_error(DockerTritonServer(options), "Python 3.10", "stub is Python 3.11")
 
 
 def test_missing_packed_env_says_make_pack_env(tmp_path, monkeypatch):
     """No engine needed: the env is checked after engine and image, so fake those two."""
-    server = DockerTritonServer(ServerOptions(str(make_repository(tmp_path, ("echo",))),
-                                              python_env=str(tmp_path / "demo" / "envs" / "cpu-image.tar.gz")))
+    server = DockerTritonServer(
+        ServerOptions(
+            str(make_repository(tmp_path, ("echo",))), python_env=str(tmp_path / "demo" / "envs" / "cpu-image.tar.gz")
+        )
+    )
     with pytest.raises(DockerStartError, match=r"make pack-env DEPLOYMENT=demo TARGET=cpu-image"):
         server._prepare_repository()
 
@@ -153,7 +168,7 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
-WHERE_MODEL = '''
+WHERE_MODEL = """
 import json, sys
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -164,16 +179,18 @@ class TritonPythonModel:
         text = json.dumps({"numpy": np.__file__, "version": sys.version.split()[0], "prefix": sys.prefix})
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([text.encode()], dtype=np.object_))])
                 for _ in requests]
-'''
+"""
 
 
 def _leftover(client, image) -> str:
     """A container labelled as a harness run whose owner process is dead (a crashed run)."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    container = client.containers.create(image, ["sleep", "600"],
-                                         labels={OWNER_LABEL: OWNER_VALUE, PID_LABEL: str(dead.pid),
-                                                 "triton-harness.host": socket.gethostname()})
+    container = client.containers.create(
+        image,
+        ["sleep", "600"],
+        labels={OWNER_LABEL: OWNER_VALUE, PID_LABEL: str(dead.pid), "triton-harness.host": socket.gethostname()},
+    )
     return container.id
 
 
@@ -251,11 +268,13 @@ def test_python_model_runs_in_the_mounted_packed_env(tmp_path, image):
     (deployment / "model_repository" / "where" / "config.pbtxt").write_text(WHERE_CONFIG)
     (deployment / "model_repository" / "where" / "1" / "model.py").write_text(WHERE_MODEL)
     (deployment / "environment.yml").write_text(
-        "name: demo\ndependencies:\n  - pip\n  - pip:\n      - numpy<2\npython_by_target:\n  cpu-image: '3.11'\n")
+        "name: demo\ndependencies:\n  - pip\n  - pip:\n      - numpy<2\npython_by_target:\n  cpu-image: '3.11'\n"
+    )
     tarball = packenv.default_output(deployment, "cpu-image")
     packenv.pack(packenv.load_recipe(deployment), "cpu-image", tarball, log=lambda *_: None)
-    options = ServerOptions(str(deployment / "model_repository"), required_models=["where"], image=image,
-                            python_env=str(tarball))
+    options = ServerOptions(
+        str(deployment / "model_repository"), required_models=["where"], image=image, python_env=str(tarball)
+    )
     server = DockerTritonServer(options)
     server.start()
     try:
@@ -285,12 +304,27 @@ def test_cpu_target_defaults_to_the_image_of_make_image(tmp_path):
 
 # --------------------------------------------------------------------------- the CLI in docker mode
 
+
 @needs_engine
 def test_cli_serve_docker_names_the_missing_image(capsys):
     from harness.__main__ import main
 
-    rc = main(["serve", "resnet_npu", "--mode", "docker", "--image", "triton-harness/tritonserver-cpu:absent",
-               "--http-port", str(free_port()), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())])
+    rc = main(
+        [
+            "serve",
+            "resnet_npu",
+            "--mode",
+            "docker",
+            "--image",
+            "triton-harness/tritonserver-cpu:absent",
+            "--http-port",
+            str(free_port()),
+            "--grpc-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "make image" in err[0], err
 
@@ -305,13 +339,28 @@ def test_cli_serve_docker_honours_the_port_options(capsys, image):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         grpc = taken.getsockname()[1]
-        rc = main(["serve", "resnet_npu", "--mode", "docker", "--image", image, "--http-port", str(http),
-                   "--grpc-port", str(grpc), "--metrics-port", str(metrics)])
+        rc = main(
+            [
+                "serve",
+                "resnet_npu",
+                "--mode",
+                "docker",
+                "--image",
+                image,
+                "--http-port",
+                str(http),
+                "--grpc-port",
+                str(grpc),
+                "--metrics-port",
+                str(metrics),
+            ]
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and f"port {grpc} (gRPC)" in err[0] and "--grpc-port" in err[0], err
 
 
 # --------------------------------------------------------------------------- packed envs for the image
+
 
 def test_every_recipe_packs_for_the_images_stub():
     from harness import packenv
@@ -321,8 +370,9 @@ def test_every_recipe_packs_for_the_images_stub():
         if (deployment.path / packenv.RECIPE).exists():
             recipe = packenv.load_recipe(deployment.path)
             assert recipe.python_for("cpu-image") == cpu_image_profile().stub_python, recipe.path
-            assert any(Path(s).name == "triton_helpers" for s in recipe.sources), \
+            assert any(Path(s).name == "triton_helpers" for s in recipe.sources), (
                 f"{recipe.path}: list ../../triton_helpers under sources (baked into the env)"
+            )
 
 
 def test_env_is_stale_when_its_baked_in_sources_change(tmp_path):
@@ -331,15 +381,26 @@ def test_env_is_stale_when_its_baked_in_sources_change(tmp_path):
 
     (tmp_path / "helpers").mkdir()
     (tmp_path / "helpers" / "a.py").write_text("X = 1\n")
-    (tmp_path / "environment.yml").write_text("name: demo\ndependencies:\n  - pip:\n      - numpy<2\n"
-                                              "python_by_target:\n  cpu-image: '3.11'\nsources:\n  - ./helpers\n")
+    (tmp_path / "environment.yml").write_text(
+        "name: demo\ndependencies:\n  - pip:\n      - numpy<2\n"
+        "python_by_target:\n  cpu-image: '3.11'\nsources:\n  - ./helpers\n"
+    )
     recipe = packenv.load_recipe(tmp_path)
     tarball = tmp_path / "envs" / "cpu-image.tar.gz"
     tarball.parent.mkdir()
     tarball.write_bytes(b"not read")
-    packenv.sidecar(tarball).write_text(json.dumps({
-        "recipe_sha256": recipe.digest(), "python": "3.11", "target": "cpu-image", "python_prefix": "/usr",
-        "packer": packenv.PACKER_VERSION, "sources_sha256": recipe.sources_digest()}))
+    packenv.sidecar(tarball).write_text(
+        json.dumps(
+            {
+                "recipe_sha256": recipe.digest(),
+                "python": "3.11",
+                "target": "cpu-image",
+                "python_prefix": "/usr",
+                "packer": packenv.PACKER_VERSION,
+                "sources_sha256": recipe.sources_digest(),
+            }
+        )
+    )
     assert packenv.is_stale(tarball, recipe, "cpu-image") is None
     (tmp_path / "helpers" / "a.py").write_text("X = 2\n")
     assert "local sources changed" in packenv.is_stale(tarball, recipe, "cpu-image")

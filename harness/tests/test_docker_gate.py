@@ -25,12 +25,19 @@ from harness.tests.test_docker import ENGINE, image, needs_engine  # noqa: F401 
 
 DEPLOYMENT = "yolo11_ensemble"
 #: The 193-byte request of the issue that aborts tritonserver 2.51 (std::bad_alloc).
-HUGE_SHAPE = (b'{"inputs":[{"name":"HEAD_OUTPUT","shape":[1,131072,131072],"datatype":"FP32","data":[1]},'
-              b'{"name":"IMAGE_SIZES","shape":[1,4],"datatype":"INT32","data":[640,640,640,640]}]}')
-DEEP_DATA = (b'{"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":'
-             + b"[" * 50000 + b"]" * 50000 + b"}]}")
-DEEP_PARAMETERS = (b'{"parameters":{"p":' + b"[" * 300000 + b"]" * 300000
-                   + b'},"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":["x"]}]}')
+HUGE_SHAPE = (
+    b'{"inputs":[{"name":"HEAD_OUTPUT","shape":[1,131072,131072],"datatype":"FP32","data":[1]},'
+    b'{"name":"IMAGE_SIZES","shape":[1,4],"datatype":"INT32","data":[640,640,640,640]}]}'
+)
+DEEP_DATA = (
+    b'{"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":' + b"[" * 50000 + b"]" * 50000 + b"}]}"
+)
+DEEP_PARAMETERS = (
+    b'{"parameters":{"p":'
+    + b"[" * 300000
+    + b"]" * 300000
+    + b'},"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":["x"]}]}'
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +60,9 @@ def gated_container(image):  # noqa: F811 - the fixture imported above
 
 def post(server, model: str, body: bytes, headers: dict | None = None):
     began = time.monotonic()
-    response = requests.post(f"http://{server.http_url}/v2/models/{model}/infer", data=body,
-                             headers=headers or {}, timeout=60)
+    response = requests.post(
+        f"http://{server.http_url}/v2/models/{model}/infer", data=body, headers=headers or {}, timeout=60
+    )
     return response, time.monotonic() - began
 
 
@@ -92,9 +100,11 @@ def test_the_image_runs_the_gate_in_front_of_tritonserver(gated_container):
 
 
 @needs_engine
-@pytest.mark.parametrize("model,body", [("postprocess", HUGE_SHAPE), (DEPLOYMENT, DEEP_DATA),
-                                        (DEPLOYMENT, DEEP_PARAMETERS)],
-                         ids=["huge_shape", "deep_data", "deep_parameters"])
+@pytest.mark.parametrize(
+    "model,body",
+    [("postprocess", HUGE_SHAPE), (DEPLOYMENT, DEEP_DATA), (DEPLOYMENT, DEEP_PARAMETERS)],
+    ids=["huge_shape", "deep_data", "deep_parameters"],
+)
 def test_crashing_requests_get_a_4xx_and_the_container_stays_up(gated_container, model, body):
     boxes = detect(gated_container)
     for headers in ({}, gated_container.admin_headers):
@@ -109,10 +119,14 @@ def test_crashing_requests_get_a_4xx_and_the_container_stays_up(gated_container,
 
 @needs_engine
 def test_internal_models_and_restricted_apis_need_the_admin_header(gated_container):
-    sizes = json.dumps({"inputs": [{"name": "HEAD_OUTPUT", "shape": [1, 6, 8400], "datatype": "FP32",
-                                    "data": [0.0] * 6 * 8400},
-                                   {"name": "IMAGE_SIZES", "shape": [1, 4], "datatype": "INT32",
-                                    "data": [640, 640, 640, 640]}]}).encode()
+    sizes = json.dumps(
+        {
+            "inputs": [
+                {"name": "HEAD_OUTPUT", "shape": [1, 6, 8400], "datatype": "FP32", "data": [0.0] * 6 * 8400},
+                {"name": "IMAGE_SIZES", "shape": [1, 4], "datatype": "INT32", "data": [640, 640, 640, 640]},
+            ]
+        }
+    ).encode()
     refused, _ = post(gated_container, "postprocess", sizes)
     assert refused.status_code == 403 and "internal" in refused.json()["error"]
     url = f"http://{gated_container.http_url}/v2/systemsharedmemory/status"
@@ -126,16 +140,28 @@ def test_another_local_user_reads_neither_the_token_nor_the_container_shared_mem
     token = gated_container.admin_token
     pids = [p.pid for p in container_processes(gated_container)]
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"]
-    seen = subprocess.run(as_nobody + [" ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in pids)
-                                       + f" ; cat {gated_container.secret_dir}/admin-token"],
-                          capture_output=True, text=True, timeout=30)
+    seen = subprocess.run(
+        as_nobody
+        + [
+            " ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in pids)
+            + f" ; cat {gated_container.secret_dir}/admin-token"
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert "harness.gate" in seen.stdout and token not in seen.stdout + seen.stderr
     # The stubs' IPC regions live in the container's own /dev/shm: not in the host's, and the
     # container's is out of reach through /proc/<pid>/root.
-    region = next(a for p in container_processes(gated_container) for a in p.cmdline()
-                  if a.startswith("triton_python_backend_shm_region"))
-    shm = subprocess.run(as_nobody + [f"ls -la /dev/shm; ls /proc/{pids[1]}/root/dev/shm"],
-                         capture_output=True, text=True, timeout=30)
+    region = next(
+        a
+        for p in container_processes(gated_container)
+        for a in p.cmdline()
+        if a.startswith("triton_python_backend_shm_region")
+    )
+    shm = subprocess.run(
+        as_nobody + [f"ls -la /dev/shm; ls /proc/{pids[1]}/root/dev/shm"], capture_output=True, text=True, timeout=30
+    )
     assert region not in shm.stdout and shm.returncode != 0 and "denied" in shm.stderr, (shm.stdout, shm.stderr)
     attrs = gated_container.container.attrs
     assert token not in json.dumps(attrs["Config"]) and token not in json.dumps(attrs["Args"])
@@ -144,8 +170,11 @@ def test_another_local_user_reads_neither_the_token_nor_the_container_shared_mem
 @needs_engine
 @pytest.mark.timeout(120)
 def test_a_killed_stub_in_the_container_turns_readiness_false_and_the_gate_reloads(gated_container):
-    stubs = [p for p in container_processes(gated_container)
-             if p.cmdline() and p.cmdline()[0].endswith("triton_python_backend_stub") and "/preprocess/" in p.cmdline()[1]]
+    stubs = [
+        p
+        for p in container_processes(gated_container)
+        if p.cmdline() and p.cmdline()[0].endswith("triton_python_backend_stub") and "/preprocess/" in p.cmdline()[1]
+    ]
     assert stubs, [p.cmdline()[:2] for p in container_processes(gated_container)]
     killed = time.monotonic()
     stubs[0].send_signal(signal.SIGKILL)

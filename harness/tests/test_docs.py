@@ -32,8 +32,7 @@ def _make_targets() -> set[str]:
 
 
 def _ignored(relative: str) -> bool:
-    done = subprocess.run(["git", "check-ignore", "-q", "--no-index", relative], cwd=PROJECT_ROOT,
-                          capture_output=True)
+    done = subprocess.run(["git", "check-ignore", "-q", "--no-index", relative], cwd=PROJECT_ROOT, capture_output=True)
     return done.returncode == 0
 
 
@@ -42,7 +41,8 @@ def _looks_like_path(token: str) -> bool:
     if not token or any(c in token for c in "<>*{}$|=") or "://" in token or token.startswith("-"):
         return False
     return token.startswith(TOP_LEVEL) or (
-        "/" not in token and token.endswith(PATH_SUFFIXES) and token in ("README.md", "Makefile", "pyproject.toml"))
+        "/" not in token and token.endswith(PATH_SUFFIXES) and token in ("README.md", "Makefile", "pyproject.toml")
+    )
 
 
 def _mentions(doc: Path) -> dict[str, set]:
@@ -99,9 +99,11 @@ def test_harness_subcommands_list_is_current():
 
 def test_the_checker_catches_rot(tmp_path):
     doc = tmp_path / "page.md"
-    doc.write_text("Run `make no-such-target` then `python -m harness.nope`, read "
-                   "`deployments/embedding_cpu/nope.py` and [x](missing.md).\n"
-                   "```bash\nmake install matrix DEPLOYMENT=x\n.venv/bin/python -m harness frobnicate\n```\n")
+    doc.write_text(
+        "Run `make no-such-target` then `python -m harness.nope`, read "
+        "`deployments/embedding_cpu/nope.py` and [x](missing.md).\n"
+        "```bash\nmake install matrix DEPLOYMENT=x\n.venv/bin/python -m harness frobnicate\n```\n"
+    )
     mentions = _mentions(doc)
     assert mentions["make"] == {"no-such-target", "install", "matrix"}
     assert "deployments/embedding_cpu/nope.py" in mentions["paths"]

@@ -26,8 +26,11 @@ def explicit_server(tmp_path_factory):
     repo = echo_repository(tmp_path_factory.mktemp("faults"))
     # gate=False: these scenarios document what tritonserver itself does (the gate's own
     # recovery is tested in test_gate.py).
-    holder = {"server": LocalTritonServer(ServerOptions(str(repo), required_models=["echo"],
-                                                        model_control_mode="explicit"), gate=False)}
+    holder = {
+        "server": LocalTritonServer(
+            ServerOptions(str(repo), required_models=["echo"], model_control_mode="explicit"), gate=False
+        )
+    }
     holder["server"].start()
     try:
         holder["server"].wait_ready(120)
@@ -88,19 +91,25 @@ def test_default_server_refuses_model_load_and_unload(default_server):
                 call("echo", headers=default_server.admin_headers)
         assert client.is_model_ready("echo")
     base = f"http://{default_server.http_url}"
-    response = requests.post(f"{base}/v2/repository/models/echo/load",
-                             json={"parameters": {"file:1/model.py": "aW1wb3J0IG9z"}}, timeout=10)
+    response = requests.post(
+        f"{base}/v2/repository/models/echo/load", json={"parameters": {"file:1/model.py": "aW1wb3J0IG9z"}}, timeout=10
+    )
     assert response.status_code in (403, 503), response.text
 
 
 def test_default_server_restricts_admin_apis_to_the_harness(default_server):
     base = f"http://{default_server.http_url}"
-    for method, path, body in [("get", "/v2/systemsharedmemory/status", None),
-                               ("post", "/v2/systemsharedmemory/region/r/register",
-                                {"key": "/triton_python_backend_shm_region_1", "offset": 0, "byte_size": 64}),
-                               ("get", "/v2/trace/setting", None),
-                               ("post", "/v2/logging", {"log_verbose_level": 1}),
-                               ("post", "/v2/repository/index", {})]:
+    for method, path, body in [
+        ("get", "/v2/systemsharedmemory/status", None),
+        (
+            "post",
+            "/v2/systemsharedmemory/region/r/register",
+            {"key": "/triton_python_backend_shm_region_1", "offset": 0, "byte_size": 64},
+        ),
+        ("get", "/v2/trace/setting", None),
+        ("post", "/v2/logging", {"log_verbose_level": 1}),
+        ("post", "/v2/repository/index", {}),
+    ]:
         response = getattr(requests, method)(base + path, json=body, timeout=10)
         assert response.status_code == 403, f"{path}: {response.status_code} {response.text}"
     allowed = requests.get(base + "/v2/systemsharedmemory/status", headers=default_server.admin_headers, timeout=10)
@@ -121,8 +130,10 @@ def test_default_server_serves_inference_and_metadata_without_the_header(default
 
 def test_file_locations_cannot_be_changed_over_the_network(default_server):
     base = f"http://{default_server.http_url}"
-    for path, body in [("/v2/trace/setting", {"trace_file": "/tmp/triton-harness-pwned"}),
-                       ("/v2/logging", {"log_file": "/tmp/triton-harness-pwned"})]:
+    for path, body in [
+        ("/v2/trace/setting", {"trace_file": "/tmp/triton-harness-pwned"}),
+        ("/v2/logging", {"log_file": "/tmp/triton-harness-pwned"}),
+    ]:
         response = requests.post(base + path, json=body, headers=default_server.admin_headers, timeout=10)
         assert response.status_code >= 400, f"{path} accepted a file location: {response.text}"
 

@@ -28,12 +28,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import pypdfium2 as pdfium
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
-
-import pypdfium2 as pdfium
 
 from triton_helpers import classification, detection, documents, images
 from triton_helpers.errors import InputError, decode_utf8, single_bytes_items, utf8_texts
@@ -41,8 +40,13 @@ from triton_helpers.errors import InputError, decode_utf8, single_bytes_items, u
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 TIME_BOUND_S = float(os.environ.get("FUZZ_TIME_BOUND_S", "10"))
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "reliability" / "fuzz.json"
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], database=None)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
 
 TALLY: dict = {"per_function": {}, "results": 0, "input_errors": 0, "slowest_s": 0.0}
 # Findings of this fuzzing, fixed in triton_helpers and kept as regression tests below:
@@ -67,7 +71,9 @@ def attempt(name: str, function, *args, **kwargs):
         TALLY["slowest_s"] = round(max(TALLY["slowest_s"], elapsed), 3)
     if elapsed >= TIME_BOUND_S:
         saved = _save_case(name, args)
-        raise AssertionError(f"{name} took {elapsed:.1f} s on one input (bound {TIME_BOUND_S} s); input saved to {saved}")
+        raise AssertionError(
+            f"{name} took {elapsed:.1f} s on one input (bound {TIME_BOUND_S} s); input saved to {saved}"
+        )
     return outcome
 
 
@@ -89,11 +95,19 @@ def write_tally():
         return
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     tally = TALLY if TALLY["per_function"] else {k: previous.get(k, TALLY[k]) for k in TALLY}
-    record = {**tally, "total": sum(tally["per_function"].values()), "examples_per_property": EXAMPLES,
-              "time_bound_s": TIME_BOUND_S, "served": previous.get("served")}
+    record = {
+        **tally,
+        "total": sum(tally["per_function"].values()),
+        "examples_per_property": EXAMPLES,
+        "time_bound_s": TIME_BOUND_S,
+        "served": previous.get("served"),
+    }
     if SERVED["requests"]:
-        record["served"] = {"requests": SERVED["requests"], "models": len(SERVED["models"]),
-                            "outcomes": SERVED["outcomes"]}
+        record["served"] = {
+            "requests": SERVED["requests"],
+            "models": len(SERVED["models"]),
+            "outcomes": SERVED["outcomes"],
+        }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(record, indent=2) + "\n")
 
@@ -138,7 +152,7 @@ def header_bomb(fmt: str, width: int, height: int) -> bytes:
     data = bytearray(encode(Image.new("RGB", (8, 8), (10, 200, 30)), fmt))
     if fmt == "JPEG":
         at = data.find(b"\xff\xc0")
-        data[at + 5:at + 9] = struct.pack(">HH", height & 0xFFFF, width & 0xFFFF)
+        data[at + 5 : at + 9] = struct.pack(">HH", height & 0xFFFF, width & 0xFFFF)
     elif fmt == "GIF":
         data[6:10] = struct.pack("<HH", width & 0xFFFF, height & 0xFFFF)
     elif fmt == "BMP":
@@ -168,7 +182,7 @@ def hostile_images(draw) -> bytes:
     except (OSError, ValueError, KeyError):
         data = encode(image.convert("RGB"), "PNG")
     if kind == "truncated":
-        return data[:draw(st.integers(0, max(len(data) - 1, 0)))]
+        return data[: draw(st.integers(0, max(len(data) - 1, 0)))]
     if kind == "flipped":
         mutable = bytearray(data)
         for _ in range(draw(st.integers(1, 16))):
@@ -176,8 +190,19 @@ def hostile_images(draw) -> bytes:
             mutable[position] = draw(st.integers(0, 255))
         return bytes(mutable)
     if kind == "prefix":  # a known magic number followed by garbage
-        magic = draw(st.sampled_from([b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF89a", b"BM", b"II*\x00",
-                                      b"RIFF\x00\x00\x00\x00WEBP", b"%PDF-1.7"]))
+        magic = draw(
+            st.sampled_from(
+                [
+                    b"\x89PNG\r\n\x1a\n",
+                    b"\xff\xd8\xff",
+                    b"GIF89a",
+                    b"BM",
+                    b"II*\x00",
+                    b"RIFF\x00\x00\x00\x00WEBP",
+                    b"%PDF-1.7",
+                ]
+            )
+        )
         return magic + draw(st.binary(max_size=512))
     return data
 
@@ -234,8 +259,11 @@ class _Preprocess(classification.PreprocessModel):
 @FUZZ
 @given(items=st.lists(hostile_images(), min_size=1, max_size=3), lite=st.booleans())
 def test_classification_preprocess(items, lite):
-    transform = (classification.ImageTransform.efficientnet_lite(32) if lite
-                 else classification.ImageTransform.torchvision_imagenet(40, 32))
+    transform = (
+        classification.ImageTransform.efficientnet_lite(32)
+        if lite
+        else classification.ImageTransform.torchvision_imagenet(40, 32)
+    )
     out = attempt("classification.PreprocessModel.preprocess", _Preprocess(transform).preprocess, items)
     if not isinstance(out, InputError):
         assert out.shape == (len(items), 3, 32, 32) and np.isfinite(out).all()
@@ -247,9 +275,21 @@ hostile_text_bytes = st.one_of(
     st.text(max_size=512).map(lambda t: t.encode("utf-8", "surrogatepass")),
     st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=256).map(lambda t: t.encode()),
     st.integers(1, 3 << 20).map(lambda n: b"a" * n),  # up to 3 MB
-    st.sampled_from([b"", b"\x00" * 64, b"\xef\xbb\xbf", b"\xff\xfe" + "hi".encode("utf-16-le"), b"\xc3\x28",
-                     b"\xed\xa0\x80", "🙂" .encode() * 5000, ("中文" * 40000).encode(), b" \t\n" * 1000,
-                     b"\xe2\x80\x8b" * 3000, "\u202e\u0301" .encode() * 2000]),
+    st.sampled_from(
+        [
+            b"",
+            b"\x00" * 64,
+            b"\xef\xbb\xbf",
+            b"\xff\xfe" + "hi".encode("utf-16-le"),
+            b"\xc3\x28",
+            b"\xed\xa0\x80",
+            "🙂".encode() * 5000,
+            ("中文" * 40000).encode(),
+            b" \t\n" * 1000,
+            b"\xe2\x80\x8b" * 3000,
+            "\u202e\u0301".encode() * 2000,
+        ]
+    ),
 )
 
 
@@ -326,13 +366,16 @@ def small_pdf() -> bytes:
 
 @st.composite
 def hostile_documents(draw) -> bytes:
-    kind = draw(st.sampled_from(["pdf", "truncated_pdf", "flipped_pdf", "fake_pdf", "text", "huge_text",
-                                 "binary", "many_pages"]))
+    kind = draw(
+        st.sampled_from(
+            ["pdf", "truncated_pdf", "flipped_pdf", "fake_pdf", "text", "huge_text", "binary", "many_pages"]
+        )
+    )
     if kind == "pdf":
         return small_pdf()
     if kind == "truncated_pdf":
         data = small_pdf()
-        return data[:draw(st.integers(0, len(data) - 1))]
+        return data[: draw(st.integers(0, len(data) - 1))]
     if kind == "flipped_pdf":
         data = bytearray(small_pdf())
         for _ in range(draw(st.integers(1, 24))):
@@ -341,8 +384,10 @@ def hostile_documents(draw) -> bytes:
     if kind == "fake_pdf":
         return b"%PDF-" + draw(st.binary(max_size=2048))
     if kind == "many_pages":  # a page tree that claims 10^6 pages
-        return (b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Count 1000000/Kids[3 0 R]>>"
-                b"endobj\n3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 10 10]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF")
+        return (
+            b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Count 1000000/Kids[3 0 R]>>"
+            b"endobj\n3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 10 10]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF"
+        )
     if kind == "huge_text":
         return draw(st.sampled_from(["word ", "中文字符", "a", "\n\n", "🙂 "])).encode() * draw(st.integers(1, 400_000))
     if kind == "binary":
@@ -362,30 +407,40 @@ def test_document_extract_and_chunk(data, chunk_tokens):
         return
     assert isinstance(text, str) and text.strip()
     tokenizer_file = str(default_model_dir() / "tokenizer.json")
-    chunks = attempt("documents.chunk_text", documents.chunk_text, text, tokenizer_file, chunk_tokens,
-                     limits.max_chunks)
+    chunks = attempt(
+        "documents.chunk_text", documents.chunk_text, text, tokenizer_file, chunk_tokens, limits.max_chunks
+    )
     if not isinstance(chunks, InputError):
         assert 1 <= len(chunks) <= limits.max_chunks
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                                        max_size=3), max_leaves=5)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=5,
+)
 
 
 @pytest.mark.timeout(120)
 @FUZZ
-@given(parameters=st.dictionaries(st.sampled_from(["chunk_tokens", "aggregation", "top_k", "x"]), json_values,
-                                  max_size=3))
+@given(
+    parameters=st.dictionaries(st.sampled_from(["chunk_tokens", "aggregation", "top_k", "x"]), json_values, max_size=3)
+)
 def test_request_parameters(parameters):
-    attempt("documents.PipelineOptions.from_parameters", documents.PipelineOptions.from_parameters, parameters, 254, 254)
+    attempt(
+        "documents.PipelineOptions.from_parameters", documents.PipelineOptions.from_parameters, parameters, 254, 254
+    )
     attempt("classification.parse_top_k", classification.parse_top_k, parameters.get("top_k"), 5, 1000)
 
 
 @pytest.mark.timeout(120)
 @FUZZ
-@given(classes=st.integers(1, 4), anchors=st.integers(0, 300), fill=st.sampled_from(["random", "nan", "inf", "huge"]),
-       seed=st.integers(0, 1000))
+@given(
+    classes=st.integers(1, 4),
+    anchors=st.integers(0, 300),
+    fill=st.sampled_from(["random", "nan", "inf", "huge"]),
+    seed=st.integers(0, 1000),
+)
 def test_detection_head_decoding(classes, anchors, fill, seed):
     """postprocess is callable directly by clients too: its HEAD_OUTPUT may be anything."""
     rng = np.random.default_rng(seed)
@@ -440,20 +495,43 @@ SERVED: dict = {"requests": 0, "models": set(), "outcomes": {}}
 
 def _hostile_bytes_items(rng: random.Random) -> list[bytes]:
     jpeg = encode(Image.new("RGB", (64, 48), (200, 10, 10)), "JPEG")
-    return [b"", rng.randbytes(512), jpeg[:len(jpeg) // 2], png_header_bomb(60000, 60000), png_zip_bomb(),
-            b"\xff\xfe\xfa\x00" * 8, b"a" * (3 << 20), b"%PDF-1.7\n" + rng.randbytes(256), b"/etc/passwd"]
+    return [
+        b"",
+        rng.randbytes(512),
+        jpeg[: len(jpeg) // 2],
+        png_header_bomb(60000, 60000),
+        png_zip_bomb(),
+        b"\xff\xfe\xfa\x00" * 8,
+        b"a" * (3 << 20),
+        b"%PDF-1.7\n" + rng.randbytes(256),
+        b"/etc/passwd",
+    ]
 
 
 def _hostile_numeric(dtype: str, shape: list[int], rng: np.random.Generator) -> list[np.ndarray]:
-    np_dtype = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
-                "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}.get(dtype, np.float32)
+    np_dtype = {
+        "FP32": np.float32,
+        "FP16": np.float16,
+        "FP64": np.float64,
+        "INT64": np.int64,
+        "INT32": np.int32,
+        "INT8": np.int8,
+        "UINT8": np.uint8,
+        "BOOL": np.bool_,
+    }.get(dtype, np.float32)
     if np.issubdtype(np_dtype, np.floating):
-        return [np.full(shape, np.nan, np_dtype), np.full(shape, np.inf, np_dtype),
-                rng.normal(0, 1e6, shape).astype(np_dtype)]
+        return [
+            np.full(shape, np.nan, np_dtype),
+            np.full(shape, np.inf, np_dtype),
+            rng.normal(0, 1e6, shape).astype(np_dtype),
+        ]
     if np.issubdtype(np_dtype, np.integer):
         info = np.iinfo(np_dtype)
-        return [np.full(shape, info.max, np_dtype), np.full(shape, info.min, np_dtype),
-                rng.integers(info.min, info.max, shape, dtype=np_dtype, endpoint=True)]
+        return [
+            np.full(shape, info.max, np_dtype),
+            np.full(shape, info.min, np_dtype),
+            rng.integers(info.min, info.max, shape, dtype=np_dtype, endpoint=True),
+        ]
     return [np.ones(shape, np_dtype)]
 
 

@@ -64,17 +64,23 @@ class TritonPythonModel:
 INTERNAL_PARAMETER = 'parameters { key: "gate_internal" value: { string_value: "true" } }\n'
 
 # The requests of issue 16 that abort tritonserver 2.51 (std::bad_alloc, stack overflow).
-HUGE_SHAPE = (b'{"inputs":[{"name":"X","shape":[1,131072,131072],"datatype":"FP32","data":[1]}]}')
+HUGE_SHAPE = b'{"inputs":[{"name":"X","shape":[1,131072,131072],"datatype":"FP32","data":[1]}]}'
 DEEP_DATA = b'{"inputs":[{"name":"X","shape":[1,1],"datatype":"FP32","data":' + b"[" * 50000 + b"]" * 50000 + b"}]}"
-DEEP_PARAMETERS = (b'{"parameters":{"p":' + b"[" * 300000 + b"]" * 300000
-                   + b'},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}')
+DEEP_PARAMETERS = (
+    b'{"parameters":{"p":'
+    + b"[" * 300000
+    + b"]" * 300000
+    + b'},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}'
+)
 
 
 def make_gate_repository(root):
     repo = root / "model_repository"
-    for name, config, model in [("sink", SINK_CONFIG, SINK_MODEL), ("echo", ECHO_CONFIG, ECHO_MODEL),
-                                ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"')
-                                 + INTERNAL_PARAMETER, ECHO_MODEL)]:
+    for name, config, model in [
+        ("sink", SINK_CONFIG, SINK_MODEL),
+        ("echo", ECHO_CONFIG, ECHO_MODEL),
+        ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"') + INTERNAL_PARAMETER, ECHO_MODEL),
+    ]:
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(config)
         (repo / name / "1" / "model.py").write_text(model)
@@ -94,8 +100,9 @@ def gated(tmp_path_factory):
 
 
 def post(server, body: bytes, model: str = "sink", headers: dict | None = None, timeout: float = 30):
-    return requests.post(f"http://{server.http_url}/v2/models/{model}/infer", data=body, headers=headers or {},
-                         timeout=timeout)
+    return requests.post(
+        f"http://{server.http_url}/v2/models/{model}/infer", data=body, headers=headers or {}, timeout=timeout
+    )
 
 
 def assert_alive(server):
@@ -107,25 +114,34 @@ def assert_alive(server):
 
 
 # -- validation without a server --------------------------------------------------------------
-SINK = {"name": "sink", "max_batch_size": 8,
-        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, -1]}], "parameters": {}}
+SINK = {
+    "name": "sink",
+    "max_batch_size": 8,
+    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, -1]}],
+    "parameters": {},
+}
 TEXT = {"name": "t", "max_batch_size": 4, "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}]}
 
 
-@pytest.mark.parametrize("body,message", [
-    (HUGE_SHAPE, "declares 17179869184 values of FP32, 'data' holds 1"),
-    (DEEP_DATA, "nested too deeply"),
-    (DEEP_PARAMETERS, "nested too deeply"),
-    (b'{"inputs":[{"name":"X","shape":[1,2147483647],"datatype":"FP32","data":[1]}]}', "rank 2"),
-    (b'{"inputs":[{"name":"X","shape":[9,1,1],"datatype":"FP32","data":[1]}]}', "has batch size 9, outside 1..8"),
-    (b'{"inputs":[{"name":"X","shape":[1,1,2],"datatype":"FP32","data":[[[1,[2]]]]}]}', "nested deeper"),
-    (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"INT64","data":[1]}]}', "expects FP32"),
-    (b'{"inputs":[{"name":"Y","shape":[1,1,1],"datatype":"FP32","data":[1]}]}', "unexpected inference input"),
-    (b'{"parameters":{"p":[1]},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}',
-     "must be a string, number or boolean"),
-    (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32"}]}', "has no 'data'"),
-    (b'{"inputs":[{"name":"X","shape":[1,1,-1],"datatype":"FP32","data":[1]}]}', "negative"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (HUGE_SHAPE, "declares 17179869184 values of FP32, 'data' holds 1"),
+        (DEEP_DATA, "nested too deeply"),
+        (DEEP_PARAMETERS, "nested too deeply"),
+        (b'{"inputs":[{"name":"X","shape":[1,2147483647],"datatype":"FP32","data":[1]}]}', "rank 2"),
+        (b'{"inputs":[{"name":"X","shape":[9,1,1],"datatype":"FP32","data":[1]}]}', "has batch size 9, outside 1..8"),
+        (b'{"inputs":[{"name":"X","shape":[1,1,2],"datatype":"FP32","data":[[[1,[2]]]]}]}', "nested deeper"),
+        (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"INT64","data":[1]}]}', "expects FP32"),
+        (b'{"inputs":[{"name":"Y","shape":[1,1,1],"datatype":"FP32","data":[1]}]}', "unexpected inference input"),
+        (
+            b'{"parameters":{"p":[1]},"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]}',
+            "must be a string, number or boolean",
+        ),
+        (b'{"inputs":[{"name":"X","shape":[1,1,1],"datatype":"FP32"}]}', "has no 'data'"),
+        (b'{"inputs":[{"name":"X","shape":[1,1,-1],"datatype":"FP32","data":[1]}]}', "negative"),
+    ],
+)
 def test_validation_refuses_with_a_clear_message(body, message):
     with pytest.raises(GateError, match=None) as info:
         validate_infer("sink", SINK, body, None)
@@ -134,14 +150,21 @@ def test_validation_refuses_with_a_clear_message(body, message):
 
 def test_validation_checks_binary_sections_against_the_declared_shape():
     def request(shape, nbytes, binary, datatype="FP32", name="X"):
-        header = json.dumps({"inputs": [{"name": name, "shape": shape, "datatype": datatype,
-                                         "parameters": {"binary_data_size": nbytes}}]}).encode()
+        header = json.dumps(
+            {
+                "inputs": [
+                    {"name": name, "shape": shape, "datatype": datatype, "parameters": {"binary_data_size": nbytes}}
+                ]
+            }
+        ).encode()
         return header + binary, len(header)
 
     validate_infer("sink", SINK, *request([1, 2, 2], 16, bytes(16)))
-    for shape, nbytes, binary, message in [([1, 65536, 65536], 4, bytes(4), "is 17179869184 bytes"),
-                                           ([1, 2, 2], 16, bytes(8), "runs past"),
-                                           ([1, 2, 2], 16, bytes(20), "4 bytes of binary data")]:
+    for shape, nbytes, binary, message in [
+        ([1, 65536, 65536], 4, bytes(4), "is 17179869184 bytes"),
+        ([1, 2, 2], 16, bytes(8), "runs past"),
+        ([1, 2, 2], 16, bytes(20), "4 bytes of binary data"),
+    ]:
         with pytest.raises(GateError, match=message):
             validate_infer("sink", SINK, *request(shape, nbytes, binary))
     element = struct.pack("<I", 3) + b"abc"
@@ -162,8 +185,7 @@ def test_body_limit_comes_from_the_config():
 # -- Triton without the gate: why it exists ----------------------------------------------------
 @pytest.mark.timeout(120)
 def test_triton_alone_dies_of_the_huge_shape_request(tmp_path):
-    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]),
-                               gate=False)
+    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]), gate=False)
     server.start()
     try:
         server.wait_ready(120)
@@ -178,9 +200,16 @@ def test_triton_alone_dies_of_the_huge_shape_request(tmp_path):
 
 
 # -- through the gate --------------------------------------------------------------------------
-@pytest.mark.parametrize("body", [HUGE_SHAPE, DEEP_DATA, DEEP_PARAMETERS,
-                                  b'{"inputs":[{"name":"X","shape":[1,1,2147483647],"datatype":"FP32","data":[1]}]}'],
-                         ids=["huge_shape", "deep_data", "deep_parameters", "int32_max_dim"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        HUGE_SHAPE,
+        DEEP_DATA,
+        DEEP_PARAMETERS,
+        b'{"inputs":[{"name":"X","shape":[1,1,2147483647],"datatype":"FP32","data":[1]}]}',
+    ],
+    ids=["huge_shape", "deep_data", "deep_parameters", "int32_max_dim"],
+)
 def test_crashing_requests_get_a_4xx_and_the_server_stays_up(gated, body):
     began = time.monotonic()
     response = post(gated, body)
@@ -198,8 +227,13 @@ def test_binary_requests_pass_and_inconsistent_ones_are_refused(gated):
         text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
         text.set_data_from_numpy(np.array([[b"hello"]], dtype=object), binary_data=True)
         assert client.infer("echo", [text]).as_numpy("TEXT_OUT")[0, 0] == b"hello"
-    header = json.dumps({"inputs": [{"name": "X", "shape": [1, 65536, 65536], "datatype": "FP32",
-                                     "parameters": {"binary_data_size": 4}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "X", "shape": [1, 65536, 65536], "datatype": "FP32", "parameters": {"binary_data_size": 4}}
+            ]
+        }
+    ).encode()
     response = post(gated, header + bytes(4), headers={"Inference-Header-Content-Length": str(len(header))})
     assert response.status_code == 400 and "binary_data_size is 4" in response.json()["error"]
     assert_alive(gated)
@@ -243,17 +277,37 @@ def test_grpc_gets_the_same_bounds(gated):
     stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(gated.grpc_url))
     tensor = service_pb2.ModelInferRequest.InferInputTensor
     for request, message in [
-        (service_pb2.ModelInferRequest(model_name="sink", inputs=[tensor(name="X", datatype="FP32",
-                                       shape=[1, 131072, 131072])], raw_input_contents=[bytes(4)]), "4 sent"),
-        (service_pb2.ModelInferRequest(model_name="sink", inputs=[tensor(
-            name="X", datatype="FP32", shape=[1, 131072, 131072],
-            contents=service_pb2.InferTensorContents(fp32_contents=[1.0]))]), "contents hold 1"),
+        (
+            service_pb2.ModelInferRequest(
+                model_name="sink",
+                inputs=[tensor(name="X", datatype="FP32", shape=[1, 131072, 131072])],
+                raw_input_contents=[bytes(4)],
+            ),
+            "4 sent",
+        ),
+        (
+            service_pb2.ModelInferRequest(
+                model_name="sink",
+                inputs=[
+                    tensor(
+                        name="X",
+                        datatype="FP32",
+                        shape=[1, 131072, 131072],
+                        contents=service_pb2.InferTensorContents(fp32_contents=[1.0]),
+                    )
+                ],
+            ),
+            "contents hold 1",
+        ),
     ]:
         with pytest.raises(grpc.RpcError) as info:
             stub.ModelInfer(request, timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in info.value.details()
-    big = service_pb2.ModelInferRequest(model_name="sink", inputs=[tensor(name="X", datatype="FP32",
-                                        shape=[1, 5000, 5000])], raw_input_contents=[bytes(100_000_000)])
+    big = service_pb2.ModelInferRequest(
+        model_name="sink",
+        inputs=[tensor(name="X", datatype="FP32", shape=[1, 5000, 5000])],
+        raw_input_contents=[bytes(100_000_000)],
+    )
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelInfer(big, timeout=30)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -283,8 +337,12 @@ def test_host_other_than_loopback_warns(tmp_path):
 
 # -- isolation from other local users ----------------------------------------------------------
 def as_nobody(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command],
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody and to isolate")
@@ -304,8 +362,10 @@ def test_another_local_user_sees_neither_the_token_nor_the_shared_memory_nor_tri
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0, f"tritonserver's private port {port} is reachable"
     internal = {"x-triton-harness-admin": gated.internal_token}
-    assert requests.get(f"http://{gated.http_url}/v2/systemsharedmemory/status", headers=internal,
-                        timeout=10).status_code == 403
+    assert (
+        requests.get(f"http://{gated.http_url}/v2/systemsharedmemory/status", headers=internal, timeout=10).status_code
+        == 403
+    )
 
 
 # -- readiness, reload, drain (last: they disturb the server) ----------------------------------
@@ -391,27 +451,43 @@ def test_crashers_are_refused_for_every_model_of_every_deployment(model, config)
             shape = [max(max_batch, 1) * 131072] + shape[1:] if max_batch > 0 else [131072] + shape
         datatype = "BYTES" if spec["data_type"] == "TYPE_STRING" else spec["data_type"][5:]
         item = {"name": spec["name"], "shape": shape, "datatype": datatype, "data": ["a" if datatype == "BYTES" else 1]}
-        for body in (json.dumps({"inputs": [item]}).encode(),
-                     json.dumps({"inputs": [{**item, "data": "@"}]}).encode().replace(b'"@"', b"[" * 50000
-                                                                                       + b"]" * 50000)):
+        for body in (
+            json.dumps({"inputs": [item]}).encode(),
+            json.dumps({"inputs": [{**item, "data": "@"}]}).encode().replace(b'"@"', b"[" * 50000 + b"]" * 50000),
+        ):
             with pytest.raises(GateError) as info:
                 validate_infer(model, config, body, None)
             assert info.value.status == 400, info.value.message
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("deployment,model,body", [
-    ("yolo11_ensemble", "postprocess",
-     b'{"inputs":[{"name":"HEAD_OUTPUT","shape":[1,131072,131072],"datatype":"FP32","data":[1]},'
-     b'{"name":"IMAGE_SIZES","shape":[1,4],"datatype":"INT32","data":[640,640,640,640]}]}'),
-    ("embedding_cpu", "embedding_onnx",
-     b'{"inputs":[{"name":"input_ids","shape":[1,2147483647],"datatype":"INT64","data":[1]},'
-     b'{"name":"attention_mask","shape":[1,1],"datatype":"INT64","data":[1]}]}'),
-    ("cn_clip", "text_embedding",
-     b'{"inputs":[{"name":"TEXT","shape":[131072,131072],"datatype":"BYTES","data":["a"]}]}'),
-    ("resnet_npu", "resnet50",
-     b'{"inputs":[{"name":"IMAGE","shape":[131072,3,224,224],"datatype":"FP32","data":[1]}]}'),
-])
+@pytest.mark.parametrize(
+    "deployment,model,body",
+    [
+        (
+            "yolo11_ensemble",
+            "postprocess",
+            b'{"inputs":[{"name":"HEAD_OUTPUT","shape":[1,131072,131072],"datatype":"FP32","data":[1]},'
+            b'{"name":"IMAGE_SIZES","shape":[1,4],"datatype":"INT32","data":[640,640,640,640]}]}',
+        ),
+        (
+            "embedding_cpu",
+            "embedding_onnx",
+            b'{"inputs":[{"name":"input_ids","shape":[1,2147483647],"datatype":"INT64","data":[1]},'
+            b'{"name":"attention_mask","shape":[1,1],"datatype":"INT64","data":[1]}]}',
+        ),
+        (
+            "cn_clip",
+            "text_embedding",
+            b'{"inputs":[{"name":"TEXT","shape":[131072,131072],"datatype":"BYTES","data":["a"]}]}',
+        ),
+        (
+            "resnet_npu",
+            "resnet50",
+            b'{"inputs":[{"name":"IMAGE","shape":[131072,3,224,224],"datatype":"FP32","data":[1]}]}',
+        ),
+    ],
+)
 def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, body):
     """The issue's huge-shape request, then 50,000 nested brackets in ``data`` and 300,000 in
     ``parameters``, on a real server of each deployment: 4xx every time, the server stays ready."""
@@ -440,12 +516,23 @@ def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, 
 
 
 def test_gate_max_dims_bounds_a_variable_input():
-    detector = {"max_batch_size": 8, "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}],
-                "parameters": {"gate_max_dims:images": {"string_value": "3,1280,1280"}}}
+    detector = {
+        "max_batch_size": 8,
+        "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}],
+        "parameters": {"gate_max_dims:images": {"string_value": "3,1280,1280"}},
+    }
     ok = {"inputs": [{"name": "images", "shape": [1, 3, 2, 2], "datatype": "FP32", "data": [0.0] * 12}]}
     validate_infer("yolo11_detector", detector, json.dumps(ok).encode(), None)
-    big = {"inputs": [{"name": "images", "shape": [1, 3, 2048, 2048], "datatype": "FP32",
-                       "parameters": {"binary_data_size": 4 * 3 * 2048 * 2048}}]}
+    big = {
+        "inputs": [
+            {
+                "name": "images",
+                "shape": [1, 3, 2048, 2048],
+                "datatype": "FP32",
+                "parameters": {"binary_data_size": 4 * 3 * 2048 * 2048},
+            }
+        ]
+    }
     header = json.dumps(big).encode()
     with pytest.raises(GateError, match=r"over the bound \[3, 1280, 1280\].*gate_max_dims:images"):
         validate_infer("yolo11_detector", detector, header + bytes(4 * 3 * 2048 * 2048), len(header))
@@ -454,8 +541,9 @@ def test_gate_max_dims_bounds_a_variable_input():
 @pytest.mark.timeout(60)
 def test_without_isolation_the_gate_still_validates_and_keeps_the_token_off_command_lines(tmp_path):
     """What a non-root user gets (the gate logs that it is not isolated)."""
-    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]),
-                               isolate=False)
+    server = LocalTritonServer(
+        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]), isolate=False
+    )
     server.start()
     try:
         server.wait_ready(120)
@@ -472,17 +560,30 @@ def test_without_isolation_the_gate_still_validates_and_keeps_the_token_off_comm
 def test_serve_rewrites_the_tritonserver_command():
     from harness.gate.serve import gated_command
 
-    user = ["tritonserver", "--model-repository=/models", "--http-port", "8000", "--grpc-port=8001",
-            "--model-control-mode", "none", "--exit-timeout-secs=5", "--http-restricted-api=trace:h=v"]
+    user = [
+        "tritonserver",
+        "--model-repository=/models",
+        "--http-port",
+        "8000",
+        "--grpc-port=8001",
+        "--model-control-mode",
+        "none",
+        "--exit-timeout-secs=5",
+        "--http-restricted-api=trace:h=v",
+    ]
     out = gated_command(user, (1, 2, 3), "inner", ["shared-memory", "model-repository"], grpc=True)
     assert out[:2] == ["tritonserver", "--model-repository=/models"] and "--exit-timeout-secs=5" in out
     assert [a for a in out if a.startswith(("--http-port", "--grpc-port", "--metrics-port"))] == [
-        "--http-port=1", "--grpc-port=2", "--metrics-port=3"]
+        "--http-port=1",
+        "--grpc-port=2",
+        "--metrics-port=3",
+    ]
     assert "--http-address=127.0.0.1" in out and "--http-restricted-api=trace:h=v" not in out
     assert "--model-control-mode=explicit" in out and "--load-model=*" in out
     assert "--grpc-restricted-protocol=shared-memory,model-repository:x-triton-harness-admin=inner" in out
-    explicit = gated_command(["tritonserver", "--model-control-mode=explicit", "--load-model=a"], (1, 2, 3), "t",
-                             ["trace"], grpc=False)
+    explicit = gated_command(
+        ["tritonserver", "--model-control-mode=explicit", "--load-model=a"], (1, 2, 3), "t", ["trace"], grpc=False
+    )
     assert "--model-control-mode=explicit" in explicit and "--load-model=*" not in explicit
     assert not any(a.startswith("--grpc-restricted-protocol") for a in explicit)
 
@@ -501,10 +602,28 @@ def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret-token")
     token.chmod(0o600)
-    command = [sys.executable, "-m", "harness.gate", "serve", "--host", "127.0.0.1", "--http-port", str(http),
-               "--grpc-port", str(grpc_port), "--metrics-port", str(metrics), "--admin-token-file", str(token), "--",
-               str(pytriton_root() / "bin" / "tritonserver"), f"--model-repository={repo}",
-               f"--backend-directory={backends}", "--exit-timeout-secs", "5"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness.gate",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc_port),
+        "--metrics-port",
+        str(metrics),
+        "--admin-token-file",
+        str(token),
+        "--",
+        str(pytriton_root() / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--backend-directory={backends}",
+        "--exit-timeout-secs",
+        "5",
+    ]
     log = tmp_path / "serve.log"
     process = subprocess.Popen(command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp_path)
     base = f"http://127.0.0.1:{http}"
@@ -527,14 +646,23 @@ def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
             assert response.status_code == 400 and time.monotonic() - began < 1.0, response.text
         text = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}]})
         assert requests.post(base + "/v2/models/internal_echo/infer", data=text, timeout=10).status_code == 403
-        assert requests.post(base + "/v2/models/internal_echo/infer", data=text, timeout=10,
-                             headers={"x-triton-harness-admin": "s3cret-token"}).status_code == 200
+        assert (
+            requests.post(
+                base + "/v2/models/internal_echo/infer",
+                data=text,
+                timeout=10,
+                headers={"x-triton-harness-admin": "s3cret-token"},
+            ).status_code
+            == 200
+        )
         assert requests.get(base + "/v2/systemsharedmemory/status", timeout=10).status_code == 403
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.is_server_ready()
         assert requests.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10).status_code == 200
-        seen = " ".join(" ".join(p.cmdline()) for p in [psutil.Process(process.pid)]
-                        + psutil.Process(process.pid).children(recursive=True))
+        seen = " ".join(
+            " ".join(p.cmdline())
+            for p in [psutil.Process(process.pid)] + psutil.Process(process.pid).children(recursive=True)
+        )
         assert "s3cret-token" not in seen and "tritonserver" in seen
         assert process.poll() is None
     finally:

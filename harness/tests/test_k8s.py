@@ -44,8 +44,12 @@ def by_kind(objects: list[dict]) -> dict[str, dict]:
 
 def validate_in_pod(container: dict, metadata: dict | None = None) -> None:
     """Validate a container (and object metadata) as a core Pod embeds them, with the strict schemas."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata or {"name": "check"},
-           "spec": {"containers": [container]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata or {"name": "check"},
+        "spec": {"containers": [container]},
+    }
     kubernetes_validate.validate(pod, K8S_VERSIONS[0], strict=True)
 
 
@@ -57,8 +61,13 @@ def test_four_deployments_are_rendered():
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
 def test_core_objects_pass_strict_schema_validation(deployment, version):
     objects = rendered(deployment)["triton.yaml"]
-    assert [o["kind"] for o in objects] == ["Deployment", "Service", "HorizontalPodAutoscaler",
-                                             "PodDisruptionBudget", "ConfigMap"]
+    assert [o["kind"] for o in objects] == [
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "ConfigMap",
+    ]
     for obj in objects:
         kubernetes_validate.validate(obj, version, strict=True)
 
@@ -79,13 +88,21 @@ def test_the_validator_rejects_a_broken_object():
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
 def test_objects_are_wired_together(deployment):
     objects = by_kind(rendered(deployment)["triton.yaml"])
-    dep, svc, hpa, pdb, rules = (objects[k] for k in ("Deployment", "Service", "HorizontalPodAutoscaler",
-                                                       "PodDisruptionBudget", "ConfigMap"))
+    dep, svc, hpa, pdb, rules = (
+        objects[k] for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap")
+    )
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
-    for sel in (dep["spec"]["selector"]["matchLabels"], svc["spec"]["selector"], pdb["spec"]["selector"]["matchLabels"]):
+    for sel in (
+        dep["spec"]["selector"]["matchLabels"],
+        svc["spec"]["selector"],
+        pdb["spec"]["selector"]["matchLabels"],
+    ):
         assert sel.items() <= pod_labels.items()
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": dep["metadata"]["name"]}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": dep["metadata"]["name"],
+    }
     assert hpa["spec"]["minReplicas"] <= dep["spec"]["replicas"] <= hpa["spec"]["maxReplicas"]
     # The autoscaler's metric is the one the prometheus-adapter rule serves, made of Triton's counters.
     rule = yaml.safe_load(rules["data"]["config.yaml"])["rules"][0]
@@ -102,8 +119,10 @@ def test_objects_are_wired_together(deployment):
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     # Zero-downtime rolls: never below the wanted replicas, endpoints drop a pod before SIGTERM.
     assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
-    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] < dep["spec"]["template"]["spec"][
-        "terminationGracePeriodSeconds"]
+    assert (
+        container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        < dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    )
     assert pdb["spec"]["maxUnavailable"] == 1
 
 
@@ -129,7 +148,7 @@ def test_front_gate_in_front_of_tritonserver(deployment):
     command = gated["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:4] == ["python3", "-m", "harness.gate", "serve"]
     split = command.index("--")
-    assert command[split + 1:] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[split + 1 :] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--http-port") + 1] == "8000" and "0.0.0.0" in command[:split]
 
 
@@ -191,11 +210,15 @@ def test_a_copied_deployment_renders_with_its_scaleout_table(tmp_path):
     """A new folder (the template use): its own name, and its [scaleout] table overrides the defaults."""
     source = next(d for d in DEPLOYMENTS if d.name == "embedding_cpu")
     folder = tmp_path / "my_embedder"
-    shutil.copytree(source.model_repository / "embedding_onnx", folder / "model_repository" / "embedding_onnx",
-                    ignore=shutil.ignore_patterns("*.onnx"))
+    shutil.copytree(
+        source.model_repository / "embedding_onnx",
+        folder / "model_repository" / "embedding_onnx",
+        ignore=shutil.ignore_patterns("*.onnx"),
+    )
     (folder / "deployment.toml").write_text(
         'name = "my_embedder"\nentry_models = ["embedding_onnx"]\n'
-        '[scaleout]\nmin_replicas = 3\nmax_replicas = 12\nreplicas = 3\nqueue_target_us = 5000\nmemory_mib = 1024\n')
+        "[scaleout]\nmin_replicas = 3\nmax_replicas = 12\nreplicas = 3\nqueue_target_us = 5000\nmemory_mib = 1024\n"
+    )
     copied = load_deployment(folder)
     objects = by_kind(rendered(copied)["triton.yaml"])
     for obj in objects.values():
@@ -223,8 +246,10 @@ def test_command_line_writes_files_per_deployment(tmp_path, capsys):
 def test_capacity_model_uses_only_levels_that_met_the_target():
     from harness.scaleout.capacity import per_replica, replicas_for
 
-    rows = [{"concurrency": 1, "perf_throughput": 40.0, "perf_latency_p99": 30.0},
-            {"concurrency": 8, "perf_throughput": 120.0, "perf_latency_p99": 105.0}]
+    rows = [
+        {"concurrency": 1, "perf_throughput": 40.0, "perf_latency_p99": 30.0},
+        {"concurrency": 8, "perf_throughput": 120.0, "perf_latency_p99": 105.0},
+    ]
     assert per_replica(rows, 100)["concurrency"] == 1
     assert per_replica(rows, 300)["concurrency"] == 8
     assert per_replica(rows, 10) is None

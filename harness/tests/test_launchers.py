@@ -15,8 +15,14 @@ import pytest
 import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
-from harness.launchers import (DockerTritonServer, ExternalTritonServer, LocalTritonServer, ServerOptions,
-                               ServerStartError, create_server)
+from harness.launchers import (
+    DockerTritonServer,
+    ExternalTritonServer,
+    LocalTritonServer,
+    ServerOptions,
+    ServerStartError,
+    create_server,
+)
 from harness.launchers.docker import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository, ready_server
 
@@ -52,8 +58,9 @@ def test_server_metadata_reports_version(running_server):
 
 
 def test_external_mode_uses_a_running_server_without_owning_it(running_server):
-    external = create_server("external", ServerOptions("unused", required_models=["double"]),
-                             url=f"http://{running_server.http_url}")
+    external = create_server(
+        "external", ServerOptions("unused", required_models=["double"]), url=f"http://{running_server.http_url}"
+    )
     assert isinstance(external, ExternalTritonServer)
     external.start()
     external.wait_ready(10)
@@ -64,8 +71,10 @@ def test_external_mode_uses_a_running_server_without_owning_it(running_server):
 def test_broken_config_fails_fast_with_the_servers_error(tmp_path):
     repo = make_repository(tmp_path, models=("double",))
     (repo / "double" / "config.pbtxt").write_text(
-        (repo / "double" / "config.pbtxt").read_text().replace("TYPE_FP32 dims: [ 4 ] } ]\noutput",
-                                                               "TYPE_NOT_A_TYPE dims: [ 4 ] } ]\noutput"))
+        (repo / "double" / "config.pbtxt")
+        .read_text()
+        .replace("TYPE_FP32 dims: [ 4 ] } ]\noutput", "TYPE_NOT_A_TYPE dims: [ 4 ] } ]\noutput")
+    )
     server = LocalTritonServer(ServerOptions(str(repo), required_models=["double"]))
     began = time.monotonic()
     try:
@@ -148,8 +157,12 @@ def test_server_dies_with_its_parent(tmp_path):
 
 
 def test_docker_spec_for_ngc_cpu_mounts_repository_read_only(tmp_path):
-    options = ServerOptions(str(tmp_path), required_models=["m"], model_config_name="cpu",
-                            backend_config=["onnxruntime,default-max-batch-size=4"])
+    options = ServerOptions(
+        str(tmp_path),
+        required_models=["m"],
+        model_config_name="cpu",
+        backend_config=["onnxruntime,default-max-batch-size=4"],
+    )
     server = DockerTritonServer(options, profile=ngc_profile())
     spec = server.container_spec()
     assert spec["image"].startswith("nvcr.io/nvidia/tritonserver:") and spec["image"].endswith("-py3")
@@ -162,8 +175,9 @@ def test_docker_spec_for_ngc_cpu_mounts_repository_read_only(tmp_path):
 
 
 def test_docker_spec_for_ascend_npu(tmp_path):
-    options = ServerOptions(str(tmp_path), target="npu", model_config_name="npu",
-                            backend_config=['npu_ge,ge.aicoreNum="12|10"'])
+    options = ServerOptions(
+        str(tmp_path), target="npu", model_config_name="npu", backend_config=['npu_ge,ge.aicoreNum="12|10"']
+    )
     server = DockerTritonServer(options, profile=ascend_profile(image="example/npu_ge:8.3", device_ids=[2, 3]))
     spec = server.container_spec()
     devices = [d.split(":")[0] for d in spec["devices"]]
@@ -198,7 +212,8 @@ def test_npu_target_of_a_manifest_reaches_the_container_spec():
     assert spec["image"] == table.image
     assert f"--model-config-name={table.model_config_name}" in spec["command"]
     assert [d.split(":")[0] for d in spec["devices"]][: len(table.device_ids)] == [
-        f"/dev/davinci{i}" for i in table.device_ids]
+        f"/dev/davinci{i}" for i in table.device_ids
+    ]
     assert server.profile.stub_python == table.stub_python == "3.10"
     assert "--allow-grpc=false" in spec["command"]
     assert spec["volumes"][str(deployment.model_repository)] == {"bind": "/models", "mode": "ro"}

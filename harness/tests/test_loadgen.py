@@ -57,11 +57,13 @@ def _meeting_workload(where: str) -> tuple[Workload, dict]:
 def test_client_side_work_runs_off_the_event_loop(echo_server, where, protocol):
     workload, seen = _meeting_workload(where)
     url = echo_server.grpc_url if protocol == "grpc" else echo_server.http_url
-    result = run_load(workload, protocol=protocol, url=url, http_url=echo_server.http_url,
-                      concurrency=2, duration_s=1.0, warmup_s=0.2)
+    result = run_load(
+        workload, protocol=protocol, url=url, http_url=echo_server.http_url, concurrency=2, duration_s=1.0, warmup_s=0.2
+    )
     assert result.errors == 0 and result.requests >= 2, (
         f"{where}() of two requests in flight never ran at the same time "
-        f"(errors {result.errors}, first: {result.first_error})")
+        f"(errors {result.errors}, first: {result.first_error})"
+    )
     assert seen["met"] >= 2
     assert threading.main_thread().name not in seen["threads"], f"{where}() ran on the event loop's thread"
 
@@ -69,8 +71,15 @@ def test_client_side_work_runs_off_the_event_loop(echo_server, where, protocol):
 @pytest.mark.timeout(60)
 def test_static_inputs_still_need_no_prepare(echo_server):
     workload = Workload(model="echo", inputs={"TEXT": np.array([[b"x"]], dtype=object)}, outputs=["TEXT_OUT"])
-    result = run_load(workload, protocol="grpc", url=echo_server.grpc_url, http_url=echo_server.http_url,
-                      concurrency=2, duration_s=0.5, warmup_s=0.1)
+    result = run_load(
+        workload,
+        protocol="grpc",
+        url=echo_server.grpc_url,
+        http_url=echo_server.http_url,
+        concurrency=2,
+        duration_s=0.5,
+        warmup_s=0.1,
+    )
     assert result.errors == 0 and result.requests >= 2, result.first_error
 
 
@@ -105,11 +114,20 @@ def test_pinning_puts_server_and_generator_on_their_cpus(echo_server, monkeypatc
     root = psutil.Process(echo_server.process.pid)
     tree = [root, *root.children(recursive=True)]
     try:
-        result = run_load(workload, protocol="grpc", url=echo_server.grpc_url, http_url=echo_server.http_url,
-                          concurrency=2, duration_s=0.5, warmup_s=0.1)
+        result = run_load(
+            workload,
+            protocol="grpc",
+            url=echo_server.grpc_url,
+            http_url=echo_server.http_url,
+            concurrency=2,
+            duration_s=0.5,
+            warmup_s=0.1,
+        )
         assert result.errors == 0
-        assert result.metrics()["pinning"].startswith(f"server cpus {server_cpu} (") and \
-            f"generator cpus {generator_cpu}" in result.metrics()["pinning"]
+        assert (
+            result.metrics()["pinning"].startswith(f"server cpus {server_cpu} (")
+            and f"generator cpus {generator_cpu}" in result.metrics()["pinning"]
+        )
         names = {p.name() for p in tree}
         assert any("tritonserver" in n for n in names) and any("stub" in n for n in names), names
         for process in tree:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import PROJECT_ROOT
-from harness import matrix
+from harness import PROJECT_ROOT, matrix
 from harness.deployments import discover
 from harness.perf_analyzer import availability, command, input_data, parse_csv
 
@@ -39,13 +38,32 @@ def _record(**overrides) -> dict:
     record = {
         "timestamp": "2026-11-30T10:00:00+00:00",
         "machine": {"cpu_model": "Test CPU", "cpu_cores": 2, "os": "Debian 12", "python": "3.11"},
-        "deployment": "toy", "benchmark": "m-b1", "model": "m", "variant": "m fp32", "target": "cpu",
-        "protocol": "grpc", "generator": "harness-asyncio (tritonclient grpc.aio)", "server_mode": "local",
-        "server_version": "2.51.0", "backend_implementation": {"m": "onnxruntime via harness Python backend"},
-        "items_per_request": 1, "notes": {}, "concurrency": 1, "duration_s": 2.0, "requests": 100, "errors": 0,
-        "perf_throughput": 50.0, "items_per_second": 50.0, "perf_latency_p50": 19.5, "perf_latency_p99": 30.25,
-        "bytes_sent_per_request": 90, "bytes_received_per_request": 1580, "perf_server_queue": 1.5,
-        "perf_server_compute_input": 0.1, "perf_server_compute_infer": 15.0, "perf_server_compute_output": 0.4,
+        "deployment": "toy",
+        "benchmark": "m-b1",
+        "model": "m",
+        "variant": "m fp32",
+        "target": "cpu",
+        "protocol": "grpc",
+        "generator": "harness-asyncio (tritonclient grpc.aio)",
+        "server_mode": "local",
+        "server_version": "2.51.0",
+        "backend_implementation": {"m": "onnxruntime via harness Python backend"},
+        "items_per_request": 1,
+        "notes": {},
+        "concurrency": 1,
+        "duration_s": 2.0,
+        "requests": 100,
+        "errors": 0,
+        "perf_throughput": 50.0,
+        "items_per_second": 50.0,
+        "perf_latency_p50": 19.5,
+        "perf_latency_p99": 30.25,
+        "bytes_sent_per_request": 90,
+        "bytes_received_per_request": 1580,
+        "perf_server_queue": 1.5,
+        "perf_server_compute_input": 0.1,
+        "perf_server_compute_infer": 15.0,
+        "perf_server_compute_output": 0.4,
     }
     record.update(overrides)
     return record
@@ -73,8 +91,11 @@ def _generate(toy, rows, note="perf_analyzer: not usable here (test).") -> dict[
 
 def test_measured_and_never_measured_rows(toy):
     old = _record(timestamp="2026-11-29T10:00:00+00:00", perf_throughput=1.0, items_per_second=1.0)
-    rows = [old, _record(), _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0,
-                                    ceiling_items_per_second=160.0)]
+    rows = [
+        old,
+        _record(),
+        _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0, ceiling_items_per_second=160.0),
+    ]
     written = _generate(toy, rows)
     text = written["markdown"].read_text()
     blocks = matrix.table_blocks(text)
@@ -102,9 +123,13 @@ def test_measured_and_never_measured_rows(toy):
 
 
 def test_container_cost_pairs_docker_with_local_rows(toy):
-    rows = [_record(), _record(server_mode="docker", timestamp="2026-11-30T10:30:00+00:00",
-                               perf_throughput=40.0, items_per_second=40.0),
-            _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0)]
+    rows = [
+        _record(),
+        _record(
+            server_mode="docker", timestamp="2026-11-30T10:30:00+00:00", perf_throughput=40.0, items_per_second=40.0
+        ),
+        _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0),
+    ]
     text = _generate(toy, rows)["markdown"].read_text()
     cost = text.split("Container cost", 1)[1].split("\n\n", 2)[1]
     cost_rows = [line for line in cost.splitlines() if line.startswith("| m-")]
@@ -117,8 +142,11 @@ def test_container_cost_pairs_docker_with_local_rows(toy):
 def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
     written = _generate(toy, [])
     text = written["markdown"].read_text()
-    assert matrix.table_blocks(text)["toy"] == [("m-b1", "local / cpu"), ("m-b1", "docker / cpu"),
-                                                ("m-npu", "docker / npu")]
+    assert matrix.table_blocks(text)["toy"] == [
+        ("m-b1", "local / cpu"),
+        ("m-b1", "docker / cpu"),
+        ("m-npu", "docker / npu"),
+    ]
     assert text.count("not measured") >= 3 and "no run recorded yet" in text
     assert not any(k.startswith("plot") for k in written)
 
@@ -126,11 +154,20 @@ def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
 def test_missing_level_perf_analyzer_rows_and_network_records_go_elsewhere(toy):
     rows = [
         _record(),
-        _record(generator="perf_analyzer (perf_analyzer 2.60.0)", perf_throughput=55.0, items_per_second=55.0,
-                bytes_received_per_request=None, perf_server_compute_input=None, perf_server_compute_infer=None,
-                perf_server_compute_output=None),
-        _record(network={"rate": "1mbit", "rtt_ms": 0, "rate_bits_per_s": 1e6}, perf_throughput=7.0,
-                link_ceiling_infer_per_s=74.85),
+        _record(
+            generator="perf_analyzer (perf_analyzer 2.60.0)",
+            perf_throughput=55.0,
+            items_per_second=55.0,
+            bytes_received_per_request=None,
+            perf_server_compute_input=None,
+            perf_server_compute_infer=None,
+            perf_server_compute_output=None,
+        ),
+        _record(
+            network={"rate": "1mbit", "rtt_ms": 0, "rate_bits_per_s": 1e6},
+            perf_throughput=7.0,
+            link_ceiling_infer_per_s=74.85,
+        ),
     ]
     written = _generate(toy, rows)
     text = written["markdown"].read_text()
@@ -146,12 +183,27 @@ def test_missing_level_perf_analyzer_rows_and_network_records_go_elsewhere(toy):
 def test_correctness_from_plugin_outcomes_and_junit(toy):
     root, results, docs = toy
     outcomes = [
-        {"timestamp": "2026-11-30T09:00:00+00:00", "param": "toy-m_matches_reference", "outcome": "failed",
-         "target": "cpu", "server_mode": "local"},
-        {"timestamp": "2026-11-30T11:00:00+00:00", "param": "toy-m_matches_reference", "outcome": "passed",
-         "target": "cpu", "server_mode": "local"},
-        {"timestamp": "2026-11-30T11:00:00+00:00", "param": "toy-bad_input", "outcome": "passed",
-         "target": "cpu", "server_mode": "local"},
+        {
+            "timestamp": "2026-11-30T09:00:00+00:00",
+            "param": "toy-m_matches_reference",
+            "outcome": "failed",
+            "target": "cpu",
+            "server_mode": "local",
+        },
+        {
+            "timestamp": "2026-11-30T11:00:00+00:00",
+            "param": "toy-m_matches_reference",
+            "outcome": "passed",
+            "target": "cpu",
+            "server_mode": "local",
+        },
+        {
+            "timestamp": "2026-11-30T11:00:00+00:00",
+            "param": "toy-bad_input",
+            "outcome": "passed",
+            "target": "cpu",
+            "server_mode": "local",
+        },
     ]
     _write(results / matrix.OUTCOMES_FILE, outcomes)
     text = _generate(toy, [_record()])["markdown"].read_text()
@@ -164,7 +216,8 @@ def test_correctness_from_plugin_outcomes_and_junit(toy):
     (results / "junit.xml").write_text(
         '<testsuites><testsuite name="pytest" timestamp="2026-11-30T12:00:00">'
         '<testcase classname="harness.tests.test_deployments" name="test_check[toy-m_matches_reference]">'
-        '<failure message="cosine too low"/></testcase></testsuite></testsuites>')
+        '<failure message="cosine too low"/></testcase></testsuite></testsuites>'
+    )
     text = _generate(toy, [_record()])["markdown"].read_text()
     assert "FAIL 1/1: m_matches_reference" in text
 
@@ -174,10 +227,25 @@ def test_outcome_plugin_records_checks(tmp_path):
     test_file.write_text(
         "import pytest\n"
         "@pytest.mark.parametrize('x', [1, 2], ids=['toy-good', 'toy-bad'])\n"
-        "def test_check(x):\n    assert x == 1\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.pytest_outcomes", str(test_file),
-                           "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True,
-                          env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(tmp_path / "r")})
+        "def test_check(x):\n    assert x == 1\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "harness.pytest_outcomes",
+            str(test_file),
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(tmp_path / "r")},
+    )
     assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
     rows = [json.loads(line) for line in (tmp_path / "r" / matrix.OUTCOMES_FILE).read_text().splitlines()]
     assert {(r["param"], r["outcome"]) for r in rows} == {("toy-good", "passed"), ("toy-bad", "failed")}
@@ -191,7 +259,8 @@ def test_committed_results_md_has_every_declared_row():
         expected = [(b, f"{m} / {t}") for b, t, m in matrix.expected_grid(deployment)]
         assert deployment.name in blocks, f"docs/results.md has no section {deployment.name}: run `make matrix`"
         assert [p for p in blocks[deployment.name] if p in expected] == expected, (
-            f"docs/results.md rows of {deployment.name} differ from its manifest: run `make matrix`")
+            f"docs/results.md rows of {deployment.name} differ from its manifest: run `make matrix`"
+        )
 
 
 # --- perf_analyzer ---------------------------------------------------------------------------
@@ -226,8 +295,9 @@ def test_perf_analyzer_availability_says_why(tmp_path, monkeypatch):
     ok, reason = availability("definitely-not-perf-analyzer")
     assert not ok and "glibc" in reason
     fake = tmp_path / "perf_analyzer"
-    fake.write_text("#!/bin/sh\necho 'perf_analyzer: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38` not found'"
-                    " >&2\nexit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'perf_analyzer: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38` not found' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     ok, reason = availability(str(fake))
     assert not ok and "newer glibc" in reason
@@ -244,10 +314,12 @@ def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, mo
     from harness.loadgen import Workload
 
     fake = tmp_path / "perf_analyzer"
-    fake.write_text("#!/usr/bin/env python3\nimport sys\n"
-                    "if '--version' in sys.argv: print('perf_analyzer 2.60.0'); sys.exit(0)\n"
-                    "out = sys.argv[sys.argv.index('-f') + 1]\n"
-                    f"open(out, 'w').write({PA_CSV.splitlines()[0]!r} + '\\n' + {PA_CSV.splitlines()[2]!r} + '\\n')\n")
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport sys\n"
+        "if '--version' in sys.argv: print('perf_analyzer 2.60.0'); sys.exit(0)\n"
+        "out = sys.argv[sys.argv.index('-f') + 1]\n"
+        f"open(out, 'w').write({PA_CSV.splitlines()[0]!r} + '\\n' + {PA_CSV.splitlines()[2]!r} + '\\n')\n"
+    )
     fake.chmod(0o755)
     perf_analyzer.availability.cache_clear()
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))
@@ -262,14 +334,20 @@ def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, mo
         def get_model_config(self, model):
             return {"backend": "python", "max_batch_size": 8}
 
-    workload = Workload(model="m", inputs={"TEXT": np.array([[b"hi"]], dtype=object)}, outputs=["EMBEDDING"],
-                        variant="m text")
-    server = types.SimpleNamespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", backend_implementation=str,
-                                   describe=lambda: {"server_mode": "local", "server_version": "2.51.0"})
-    deployment = types.SimpleNamespace(name="toy", resolve=lambda ref: (lambda ctx: workload))
+    workload = Workload(
+        model="m", inputs={"TEXT": np.array([[b"hi"]], dtype=object)}, outputs=["EMBEDDING"], variant="m text"
+    )
+    server = types.SimpleNamespace(
+        grpc_url="127.0.0.1:1",
+        http_url="127.0.0.1:2",
+        backend_implementation=str,
+        describe=lambda: {"server_mode": "local", "server_version": "2.51.0"},
+    )
+    deployment = types.SimpleNamespace(name="toy", resolve=lambda ref: lambda ctx: workload)
     ctx = types.SimpleNamespace(deployment=deployment, server=server, target="cpu", http_client=Client)
-    rows = perf_analyzer.run_scenario(ctx, Benchmark(id="m-b1", workload="checks.py:w", concurrency=(1,)),
-                                      duration_s=1, binary=str(fake))
+    rows = perf_analyzer.run_scenario(
+        ctx, Benchmark(id="m-b1", workload="checks.py:w", concurrency=(1,)), duration_s=1, binary=str(fake)
+    )
     perf_analyzer.availability.cache_clear()
     assert len(rows) == 1 and rows[0]["generator"].startswith("perf_analyzer")
     assert rows[0]["perf_throughput"] == 50.25 and rows[0]["bytes_sent_per_request"] > 0

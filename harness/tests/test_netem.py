@@ -44,8 +44,9 @@ def test_rate_parsing_and_tc_commands():
 
 
 def test_link_ceiling_annotation():
-    row = netem.annotate({"bytes_sent_per_request": 90, "bytes_received_per_request": 1580},
-                         {"rate": "1mbit", "rate_bits_per_s": 1e6})
+    row = netem.annotate(
+        {"bytes_sent_per_request": 90, "bytes_received_per_request": 1580}, {"rate": "1mbit", "rate_bits_per_s": 1e6}
+    )
     assert row["link_ceiling_infer_per_s"] == round(1e6 / 8 / 1670, 2)
     assert netem.annotate({"bytes_sent_per_request": 0}, {"rate_bits_per_s": 1e6})["link_ceiling_infer_per_s"] is None
 
@@ -74,15 +75,19 @@ def test_shaped_namespace_limits_loopback_and_is_removed():
     with netem.ShapedNamespace("16mbit") as ns:
         assert ns.name in netem.list_namespaces()
         assert "tbf" in ns.qdisc
-        done = subprocess.run(ns.wrap([sys.executable, "-c", TRANSFER, str(size)]), capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            ns.wrap([sys.executable, "-c", TRANSFER, str(size)]), capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         shaped = float(done.stdout)
     assert ns.name not in netem.list_namespaces(), "namespace must be deleted on exit"
     assert 4e6 < shaped < 16e6 * 1.5, f"{shaped / 1e6:.1f} Mbit/s through a 16mbit link"
     with netem.ShapedNamespace(None) as ns:  # the same namespace without shaping is far faster
-        unshaped = float(subprocess.run(ns.wrap([sys.executable, "-c", TRANSFER, str(size)]),
-                                        capture_output=True, text=True, timeout=60).stdout)
+        unshaped = float(
+            subprocess.run(
+                ns.wrap([sys.executable, "-c", TRANSFER, str(size)]), capture_output=True, text=True, timeout=60
+            ).stdout
+        )
     assert unshaped > 3 * shaped
 
 

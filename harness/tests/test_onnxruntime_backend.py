@@ -41,7 +41,8 @@ def backend_module():
     sys.path.insert(0, str(pytriton_root() / "backends" / "python"))
     try:
         spec = importlib.util.spec_from_file_location(
-            "harness_onnxruntime_backend", PROJECT_ROOT / "harness" / "backends" / "onnxruntime" / "model.py")
+            "harness_onnxruntime_backend", PROJECT_ROOT / "harness" / "backends" / "onnxruntime" / "model.py"
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

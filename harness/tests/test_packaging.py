@@ -65,7 +65,9 @@ def test_every_import_of_the_harness_and_helpers_is_a_declared_dependency():
         dists = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions.get(module, [module])}
         if not dists & declared:
             missing.append(f"{module} (imported by {where}; distributions {sorted(dists)})")
-    assert not missing, "imported but not declared in pyproject.toml dependencies/serve/test:\n  " + "\n  ".join(missing)
+    assert not missing, "imported but not declared in pyproject.toml dependencies/serve/test:\n  " + "\n  ".join(
+        missing
+    )
 
 
 def test_exporters_clients_and_tests_need_only_declared_packages():

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from harness import packed_serving, packenv, repository
 from harness.deployments import Deployment, discover
-from harness.manifest import Manifest
 from harness.launchers import LocalTritonServer, ServerOptions, ServerStartError
 from harness.launchers.docker import ascend_profile, ngc_profile
-from harness import packenv, packed_serving, repository
+from harness.manifest import Manifest
 from harness.tests.repositories import make_repository
 
 MARKER = "tinydb"
@@ -81,7 +81,8 @@ def write_deployment(root, pip=("numpy<2", MARKER), python_cpu="local"):
     pip_lines = "\n".join(f"      - {p}" for p in pip)
     (root / "environment.yml").write_text(
         f"name: {root.name}\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n{pip_lines}\n"
-        f"python_by_target:\n  cpu: {python_cpu}\n")
+        f"python_by_target:\n  cpu: {python_cpu}\n"
+    )
     (root / "deployment.toml").write_text(f'name = "{root.name}"\nentry_models = ["whoami", "double"]\n')
     return Deployment(path=root.resolve(), manifest=Manifest(name=root.name, entry_models=["whoami", "double"]))
 
@@ -123,10 +124,15 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     deployment, result = packed
     assert importlib.util.find_spec(MARKER) is None, f"{MARKER} must not be in the harness's own venv"
     original = (deployment.model_repository / "whoami" / "config.pbtxt").read_text()
-    options = packenv.packed_server_options(deployment, "cpu", result.output, tmp_path, required_models=["whoami", "double"])
+    options = packenv.packed_server_options(
+        deployment, "cpu", result.output, tmp_path, required_models=["whoami", "double"]
+    )
     copy = tmp_path / "model_repository"
     assert options.model_repository == str(copy)
-    assert 'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"' in (copy / "whoami" / "config.pbtxt").read_text()
+    assert (
+        'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"'
+        in (copy / "whoami" / "config.pbtxt").read_text()
+    )
     assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
     assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
     # attempts: a concurrent harness server's stop() may delete our unpacked env (see start_server)
@@ -165,8 +171,9 @@ def test_env_of_another_python_is_refused_before_start_with_a_clear_message(tmp_
     if other is None:
         pytest.skip("no second Python version on this machine to pack a mismatched env with")
     deployment = write_deployment(tmp_path / "mismatch", pip=(MARKER,), python_cpu=f'"{other}"')
-    result = packenv.pack(deployment.path, "cpu", tool="venv", compress_level=1, compile_bytecode=False,
-                          log=lambda _: None)
+    result = packenv.pack(
+        deployment.path, "cpu", tool="venv", compress_level=1, compile_bytecode=False, log=lambda _: None
+    )
     assert result.python == other
     began = time.monotonic()
     with pytest.raises(packenv.PythonEnvMismatch) as refused:
@@ -213,8 +220,10 @@ def test_preflight_names_each_known_failure(tmp_path):
     base = config.read_text()
 
     def with_env(value: str) -> None:
-        repository.write_config(repository.set_parameter(repository.read_config(config), "EXECUTION_ENV_PATH", value),
-                                config)
+        repository.write_config(
+            repository.set_parameter(repository.read_config(config), "EXECUTION_ENV_PATH", value), config
+        )
+
     local = packenv.local_python()
     envs = tmp_path / "envs"
     envs.mkdir()
@@ -248,12 +257,14 @@ def test_packed_repository_touches_only_python_backend_configs(tmp_path):
     (repo / "echo" / "configs").mkdir()
     (repo / "echo" / "configs" / "npu.pbtxt").write_text(
         (repo / "echo" / "config.pbtxt").read_text()
-        + 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/opt/old.tar.gz" } }\n')
+        + 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/opt/old.tar.gz" } }\n'
+    )
     tarball = tmp_path / "npu.tar.gz"
     _fake_env(tarball, "3.10", "1.26.4")
     before = {p: p.read_text() for p in repo.rglob("*.pbtxt")}
     copy = packenv.packed_repository(repo, tarball, tmp_path / "out")
     reference = "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz"
+
     def env_path(path):
         return repository.parameter(repository.read_config(path), "EXECUTION_ENV_PATH")
 
@@ -301,8 +312,11 @@ def test_deployment_recipes_are_packable(deployment):
 
 
 def test_every_deployment_with_python_models_has_a_recipe():
-    missing = [d.name for d in discover()
-               if repository.python_models(d.model_repository) and not (d.path / "environment.yml").exists()]
+    missing = [
+        d.name
+        for d in discover()
+        if repository.python_models(d.model_repository) and not (d.path / "environment.yml").exists()
+    ]
     assert not missing, f"deployments with Python-backend models but no environment.yml: {missing}"
 
 
@@ -310,7 +324,21 @@ def test_cli_reports_a_target_whose_python_is_absent(capsys):
     name = DEPLOYMENTS[0].name if DEPLOYMENTS else pytest.skip("no deployment recipe")
     from harness.__main__ import main
 
-    assert main(["pack-env", name, "--target", "npu", "--python", "/nonexistent/python3.10",
-                 "--output", "/tmp/never-written.tar.gz", "--force"]) == 2
+    assert (
+        main(
+            [
+                "pack-env",
+                name,
+                "--target",
+                "npu",
+                "--python",
+                "/nonexistent/python3.10",
+                "--output",
+                "/tmp/never-written.tar.gz",
+                "--force",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "Python 3.10 is needed for target npu" in err and "/nonexistent/python3.10" in err

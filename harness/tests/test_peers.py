@@ -9,17 +9,28 @@ from triton_helpers.bls import plan_batches
 
 
 def _record(model, rounds, ceiling_rounds, kind="onnx-fp32", batch=1, concurrency=8, run="r1"):
-    return {"comparison": "side-by-side", "run_id": run, "model": model, "items_per_request": batch,
-            "concurrency": concurrency, "rounds_items_per_second": rounds, "ceiling_kind": kind,
-            "rounds_ceiling_items_per_second": ceiling_rounds, "timestamp": "2026-12-01T00:00:00+00:00",
-            "generator": "wrk", "items_per_second": sum(rounds) / len(rounds)}
+    return {
+        "comparison": "side-by-side",
+        "run_id": run,
+        "model": model,
+        "items_per_request": batch,
+        "concurrency": concurrency,
+        "rounds_items_per_second": rounds,
+        "ceiling_kind": kind,
+        "rounds_ceiling_items_per_second": ceiling_rounds,
+        "timestamp": "2026-12-01T00:00:00+00:00",
+        "generator": "wrk",
+        "items_per_second": sum(rounds) / len(rounds),
+    }
 
 
 def test_ratios_are_medians_of_per_round_quotients_and_best_peer_is_per_round():
-    run = [_record("embedding_onnx_text", [100, 300, 200], [200, 200, 250]),
-           _record("embedding_py", [50, 100, 400], [10, 10, 10], kind="sentence-transformers"),
-           _record("infinity-optimum", [80, 100, 50], [200, 200, 250]),
-           _record("infinity-torch", [40, 200, 100], [10, 10, 10], kind="sentence-transformers")]
+    run = [
+        _record("embedding_onnx_text", [100, 300, 200], [200, 200, 250]),
+        _record("embedding_py", [50, 100, 400], [10, 10, 10], kind="sentence-transformers"),
+        _record("infinity-optimum", [80, 100, 50], [200, 200, 250]),
+        _record("infinity-torch", [40, 200, 100], [10, 10, 10], kind="sentence-transformers"),
+    ]
     found = {r["ratio"]: r for r in ratios.ratios(run)}
     onnx_over_py = found["ONNX text / Python (embedding_onnx_text / embedding_py)"]
     assert onnx_over_py["rounds"] == [2.0, 3.0, 0.5] and onnx_over_py["value"] == 2.0
@@ -36,8 +47,10 @@ def test_latest_run_is_the_newest_one_with_the_text_model():
     assert ratios.latest_run(old + new + peers_only) == new
     text = "\n".join(ratios.render(old + new))
     assert "run `new`" in text and "run `old`" not in text
-    assert any(l.startswith("| 1 ") and "embedding_onnx_text / ceiling" in l and "| 2.00 " in l and "| met" in l
-               for l in text.splitlines())
+    assert any(
+        l.startswith("| 1 ") and "embedding_onnx_text / ceiling" in l and "| 2.00 " in l and "| met" in l
+        for l in text.splitlines()
+    )
 
 
 @pytest.mark.parametrize("lengths, rows", [([12] * 10, 4), ([10, 12, 14, 9, 11, 30, 31, 200, 8], 64), ([], 4)])

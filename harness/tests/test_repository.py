@@ -41,7 +41,11 @@ def repo(tmp_path) -> Path:
     _model(root, "pipeline", ENSEMBLE)
     _model(root, "step_a", PYTHON.format(name="step_a", extra=""))
     # a BLS caller names the model it calls in a parameter
-    _model(root, "step_b", PYTHON.format(name="step_b", extra='parameters { key: "calls" value: { string_value: "step_c" } }'))
+    _model(
+        root,
+        "step_b",
+        PYTHON.format(name="step_b", extra='parameters { key: "calls" value: { string_value: "step_c" } }'),
+    )
     _model(root, "step_c", 'name: "step_c"\nbackend: "onnxruntime"\n')
     _model(root, "unrelated", PYTHON.format(name="unrelated", extra=""))
     return root
@@ -49,8 +53,9 @@ def repo(tmp_path) -> Path:
 
 def test_configs_are_parsed_not_pattern_matched(repo):
     configs = repository.configs(repo)
-    assert configs["pipeline"].platform == "ensemble" and configs["pipeline"].backend == "", \
+    assert configs["pipeline"].platform == "ensemble" and configs["pipeline"].backend == "", (
         "a commented-out field is not a field"
+    )
     assert repository.parameter(configs["step_a"], "note") == "a # in a string, and step_c"
     assert repository.python_models(repo) == ["step_a", "step_b", "unrelated"]
 
@@ -63,7 +68,9 @@ def test_a_broken_config_names_its_file(tmp_path):
 
 def test_dependencies_follow_ensemble_steps_and_bls_parameters(repo):
     assert repository.dependencies(repo, ["pipeline"]) == ["pipeline", "step_a", "step_b", "step_c"]
-    assert repository.dependencies(repo, ["step_a"]) == ["step_a"], "a string that merely mentions a model is not a call"
+    assert repository.dependencies(repo, ["step_a"]) == ["step_a"], (
+        "a string that merely mentions a model is not a call"
+    )
     with pytest.raises(repository.RepositoryError, match="no model 'nosuch'"):
         repository.dependencies(repo, ["nosuch"])
 

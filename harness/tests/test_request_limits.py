@@ -36,8 +36,10 @@ def test_text_limits_per_request_are_named_in_the_error():
     assert TextLimits.from_config(config) == TextLimits(1 << 20, 10, 2)
 
 
-WORDS = ("the quick brown fox jumps over lazy dogs while Ünïcödé 中文 text, punctuation! and numbers 12345 "
-         "supercalifragilisticexpialidocious").split()
+WORDS = (
+    "the quick brown fox jumps over lazy dogs while Ünïcödé 中文 text, punctuation! and numbers 12345 "
+    "supercalifragilisticexpialidocious"
+).split()
 
 
 @pytest.mark.parametrize("kind", ["words", "newlines", "cjk", "long_words", "only_spaces", "one_word", "short"])
@@ -75,17 +77,20 @@ def test_document_requests_are_bounded_in_files_and_bytes():
         check_request_size([b"a"] * 3, limits)
     with pytest.raises(InputError, match=r"101 bytes of files, over the limit of 100 \(max_request_bytes\)"):
         check_request_size([b"a" * 51, b"b" * 50], limits)
-    parsed = limits_from_config({"parameters": {"max_files": {"string_value": "3"},
-                                                "max_pdf_inflated_bytes": {"string_value": "1000"}}})
+    parsed = limits_from_config(
+        {"parameters": {"max_files": {"string_value": "3"}, "max_pdf_inflated_bytes": {"string_value": "1000"}}}
+    )
     assert parsed.max_files == 3 and parsed.max_pdf_inflated_bytes == 1000
 
 
 def pdf_with_stream(content: bytes) -> bytes:
     stream = zlib.compress(content, 9)
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-               b"<< /Length " + str(len(stream)).encode() + b" /Filter /FlateDecode >>\nstream\n" + stream
-               + b"\nendstream"]
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length " + str(len(stream)).encode() + b" /Filter /FlateDecode >>\nstream\n" + stream + b"\nendstream",
+    ]
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))
@@ -146,20 +151,32 @@ def _binary_request(server, model: str, name: str, items: list[bytes]):
     tensor.set_data_from_numpy(np.array([[item] for item in items], dtype=object), binary_data=True)
     body, header_length = httpclient.InferenceServerClient.generate_request_body([tensor])
     began = time.monotonic()
-    response = requests.post(f"http://{server.http_url}/v2/models/{model}/infer", data=body, timeout=120,
-                             headers={"Inference-Header-Content-Length": str(header_length)})
+    response = requests.post(
+        f"http://{server.http_url}/v2/models/{model}/infer",
+        data=body,
+        timeout=120,
+        headers={"Inference-Header-Content-Length": str(header_length)},
+    )
     elapsed = time.monotonic() - began
     return response.status_code, response.text[:300], elapsed
 
 
 OVER_LIMIT = {  # case -> (model, input, items, what the error names)
-    "64 texts of 1 MiB (the issue's case)": ("embedding_onnx_text", "TEXT", [b"x" * (1 << 20)] * 64,
-                                             "gate_max_body_bytes"),
+    "64 texts of 1 MiB (the issue's case)": (
+        "embedding_onnx_text",
+        "TEXT",
+        [b"x" * (1 << 20)] * 64,
+        "gate_max_body_bytes",
+    ),
     "3 texts of 1 MiB": ("embedding_onnx_text", "TEXT", [b"word " * (1 << 18)] * 3, "max_request_bytes"),
     "65 texts": ("embedding_onnx_text", "TEXT", [b"a short text"] * 65, "max_batch_size"),
     "a 20 MiB + 1 text file": ("pipeline_orchestrator", "RAW_FILE", [b"word " * (4 << 20) + b"!"], "max_file_bytes"),
-    "a PDF inflating 1000:1": ("pipeline_orchestrator", "RAW_FILE",
-                               [pdf_with_stream(b"q " + b" " * (300 << 20) + b" Q")], "max_pdf_inflated_bytes"),
+    "a PDF inflating 1000:1": (
+        "pipeline_orchestrator",
+        "RAW_FILE",
+        [pdf_with_stream(b"q " + b" " * (300 << 20) + b" Q")],
+        "max_pdf_inflated_bytes",
+    ),
     "17 files": ("pipeline_orchestrator", "RAW_FILE", [b"a file"] * 17, "max_batch_size"),
 }
 

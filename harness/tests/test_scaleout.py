@@ -27,8 +27,10 @@ def _engine_or_none():
 
 
 ENGINE = _engine_or_none()
-pytestmark = [pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
-              pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
+    pytest.mark.timeout(600),
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,13 @@ def stack(request):
         pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
     if shutil.which("docker-compose") is None:
         compose_command()  # the plugin, or a one-line error naming `make scaleout-tools`
-    stack = Stack(get_deployment("embedding_cpu"), replicas=2, image=image, project="triton-scaleout-test",
-                  work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu")
+    stack = Stack(
+        get_deployment("embedding_cpu"),
+        replicas=2,
+        image=image,
+        project="triton-scaleout-test",
+        work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu",
+    )
     stack.prepare()
     try:
         stack.up()
@@ -57,8 +64,9 @@ def test_killing_a_replica_under_load_loses_no_request(stack):
     assert client["requests"] > 20, result
     # Both replicas served before the kill: the kill hit a replica that had traffic.
     assert result["served_by_before_kill"]["t1"] > 0 and result["served_by_before_kill"]["t2"] > 0, result
-    assert client["lost"] == 0, (f"{client['lost']} requests lost with {RETRY['tries']} tries "
-                                 f"({client['first_error']}): {result}")
+    assert client["lost"] == 0, (
+        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+    )
     # Something was absorbed by a retry (nginx's next-upstream or the client's): the kill was felt.
     assert result["nginx_failovers_total"] + client["retried_by_client"] >= 1, result
     # After the kill every answer came from the survivor, and it kept answering.

@@ -65,8 +65,9 @@ def test_summary_counts_drift_and_wrong_answers():
     summary = summarize_soak(log, warmup_s=1.0)
     assert summary["wrong_answers"] == 1 and summary["first_problem"] == "request 7 got case 3"
     assert summary["latency_drift"]["p50_ratio"] > 1
-    growth = memory_growth({"server": {"rss_mib": 100.0}, "stub:a#1": {"rss_mib": 50.0}},
-                           {"server": {"rss_mib": 110.0}})
+    growth = memory_growth(
+        {"server": {"rss_mib": 100.0}, "stub:a#1": {"rss_mib": 50.0}}, {"server": {"rss_mib": 110.0}}
+    )
     assert growth["total_growth_mib"] == 10.0 and growth["gone"] == ["stub:a#1"]
 
 
@@ -83,12 +84,30 @@ def test_subset_repository_follows_bls_and_ensemble_references(tmp_path):
 def test_a_long_soak_is_rendered_as_a_table_a_verdict_and_a_figure(tmp_path):
     from harness.faults import render_long_soak
 
-    series = [{"t_s": 30.0 * i, "rss_mib": {"server": 276.0 + min(i, 10) * 15, "gate": 70.0, "stub:pre#1": 100.0},
-               "total_mib": 446.0 + min(i, 10) * 15} for i in range(41)]
-    soak = {"deployment": "dep", "model": "m", "concurrency": 8, "measured_s": 1200.0, "warmup_s": 10.0,
-            "gate": True, "requests": 4000, "errors": 0, "timeouts": 0, "wrong_answers": 0, "throughput_rps": 3.3,
-            "command": "python -m harness.soak --duration 1200", "memory_series": series,
-            "memory_trend": {k: memory_trend(series, k) for k in ("server", "total")}}
+    series = [
+        {
+            "t_s": 30.0 * i,
+            "rss_mib": {"server": 276.0 + min(i, 10) * 15, "gate": 70.0, "stub:pre#1": 100.0},
+            "total_mib": 446.0 + min(i, 10) * 15,
+        }
+        for i in range(41)
+    ]
+    soak = {
+        "deployment": "dep",
+        "model": "m",
+        "concurrency": 8,
+        "measured_s": 1200.0,
+        "warmup_s": 10.0,
+        "gate": True,
+        "requests": 4000,
+        "errors": 0,
+        "timeouts": 0,
+        "wrong_answers": 0,
+        "throughput_rps": 3.3,
+        "command": "python -m harness.soak --duration 1200",
+        "memory_series": series,
+        "memory_trend": {k: memory_trend(series, k) for k in ("server", "total")},
+    }
     text = "\n".join(render_long_soak(soak, tmp_path))
     assert "| 0.0 | 276.0 | 70.0 | 100.0 | 446.0 |" in text and "| 20.0 | 426.0 | 70.0 | 100.0 | 596.0 |" in text
     assert "tritonserver 276.0 -> 426.0 MiB" in text and "**levels off**" in text

@@ -28,8 +28,9 @@ def _image(width, height, seed=0, mode="RGB") -> Image.Image:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_resnet_transform_is_torchvision_exact(size):
-    ref = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
-                     T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ref = T.Compose(
+        [T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+    )
     image = _image(*size)
     ours = cls.ImageTransform.torchvision_imagenet()(image)
     assert ours.shape == (3, 224, 224) and ours.dtype == np.float32
@@ -44,8 +45,14 @@ def test_efficientnet_lite_transform_matches_torchvision_composition(size):
         top, left = (h - side + 1) // 2, (w - side + 1) // 2
         return image.crop((left, top, left + side, top + side))
 
-    ref = T.Compose([T.Lambda(tf_crop), T.Resize((224, 224), interpolation=T.InterpolationMode.BICUBIC),
-                     T.ToTensor(), T.Normalize([127 / 255] * 3, [128 / 255] * 3)])
+    ref = T.Compose(
+        [
+            T.Lambda(tf_crop),
+            T.Resize((224, 224), interpolation=T.InterpolationMode.BICUBIC),
+            T.ToTensor(),
+            T.Normalize([127 / 255] * 3, [128 / 255] * 3),
+        ]
+    )
     image = _image(*size, seed=1)
     np.testing.assert_array_equal(cls.ImageTransform.efficientnet_lite()(image), ref(image).numpy())
 
@@ -64,8 +71,15 @@ def test_shorter_side_size_truncates_like_torchvision():
 
 
 def test_from_parameters_and_validation():
-    t = cls.ImageTransform.from_parameters({"mode": "crop_resize", "crop": "224", "interpolation": "BICUBIC",
-                                            "mean": "0.5,0.5,0.5", "std": "0.5, 0.5, 0.5"})
+    t = cls.ImageTransform.from_parameters(
+        {
+            "mode": "crop_resize",
+            "crop": "224",
+            "interpolation": "BICUBIC",
+            "mean": "0.5,0.5,0.5",
+            "std": "0.5, 0.5, 0.5",
+        }
+    )
     assert (t.mode, t.crop, t.interpolation, t.mean, t.std) == ("crop_resize", 224, "bicubic", (0.5,) * 3, (0.5,) * 3)
     assert cls.ImageTransform.from_parameters({}) == cls.ImageTransform.torchvision_imagenet()
     for bad in ({"mode": "stretch"}, {"interpolation": "area"}, {"mean": "0.5,0.5"}, {"resize": "100"}):
@@ -143,11 +157,13 @@ class FakePbUtils:
 
 
 def _config(inputs, outputs, parameters):
-    return json.dumps({
-        "input": [{"name": n, "data_type": t, "dims": d} for n, t, d in inputs],
-        "output": [{"name": n, "data_type": t, "dims": d} for n, t, d in outputs],
-        "parameters": {k: {"string_value": v} for k, v in parameters.items()},
-    })
+    return json.dumps(
+        {
+            "input": [{"name": n, "data_type": t, "dims": d} for n, t, d in inputs],
+            "output": [{"name": n, "data_type": t, "dims": d} for n, t, d in outputs],
+            "parameters": {k: {"string_value": v} for k, v in parameters.items()},
+        }
+    )
 
 
 def _png_bomb(width=50_000, height=50_000) -> bytes:
@@ -155,7 +171,9 @@ def _png_bomb(width=50_000, height=50_000) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    )
 
 
 def _jpeg(width=320, height=240) -> bytes:
@@ -169,9 +187,15 @@ def test_preprocess_model_answers_each_request_and_names_bad_items():
         pb_utils = FakePbUtils
 
     model = Model()
-    model.initialize({"model_config": _config([("IMAGE_BYTES", "TYPE_STRING", [1])],
-                                              [("IMAGE", "TYPE_FP32", [3, 224, 224])],
-                                              {"mode": "resize_crop", "max_pixels": "1000000"})})
+    model.initialize(
+        {
+            "model_config": _config(
+                [("IMAGE_BYTES", "TYPE_STRING", [1])],
+                [("IMAGE", "TYPE_FP32", [3, 224, 224])],
+                {"mode": "resize_crop", "max_pixels": "1000000"},
+            )
+        }
+    )
     good = _jpeg()
     requests = [
         _Request({"IMAGE_BYTES": np.array([[good], [good]], dtype=object)}),
@@ -199,8 +223,13 @@ def test_preprocess_model_checks_output_dims_against_crop():
         pb_utils = FakePbUtils
 
     with pytest.raises(ValueError, match="crop"):
-        Model().initialize({"model_config": _config([("IMAGE_BYTES", "TYPE_STRING", [1])],
-                                                    [("IMAGE", "TYPE_FP32", [3, 256, 256])], {})})
+        Model().initialize(
+            {
+                "model_config": _config(
+                    [("IMAGE_BYTES", "TYPE_STRING", [1])], [("IMAGE", "TYPE_FP32", [3, 256, 256])], {}
+                )
+            }
+        )
 
 
 def test_postprocess_model_top_k_per_request(tmp_path):
@@ -209,19 +238,28 @@ def test_postprocess_model_top_k_per_request(tmp_path):
 
     cls.write_class_names(tmp_path / "names.txt", [f"c{i}" for i in range(10)])
     model = Model()
-    model.initialize({
-        "model_repository": str(tmp_path),
-        "model_config": _config([("LOGITS", "TYPE_FP32", [10])],
-                                [("LABELS", "TYPE_STRING", [-1]), ("PROBABILITIES", "TYPE_FP32", [-1]),
-                                 ("CLASS_IDS", "TYPE_INT64", [-1])],
-                                {"class_names": "names.txt", "default_top_k": "3"}),
-    })
+    model.initialize(
+        {
+            "model_repository": str(tmp_path),
+            "model_config": _config(
+                [("LOGITS", "TYPE_FP32", [10])],
+                [
+                    ("LABELS", "TYPE_STRING", [-1]),
+                    ("PROBABILITIES", "TYPE_FP32", [-1]),
+                    ("CLASS_IDS", "TYPE_INT64", [-1]),
+                ],
+                {"class_names": "names.txt", "default_top_k": "3"},
+            ),
+        }
+    )
     logits = np.tile(np.arange(10, dtype=np.float32), (2, 1))
-    responses = model.execute([
-        _Request({"LOGITS": logits}),
-        _Request({"LOGITS": logits[:1]}, {"top_k": 1}),
-        _Request({"LOGITS": logits[:1]}, {"top_k": 11}),
-    ])
+    responses = model.execute(
+        [
+            _Request({"LOGITS": logits}),
+            _Request({"LOGITS": logits[:1]}, {"top_k": 1}),
+            _Request({"LOGITS": logits[:1]}, {"top_k": 11}),
+        ]
+    )
     assert responses[0].output("CLASS_IDS").tolist() == [[9, 8, 7]] * 2
     assert responses[0].output("LABELS").tolist() == [[b"c9", b"c8", b"c7"]] * 2
     np.testing.assert_allclose(responses[0].output("PROBABILITIES").sum(axis=1) < 1, True)
@@ -263,7 +301,8 @@ def test_resnet_npu_every_model_has_a_consistent_npu_config():
         else:
             assert npu.backend == cpu.backend == "python", folder.name
             assert params["EXECUTION_ENV_PATH"] == "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz", (
-                "the NPU configs use the env `make pack-env DEPLOYMENT=resnet_npu TARGET=npu` packs (Python 3.10)")
+                "the NPU configs use the env `make pack-env DEPLOYMENT=resnet_npu TARGET=npu` packs (Python 3.10)"
+            )
 
 
 def test_resnet_npu_docker_launch_spec():

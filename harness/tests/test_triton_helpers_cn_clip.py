@@ -16,8 +16,18 @@ helpers = pytest.importorskip("triton_helpers.cn_clip")
 FIXTURES = Path(__file__).resolve().parents[2] / "deployments" / "cn_clip" / "fixtures"
 
 TEXTS = [
-    "一只猫", "A photo of a DOG!", "皮卡丘 Pikachu 😀🐱", "", "   ", "\x00\u200b\t\n", "x" * 300,
-    "很长的句子，" * 40, "café naïve résumé", "𠀀𪜀 rare CJK", "Ünïcödé ﬁ ligature", "1,234.56元 (RMB)",
+    "一只猫",
+    "A photo of a DOG!",
+    "皮卡丘 Pikachu 😀🐱",
+    "",
+    "   ",
+    "\x00\u200b\t\n",
+    "x" * 300,
+    "很长的句子，" * 40,
+    "café naïve résumé",
+    "𠀀𪜀 rare CJK",
+    "Ünïcödé ﬁ ligature",
+    "1,234.56元 (RMB)",
 ]
 
 
@@ -31,7 +41,10 @@ def test_tokenizer_does_not_import_torch(tokenizer):
     import sys
 
     code = "import sys; from triton_helpers.cn_clip import CnClipTokenizer; CnClipTokenizer(); print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_token_ids_identical_to_cn_clip_tokenize(tokenizer):
@@ -62,9 +75,8 @@ def test_context_length_truncates_like_cn_clip(tokenizer):
 
 
 def test_preprocess_identical_to_cn_clip_transform():
-    from PIL import Image
-
     from cn_clip.clip.utils import image_transform
+    from PIL import Image
 
     transform = image_transform(224)
     for path in sorted((FIXTURES / "images").iterdir()):

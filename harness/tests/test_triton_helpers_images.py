@@ -34,23 +34,35 @@ def _pil_reference(data: bytes) -> np.ndarray:
     return np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
 
 
-@pytest.mark.parametrize("data", [
-    _photo(320, 240), _photo(320, 240, "L"), _photo(320, 240, "CMYK"), _photo(300, 200, "RGBA", "PNG"),
-    _photo(300, 200, "P", "PNG"), _photo(320, 240, orientation=6), _photo(320, 240, orientation=3),
-    _photo(320, 240, orientation=1),
-], ids=["rgb", "grey", "cmyk", "rgba-png", "palette-png", "exif-rot90", "exif-rot180", "exif-upright"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        _photo(320, 240),
+        _photo(320, 240, "L"),
+        _photo(320, 240, "CMYK"),
+        _photo(300, 200, "RGBA", "PNG"),
+        _photo(300, 200, "P", "PNG"),
+        _photo(320, 240, orientation=6),
+        _photo(320, 240, orientation=3),
+        _photo(320, 240, orientation=1),
+    ],
+    ids=["rgb", "grey", "cmyk", "rgba-png", "palette-png", "exif-rot90", "exif-rot180", "exif-upright"],
+)
 def test_open_image_pixels_equal_pil_pipeline(data):
     got = np.asarray(open_image(data))
     np.testing.assert_array_equal(got, _pil_reference(data))
     assert got.ndim == 3 and got.shape[2] == 3
 
 
-@pytest.mark.parametrize("size,side,expected", [
-    ((1080, 810), 256, (540, 405)),    # 1/2: 405 >= 256, 1/4 would give 203
-    ((4000, 3000), 256, (500, 375)),   # 1/8
-    ((2000, 1100), 256, (500, 275)),   # 1/4
-    ((600, 400), 256, (600, 400)),     # shorter side < 2 x 256: decoded in full
-])
+@pytest.mark.parametrize(
+    "size,side,expected",
+    [
+        ((1080, 810), 256, (540, 405)),  # 1/2: 405 >= 256, 1/4 would give 203
+        ((4000, 3000), 256, (500, 375)),  # 1/8
+        ((2000, 1100), 256, (500, 275)),  # 1/4
+        ((600, 400), 256, (600, 400)),  # shorter side < 2 x 256: decoded in full
+    ],
+)
 def test_reduced_decode_keeps_the_shorter_side_needed(size, side, expected):
     image = open_image(_photo(*size), min_shorter_side=side)
     assert image.size == expected and min(image.size) >= min(side, min(size))

@@ -13,10 +13,16 @@ REPOSITORY = PROJECT_ROOT / "deployments" / "embedding_cpu" / "model_repository"
 
 def test_overrides_change_only_the_named_fields():
     original = read_config(REPOSITORY / "embedding_onnx" / "config.pbtxt")
-    changed = apply_overrides(read_config(REPOSITORY / "embedding_onnx" / "config.pbtxt"), {
-        "instance_count": 1, "max_queue_delay_microseconds": 500, "preferred_batch_size": [8, 16],
-        "parameters": {"intra_op_thread_count": 2}, "max_batch_size": 32,
-    })
+    changed = apply_overrides(
+        read_config(REPOSITORY / "embedding_onnx" / "config.pbtxt"),
+        {
+            "instance_count": 1,
+            "max_queue_delay_microseconds": 500,
+            "preferred_batch_size": [8, 16],
+            "parameters": {"intra_op_thread_count": 2},
+            "max_batch_size": 32,
+        },
+    )
     assert [g.count for g in changed.instance_group] == [1]
     assert changed.dynamic_batching.max_queue_delay_microseconds == 500
     assert list(changed.dynamic_batching.preferred_batch_size) == [8, 16]

@@ -108,9 +108,7 @@ class TritonPythonModel:
         )
         self.batching = int(self.config.get("max_batch_size", 0)) > 0
         self.input_names = [i["name"] for i in self.config["input"]]
-        self.output_dtypes = {
-            o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in self.config["output"]
-        }
+        self.output_dtypes = {o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in self.config["output"]}
         session_inputs = {i.name: i for i in self.session.get_inputs()}
         missing = [n for n in self.input_names if n not in session_inputs]
         if missing:
@@ -125,8 +123,11 @@ class TritonPythonModel:
             f"inter_op_thread_count={options.inter_op_num_threads} "
             f"execution_mode={options.execution_mode.name} "
             f"graph_optimization_level={options.graph_optimization_level.name}"
-            + "".join(f" {k}={v['string_value']}" for k, v in self.config.get("parameters", {}).items()
-                      if k.startswith("session."))
+            + "".join(
+                f" {k}={v['string_value']}"
+                for k, v in self.config.get("parameters", {}).items()
+                if k.startswith("session.")
+            )
         )
 
     def execute(self, requests):
@@ -138,8 +139,10 @@ class TritonPythonModel:
             if isinstance(result, str):
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result)))
                 continue
-            outputs = [pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
-                       for name, value in result.items()]
+            outputs = [
+                pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
+                for name, value in result.items()
+            ]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
 

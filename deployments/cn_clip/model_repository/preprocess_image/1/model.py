@@ -7,8 +7,13 @@ import triton_python_backend_utils as pb_utils
 
 from triton_helpers.cn_clip import preprocess_image
 from triton_helpers.config import parameter
-from triton_helpers.errors import (DEFAULT_MAX_REQUEST_BYTES, check_request_bytes, output_dtypes, respond_each,
-                                   single_bytes_items)
+from triton_helpers.errors import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    check_request_bytes,
+    output_dtypes,
+    respond_each,
+    single_bytes_items,
+)
 
 
 class TritonPythonModel:
@@ -19,8 +24,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.dtypes = output_dtypes(pb_utils, config)
         self.image_size = parameter(config, "image_size", 224, int)
-        self.limits = {"max_bytes": parameter(config, "max_bytes", 16 << 20, int),
-                       "max_pixels": parameter(config, "max_pixels", 40_000_000, int)}
+        self.limits = {
+            "max_bytes": parameter(config, "max_bytes", 16 << 20, int),
+            "max_pixels": parameter(config, "max_pixels", 40_000_000, int),
+        }
         self.max_request_bytes = parameter(config, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, int)
 
     def execute(self, requests):

@@ -40,7 +40,9 @@ class TritonPythonModel:
         except InputError as exc:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bug must not take the stub down
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"internal error: {type(exc).__name__}: {exc}"))
+            return pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(f"internal error: {type(exc).__name__}: {exc}")
+            )
 
     async def _handle(self, request):
         images = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES").as_numpy(), "IMAGE_BYTES")
@@ -50,8 +52,9 @@ class TritonPythonModel:
         if len(labels) > self.max_labels:
             raise InputError(f"input 'LABELS' has {len(labels)} labels, over the limit of {self.max_labels}")
         image_call = self._embed("image_embedding", "IMAGE_BYTES", images)
-        label_calls = [self._embed("text_embedding", "TEXT", labels[i:i + TEXT_BATCH])
-                       for i in range(0, len(labels), TEXT_BATCH)]
+        label_calls = [
+            self._embed("text_embedding", "TEXT", labels[i : i + TEXT_BATCH]) for i in range(0, len(labels), TEXT_BATCH)
+        ]
         image, *chunks = await asyncio.gather(image_call, *label_calls)
         probs = zero_shot_probabilities(image, np.concatenate(chunks), self.logit_scale)
         out = pb_utils.Tensor("PROBABILITIES", probs.astype(self.dtypes["PROBABILITIES"], copy=False))
@@ -60,7 +63,8 @@ class TritonPythonModel:
     async def _embed(self, model, input_name, items):
         data = np.array(items, dtype=np.object_).reshape(-1, 1)
         response = await pb_utils.InferenceRequest(
-            model_name=model, inputs=[pb_utils.Tensor(input_name, data)],
+            model_name=model,
+            inputs=[pb_utils.Tensor(input_name, data)],
             requested_output_names=["EMBEDDING"],
         ).async_exec()
         if response.has_error():

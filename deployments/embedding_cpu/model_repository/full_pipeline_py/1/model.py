@@ -29,10 +29,14 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """Parse and chunk every file of the batch, encode all chunks at once, aggregate per file."""
-        jobs = parse_requests(pb_utils, requests, limits=self.limits,
-                              tokenizer_file=str(self.info.model_dir / "tokenizer.json"),
-                              default_chunk_tokens=self.info.max_seq_length - 2,
-                              max_chunk_tokens=self.info.max_seq_length - 2)
+        jobs = parse_requests(
+            pb_utils,
+            requests,
+            limits=self.limits,
+            tokenizer_file=str(self.info.model_dir / "tokenizer.json"),
+            default_chunk_tokens=self.info.max_seq_length - 2,
+            max_chunk_tokens=self.info.max_seq_length - 2,
+        )
         chunks = all_chunks(jobs)
         vectors = self.model.encode(chunks, batch_size=32, convert_to_numpy=True) if chunks else None
         return build_responses(pb_utils, jobs, vectors, self.dtypes)

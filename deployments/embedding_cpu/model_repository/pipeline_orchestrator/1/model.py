@@ -26,16 +26,26 @@ class TritonPythonModel:
 
     async def execute(self, requests):
         """Parse and chunk every file of the batch; embed all chunks in few BLS requests; aggregate."""
-        jobs = parse_requests(pb_utils, requests, limits=self.limits,
-                              tokenizer_file=str(self.info.model_dir / "tokenizer.json"),
-                              default_chunk_tokens=self.info.max_seq_length - 2,
-                              max_chunk_tokens=self.info.max_seq_length - 2)
+        jobs = parse_requests(
+            pb_utils,
+            requests,
+            limits=self.limits,
+            tokenizer_file=str(self.info.model_dir / "tokenizer.json"),
+            default_chunk_tokens=self.info.max_seq_length - 2,
+            max_chunk_tokens=self.info.max_seq_length - 2,
+        )
         chunks = all_chunks(jobs)
         vectors = None
         if chunks:
             try:
-                vectors = await embed_texts(pb_utils, self.onnx_model, chunks, max_rows=self.max_rows,
-                                            normalize=self.info.normalize, model_dir=str(self.info.model_dir))
+                vectors = await embed_texts(
+                    pb_utils,
+                    self.onnx_model,
+                    chunks,
+                    max_rows=self.max_rows,
+                    normalize=self.info.normalize,
+                    model_dir=str(self.info.model_dir),
+                )
             except RuntimeError as exc:
                 for job in jobs:
                     if job.error is None:

@@ -29,10 +29,12 @@ class TritonPythonModel:
             offset = 0
             for index, count in batch.owners:
                 rows = slice(offset, offset + count)
-                batch.responses[index] = pb_utils.InferenceResponse([
-                    pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][rows], dtype=self.dtypes[name]))
-                    for name in ("input_ids", "attention_mask")
-                ])
+                batch.responses[index] = pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][rows], dtype=self.dtypes[name]))
+                        for name in ("input_ids", "attention_mask")
+                    ]
+                )
                 offset += count
         return batch.responses
 

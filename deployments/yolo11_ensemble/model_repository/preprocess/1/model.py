@@ -6,8 +6,14 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_helpers.detection import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, decode_bgr, letterbox, to_model_input
-from triton_helpers.errors import (DEFAULT_MAX_REQUEST_BYTES, InputError, check_request_bytes, output_dtypes,
-                                   respond_each, single_bytes_items)
+from triton_helpers.errors import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    InputError,
+    check_request_bytes,
+    output_dtypes,
+    respond_each,
+    single_bytes_items,
+)
 
 
 class TritonPythonModel:
