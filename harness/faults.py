@@ -397,7 +397,8 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
             for k, v in m["processes"].items()
         ]
         lines.append("")
-    long_soaks = [json.loads(path.read_text()) for path in sorted(results_dir.glob("soak_*.json"))]
+    long_soaks = [dict(json.loads(path.read_text()), report_name=path.stem)
+                  for path in sorted(results_dir.glob("soak_*.json"))]
     for long_soak in long_soaks:
         lines += render_long_soak(long_soak, docs.parent / "plots")
     if faults:
@@ -525,7 +526,7 @@ def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
         lines += ["; ".join(verdicts) + " (levels off: the last third grew < 2 MiB or < 1/4 of the first third).", ""]
     figure = plot_long_soak(soak, plots)
     if figure:
-        lines += [f"![RSS over the soak](plots/{figure.name})", ""]
+        lines += [f"![RSS over the soak ({soak.get('report_name', name)})](plots/{figure.name})", ""]
     return lines
 
 
@@ -553,7 +554,7 @@ def plot_long_soak(soak: dict, plots: Path) -> Path | None:
     axis.legend(loc="lower right", fontsize=8)
     axis.grid(alpha=0.3)
     plots.mkdir(parents=True, exist_ok=True)
-    path = plots / f"soak-{soak.get('deployment')}-rss.png"
+    path = plots / f"{soak.get('report_name') or 'soak-' + str(soak.get('deployment'))}-rss.png"
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
