@@ -357,6 +357,7 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "targets": deployment.targets,
             "rows": rows,
             "extra": extra,
+            "history": [r for r in records if r.get("deployment") == deployment.name and network_label(r) is None],
             "runs": runs,
             "dates": (dates[0], dates[-1]) if dates else None,
             "variants": {b: variants[b] for b in benchmarks if b in variants},
@@ -431,24 +432,32 @@ def render_table(data: dict) -> str:
     return tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
 
 
-def container_cost(rows: list[dict]) -> list[dict]:
-    """docker / local items/s for each (variant, target, c) measured in both modes by the same generator."""
-    measured = {
-        (r["benchmark"], r["target"], r["server_mode"], int(r["concurrency"]), generator_family(r)): r
-        for r in rows
-        if r["measured"]
-    }
+def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[dict]:
+    """docker / local items/s for each docker row of the table: against the local record of the same
+    variant, target, c and generator taken closest in time (from ``history``, all records of the
+    deployment; default the table's own rows), so that a pair comes from one run where there is one."""
+    measured = [r for r in rows if r["measured"]]
+    candidates = [r for r in (history if history is not None else measured) if r.get("server_mode") == "local"]
     pairs = []
-    for (benchmark, target, mode, level, generator), docker in measured.items():
-        local = measured.get((benchmark, target, "local", level, generator))
-        if mode != "docker" or not local or not local.get("items_per_second"):
+    for docker in measured:
+        if docker["server_mode"] != "docker":
             continue
+        key = (docker["benchmark"], docker["target"], int(docker["concurrency"]), generator_family(docker))
+        same = [
+            r
+            for r in candidates
+            if (r.get("benchmark"), r.get("target"), int(r.get("concurrency") or 0), generator_family(r)) == key
+            and r.get("items_per_second")
+        ]
+        if not same:
+            continue
+        local = min(same, key=lambda r: abs(_hours(r) - _hours(docker)))
         pairs.append(
             {
-                "benchmark": benchmark,
-                "target": target,
-                "concurrency": level,
-                "generator": generator,
+                "benchmark": key[0],
+                "target": key[1],
+                "concurrency": key[2],
+                "generator": key[3],
                 "local": local["items_per_second"],
                 "docker": docker["items_per_second"],
                 "ratio": docker["items_per_second"] / local["items_per_second"],
@@ -466,9 +475,9 @@ def _hours(record: dict) -> float:
         return float("nan")
 
 
-def render_container_cost(rows: list[dict]) -> list[str]:
+def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
     """A short table: what the container costs, as docker / local items/s of the same variant and c."""
-    pairs = container_cost(rows)
+    pairs = container_cost(rows, history)
     if not pairs:
         return []
     table = [
@@ -486,8 +495,9 @@ def render_container_cost(rows: list[dict]) -> list[str]:
     return [
         "",
         "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
-        "container costs nothing measurable; `h apart` how far apart the two records were taken — compare "
-        "only rows measured in one run):",
+        "container costs nothing measurable; the local record is the one of the same cell taken closest in "
+        "time; `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
+        "deployment):",
         "",
         tabulate(
             table,
@@ -562,7 +572,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
                 f"- {len(data['extra'])} other records (other concurrencies or generators) are in "
                 "results.json / results.csv only"
             )
-        lines += render_container_cost(data["rows"])
+        lines += render_container_cost(data["rows"], data.get("history"))
         plots = [p for p in ("throughput", "latency", "bytes") if data.get("plots", {}).get(p)]
         if plots:
             lines.append("")
@@ -789,6 +799,7 @@ def generate(
                 "correctness": data["correctness"],
                 "rows": [_json_row(r, True) for r in data["rows"]],
                 "other_records": [_json_row(r, False) for r in data["extra"]],
+                "container_cost": container_cost(data["rows"], data["history"]),
                 "plots": {k: str(p.relative_to(docs)) for k, p in data["plots"].items()},
             }
             for name, data in matrix.items()

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from harness import PROJECT_ROOT
+from harness.__main__ import TOOLS
 
 DOCS = [PROJECT_ROOT / "README.md"] + sorted((PROJECT_ROOT / "docs").rglob("*.md"))
 TOP_LEVEL = ("deployments/", "harness/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
 PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
-HARNESS_COMMANDS = ("list", "export", "serve", "bench")
+HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", *TOOLS)
 
 
 def _code(text: str) -> list[str]:
@@ -61,7 +62,7 @@ def _mentions(doc: Path) -> dict[str, set]:
                 found["paths"].add(token.strip("\"'(),;:").rstrip("."))
         for module in re.findall(r"python3?\s+-m\s+(harness(?:\.[a-z_]+)*)", code):
             found["modules"].add(module)
-        for command in re.findall(r"-m\s+harness\s+([a-z_]+)", code):
+        for command in re.findall(r"-m\s+harness\s+([a-z_-]+)", code):
             found["commands"].add(command)
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         if not target.startswith(("http://", "https://", "mailto:", "#")):
@@ -91,9 +92,16 @@ def test_everything_a_doc_names_exists(doc):
 
 
 def test_harness_subcommands_list_is_current():
-    """HARNESS_COMMANDS above must follow harness/__main__.py."""
-    main = (PROJECT_ROOT / "harness" / "__main__.py").read_text()
-    declared = set(re.findall(r'add_parser\(\s*"([a-z_]+)"', main))
+    """HARNESS_COMMANDS above must follow the parser of harness/__main__.py."""
+    import contextlib
+    import io
+
+    from harness.__main__ import main
+
+    usage = io.StringIO()
+    with contextlib.redirect_stdout(usage), contextlib.suppress(SystemExit):
+        main(["--help"])
+    declared = set(re.search(r"\{([a-z,_-]+)\}", usage.getvalue()).group(1).split(","))
     assert declared == set(HARNESS_COMMANDS), f"harness/__main__.py declares {sorted(declared)}"
 
 

@@ -129,6 +129,8 @@ def test_container_cost_pairs_docker_with_local_rows(toy):
             server_mode="docker", timestamp="2026-11-30T10:30:00+00:00", perf_throughput=40.0, items_per_second=40.0
         ),
         _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0),
+        # a later local run of the same cell: shown in the table, but not the docker row's pair
+        _record(timestamp="2026-11-30T15:00:00+00:00", perf_throughput=70.0, items_per_second=70.0),
     ]
     text = _generate(toy, rows)["markdown"].read_text()
     cost = text.split("Container cost", 1)[1].split("\n\n", 2)[1]
