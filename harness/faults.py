@@ -397,8 +397,9 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
             for k, v in m["processes"].items()
         ]
         lines.append("")
-    long_soaks = [dict(json.loads(path.read_text()), report_name=path.stem)
-                  for path in sorted(results_dir.glob("soak_*.json"))]
+    long_soaks = [
+        dict(json.loads(path.read_text()), report_name=path.stem) for path in sorted(results_dir.glob("soak_*.json"))
+    ]
     for long_soak in long_soaks:
         lines += render_long_soak(long_soak, docs.parent / "plots")
     if faults:
