@@ -29,8 +29,8 @@ $(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(wildcard deploymen
 
 install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default all: serve, test, export) from the registries
 
-test: install ## Run the whole default suite against real tritonservers (pytest harness/)
-	$(PY) -m pytest harness/ $(PYTEST_ARGS)
+test: install ## Run the whole default suite against real tritonservers (pytest harness/ triton_helpers/)
+	$(PY) -m pytest harness/ triton_helpers/ $(PYTEST_ARGS)
 
 list: install ## List the deployments the harness discovers
 	$(PY) -m harness list
@@ -60,16 +60,16 @@ clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
-# --- results matrix and network-bound runs (harness/matrix.py, harness/netem.py) ---
+# --- results matrix and network-bound runs (harness/measuring/matrix.py, harness/measuring/netem.py) ---
 NETWORK_RATE ?= 100mbit
 NETWORK_RTT_MS ?= 0
 .PHONY: matrix bench-network
 
 matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv and docs/plots/
-	$(PY) -m harness.matrix
+	$(PY) -m harness matrix
 
 bench-network: install ## Run benchmarks (or DEPLOYMENT=...) through a shaped link: NETWORK_RATE=100mbit NETWORK_RTT_MS=0 (root)
-	$(PY) -m harness.netem bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION)
+	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION)
 
 .PHONY: lint
 lint: install ## Lint and format check (ruff, settings in pyproject.toml); `make format` fixes what it can
@@ -86,28 +86,28 @@ pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|np
 	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
 	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
-# --- reliability: soak, faults, hostile input (harness/soak.py, harness/faults.py) ---
+# --- reliability: soak, faults, hostile input (harness/reliability/soak.py, harness/reliability/faults.py) ---
 SOAK_DURATION ?= 15
 SOAK_ARGS ?=
 FAULTS_ARGS ?=
 .PHONY: soak faults fuzz reliability
 
 soak: install ## Hold concurrency 64 on embedding_cpu/embedding_onnx_text for SOAK_DURATION s (15): errors, drift, memory
-	$(PY) -m harness.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
+	$(PY) -m harness soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
 
 faults: install ## Kill a stub, unload+reload, restart the server under verified load (embedding_cpu); report recovery
-	$(PY) -m harness.faults $(FAULTS_ARGS)
+	$(PY) -m harness faults $(FAULTS_ARGS)
 
 fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py $(PYTEST_ARGS)
 
 reliability: install ## Run soak, faults and fuzz, then regenerate the figures in docs/reliability.md
-	$(PY) -m harness.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
-	$(PY) -m harness.faults $(FAULTS_ARGS)
+	$(PY) -m harness soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
+	$(PY) -m harness faults $(FAULTS_ARGS)
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py -q $(PYTEST_ARGS)
-	$(PY) -m harness.faults --write-docs
+	$(PY) -m harness faults --write-docs
 
-# --- docker mode: the CPU image and a Docker engine (images/, harness/launchers/docker.py) ---
+# --- docker mode: the CPU image and a Docker engine (images/, harness/serving/launchers/docker.py) ---
 # IMAGE: the image docker mode serves from (default: the CPU image `make image` builds here).
 IMAGE ?= triton-harness/tritonserver-cpu:2.51.0
 export TRITON_CPU_IMAGE := $(IMAGE)
@@ -135,21 +135,21 @@ SCALEOUT_ARGS ?=
 .PHONY: k8s scaleout scaleout-tools
 
 k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into build/k8s/<d>/: Deployment, Service, HPA, PDB, KServe
-	$(PY) -m harness.scaleout k8s $(DEPLOYMENT) $(K8S_ARGS)
+	$(PY) -m harness scaleout k8s $(DEPLOYMENT) $(K8S_ARGS)
 
 scaleout-tools: ## Install docker-compose (Debian package; root) unless it or the compose plugin is there
 	@command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y --no-install-recommends docker-compose; }
 
 scaleout: install docker-engine image scaleout-tools ## 3 embedding_cpu replicas behind nginx (Compose): 1/2/3-replica throughput, kill one under load, roll a version (results/scaleout/)
-	$(PY) -m harness.scaleout run $(SCALEOUT_ARGS)
+	$(PY) -m harness scaleout run $(SCALEOUT_ARGS)
 
-# --- front gate (harness/gate): what the validating proxy in front of tritonserver costs ---
+# --- front gate (harness/serving/gate): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost
 gate-cost: install ## Throughput with and without the front gate at c=8 (results/reliability/gate_cost*.json)
-	$(PY) -m harness.gate.cost
-	$(PY) -m harness.gate.cost --model echo --json results/reliability/gate_cost_echo.json
+	$(PY) -m harness gate-cost
+	$(PY) -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json
 
-# --- embedding serving vs its ceiling and its peers (harness/generators/wrk.py, harness/peers/) ---
+# --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, harness/measuring/peers/) ---
 INFINITY_VENV ?= .venv-infinity
 PEERS_ARGS ?=
 .PHONY: wrk peer-infinity bench-peers
@@ -166,4 +166,4 @@ $(INFINITY_VENV)/.installed: requirements/peers-infinity.txt
 peer-infinity: $(INFINITY_VENV)/.installed ## Create .venv-infinity: infinity-emb 0.0.78 with the pins that import (requirements/peers-infinity.txt)
 
 bench-peers: install wrk peer-infinity ## embedding_cpu vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating
-	$(PY) -m harness.peers --duration $(BENCH_DURATION) $(PEERS_ARGS)
+	$(PY) -m harness peers --duration $(BENCH_DURATION) $(PEERS_ARGS)

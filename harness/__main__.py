@@ -16,8 +16,8 @@ import sys
 import time
 
 from harness.deployments import ManifestError, discover, get_deployment
-from harness.launchers import MODES, LocalTritonServer, ServerStartError, create_server
-from harness.launchers.base import port_in_use, serve_until_interrupted
+from harness.serving.launchers import MODES, LocalTritonServer, ServerStartError, create_server
+from harness.serving.launchers.base import port_in_use, serve_until_interrupted
 from harness.session import interrupt_on_sigterm
 
 
@@ -65,7 +65,7 @@ def _serve(args) -> int:
     if args.mode == "local":
         server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
     elif args.mode == "docker":
-        from harness.launchers.docker import DockerTritonServer, attach_packed_env
+        from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
 
         attach_packed_env(deployment, options)  # the deployment's packed env for the image's stub
         server = DockerTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
@@ -112,7 +112,7 @@ def _show_level(deployment: str, benchmark: str, level) -> None:
 
 
 def _bench(args) -> int:
-    from harness.bench import run_benchmark
+    from harness.measuring.bench import run_benchmark
     from harness.session import ServerPool, for_each_scenario
 
     def run(deployment, benchmark, ctx):
@@ -140,14 +140,14 @@ def _bench(args) -> int:
 
 #: The harness's other tools, one subcommand each of this command tree (their options are theirs).
 TOOLS = {
-    "matrix": ("harness.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
-    "bench-network": ("harness.netem", "benchmarks through a shaped link (root)"),
-    "perf-analyzer": ("harness.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
-    "pair-bench": ("harness.pair_bench", "entry model vs model-only path side by side"),
-    "peers": ("harness.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
-    "soak": ("harness.soak", "hold a load: errors, latency drift, memory"),
-    "faults": ("harness.faults", "kill a stub, reload, restart under verified load"),
-    "gate-cost": ("harness.gate.cost", "throughput with and without the front gate"),
+    "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
+    "bench-network": ("harness.measuring.netem", "benchmarks through a shaped link (root)"),
+    "perf-analyzer": ("harness.measuring.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
+    "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
+    "peers": ("harness.measuring.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
+    "soak": ("harness.reliability.soak", "hold a load: errors, latency drift, memory"),
+    "faults": ("harness.reliability.faults", "kill a stub, reload, restart under verified load"),
+    "gate-cost": ("harness.reliability.gate_cost", "throughput with and without the front gate"),
     "scaleout": ("harness.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
 }
 
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
     bench.set_defaults(func=_bench)
 
-    from harness import packed_serving
+    from harness.serving import packed_serving
 
     pack_env = sub.add_parser(
         "pack-env",

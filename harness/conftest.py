@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from harness import PROJECT_ROOT, pytest_outcomes
-from harness.launchers import MODES
+from harness import PROJECT_ROOT
+from harness.serving.launchers import MODES
 from harness.session import ServerPool
+from harness.testing import outcomes as pytest_outcomes
 
 TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
 

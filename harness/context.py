@@ -9,7 +9,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from harness.deployments import Deployment
-from harness.launchers import TritonServer
+from harness.serving.launchers import TritonServer
 from harness.tensors import make_inputs, make_outputs, result_arrays
 
 

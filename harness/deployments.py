@@ -18,8 +18,8 @@ from pathlib import Path
 from types import ModuleType
 
 from harness import PROJECT_ROOT
-from harness.launchers import ServerOptions
 from harness.manifest import Benchmark, Manifest, ManifestError, TargetSettings, read_manifest
+from harness.serving.launchers import ServerOptions
 
 __all__ = ["Benchmark", "Deployment", "ManifestError", "discover", "discover_with_errors", "get_deployment"]
 

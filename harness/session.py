@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment, discover, get_deployment
-from harness.launchers import ServerStartError, create_server
+from harness.serving.launchers import ServerStartError, create_server
 from harness.variants import describe, variant_repository
 
 
@@ -74,7 +74,7 @@ class ServerPool:
                 if models:
                     options.required_models = [m for m in options.required_models if m in models]
             if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) == "docker":
-                from harness.launchers.docker import attach_packed_env
+                from harness.serving.launchers.docker import attach_packed_env
 
                 try:
                     attach_packed_env(deployment, options)  # the launcher packs it when missing or stale

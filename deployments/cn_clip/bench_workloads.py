@@ -13,7 +13,7 @@ from triton_helpers.cn_clip import preprocess_image
 
 def workload_image_encoder_tensor(ctx):
     """image_encoder alone: scene.jpg made into the [1,3,224,224] tensor client-side, sent as FP32."""
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     data = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
     return Workload(

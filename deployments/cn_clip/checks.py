@@ -304,7 +304,7 @@ def _image_ceiling(ctx, data: bytes):
 
 
 def _workload(**kwargs):
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     return Workload(**kwargs)
 

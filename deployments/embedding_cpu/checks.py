@@ -15,7 +15,7 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from harness.deployments import load_module
-from harness.loadgen import Workload
+from harness.measuring.loadgen import Workload
 from triton_helpers.text_embedding import EmbeddingModelInfo, default_model_dir, pool, tokenize
 
 HERE = Path(__file__).resolve().parent

@@ -314,7 +314,7 @@ def _bus_tensor(model: str, batch: int) -> np.ndarray:
 
 
 def _tensor_workload(model: str, batch: int):
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     return Workload(
         model=model,
@@ -341,7 +341,7 @@ def workload_efficientnet_lite0_b1(ctx):
 
 
 def _jpeg_workload(ensemble: str):
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     return Workload(
         model=ensemble,
@@ -367,7 +367,7 @@ def workload_resnet50_client_preprocess(ctx):
 
     from PIL import Image
 
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     data = fixture_images()["bus.jpg"]
     transform = CLASSIFIERS["resnet50"][1]

@@ -298,7 +298,7 @@ def _detector_ceiling(batch: int):
 
 def workload_ensemble_jpeg(ctx):
     """The raw JPEG to the ensemble; the answer read is the JSON text."""
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     data = _image(ctx, BENCH_IMAGE)
     return Workload(
@@ -313,7 +313,7 @@ def workload_ensemble_jpeg(ctx):
 
 
 def _tensor_workload(ctx, naive: bool, size: int, variant: str):
-    from harness.loadgen import Workload
+    from harness.measuring.loadgen import Workload
 
     data = _image(ctx, BENCH_IMAGE)
     names = _expected(ctx.deployment.fixtures_path)["class_names"]

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     k8s.add_argument(
         "--gate",
         action="store_true",
-        help="serve through the front gate (python -m harness.gate serve); the image must carry harness.gate",
+        help="serve through the front gate (python -m harness.serving.gate serve); the image must carry harness.serving.gate",
     )
     fp = sub.add_parser("footprint", help="measure one replica of each deployment in the CPU image (docker)")
     fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")

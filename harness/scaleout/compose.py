@@ -4,7 +4,7 @@ run by Docker Compose (Debian's ``docker-compose`` 1.29, or the ``docker compose
 Everything is generated as data and dumped with PyYAML / written line by line:
 
 - ``bundle-v1/`` and ``bundle-v2/``: the deployment's repository with its packed env beside it
-  (``harness.packenv.packed_repository``: ``model_repository/`` + ``envs/``, hard links), the
+  (``harness.serving.packenv.packed_repository``: ``model_repository/`` + ``envs/``, hard links), the
   layout the Kubernetes manifests deliver too; v2 adds version ``2`` of the rolled model (its
   version 1 files, linked) so a roll is visible in every response's ``model_version``;
 - ``docker-compose.yml``: one service per replica (``t1``..``tN``, fixed addresses on a private
@@ -35,8 +35,8 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.launchers.docker import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
-from harness.launchers.local import free_port
+from harness.serving.launchers.docker import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
+from harness.serving.launchers.local import free_port
 
 BUNDLE_ROOT = "/mnt/models"
 LB_BUILD = PROJECT_ROOT / "images" / "lb" / "build.sh"
@@ -147,7 +147,15 @@ class Stack:
 
     def prepare(self) -> None:
         """Bundles (v1, v2), the nginx image, a free subnet; then the compose file and nginx.conf."""
-        from harness.packenv import RECIPE, PackEnvError, default_output, is_stale, load_recipe, pack, packed_repository
+        from harness.serving.packenv import (
+            RECIPE,
+            PackEnvError,
+            default_output,
+            is_stale,
+            load_recipe,
+            pack,
+            packed_repository,
+        )
 
         tarball = default_output(self.deployment.path, "cpu-image")
         recipe = load_recipe(self.deployment.path / RECIPE)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Deployment, discover
-from harness.loadgen import run_load
-from harness.records import machine
+from harness.measuring.loadgen import run_load
+from harness.measuring.records import machine
 
 FOOTPRINTS = Path(__file__).with_name("footprints.json")
 COMMAND = "python -m harness.scaleout footprint"
@@ -100,7 +100,7 @@ def default_scenarios(deployment: Deployment, target: str = "cpu") -> list:
 
 def measure(deployment: Deployment, image: str | None = None, duration_s: float = 4.0, log=print) -> dict:
     """Serve ``deployment`` in the CPU image and measure one replica (see the module docstring)."""
-    from harness.launchers.docker import DockerTritonServer, attach_packed_env
+    from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
 
     deployment.export()
     options = deployment.server_options("cpu")

@@ -14,12 +14,12 @@
   triton``, runtime ``kserve-tritonserver``, protocol v2), the bundle at ``storageUri``.
 
 With ``--gate`` (``RenderOptions.gate``) the container runs the front gate
-(``python -m harness.gate serve -- tritonserver ...``, harness/gate/serve.py) in front of
+(``python -m harness.serving.gate serve -- tritonserver ...``, harness/serving/gate/serve.py) in front of
 tritonserver: requests are validated before Triton parses them and the probes read the gate's
 readiness, which turns false when a Python stub dies (Triton's own stays true). That needs an
-image carrying ``harness.gate``; the CPU image of ``make image`` does not yet, so it is off by default.
+image carrying ``harness.serving.gate``; the CPU image of ``make image`` does not yet, so it is off by default.
 
-The bundle is the layout ``harness.packenv.packed_repository`` writes (``model_repository/`` with
+The bundle is the layout ``harness.serving.packenv.packed_repository`` writes (``model_repository/`` with
 every Python config pointing at ``$$TRITON_MODEL_DIRECTORY/../../envs/<env>`` + ``envs/``), so the
 same tree serves from ``/mnt/models`` in the Deployment and under KServe's storage initializer.
 A ``[scaleout]`` table in deployment.toml overrides any default below (``replicas``,
@@ -63,8 +63,8 @@ class RenderOptions:
     bundle_image: str | None = None
     storage_uri: str | None = None
     target: str = "cpu"
-    #: Serve through the front gate (``python -m harness.gate serve -- tritonserver ...``): needs an
-    #: image that carries ``harness.gate``; the probes then read the gate's honest readiness.
+    #: Serve through the front gate (``python -m harness.serving.gate serve -- tritonserver ...``): needs an
+    #: image that carries ``harness.serving.gate``; the probes then read the gate's honest readiness.
     gate: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -184,7 +184,7 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
         command = [
             "python3",
             "-m",
-            "harness.gate",
+            "harness.serving.gate",
             "serve",
             "--host",
             "0.0.0.0",

@@ -26,7 +26,7 @@ import numpy as np
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness.records import machine
+from harness.measuring.records import machine
 from harness.scaleout.compose import ScaleoutError, Stack
 
 RETRY = {

@@ -8,8 +8,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from harness.faults import ECHO_MODEL
-from harness.launchers import LocalTritonServer, ServerOptions
+from harness.reliability.faults import ECHO_MODEL
+from harness.serving.launchers import LocalTritonServer, ServerOptions
 
 DOUBLE_CONFIG = """
 name: "double"

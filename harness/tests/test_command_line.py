@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.records import records_path
+from harness.measuring.records import records_path
 
 CLIENTS = {
     "embedding_cpu": ["sentences", "A sentence."],

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench import run_benchmark
 from harness.deployments import discover_with_errors
+from harness.measuring.bench import run_benchmark
 from harness.session import variant_key
 
 DEPLOYMENTS, BROKEN = discover_with_errors()

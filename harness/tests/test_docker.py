@@ -22,8 +22,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from harness.launchers import ServerOptions, create_server
-from harness.launchers.docker import (
+from harness.serving.launchers import ServerOptions, create_server
+from harness.serving.launchers.docker import (
     CPU_IMAGE,
     OWNER_LABEL,
     OWNER_VALUE,
@@ -33,7 +33,7 @@ from harness.launchers.docker import (
     cpu_image_profile,
     engine,
 )
-from harness.launchers.local import free_port
+from harness.serving.launchers.local import free_port
 from harness.tests.repositories import make_repository
 
 START_BUDGET_S = 15  # every pre-flight error must come this fast: no waiting for readiness
@@ -259,9 +259,9 @@ def test_config_variant_of_links_is_served_in_the_container(tmp_path, image):
 
 @needs_engine
 def test_python_model_runs_in_the_mounted_packed_env(tmp_path, image):
-    """A packed env (harness.packenv, target cpu-image) mounted beside a generated repository copy:
+    """A packed env (harness.serving.packenv, target cpu-image) mounted beside a generated repository copy:
     the stub runs in it (numpy imported from the unpacked env), on the image's Python 3.11."""
-    from harness import packenv
+    from harness.serving import packenv
 
     deployment = tmp_path / "demo"
     (deployment / "model_repository" / "where" / "1").mkdir(parents=True)
@@ -363,8 +363,8 @@ def test_cli_serve_docker_honours_the_port_options(capsys, image):
 
 
 def test_every_recipe_packs_for_the_images_stub():
-    from harness import packenv
     from harness.deployments import discover
+    from harness.serving import packenv
 
     for deployment in discover():
         if (deployment.path / packenv.RECIPE).exists():
@@ -377,7 +377,7 @@ def test_every_recipe_packs_for_the_images_stub():
 
 def test_env_is_stale_when_its_baked_in_sources_change(tmp_path):
     """triton_helpers is copied into the env: editing it must repack, or docker mode serves old code."""
-    from harness import packenv
+    from harness.serving import packenv
 
     (tmp_path / "helpers").mkdir()
     (tmp_path / "helpers" / "a.py").write_text("X = 1\n")

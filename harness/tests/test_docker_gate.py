@@ -1,4 +1,4 @@
-"""Docker mode behind the front gate: the CPU image's entry point is ``python -m harness.gate serve``.
+"""Docker mode behind the front gate: the CPU image's entry point is ``python -m harness.serving.gate serve``.
 
 The issue's crashing requests get a 4xx and the container stays up; internal models and the
 restricted APIs need the admin header (its token reaches the container in a read-only mounted
@@ -43,7 +43,7 @@ DEEP_PARAMETERS = (
 @pytest.fixture(scope="module")
 def gated_container(image):  # noqa: F811 - the fixture imported above
     from harness.deployments import get_deployment
-    from harness.launchers.docker import DockerTritonServer, attach_packed_env
+    from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
 
     deployment = get_deployment(DEPLOYMENT)
     deployment.export()
@@ -95,7 +95,7 @@ def container_processes(server) -> list[psutil.Process]:
 def test_the_image_runs_the_gate_in_front_of_tritonserver(gated_container):
     assert gated_container.gate is True
     names = [" ".join(p.cmdline()[:4]) for p in container_processes(gated_container)]
-    assert "harness.gate serve" in names[0], names
+    assert "harness.serving.gate serve" in names[0], names
     assert any("tritonserver" in n for n in names[1:]), names
 
 
@@ -150,7 +150,7 @@ def test_another_local_user_reads_neither_the_token_nor_the_container_shared_mem
         text=True,
         timeout=30,
     )
-    assert "harness.gate" in seen.stdout and token not in seen.stdout + seen.stderr
+    assert "harness.serving.gate" in seen.stdout and token not in seen.stdout + seen.stderr
     # The stubs' IPC regions live in the container's own /dev/shm: not in the host's, and the
     # container's is out of reach through /proc/<pid>/root.
     region = next(

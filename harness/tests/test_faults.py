@@ -8,16 +8,16 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from harness.faults import (
+from harness.reliability.faults import (
     echo_repository,
     format_fault,
     kill_stub,
     restart_server,
     unload_reload,
 )
-from harness.launchers import LocalTritonServer, ServerOptions
-from harness.launchers.local import ADMIN_HEADER
-from harness.soak import echo_workload
+from harness.reliability.soak import echo_workload
+from harness.serving.launchers import LocalTritonServer, ServerOptions
+from harness.serving.launchers.local import ADMIN_HEADER
 from harness.tests.repositories import ready_server
 
 

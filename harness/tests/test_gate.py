@@ -1,4 +1,4 @@
-"""The front gate (harness.gate): the crashing requests get a 4xx and the server stays up,
+"""The front gate (harness.serving.gate): the crashing requests get a 4xx and the server stays up,
 honest readiness with automatic reload of a model whose stub died, isolation from other
 local users (checked as ``nobody``), internal models, SIGTERM drain.
 
@@ -28,10 +28,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from harness.faults import ECHO_CONFIG, ECHO_MODEL
-from harness.gate.validate import GateError, body_limit, validate_infer
-from harness.launchers import LocalTritonServer, ServerOptions
-from harness.soak import stub_processes
+from harness.reliability.faults import ECHO_CONFIG, ECHO_MODEL
+from harness.reliability.soak import stub_processes
+from harness.serving.gate.validate import GateError, body_limit, validate_infer
+from harness.serving.launchers import LocalTritonServer, ServerOptions
 
 SINK_CONFIG = """
 name: "sink"
@@ -349,7 +349,7 @@ def as_nobody(command: str) -> subprocess.CompletedProcess:
 def test_another_local_user_sees_neither_the_token_nor_the_shared_memory_nor_tritonserver(gated):
     tree = [gated.process.pid] + [p.pid for p in psutil.Process(gated.process.pid).children(recursive=True)]
     seen = as_nobody(" ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in tree))
-    assert str(tree[0]) and "harness.gate" in seen.stdout and "tritonserver" in seen.stdout, seen
+    assert str(tree[0]) and "harness.serving.gate" in seen.stdout and "tritonserver" in seen.stdout, seen
     assert gated.admin_token not in seen.stdout
     environ = as_nobody(" ; ".join(f"cat /proc/{pid}/environ" for pid in tree))
     assert gated.admin_token not in environ.stdout
@@ -491,7 +491,7 @@ def test_crashers_are_refused_for_every_model_of_every_deployment(model, config)
 def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, body):
     """The issue's huge-shape request, then 50,000 nested brackets in ``data`` and 300,000 in
     ``parameters``, on a real server of each deployment: 4xx every time, the server stays ready."""
-    from harness.soak import deployment_server, stop_server
+    from harness.reliability.soak import deployment_server, stop_server
 
     server = deployment_server(deployment, [model])
     server.start()
@@ -556,9 +556,9 @@ def test_without_isolation_the_gate_still_validates_and_keeps_the_token_off_comm
         server.stop()
 
 
-# -- standalone: python -m harness.gate serve -- tritonserver ... (the CPU image's entry point) ---
+# -- standalone: python -m harness.serving.gate serve -- tritonserver ... (the CPU image's entry point) ---
 def test_serve_rewrites_the_tritonserver_command():
-    from harness.gate.serve import gated_command
+    from harness.serving.gate.serve import gated_command
 
     user = [
         "tritonserver",
@@ -592,7 +592,7 @@ def test_serve_rewrites_the_tritonserver_command():
 def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     """What the CPU image runs: the gate binds the ports, starts the command behind it, reads the
     admin token from a file (then removes it), refuses the crashers and internal models."""
-    from harness.launchers.local import assemble_backend_dir, free_port, pytriton_root
+    from harness.serving.launchers.local import assemble_backend_dir, free_port, pytriton_root
 
     repo = make_gate_repository(tmp_path)
     backends = assemble_backend_dir(tmp_path / "backends")
@@ -605,7 +605,7 @@ def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "harness.gate",
+        "harness.serving.gate",
         "serve",
         "--host",
         "127.0.0.1",

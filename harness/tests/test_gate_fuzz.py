@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.gate.validate import GateError, validate_infer
+from harness.serving.gate.validate import GateError, validate_infer
 
 CONFIG = {
     "name": "m",

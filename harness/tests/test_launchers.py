@@ -15,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
-from harness.launchers import (
+from harness.serving.launchers import (
     DockerTritonServer,
     ExternalTritonServer,
     LocalTritonServer,
@@ -23,7 +23,7 @@ from harness.launchers import (
     ServerStartError,
     create_server,
 )
-from harness.launchers.docker import ascend_profile, ngc_profile
+from harness.serving.launchers.docker import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository, ready_server
 
 
@@ -135,7 +135,7 @@ def test_server_dies_with_its_parent(tmp_path):
     repo = make_repository(tmp_path, models=("double",))
     script = textwrap.dedent(f"""
         import sys, time
-        from harness.launchers import LocalTritonServer, ServerOptions
+        from harness.serving.launchers import LocalTritonServer, ServerOptions
         server = LocalTritonServer(ServerOptions({str(repo)!r}, required_models=["double"]))
         server.start()
         server.wait_ready(120)

@@ -74,5 +74,5 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_harness_has_no_import_cycle():
     graph = import_graph()
-    assert "harness.packenv" in graph and "harness.launchers.local" in graph
+    assert "harness.serving.packenv" in graph and "harness.serving.launchers.local" in graph
     assert cycles(graph) == []

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from harness.loadgen import Workload, run_load
+from harness.measuring.loadgen import Workload, run_load
 from harness.tests.repositories import make_repository, ready_server
 
 BARRIER_TIMEOUT_S = 3.0
@@ -91,7 +91,7 @@ def _affinities(pid: int) -> set[frozenset]:
 
 
 def test_pin_plan_parses_and_refuses():
-    from harness.loadgen import pin_plan
+    from harness.measuring.loadgen import pin_plan
 
     assert pin_plan("") == {}
     assert pin_plan("server=0 generator=1") == {"server": {0}, "generator": {1}}

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import PROJECT_ROOT, matrix
+from harness import PROJECT_ROOT
 from harness.deployments import discover
-from harness.perf_analyzer import availability, command, input_data, parse_csv
+from harness.measuring import matrix
+from harness.measuring.perf_analyzer import availability, command, input_data, parse_csv
 
 MANIFEST = """
 name = "toy"
@@ -238,7 +239,7 @@ def test_outcome_plugin_records_checks(tmp_path):
             "pytest",
             "-q",
             "-p",
-            "harness.pytest_outcomes",
+            "harness.testing.outcomes",
             str(test_file),
             "-p",
             "no:cacheprovider",
@@ -311,9 +312,9 @@ def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, mo
 
     import numpy as np
 
-    from harness import perf_analyzer
     from harness.deployments import Benchmark
-    from harness.loadgen import Workload
+    from harness.measuring import perf_analyzer
+    from harness.measuring.loadgen import Workload
 
     fake = tmp_path / "perf_analyzer"
     fake.write_text(

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness import netem
+from harness.measuring import netem
 
 TRANSFER = r"""
 import socket, sys, threading, time

@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
-from harness.launchers.local import pytriton_root
+from harness.serving.launchers.local import pytriton_root
 from harness.tests.repositories import make_repository, ready_server, write_double_onnx
 
 #: A model without batching (max_batch_size 0): every request's shape is its full shape.
@@ -41,7 +41,8 @@ def backend_module():
     sys.path.insert(0, str(pytriton_root() / "backends" / "python"))
     try:
         spec = importlib.util.spec_from_file_location(
-            "harness_onnxruntime_backend", PROJECT_ROOT / "harness" / "backends" / "onnxruntime" / "model.py"
+            "harness_onnxruntime_backend",
+            PROJECT_ROOT / "harness" / "serving" / "backends" / "onnxruntime" / "model.py",
         )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

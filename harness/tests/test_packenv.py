@@ -1,7 +1,7 @@
 """Packed Python-backend environments: pack a tiny env, serve a model from it, refuse mismatches.
 
 The packing tests build a real env (numpy<2 + tinydb, a small pure-Python package the
-project venv does not have) with the tool ``harness.packenv`` picks here, and serve a model
+project venv does not have) with the tool ``harness.serving.packenv`` picks here, and serve a model
 from it on the real local tritonserver.
 """
 
@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from harness import packed_serving, packenv, repository
+from harness import repository
 from harness.deployments import Deployment, discover
-from harness.launchers import LocalTritonServer, ServerOptions, ServerStartError
-from harness.launchers.docker import ascend_profile, ngc_profile
 from harness.manifest import Manifest
+from harness.serving import packed_serving, packenv
+from harness.serving.launchers import LocalTritonServer, ServerOptions, ServerStartError
+from harness.serving.launchers.docker import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository
 
 MARKER = "tinydb"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.peers import ratios
+from harness.measuring.peers import ratios
 from triton_helpers.bls import plan_batches
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness import PROJECT_ROOT, repository
-from harness.packenv import check_repository, local_python, packed_repository
+from harness.serving.packenv import check_repository, local_python, packed_repository
 
 ENSEMBLE = """
 name: "pipeline"

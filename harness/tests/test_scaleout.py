@@ -14,9 +14,9 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness.launchers.docker import CPU_IMAGE, DockerStartError, engine
 from harness.scaleout.compose import Stack, compose_command
 from harness.scaleout.run import RETRY, kill_under_load
+from harness.serving.launchers.docker import CPU_IMAGE, DockerStartError, engine
 
 
 def _engine_or_none():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.faults import echo_repository
-from harness.soak import (
+from harness.reliability.faults import echo_repository
+from harness.reliability.soak import (
     LoadLog,
     RequestRecord,
     check_soak,
@@ -82,7 +82,7 @@ def test_subset_repository_follows_bls_and_ensemble_references(tmp_path):
 
 
 def test_a_long_soak_is_rendered_as_a_table_a_verdict_and_a_figure(tmp_path):
-    from harness.faults import render_long_soak
+    from harness.reliability.faults import render_long_soak
 
     series = [
         {
@@ -104,12 +104,12 @@ def test_a_long_soak_is_rendered_as_a_table_a_verdict_and_a_figure(tmp_path):
         "timeouts": 0,
         "wrong_answers": 0,
         "throughput_rps": 3.3,
-        "command": "python -m harness.soak --duration 1200",
+        "command": "python -m harness.reliability.soak --duration 1200",
         "memory_series": series,
         "memory_trend": {k: memory_trend(series, k) for k in ("server", "total")},
     }
     text = "\n".join(render_long_soak(soak, tmp_path))
     assert "| 0.0 | 276.0 | 70.0 | 100.0 | 446.0 |" in text and "| 20.0 | 426.0 | 70.0 | 100.0 | 596.0 |" in text
     assert "tritonserver 276.0 -> 426.0 MiB" in text and "**levels off**" in text
-    assert "`python -m harness.soak --duration 1200`" in text
+    assert "`python -m harness.reliability.soak --duration 1200`" in text
     assert (tmp_path / "soak-dep-rss.png").stat().st_size > 1000

@@ -14,8 +14,8 @@ SUITE=bookworm
 INCLUDE=python3.11,python3.11-venv,libpython3.11
 TRITON_VERSION=2.51.0            # the server inside nvidia-pytriton 0.7.0 (requirements-no-deps.txt)
 CA=/etc/ssl/certs/ca-certificates.crt
-ORT_BACKEND="$ROOT/harness/backends/onnxruntime/model.py"
-# The front gate's files (the image's entry point: python -m harness.gate serve -- tritonserver ...).
+ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
+# The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
 GATE_FILES=(__init__.py __main__.py server.py serve.py validate.py grpc_proxy.py)
 
 say() { echo "image: $*"; }
@@ -31,7 +31,7 @@ ORT_IMPLEMENTATION="onnxruntime via harness Python backend (onnxruntime $ORT_VER
 BASE_HASH=$(printf '%s\n' "$SUITE" "$INCLUDE" minbase | sha256sum | cut -c1-12)
 BASE="triton-harness/debian-$SUITE-python3.11:$BASE_HASH"
 CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$CA";
-                 cat "$ROOT/harness/__init__.py"; for f in "${GATE_FILES[@]}"; do cat "$ROOT/harness/gate/$f"; done;
+                 cat "$ROOT/harness/__init__.py" "$ROOT/harness/serving/__init__.py"; for f in "${GATE_FILES[@]}"; do cat "$ROOT/harness/serving/gate/$f"; done;
                  echo "$BASE $TRITON_VERSION $ORT_IMPLEMENTATION") | sha256sum | cut -c1-16)
 
 current=$(docker image inspect "$IMAGE" --format '{{ index .Config.Labels "org.triton-harness.content-hash" }}' 2>/dev/null || true)
@@ -63,9 +63,10 @@ cp "$HERE/Dockerfile" "$HERE/requirements.txt" "$HERE/requirements-no-deps.txt" 
 cp "$CA" "$CONTEXT/ca-certificates.crt"
 mkdir -p "$CONTEXT/onnxruntime"
 cp "$ORT_BACKEND" "$CONTEXT/onnxruntime/model.py"
-mkdir -p "$CONTEXT/gate/gate"
+mkdir -p "$CONTEXT/gate/serving/gate"
 cp "$ROOT/harness/__init__.py" "$CONTEXT/gate/__init__.py"
-for f in "${GATE_FILES[@]}"; do cp "$ROOT/harness/gate/$f" "$CONTEXT/gate/gate/$f"; done
+cp "$ROOT/harness/serving/__init__.py" "$CONTEXT/gate/serving/__init__.py"
+for f in "${GATE_FILES[@]}"; do cp "$ROOT/harness/serving/gate/$f" "$CONTEXT/gate/serving/gate/$f"; done
 say "building $IMAGE (content hash $CONTENT_HASH)"
 t=$SECONDS
 docker build --quiet --network host -t "$IMAGE" \
@@ -79,7 +80,7 @@ say "docker build in $((SECONDS - t)) s"
 docker run --rm --network none "$IMAGE" bash -c \
     'set -e; missing=$(ldd "$(readlink -f "$(command -v tritonserver)")" /opt/tritonserver/backends/python/triton_python_backend_stub \
          /opt/tritonserver/backends/python/libtriton_python.so | grep "not found" || true); [ -z "$missing" ] || { echo "$missing"; exit 1; }
-     python -c "import numpy, onnxruntime, harness.gate.server, harness.gate.serve, harness.gate.grpc_proxy"' \
+     python -c "import numpy, onnxruntime, harness.serving.gate.server, harness.serving.gate.serve, harness.serving.gate.grpc_proxy"' \
     || die "$IMAGE was built but does not run (tritonserver, the 3.11 stub's libraries, numpy/onnxruntime, or the gate)"
 size=$(docker image inspect "$IMAGE" --format '{{.Size}}')
 say "$IMAGE built in $((SECONDS - began)) s, $((size / 1000000)) MB"

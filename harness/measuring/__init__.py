@@ -1,0 +1,2 @@
+"""Measuring: load generators, benchmark records, the results matrix, shaped links, perf_analyzer,
+and the peer servers measured beside ours."""

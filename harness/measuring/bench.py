@@ -1,0 +1,85 @@
+"""Benchmark scenarios from the manifests, run by the load generator, written as records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from harness.context import DeploymentContext
+from harness.deployments import Benchmark
+from harness.measuring.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, sweep
+from harness.measuring.records import append_record, scenario_fields
+
+
+def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
+    """``{model: backend implementation}`` for a model and, for an ensemble, its steps."""
+    with ctx.http_client() as client:
+        config = client.get_model_config(model)
+        found = {}
+        steps = config.get("ensemble_scheduling", {}).get("step", [])
+        for name in [model] + [s["model_name"] for s in steps]:
+            cfg = config if name == model else client.get_model_config(name)
+            backend = cfg.get("backend") or cfg.get("platform") or "unknown"
+            found[name] = ctx.server.backend_implementation(backend)
+    return found
+
+
+def run_benchmark(
+    ctx: DeploymentContext,
+    benchmark: Benchmark,
+    *,
+    duration_s: float,
+    warmup_s: float = 1.0,
+    concurrencies: list[int] | None = None,
+    protocol: str | None = None,
+    on_level: Callable[[LoadResult], None] | None = None,
+) -> list[dict]:
+    """Run one scenario at each concurrency and append a record per level; returns them."""
+    workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
+    protocol = protocol or benchmark.protocol
+    if protocol == "grpc" and not ctx.server.grpc_url:
+        protocol = "http"
+    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
+    server = ctx.server.describe()
+    backends = model_backends(ctx, workload.model)
+    records = []
+
+    def record(level: LoadResult) -> None:
+        metrics = level.metrics(workload.items_per_request)
+        ceiling = {}
+        if workload.ceiling is not None:
+            batch = level.concurrency * workload.items_per_request
+            measured = measure_in_process(workload.ceiling(batch), batch, duration_s=min(duration_s, 3.0))
+            ceiling = {
+                "ceiling_items_per_second": measured["items_per_second"],
+                "ceiling_batch_size": batch,
+                "served_over_ceiling": round(metrics["items_per_second"] / measured["items_per_second"], 3),
+            }
+        row = {
+            **scenario_fields(
+                ctx,
+                benchmark,
+                workload,
+                protocol=protocol,
+                generator=f"{GENERATOR} (tritonclient {protocol}.aio)",
+                server=server,
+                backends=backends,
+            ),
+            **metrics,
+            **ceiling,
+        }
+        append_record(row)
+        records.append(row)
+        if on_level:
+            on_level(level)
+
+    sweep(
+        workload,
+        list(concurrencies or benchmark.concurrency),
+        protocol=protocol,
+        url=url,
+        http_url=ctx.server.http_url,
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        on_level=record,
+    )
+    return records

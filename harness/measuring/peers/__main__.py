@@ -1,0 +1,386 @@
+"""Side-by-side embedding run: Triton's embedding models, their in-process ceilings and
+infinity-emb, one workload at a time, the servers alternating within it, one wrk generator.
+
+Layout on an N-core machine: the servers (tritonserver and its stubs, each peer) and the
+ceiling worker on ``--server-cores`` (default: all but core 0), wrk on ``--generator-cores``
+(default: core 0). Every (batch, concurrency) workload runs ``--rounds`` rounds; in each round
+every target gets ``--duration`` seconds in turn, then each ceiling worker measures the batch
+at the request's batch and at the batch the server could have formed
+(``min(batch x concurrency, 64)``), and the better of the two is the ceiling. Records go
+to results/records.jsonl (``comparison: side-by-side``), one per target and workload with
+every round's sentences/s, so ratios are taken round by round (``harness.measuring.matrix``).
+
+    make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import PROJECT_ROOT
+from harness.measuring.generators.wrk import WrkGenerator, cores_label
+from harness.measuring.peers import workloads
+from harness.measuring.peers.infinity import InfinityServer, infinity_version
+from harness.measuring.records import append_record
+
+DEPLOYMENT = "embedding_cpu"
+ONNX_FP32 = PROJECT_ROOT / "deployments" / DEPLOYMENT / "model_repository" / "embedding_onnx" / "1" / "model.onnx"
+ONNX_INT8 = ONNX_FP32.parents[2] / "embedding_onnx_int8" / "1" / "model.onnx"
+#: Triton models of the run: body maker, ceiling kind, what it is.
+TRITON_MODELS = {
+    "embedding_onnx_text": (workloads.triton_text_body, "onnx-fp32", "server tokenizes + pools, ONNX FP32"),
+    "embedding_py": (
+        workloads.triton_text_body,
+        "sentence-transformers",
+        "sentence-transformers in the Python backend",
+    ),
+    "embedding_onnx": (workloads.triton_tokens_body, "onnx-fp32", "client-tokenized, ONNX FP32 (model only)"),
+    "embedding_onnx_int8": (workloads.triton_tokens_body, "onnx-int8", "client-tokenized, ONNX INT8 (model only)"),
+    "embedding_onnx_text_ensemble": (workloads.triton_text_body, "onnx-fp32", "ensemble tokenize -> ONNX -> pool"),
+}
+PEER_CEILING = {"optimum": "onnx-fp32", "torch": "sentence-transformers"}
+#: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
+INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
+
+
+def cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def int8_kernel_path() -> str:
+    flags = cpu_flags()
+    isa = (
+        "AVX512-VNNI kernels (avx512_vnni)"
+        if "avx512_vnni" in flags
+        else "AVX-VNNI kernels (avx_vnni)"
+        if "avx_vnni" in flags
+        else "AVX2 u8s8 kernels without VNNI (int16 pair sums)"
+    )
+    return INT8_KERNEL_PATH.format(isa=isa)
+
+
+@dataclass
+class Target:
+    """One thing wrk loads: a served model or a peer server."""
+
+    name: str
+    url: str
+    make_body: Callable[[list[str]], bytes]
+    ceiling: str
+    describe: str
+    server: dict
+    check: Callable[[bytes, int], None]
+    pid: int = 0
+    rounds: dict = field(default_factory=dict)
+
+
+class CeilingWorker:
+    """``harness.measuring.peers.ceiling --serve`` pinned to the server's cores."""
+
+    def __init__(self, kind: str, cores: set[int], threads: int):
+        command = [
+            sys.executable,
+            "-m",
+            "harness.measuring.peers.ceiling",
+            "--kind",
+            kind,
+            "--threads",
+            str(threads),
+            "--serve",
+        ]
+        self.process = subprocess.Popen(
+            ["taskset", "-c", cores_label(cores)] + command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=PROJECT_ROOT,
+        )
+        ready = self.process.stdout.readline()
+        if not ready:
+            raise RuntimeError(f"ceiling worker {kind} did not start")
+
+    def measure(self, batch: int, duration_s: float) -> float:
+        self.process.stdin.write(f"{batch} {duration_s}\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())["items_per_second"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
+    """Wait until the process tree of ``pid`` stops using CPU (requests a closed generator left in
+    flight have drained), so they do not run into the next target's window."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        processes = [root] + root.children(recursive=True)
+        before = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
+        time.sleep(0.25)
+        after = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
+        if (after - before) / 0.25 < busy_share:
+            return
+    print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
+
+
+def _post(url: str, body: bytes) -> bytes:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return reply.read()
+
+
+def check_triton_text(reply: bytes, count: int) -> None:
+    output = next(o for o in json.loads(reply)["outputs"] if o["name"] == "EMBEDDING")
+    if output["shape"] != [count, 384]:
+        raise AssertionError(f"EMBEDDING shape {output['shape']}, expected [{count}, 384]")
+
+
+def check_triton_tokens(reply: bytes, count: int) -> None:
+    if b'"last_hidden_state"' not in reply[:2000]:
+        raise AssertionError(f"no last_hidden_state in {reply[:200]!r}")
+
+
+def check_peer(reply: bytes, count: int) -> None:
+    data = json.loads(reply)["data"]
+    if len(data) != count or len(data[0]["embedding"]) != 384:
+        raise AssertionError(f"{len(data)} embeddings, expected {count} of 384")
+
+
+def start_triton(models: list[str], cores: set[int], overrides: dict | None):
+    from harness.serving.launchers import LocalTritonServer, ServerOptions
+    from harness.variants import variant_repository
+
+    folder = PROJECT_ROOT / "deployments" / DEPLOYMENT
+    if not ONNX_FP32.exists() or not ONNX_INT8.exists():
+        subprocess.run([sys.executable, "export.py"], cwd=folder, check=True)
+    repository = variant_repository(folder / "model_repository", overrides or {}, models=_with_steps(models))
+    options = ServerOptions(str(repository), required_models=list(models))
+    server = LocalTritonServer(options, gate=False)
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
+    try:
+        server.start()
+    finally:
+        os.sched_setaffinity(0, previous)
+    server.wait_ready()
+    return server
+
+
+def _with_steps(models: list[str]) -> list[str]:
+    steps = {
+        "embedding_onnx_text": ["embedding_onnx"],
+        "embedding_onnx_text_ensemble": ["tokenize", "embedding_onnx", "pool_embedding"],
+    }
+    return sorted(set(models).union(*(steps.get(m, []) for m in models)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per target per round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", default="1,8,32", help="sentences per request")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--models", default="embedding_onnx_text,embedding_py,embedding_onnx,embedding_onnx_int8")
+    parser.add_argument("--peers", default="optimum,torch", help="infinity-emb engines ('' for none)")
+    parser.add_argument("--server-cores", default=None, help="default: every core but 0")
+    parser.add_argument("--generator-cores", default="0")
+    parser.add_argument("--triton-config", default=None, help="JSON config overrides (harness.variants)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="one more tritonserver (same cores) with these config overrides; its "
+        "--variant-models are targets named MODEL[NAME]",
+    )
+    parser.add_argument("--variant-models", default="embedding_onnx_text")
+    parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
+    args = parser.parse_args(argv)
+
+    all_cores = sorted(os.sched_getaffinity(0))
+    generator_cores = {int(c) for c in args.generator_cores.split(",")}
+    server_cores = (
+        {int(c) for c in args.server_cores.split(",")} if args.server_cores else set(all_cores) - generator_cores
+    ) or set(all_cores)
+    threads = len(server_cores)
+    batches = [int(b) for b in args.batch.split(",")]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    models = [m for m in args.models.split(",") if m]
+    engines = [e for e in args.peers.split(",") if e]
+    overrides = json.loads(args.triton_config) if args.triton_config else None
+    run_id = uuid.uuid4().hex[:12]
+    generator = WrkGenerator(generator_cores)
+    print(f"run {run_id}: servers on cores {cores_label(server_cores)}, {generator.describe()}", flush=True)
+
+    from triton_helpers.text_embedding import default_model_dir
+
+    triton = start_triton(models, server_cores, overrides) if models else None
+    variant_models = [m for m in args.variant_models.split(",") if m]
+    variants = []
+    peers = []
+    workers: dict[str, CeilingWorker] = {}
+    try:
+        for spec in args.variant:
+            name, _, config = spec.partition("=")
+            variants.append((name, json.loads(config), start_triton(variant_models, server_cores, json.loads(config))))
+        for engine in engines:
+            peer = InfinityServer(engine, default_model_dir(), ONNX_FP32, cores=server_cores, threads=threads)
+            peer.start()
+            peers.append(peer)
+        targets = []
+        if triton:
+            version = triton.describe()["server_version"]
+            for model in models:
+                make_body, ceiling, what = TRITON_MODELS[model]
+                check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
+                targets.append(
+                    Target(
+                        model,
+                        f"http://{triton.http_url}/v2/models/{model}/infer",
+                        make_body,
+                        ceiling,
+                        what,
+                        {"server_mode": "local (no front gate)", "server_version": version},
+                        check,
+                        triton.process.pid,
+                    )
+                )
+        for name, config, server in variants:
+            version = server.describe()["server_version"]
+            for model in variant_models:
+                make_body, ceiling, what = TRITON_MODELS[model]
+                check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
+                targets.append(
+                    Target(
+                        f"{model}[{name}]",
+                        f"http://{server.http_url}/v2/models/{model}/infer",
+                        make_body,
+                        ceiling,
+                        f"{what}, config {json.dumps(config, sort_keys=True)}",
+                        {"server_mode": "local (no front gate)", "server_version": version, "config_overrides": config},
+                        check,
+                        server.process.pid,
+                    )
+                )
+        for peer in peers:
+            targets.append(
+                Target(
+                    f"infinity-{peer.engine}",
+                    peer.url,
+                    peer.body,
+                    PEER_CEILING[peer.engine],
+                    peer.describe(),
+                    {"server_mode": "peer", "server_version": infinity_version()},
+                    check_peer,
+                    peer.process.pid,
+                )
+            )
+        for kind in sorted({t.ceiling for t in targets}):
+            workers[kind] = CeilingWorker(kind, server_cores, threads)
+        for batch in batches:
+            bodies = {t.name: workloads.bodies(t.make_body, batch) for t in targets}
+            for target in targets:
+                target.check(_post(target.url, bodies[target.name][0]), batch)
+            for concurrency in concurrencies:
+                ceiling_batch = min(batch * concurrency, 64)
+                results = {t.name: [] for t in targets}
+                ceilings = {k: [] for k in workers}
+                for round_index in range(args.rounds):
+                    for kind, worker in workers.items():
+                        # the best of the request's batch and the largest the server could form (a
+                        # 64-row batch can be slower per sentence than 8 rows on a small-cache core)
+                        ceilings[kind].append(
+                            max(
+                                worker.measure(size, min(args.duration, 2.0)) for size in sorted({batch, ceiling_batch})
+                            )
+                        )
+                    order = targets if round_index % 2 == 0 else targets[::-1]
+                    for target in order:
+                        # long enough for every connection to complete a few requests at the ceiling's pace
+                        pace = ceilings[target.ceiling][-1] or 1.0
+                        duration = max(args.duration, 3 * batch * concurrency / pace)
+                        cycle = batch * concurrency / pace
+                        generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))  # warm-up
+                        wait_idle(target.pid, 10 * cycle + 10)
+                        results[target.name].append(
+                            generator.run(target.url, bodies[target.name], concurrency, duration)
+                        )
+                        wait_idle(target.pid, 10 * cycle + 10)
+                for target in targets:
+                    runs = results[target.name]
+                    rates = [r.requests_per_second * batch for r in runs]
+                    median_run = sorted(runs, key=lambda r: r.requests_per_second)[len(runs) // 2]
+                    ceiling = statistics.median(ceilings[target.ceiling])
+                    served = statistics.median(rates)
+                    record = {
+                        "deployment": DEPLOYMENT,
+                        "benchmark": f"side-by-side-b{batch}",
+                        "comparison": "side-by-side",
+                        "run_id": run_id,
+                        "model": target.name,
+                        "variant": f"{target.name}: {target.describe}{args.label}",
+                        "target": "cpu",
+                        "protocol": "http",
+                        "generator": generator.describe(),
+                        "server_cores": cores_label(server_cores),
+                        "generator_cores": cores_label(generator_cores),
+                        "items_per_request": batch,
+                        "config_overrides": overrides,
+                        "label": args.label,
+                        "base_model": target.name.split("[")[0],
+                        **target.server,
+                        **median_run.metrics(batch),
+                        "items_per_second": round(served, 2),
+                        "rounds_items_per_second": [round(r, 2) for r in rates],
+                        "errors": sum(r.errors for r in runs),
+                        "ceiling_kind": target.ceiling,
+                        "ceiling_batch_size": ceiling_batch,
+                        "ceiling_rule": "max(in-process at batch, at min(batch x c, 64))",
+                        "ceiling_items_per_second": round(ceiling, 2),
+                        "rounds_ceiling_items_per_second": [round(c, 2) for c in ceilings[target.ceiling]],
+                        "served_over_ceiling": round(served / ceiling, 3) if ceiling else None,
+                    }
+                    if "int8" in target.name or target.ceiling == "onnx-int8":
+                        record["kernel_path"] = int8_kernel_path()
+                    append_record(record)
+                    print(
+                        f"b={batch:<2} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
+                        f"rounds {record['rounds_items_per_second']} errors {record['errors']} "
+                        f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']}",
+                        flush=True,
+                    )
+    finally:
+        for worker in workers.values():
+            worker.close()
+        for peer in peers:
+            peer.stop()
+        for _, _, server in variants:
+            server.stop()
+        if triton:
+            triton.stop()
+        generator.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Ratios of a side-by-side run (``python -m harness.measuring.peers``), taken round by round.
+
+Each record of a run carries every round's sentences/s; targets of one workload ran in the
+same rounds, alternating, so a ratio is the median over rounds of the per-round quotients
+(``served / ceiling`` likewise, against the ceiling worker's measurement of that round).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from tabulate import tabulate
+
+#: (label, numerator target, denominator target or "best-peer" / "ceiling", goal)
+RATIOS = [
+    ("embedding_onnx_text / ceiling", "embedding_onnx_text", "ceiling", 0.9),
+    ("embedding_py / ceiling", "embedding_py", "ceiling", 0.9),
+    ("ONNX text / Python (embedding_onnx_text / embedding_py)", "embedding_onnx_text", "embedding_py", 1.5),
+    ("INT8 / FP32 served (embedding_onnx_int8 / embedding_onnx)", "embedding_onnx_int8", "embedding_onnx", 2.0),
+    ("INT8 / FP32 in-process ceiling", "ceiling:onnx-int8", "ceiling:onnx-fp32", 2.0),
+    ("Triton / best infinity-emb (embedding_onnx_text / max peer)", "embedding_onnx_text", "best-peer", 1.2),
+]
+
+
+def side_by_side_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("comparison") == "side-by-side"]
+
+
+def latest_run(records: list[dict]) -> list[dict]:
+    """The records of the latest side-by-side run that measured embedding_onnx_text."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for record in side_by_side_records(records):
+        runs[record.get("run_id")].append(record)
+    full = [rs for rs in runs.values() if any(r.get("model") == "embedding_onnx_text" for r in rs)]
+    if not full:
+        return []
+    return max(full, key=lambda rs: max(str(r.get("timestamp", "")) for r in rs))
+
+
+def _per_round(record: dict, key: str = "rounds_items_per_second") -> list[float]:
+    return [float(v) for v in record.get(key) or []]
+
+
+def ratios(run: list[dict]) -> list[dict]:
+    """Per workload (batch, concurrency): each ratio of ``RATIOS`` with its per-round values."""
+    workloads: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for record in run:
+        workloads[(int(record["items_per_request"]), int(record["concurrency"]))][record["model"]] = record
+    rows = []
+    for (batch, concurrency), targets in sorted(workloads.items()):
+
+        def series(name: str) -> list[float] | None:
+            if name.startswith("ceiling:"):
+                kind = name.split(":", 1)[1]
+                found = next((r for r in targets.values() if r.get("ceiling_kind") == kind), None)
+                return _per_round(found, "rounds_ceiling_items_per_second") if found else None
+            if name == "best-peer":
+                peers = [_per_round(r) for n, r in targets.items() if n.startswith("infinity-")]
+                return [max(values) for values in zip(*peers)] if peers else None
+            return _per_round(targets[name]) if name in targets else None
+
+        for label, top, bottom, goal in RATIOS:
+            numerator = series(top)
+            if bottom == "ceiling":
+                denominator = _per_round(targets[top], "rounds_ceiling_items_per_second") if top in targets else None
+            else:
+                denominator = series(bottom)
+            if not numerator or not denominator:
+                continue
+            values = [a / b for a, b in zip(numerator, denominator) if b]
+            if not values:
+                continue
+            rows.append(
+                {
+                    "batch": batch,
+                    "concurrency": concurrency,
+                    "ratio": label,
+                    "goal": goal,
+                    "value": statistics.median(values),
+                    "rounds": values,
+                    "generator": next(iter(targets.values())).get("generator"),
+                }
+            )
+    return rows
+
+
+def render(records: list[dict]) -> list[str]:
+    """Markdown lines: the side-by-side table and its ratios (empty when no such run exists)."""
+    run = latest_run(records)
+    if not run:
+        return []
+    first = min(run, key=lambda r: str(r.get("timestamp", "")))
+    machine = first.get("machine") or {}
+    lines = [
+        "",
+        "## embedding_cpu side by side: served / ceiling, ONNX / Python, INT8 / FP32, Triton / infinity-emb",
+        "",
+        f"One run (`make bench-peers`, run `{first.get('run_id')}`, {first.get('timestamp')}, "
+        f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, a busy shared machine). Generator: "
+        f"{first.get('generator')}; servers (tritonserver without the front gate, its stubs, infinity-emb) and the "
+        f"in-process ceiling on cores {first.get('server_cores')}. Every workload ran its targets in turn, "
+        "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
+        "column). Ceiling: the same work (tokenize + model + pool) in one process on the server's cores, at "
+        "the batch the server could form (`min(batch x c, 64)`; runs whose records carry `ceiling_rule` take the "
+        "better of that and the request's own batch).",
+        "",
+    ]
+    table = []
+    for r in sorted(run, key=lambda r: (int(r["items_per_request"]), int(r["concurrency"]), r["model"])):
+        table.append(
+            [
+                r["items_per_request"],
+                r["concurrency"],
+                r["model"],
+                f"{r['items_per_second']:.1f}",
+                ", ".join(f"{v:.0f}" for v in _per_round(r)),
+                f"{r.get('perf_latency_p50', 0):.1f}",
+                f"{r.get('perf_latency_p99', 0):.1f}",
+                r.get("errors", 0),
+                f"{r.get('ceiling_kind')}@{r.get('ceiling_batch_size')}",
+                f"{r.get('served_over_ceiling') or 0:.2f}",
+                r.get("kernel_path", ""),
+            ]
+        )
+    lines.append(
+        tabulate(
+            table,
+            headers=[
+                "batch",
+                "c",
+                "target",
+                "sentences/s",
+                "rounds",
+                "p50 ms",
+                "p99 ms",
+                "errors",
+                "ceiling",
+                "served / ceiling",
+                "INT8 kernel path",
+            ],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
+    lines += ["", "Ratios (goal from issue 17; `met` when the median reaches it):", ""]
+    table = [
+        [
+            r["batch"],
+            r["concurrency"],
+            r["ratio"],
+            f"{r['value']:.2f}",
+            ", ".join(f"{v:.2f}" for v in r["rounds"]),
+            f">= {r['goal']:g}",
+            "met" if r["value"] >= r["goal"] else "NOT met",
+        ]
+        for r in ratios(run)
+    ]
+    lines.append(
+        tabulate(
+            table,
+            headers=["batch", "c", "ratio", "median", "rounds", "goal", ""],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
+    variants = sorted({(r["model"], r.get("variant") or "") for r in run})
+    lines += ["", "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants), ""]
+    return lines

@@ -1,0 +1,312 @@
+"""perf_analyzer as a second load generator, where it runs.
+
+    python -m harness.measuring.perf_analyzer status                 # can perf_analyzer run here, and why not
+    python -m harness.measuring.perf_analyzer bench embedding_cpu --duration 5
+
+The real perf_analyzer (the ``perf-analyzer`` 2.60 wheel, or the NGC SDK image) needs glibc
+2.38; Debian 12 has 2.36 and pip's ``tritonclient[all]`` only pulls a 0.1.0 placeholder, so on
+the machines this repository is developed on it does not run and ``bench`` says so and exits 0.
+Where it runs, each benchmark scenario with fixed inputs (no per-request ``prepare()``) is
+measured by perf_analyzer at the manifest's concurrency levels, and written as records with
+``generator = "perf_analyzer <version>"`` next to the harness's own records, so the results
+matrix shows both, each row naming the generator that produced it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import io
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+#: perf_analyzer -f CSV columns (µs) -> the harness's record fields (ms), model_analyzer names.
+CSV_COLUMNS = {
+    "Client Send": "perf_client_send",
+    "Network+Server Send/Recv": "perf_network_server_send_recv",
+    "Server Queue": "perf_server_queue",
+    "Server Compute Input": "perf_server_compute_input",
+    "Server Compute Infer": "perf_server_compute_infer",
+    "Server Compute Output": "perf_server_compute_output",
+    "Client Recv": "perf_client_recv",
+    "p50 latency": "perf_latency_p50",
+    "p90 latency": "perf_latency_p90",
+    "p95 latency": "perf_latency_p95",
+    "p99 latency": "perf_latency_p99",
+    "Avg latency": "perf_latency_avg",
+}
+
+
+def glibc_version() -> str:
+    name, version = platform.libc_ver()
+    return version or "unknown"
+
+
+@lru_cache(maxsize=4)
+def availability(binary: str = "perf_analyzer") -> tuple[bool, str]:
+    """``(True, version line)`` when perf_analyzer runs here, else ``(False, why not)``."""
+    path = shutil.which(binary)
+    if path is None:
+        return False, (
+            f"no `{binary}` on PATH; the perf-analyzer 2.60 wheel needs glibc 2.38, this machine has "
+            f"glibc {glibc_version()}; pip's tritonclient[all] only brings a 0.1.0 placeholder"
+        )
+    try:
+        probe = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"`{path} --version` failed: {exc}"
+    text = (probe.stdout + probe.stderr).strip()
+    if "GLIBC" in text:
+        return False, f"`{path}` needs a newer glibc than this machine's {glibc_version()}: {text.splitlines()[0]}"
+    if probe.returncode != 0 or "perf_analyzer" not in text.lower().replace("-", "_"):
+        first = text.splitlines()[0] if text else f"exit status {probe.returncode}"
+        return False, f"`{path}` is not a working perf_analyzer (placeholder?): {first}"
+    return True, text.splitlines()[0]
+
+
+def parse_csv(text: str) -> list[dict]:
+    """Rows of perf_analyzer's ``-f`` CSV as records (latencies in ms, sorted by concurrency)."""
+    rows = []
+    for raw in csv.DictReader(io.StringIO(text.strip())):
+        raw = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
+        if not raw.get("Concurrency"):
+            continue
+        row = {"concurrency": int(float(raw["Concurrency"])), "perf_throughput": float(raw["Inferences/Second"])}
+        for column, field in CSV_COLUMNS.items():
+            if raw.get(column):
+                row[field] = round(float(raw[column]) / 1000.0, 3)
+        request_us = sum(
+            float(raw.get(c) or 0)
+            for c in ("Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output")
+        )
+        row["perf_server_request"] = round(request_us / 1000.0, 3)
+        rows.append(row)
+    return sorted(rows, key=lambda r: r["concurrency"])
+
+
+def input_data(inputs: dict[str, np.ndarray], batched: bool) -> tuple[dict, int]:
+    """perf_analyzer ``--input-data`` JSON for fixed inputs, and the ``-b`` batch size.
+
+    With a batching model (``max_batch_size > 0``) the shapes in the JSON leave out the batch
+    dimension, which perf_analyzer adds from ``-b``.
+    """
+    from harness.tensors import as_triton_array
+
+    entry, batch = {}, 1
+    for name, value in inputs.items():
+        array = as_triton_array(value)
+        shape = list(array.shape)
+        if batched:
+            batch = shape[0] if shape else 1
+            array = array[0] if array.ndim else array
+            shape = shape[1:]
+        if array.dtype == object:
+            items = [v if isinstance(v, bytes) else str(v).encode() for v in np.ravel(array)]
+            if all(_is_text(v) for v in items):
+                content = [v.decode() for v in items]
+                entry[name] = {"content": content, "shape": shape}
+            else:
+                # perf_analyzer takes binary BYTES elements as {"b64": ...}, one element per tensor here
+                if len(items) != 1:
+                    raise ValueError(f"{name}: more than one binary BYTES element per request is not supported")
+                entry[name] = {"b64": base64.b64encode(items[0]).decode(), "shape": shape}
+        else:
+            entry[name] = {"content": np.ravel(array).tolist(), "shape": shape}
+    return {"data": [entry]}, batch
+
+
+def _is_text(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def command(
+    model: str,
+    url: str,
+    protocol: str,
+    concurrency: list[int],
+    input_file: Path,
+    csv_file: Path,
+    measurement_ms: int,
+    batch: int = 1,
+    binary: str = "perf_analyzer",
+) -> list[str]:
+    """The perf_analyzer command line for one scenario."""
+    levels = sorted(set(concurrency))
+    cmd = [
+        binary,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
+        "-b",
+        str(batch),
+        "--input-data",
+        str(input_file),
+        "--measurement-mode",
+        "time_windows",
+        "--measurement-interval",
+        str(measurement_ms),
+        "--concurrency-range",
+        f"{levels[0]}:{levels[-1]}",
+        "-f",
+        str(csv_file),
+    ]
+    return cmd
+
+
+def run_scenario(
+    ctx,
+    benchmark,
+    *,
+    duration_s: float,
+    concurrencies: list[int] | None = None,
+    protocol: str | None = None,
+    binary: str = "perf_analyzer",
+) -> list[dict]:
+    """Measure one benchmark scenario with perf_analyzer; append and return its records."""
+    from harness.measuring.bench import model_backends
+    from harness.measuring.records import append_record, scenario_fields
+    from harness.tensors import make_inputs, make_outputs, request_bytes
+
+    ok, why = availability(binary)
+    if not ok:
+        raise RuntimeError(why)
+    workload = ctx.deployment.resolve(benchmark.workload)(ctx)
+    if workload.prepare is not None or workload.inputs is None:
+        raise ValueError(
+            f"{benchmark.id}: the client prepares every request (prepare()); perf_analyzer can only replay fixed inputs"
+        )
+    protocol = protocol or benchmark.protocol
+    if protocol == "grpc" and not ctx.server.grpc_url:
+        protocol = "http"
+    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
+    with ctx.http_client() as client:
+        batched = int(client.get_model_config(workload.model).get("max_batch_size", 0)) > 0
+    data, batch = input_data(workload.inputs, batched)
+    levels = list(concurrencies or benchmark.concurrency)
+    server = ctx.server.describe()
+    backends = model_backends(ctx, workload.model)
+    sent = request_bytes(
+        protocol,
+        workload.model,
+        make_inputs(protocol, workload.inputs),
+        make_outputs(protocol, workload.outputs),
+        workload.parameters,
+    )
+    records = []
+    with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
+        input_file, csv_file = Path(tmp) / "input.json", Path(tmp) / "result.csv"
+        input_file.write_text(json.dumps(data))
+        for level in levels:  # one run per level: the manifest's levels are not a contiguous range
+            cmd = command(
+                workload.model, url, protocol, [level], input_file, csv_file, int(duration_s * 1000), batch, binary
+            )
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 20 + 120)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"perf_analyzer failed ({done.returncode}): {' '.join(cmd)}\n{(done.stdout + done.stderr)[-3000:]}"
+                )
+            for row in parse_csv(csv_file.read_text()):
+                record = {
+                    **scenario_fields(
+                        ctx,
+                        benchmark,
+                        workload,
+                        protocol=protocol,
+                        generator=f"perf_analyzer ({why})",
+                        server=server,
+                        backends=backends,
+                    ),
+                    "duration_s": duration_s,
+                    "errors": 0,
+                    "requests": None,
+                    "items_per_second": round(row["perf_throughput"] * workload.items_per_request, 2),
+                    "bytes_sent_per_request": sent,
+                    "bytes_received_per_request": None,
+                    "perf_analyzer_command": " ".join(cmd),
+                    **row,
+                }
+                append_record(record)
+                records.append(record)
+    return records
+
+
+def _status(args) -> int:
+    ok, why = availability(args.binary)
+    print(("perf_analyzer runs here: " if ok else "perf_analyzer does not run here: ") + why)
+    return 0 if ok else 1
+
+
+def _bench(args) -> int:
+    from harness.session import ServerPool, for_each_scenario
+
+    ok, why = availability(args.binary)
+    if not ok:
+        print(
+            f"perf_analyzer skipped: {why}. The harness's own generator (`python -m harness bench`) "
+            "produced every number in the matrix."
+        )
+        return 0
+
+    def run(deployment, benchmark, ctx):
+        try:
+            rows = run_scenario(
+                ctx, benchmark, duration_s=args.duration, concurrencies=args.concurrency, binary=args.binary
+            )
+        except ValueError as exc:
+            print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
+            return
+        for m in rows:
+            print(
+                f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
+                f"{m['perf_throughput']:9.1f} infer/s  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
+                "(perf_analyzer)",
+                flush=True,
+            )
+
+    pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
+    try:
+        failed = for_each_scenario(
+            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target
+        )
+    finally:
+        pool.close()
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.measuring.perf_analyzer", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--binary", default="perf_analyzer")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("status", help="say whether perf_analyzer runs here").set_defaults(func=_status)
+    bench = sub.add_parser("bench", help="measure the benchmark scenarios with perf_analyzer")
+    bench.add_argument("deployment", nargs="?")
+    bench.add_argument("--mode", default=None)
+    bench.add_argument("--target", default="cpu")
+    bench.add_argument("--server-url", default=None)
+    bench.add_argument("--duration", type=float, default=5.0)
+    bench.add_argument("--concurrency", type=int, nargs="*")
+    bench.set_defaults(func=_bench)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

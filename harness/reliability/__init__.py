@@ -1,0 +1,1 @@
+"""Reliability: long soaks, injected faults, and what the front gate costs."""

@@ -1,0 +1,120 @@
+"""What the gate costs: the same model served with and without it, verified load at concurrency c.
+
+    python -m harness.reliability.gate_cost                                   # embedding_cpu/embedding_onnx_text, c=8
+    python -m harness.reliability.gate_cost --deployment embedding_cpu --model embedding_onnx_text --rounds 3 --duration 10
+    python -m harness.reliability.gate_cost --model echo --json results/reliability/gate_cost_echo.json   # worst case
+
+Servers run one at a time (never both at once), in alternating rounds (gate, direct, gate,
+direct, ...) so that drift of a shared machine hits both; each round measures ``duration``
+seconds of verified requests (every answer checked) after ``warmup`` seconds. The report
+(results/reliability/gate_cost.json) gives per-round and median throughput and p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from harness.reliability.soak import (
+    RESULTS_DIR,
+    deployment_server,
+    echo_workload,
+    percentiles,
+    run_checked_load,
+    stop_server,
+    text_embedding_workload,
+    write_json,
+)
+
+
+def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:
+    log = run_checked_load(workload, server.http_url, concurrency=concurrency, duration_s=warmup_s + duration_s)
+    start = log.began + warmup_s
+    kept = [r for r in log.records if r.start >= start]
+    ok = [r for r in kept if r.status == "ok"]
+    span = max(r.end for r in kept) - start if kept else 0.0
+    return {
+        "requests": len(kept),
+        "ok": len(ok),
+        "not_ok": len(kept) - len(ok),
+        "throughput_rps": round(len(ok) / span, 1) if span else 0.0,
+        **percentiles([(r.end - r.start) * 1000 for r in ok]),
+    }
+
+
+def _server(deployment: str, model: str, gated: bool):
+    """The deployment's subset server for ``model``; ``echo``: the tiny echo repository (the
+    gate's worst case: a model that costs almost nothing, so the proxy's share is largest)."""
+    if model == "echo":
+        import tempfile
+
+        from harness.reliability.faults import echo_repository
+        from harness.serving.launchers import LocalTritonServer, ServerOptions
+
+        root = Path(tempfile.mkdtemp(prefix="gate-cost-"))
+        server = LocalTritonServer(ServerOptions(str(echo_repository(root)), required_models=["echo"]), gate=gated)
+        server.cleanup_dirs = [root]  # type: ignore[attr-defined]
+        return server
+    server = deployment_server(deployment, [model])
+    server.gate = gated
+    return server
+
+
+def run(deployment: str, model: str, concurrency: int, rounds: int, duration_s: float, warmup_s: float) -> dict:
+    rows = []
+    for index in range(rounds):
+        for gated in (True, False):
+            server = _server(deployment, model, gated)
+            server.start()
+            try:
+                server.wait_ready()
+                workload = text_embedding_workload(server.http_url, model) if model != "echo" else echo_workload()
+                row = {"round": index, "gate": gated, **measure(server, workload, concurrency, duration_s, warmup_s)}
+            finally:
+                stop_server(server)
+            rows.append(row)
+            print(row, flush=True)
+    summary = {}
+    for gated in (True, False):
+        mine = [r for r in rows if r["gate"] is gated]
+        summary["gate" if gated else "direct"] = {
+            "throughput_rps_median": statistics.median(r["throughput_rps"] for r in mine),
+            "p50_ms_median": statistics.median(r["p50_ms"] for r in mine),
+            "p99_ms_median": statistics.median(r["p99_ms"] for r in mine),
+        }
+    cost = 1 - summary["gate"]["throughput_rps_median"] / summary["direct"]["throughput_rps_median"]
+    return {
+        "deployment": deployment,
+        "model": model,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "rows": rows,
+        **summary,
+        "throughput_cost_pct": round(100 * cost, 1),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--deployment", default="embedding_cpu")
+    parser.add_argument("--model", default="embedding_onnx_text")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "gate_cost.json")
+    args = parser.parse_args(argv)
+    report = run(args.deployment, args.model, args.concurrency, args.rounds, args.duration, args.warmup)
+    write_json(report, args.json)
+    print(f"gate {report['gate']} | direct {report['direct']} | throughput cost {report['throughput_cost_pct']} %")
+    print(f"report: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

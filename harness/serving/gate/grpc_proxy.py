@@ -1,0 +1,252 @@
+"""gRPC side of the gate: a byte-level grpc.aio proxy in front of tritonserver's gRPC port.
+
+Each call is forwarded as raw bytes; only the calls that need it are parsed
+(``ModelInfer`` / ``ModelStreamInfer`` requests for the internal-model and shape checks,
+``ServerReady`` / ``ModelReady`` answered from the gate's own readiness). The restricted
+methods (shared memory, trace, logging, model repository) need the admin header as
+metadata. Messages over ``grpc_max_message_bytes`` are refused by grpc itself
+(RESOURCE_EXHAUSTED) before they are read into memory.
+
+In isolated mode the proxy listens on a unix socket inside the gate's private folder and a
+byte pump joins it to the public TCP socket that the launcher bound in the host's network
+namespace (grpc cannot adopt an already bound socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import struct
+import tempfile
+
+import grpc
+from tritonclient.grpc import service_pb2
+
+from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, config_parameter, triton_datatype
+
+SERVICE = "/inference.GRPCInferenceService/"
+#: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
+GRPC_PREFIX = "triton-grpc-protocol-"
+RESTRICTED = {
+    "SystemSharedMemoryStatus": "shared-memory",
+    "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory",
+    "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory",
+    "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+}
+TYPED_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+DROP_METADATA = {"user-agent", "content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"}
+STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) -> None:
+    """Declared shape x datatype against the data actually in the message (raw or typed contents)."""
+    specs = {spec["name"]: spec for spec in config.get("input") or []}
+    raw = list(request.raw_input_contents)
+    if raw and len(raw) != len(request.inputs):
+        raise GateError(400, f"{len(request.inputs)} inputs but {len(raw)} raw_input_contents")
+    for i, item in enumerate(request.inputs):
+        where = f"input '{item.name}'"
+        spec = specs.get(item.name)
+        if spec is None:
+            raise GateError(400, f"unexpected inference input '{item.name}' for model '{request.model_name}'")
+        expected = triton_datatype(spec.get("data_type", ""))
+        if item.datatype != expected:
+            raise GateError(400, f"{where}: datatype {item.datatype!r}, model expects {expected}")
+        shape = list(item.shape)
+        check_shape(request.model_name, config, spec, shape)
+        elements = math.prod(shape)
+        size = DTYPE_SIZE[expected]
+        if raw:
+            data = raw[i]
+            if size is not None and len(data) != elements * size:
+                raise GateError(
+                    400, f"{where}: shape {shape} x {expected} is {elements * size} bytes, {len(data)} sent"
+                )
+            if size is None:
+                count, offset = 0, 0
+                while offset + 4 <= len(data) and count <= elements:
+                    offset += 4 + struct.unpack_from("<I", data, offset)[0]
+                    count += 1
+                if count != elements or offset != len(data):
+                    raise GateError(
+                        400,
+                        f"{where}: shape {shape} declares {elements} BYTES elements, "
+                        f"the raw data does not hold exactly that many",
+                    )
+        elif "shared_memory_region" in item.parameters:
+            continue
+        else:
+            count = len(getattr(item.contents, TYPED_FIELD.get(expected, "bytes_contents")))
+            if count != elements:
+                raise GateError(400, f"{where}: shape {shape} declares {elements} values, contents hold {count}")
+
+
+class ProxyHandler(grpc.GenericRpcHandler):
+    def __init__(self, gate):
+        self.gate = gate
+        self.channel = grpc.aio.insecure_channel(
+            gate.upstream_grpc, options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        )
+
+    def service(self, details):
+        method = details.method
+        if not method.startswith(SERVICE):
+            return None
+        name = method[len(SERVICE) :]
+        if name == "ModelStreamInfer":
+            return grpc.stream_stream_rpc_method_handler(self._stream(method))
+        return grpc.unary_unary_rpc_method_handler(self._unary(method, name))
+
+    def _metadata(self, context) -> tuple[list, bool]:
+        gate = self.gate
+        admin = False
+        out = []
+        keys = (gate.admin_header, GRPC_PREFIX + gate.admin_header)
+        for key, value in context.invocation_metadata() or ():
+            if key in keys:
+                admin = admin or value == gate.admin_token
+                continue
+            if key.startswith(":") or key in DROP_METADATA:
+                continue
+            out.append((key, value))
+        if admin:
+            out.append((GRPC_PREFIX + gate.admin_header, gate.internal_token))
+        return out, admin
+
+    async def _check_infer(self, request_bytes: bytes, admin: bool) -> None:
+        gate = self.gate
+        if gate.draining:
+            raise GateError(503, "server is shutting down")
+        request = service_pb2.ModelInferRequest.FromString(request_bytes)
+        config = await gate.model_config(request.model_name)
+        if config is None:
+            raise GateError(404, f"Request for unknown model: '{request.model_name}' is not found")
+        if config_parameter(config, "gate_internal") == "true" and not admin:
+            raise GateError(403, f"model '{request.model_name}' is internal to its deployment")
+        if request.model_name in gate.broken:
+            raise GateError(503, f"model '{request.model_name}' is being reloaded after its stub process died")
+        validate_grpc_infer(request, config)
+
+    def _unary(self, method: str, name: str):
+        gate = self.gate
+
+        async def call(request_bytes: bytes, context):
+            metadata, admin = self._metadata(context)
+            try:
+                api = RESTRICTED.get(name)
+                if api is not None and (api in gate.cfg["restricted_apis"] or gate.user_mode == "none") and not admin:
+                    raise GateError(
+                        403, f"This protocol is restricted, expecting header '{GRPC_PREFIX}{gate.admin_header}'"
+                    )
+                if name in ("RepositoryModelLoad", "RepositoryModelUnload") and gate.user_mode == "none":
+                    raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
+                if name == "ServerReady":
+                    ready = not gate.draining and not gate.broken and await gate.upstream_ready()
+                    return service_pb2.ServerReadyResponse(ready=ready).SerializeToString()
+                if name == "ModelReady":
+                    request = service_pb2.ModelReadyRequest.FromString(request_bytes)
+                    if request.name in gate.broken or request.name in gate.reloading:
+                        return service_pb2.ModelReadyResponse(ready=False).SerializeToString()
+                if name == "ModelInfer":
+                    await self._check_infer(request_bytes, admin)
+            except GateError as exc:
+                await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+            gate.in_flight += 1
+            try:
+                return await self.channel.unary_unary(method)(
+                    request_bytes, metadata=metadata, timeout=context.time_remaining()
+                )
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(exc.code(), exc.details() or "")
+            finally:
+                gate.in_flight -= 1
+
+        return call
+
+    def _stream(self, method: str):
+        async def call(request_iterator, context):
+            metadata, admin = self._metadata(context)
+
+            async def checked():
+                async for request_bytes in request_iterator:
+                    try:
+                        await self._check_infer(request_bytes, admin)
+                    except GateError as exc:
+                        await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+                    yield request_bytes
+
+            upstream = self.channel.stream_stream(method)(checked(), metadata=metadata)
+            try:
+                async for response in upstream:
+                    yield response
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(exc.code(), exc.details() or "")
+
+        return call
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            data = await reader.read(1 << 16)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+async def start_grpc(gate, public_sock):
+    """Start the proxy on a private unix socket and pump the public TCP socket into it."""
+    private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg["work_dir"])
+    os.chmod(private_dir, 0o700)
+    path = os.path.join(private_dir, "grpc.sock")
+    limit = int(gate.cfg.get("grpc_max_message_bytes") or gate.default_max_body)
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1)])
+    server.add_generic_rpc_handlers((ProxyHandler(gate),))
+    server.add_insecure_port(f"unix:{path}")
+    await server.start()
+
+    async def on_client(reader, writer):
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(path)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    pump = await asyncio.start_server(on_client, sock=public_sock)
+    return server, pump

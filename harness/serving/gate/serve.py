@@ -1,0 +1,201 @@
+"""The gate on its own, in front of a tritonserver command line: the CPU image's entry point.
+
+    python -m harness.serving.gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
+        [--metrics-port 8002] [--admin-token-file PATH] -- tritonserver --model-repository=/models ...
+
+The gate binds the public ports itself, starts the given tritonserver command on private
+loopback ports (the address / port flags of the command are replaced), and serves exactly
+as behind ``LocalTritonServer``: validation before Triton parses a request, internal models
+and restricted APIs (shared memory, trace, logging; model repository in mode ``none``) behind
+the admin header, honest readiness with automatic reload of a model whose stub died, SIGTERM
+drain. tritonserver's log goes to the gate's stdout (``docker logs``).
+
+The admin token is read from ``--admin-token-file`` (default ``$TRITON_GATE_ADMIN_TOKEN_FILE``,
+e.g. a read-only mounted secret), never from the command line; without one, a random token
+nobody knows is used, so the restricted APIs are closed. In a container the gate does not
+unshare namespaces: the container already has its own network namespace and ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import socket
+import sys
+import tempfile
+
+#: Header of the restricted APIs (the same as ``harness.serving.launchers.local.ADMIN_HEADER``).
+ADMIN_HEADER = "x-triton-harness-admin"
+RESTRICTED_APIS = ("shared-memory", "trace", "logging")
+#: Flags of the user's command that the gate sets itself (tritonserver listens on private ports).
+REPLACED = (
+    "--http-address",
+    "--http-port",
+    "--grpc-address",
+    "--grpc-port",
+    "--metrics-address",
+    "--metrics-port",
+    "--http-restricted-api",
+    "--grpc-restricted-protocol",
+    "--model-control-mode",
+)
+#: Flags whose value may follow as the next argument (``--flag value``) and that the gate reads.
+READ = REPLACED + ("--allow-grpc", "--allow-metrics", "--exit-timeout-secs")
+
+
+def normalise(command: list[str]) -> list[str]:
+    """``--flag value`` -> ``--flag=value`` for the flags the gate reads or replaces."""
+    out, i = [], 0
+    while i < len(command):
+        arg = command[i]
+        if arg in READ and i + 1 < len(command):
+            out.append(f"{arg}={command[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def flag(command: list[str], name: str, default: str | None = None) -> str | None:
+    """The last value of ``--name=value`` in ``command``."""
+    found = default
+    for arg in command:
+        if arg.startswith(name + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def gated_command(
+    command: list[str], private_ports: tuple[int, int, int], internal_token: str, restricted_apis: list[str], grpc: bool
+) -> list[str]:
+    """The user's tritonserver command on private loopback ports, restricted APIs behind the
+    gate's internal token, and explicit model control (the gate reloads a model whose stub died;
+    a user's mode ``none`` becomes explicit with every model loaded at start)."""
+    command = normalise(command)
+    mode = flag(command, "--model-control-mode", "none")
+    kept = [a for a in command if not a.startswith(tuple(f"{r}=" for r in REPLACED))]
+    http, grpc_port, metrics = private_ports
+    restricted = f"{','.join(restricted_apis)}:{ADMIN_HEADER}={internal_token}"
+    out = kept + [
+        "--http-address=127.0.0.1",
+        f"--http-port={http}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={grpc_port}",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics}",
+        f"--http-restricted-api={restricted}",
+    ]
+    if grpc:
+        out.append(f"--grpc-restricted-protocol={restricted}")
+    if mode == "none":
+        out += ["--model-control-mode=explicit", "--load-model=*"]
+    else:
+        out.append(f"--model-control-mode={mode}")
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+def read_token(path: str | None) -> tuple[str, str]:
+    """(token, where it came from). The file is removed after reading when that is allowed."""
+    if not path:
+        return secrets.token_hex(16), "no admin token file: restricted APIs closed (random token)"
+    with open(path) as f:
+        token = f.read().strip()
+    if not token:
+        raise SystemExit(f"gate: admin token file {path} is empty")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a read-only mounted secret stays; it is readable by its owner only
+    return token, f"admin token read from {path}"
+
+
+def serve_main(argv: list[str]) -> int:
+    from harness.serving.gate.server import GATE_NICE, Gate, log
+
+    if "--" not in argv:
+        print(
+            "usage: python -m harness.serving.gate serve [options] -- tritonserver --model-repository=...",
+            file=sys.stderr,
+        )
+        return 2
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="python -m harness.serving.gate serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
+    parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
+    args = parser.parse_args(argv[:split])
+    command = normalise(argv[split + 1 :])
+    if not command:
+        parser.error("no tritonserver command after --")
+    grpc = flag(command, "--allow-grpc", "true").lower() not in ("false", "0", "no")
+    metrics = flag(command, "--allow-metrics", "true").lower() not in ("false", "0", "no")
+    mode = flag(command, "--model-control-mode", "none")
+    restricted = list(RESTRICTED_APIS) + (["model-repository"] if mode == "none" else [])
+    token, token_note = read_token(args.admin_token_file)
+    internal = secrets.token_hex(16)
+    private = (free_port(), free_port(), free_port())
+    socks = {
+        "http": listen(args.host, args.http_port),
+        "grpc": listen(args.host, args.grpc_port) if grpc else None,
+        "metrics": listen(args.host, args.metrics_port) if metrics else None,
+    }
+    work_dir = tempfile.mkdtemp(prefix="triton-gate-")
+    config = {
+        "command": gated_command(command, private, internal, restricted, grpc),
+        "work_dir": work_dir,
+        "log_path": None,
+        "events_path": os.path.join(work_dir, "gate-events.jsonl"),
+        "private_ports": list(private),
+        "admin_header": ADMIN_HEADER,
+        "admin_token": token,
+        "internal_token": internal,
+        "restricted_apis": restricted,
+        "user_model_control_mode": mode,
+        "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
+    }
+    if args.max_body_bytes:
+        config["max_body_bytes"] = args.max_body_bytes
+    log(
+        f"serving {args.host}:{args.http_port} (HTTP)"
+        + (f", :{args.grpc_port} (gRPC)" if grpc else "")
+        + (f", :{args.metrics_port} (metrics)" if metrics else "")
+        + f"; tritonserver on 127.0.0.1:{private[0]}"
+        f" behind it; {token_note}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
+    )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
+    if os.geteuid() == 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, GATE_NICE)
+        except OSError:
+            pass
+    gate = Gate(config)
+    gate.start_triton()
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        import asyncio
+
+        runner = asyncio.run
+    return runner(gate.run(socks["http"], socks["grpc"], socks["metrics"]))

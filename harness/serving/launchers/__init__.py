@@ -1,0 +1,41 @@
+"""Server launchers behind one interface; ``create_server`` picks one by mode."""
+
+from __future__ import annotations
+
+import os
+
+from harness.serving.launchers.base import ServerOptions, ServerStartError, TritonServer
+from harness.serving.launchers.docker import DockerTritonServer
+from harness.serving.launchers.external import ExternalTritonServer
+from harness.serving.launchers.local import LocalTritonServer
+
+MODES = ("local", "docker", "external")
+
+
+def create_server(
+    mode: str | None, options: ServerOptions, url: str | None = None, grpc_url: str | None = None
+) -> TritonServer:
+    """A server of the given mode (default: $TRITON_SERVER_MODE, else ``local``)."""
+    mode = mode or os.environ.get("TRITON_SERVER_MODE", "local")
+    if mode == "local":
+        return LocalTritonServer(options)
+    if mode == "docker":
+        return DockerTritonServer(options)
+    if mode == "external":
+        url = url or os.environ.get("TRITON_SERVER_URL")
+        if not url:
+            raise ValueError("external mode needs a server URL (--server-url or TRITON_SERVER_URL)")
+        return ExternalTritonServer(options, url, grpc_url or os.environ.get("TRITON_GRPC_URL"))
+    raise ValueError(f"unknown server mode {mode!r}; choose one of {MODES}")
+
+
+__all__ = [
+    "MODES",
+    "ServerOptions",
+    "ServerStartError",
+    "TritonServer",
+    "create_server",
+    "LocalTritonServer",
+    "DockerTritonServer",
+    "ExternalTritonServer",
+]

@@ -1,0 +1,387 @@
+"""The default launcher: the tritonserver binary shipped in the ``nvidia-pytriton`` wheel.
+
+No Docker needed. The harness assembles a backend directory (the Python backend with the
+stub for the running interpreter, plus the harness's Python-based ``onnxruntime`` backend),
+sets the library path the binary and the stub need, binds to 127.0.0.1 on free ports, gives
+the server its own shared-memory prefix and captures its log to a file.
+
+By default the server is served through the front gate (``harness.serving.gate``): the launcher
+binds the public HTTP / gRPC / metrics sockets and hands them to a gate process, which
+starts tritonserver behind it (in a private network and mount namespace when run as root)
+and validates every request. ``gate=False`` starts tritonserver directly on the public
+ports, as before (used to measure the gate's cost).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+
+import onnxruntime
+import psutil
+
+from harness.repository import RepositoryError
+from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
+from harness.serving.packenv import PackedEnvError, assert_repository
+
+HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
+PR_SET_PDEATHSIG = 1
+#: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults).
+ADMIN_HEADER = "x-triton-harness-admin"
+#: APIs behind ADMIN_HEADER: shared-memory registration names /dev/shm objects from client input;
+#: trace/logging change server behaviour; model-repository is also closed unless explicit/poll mode was asked for.
+RESTRICTED_APIS = ("shared-memory", "trace", "logging")
+
+
+def pytriton_root() -> Path:
+    """Folder of the tritonserver distribution inside the nvidia-pytriton wheel."""
+    import pytriton
+
+    return Path(pytriton.__file__).resolve().parent / "tritonserver"
+
+
+def stub_for(python_version: str) -> Path:
+    """The python-backend stub built for ``python_version`` (e.g. '3.11')."""
+    stub = pytriton_root() / "python_backend_stubs" / python_version / "triton_python_backend_stub"
+    if not stub.exists():
+        available = sorted(p.name for p in (pytriton_root() / "python_backend_stubs").iterdir())
+        raise FileNotFoundError(f"no Triton python stub for Python {python_version}; the wheel has {available}")
+    return stub
+
+
+def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
+    """Lay out ``dest/python`` (backend + matching stub) and ``dest/onnxruntime/model.py``."""
+    python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    source = pytriton_root() / "backends" / "python"
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.name != "triton_python_backend_stub":
+            _copy(item, python_dir / item.name)
+    shutil.copy2(stub_for(python_version), python_dir / "triton_python_backend_stub")
+    for backend in HARNESS_BACKENDS.iterdir():
+        if (backend / "model.py").exists():
+            (dest / backend.name).mkdir(exist_ok=True)
+            _copy(backend / "model.py", dest / backend.name / "model.py")
+    return dest
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy, not link: Triton refuses backend files that resolve outside the backend dir."""
+    if source.is_dir():
+        return
+    shutil.copy2(source, target)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class LocalTritonServer(StartedTritonServer):
+    """tritonserver from the pip wheel, as a child process that dies with its parent."""
+
+    mode = "local"
+
+    def __init__(
+        self,
+        options: ServerOptions,
+        work_dir: str | Path | None = None,
+        exit_timeout_s: int = 5,
+        ports: tuple[int, int, int] | None = None,
+        host: str = "127.0.0.1",
+        stub_python: str | None = None,
+        gate: bool = True,
+        isolate: bool = True,
+        gate_options: dict | None = None,
+    ):
+        super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            message = (
+                f"tritonserver will listen on {host}: its inference API is open to the network with no "
+                "TLS and no authentication; put TLS and authentication in front of it"
+            )
+            warnings.warn(message, stacklevel=2)
+            print(f"WARNING: {message}", file=sys.stderr, flush=True)
+        self.stub_python = stub_python
+        self.gate = gate
+        self.isolate = isolate
+        self.gate_options = dict(gate_options or {})
+        #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
+        self.private_ports = (free_port(), free_port(), free_port()) if gate else None
+        #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
+        self.internal_token = uuid.uuid4().hex
+        self._own_work_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
+        self.exit_timeout_s = exit_timeout_s
+        self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        self.log_path = self.work_dir / "tritonserver.log"
+        self.process: subprocess.Popen | None = None
+        self._log_file = None
+        self._final_logs = ""
+        self._final_events: list[dict] = []
+        self.admin_token = uuid.uuid4().hex
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """Headers a client needs for the restricted APIs (``restricted_apis()``) of this server."""
+        return {ADMIN_HEADER: self.admin_token}
+
+    def restricted_apis(self) -> list[str]:
+        """APIs refused without ``admin_headers``: model-repository too unless a control mode was asked for."""
+        apis = list(RESTRICTED_APIS)
+        if self.options.model_control_mode == "none":
+            apis.append("model-repository")
+        return apis
+
+    def command(self) -> list[str]:
+        """The full tritonserver command line (behind the gate: private ports, internal token)."""
+        if self.gate:
+            return self._gated_command()
+        opts = self.options
+        cmd = [
+            str(pytriton_root() / "bin" / "tritonserver"),
+            f"--model-repository={Path(opts.model_repository).resolve()}",
+            f"--backend-directory={self.work_dir / 'backends'}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--http-restricted-api={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}",
+        ]
+        if opts.allow_grpc:
+            cmd.append(
+                f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}"
+            )
+        return cmd + self.option_args()
+
+    def _gated_command(self) -> list[str]:
+        opts = self.options
+        http, grpc, metrics = self.private_ports
+        restricted = f"{','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.internal_token}"
+        cmd = [
+            str(pytriton_root() / "bin" / "tritonserver"),
+            f"--model-repository={Path(opts.model_repository).resolve()}",
+            f"--backend-directory={self.work_dir / 'backends'}",
+            "--http-address=127.0.0.1",
+            f"--http-port={http}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={grpc}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={metrics}",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--http-restricted-api={restricted}",
+        ]
+        if opts.allow_grpc:
+            cmd.append(f"--grpc-restricted-protocol={restricted}")
+        args = self.option_args()
+        if opts.model_control_mode == "none":
+            # The gate reloads a model whose stub died: that needs explicit mode. Every model is
+            # loaded at start, and the gate refuses the load/unload API as mode none would.
+            args = [a for a in args if not a.startswith("--model-control-mode=")]
+            args = ["--model-control-mode=explicit", "--load-model=*"] + args
+        return cmd + args
+
+    def gate_config(self, fds: dict) -> dict:
+        """What the gate process needs (written to a 0600 file the gate deletes once read)."""
+        return {
+            "command": self.command(),
+            "work_dir": str(self.work_dir),
+            "log_path": str(self.log_path),
+            "events_path": str(self.work_dir / "gate-events.jsonl"),
+            "private_ports": list(self.private_ports),
+            "fds": fds,
+            "admin_header": ADMIN_HEADER,
+            "admin_token": self.admin_token,
+            "internal_token": self.internal_token,
+            "restricted_apis": self.restricted_apis(),
+            "user_model_control_mode": self.options.model_control_mode,
+            "exit_timeout_s": self.exit_timeout_s,
+            "isolate": self.isolate,
+            **self.gate_options,
+        }
+
+    def gate_events(self) -> list[dict]:
+        """What the gate recorded (stub deaths, reloads), oldest first."""
+        import json
+
+        path = self.work_dir / "gate-events.jsonl"
+        if not path.exists():
+            return list(self._final_events)
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def _listen(self, port: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, port))
+        except OSError as exc:
+            sock.close()
+            raise ServerStartError(
+                f"cannot listen on {self.host}:{port}: {exc.strerror} "
+                "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)"
+            ) from None
+        sock.listen(1024)
+        sock.set_inheritable(True)
+        return sock
+
+    def environment(self) -> dict[str, str]:
+        """Library path for the binary and the stub; the venv first on PATH for the stub."""
+        env = dict(os.environ)
+        site = Path(onnxruntime.__file__).resolve().parent.parent
+        libs = [
+            str(site / "nvidia_pytriton.libs"),
+            str(pytriton_root() / "external_libs"),
+            str(pytriton_root() / "lib"),
+            sysconfig.get_config_var("LIBDIR") or "",
+        ]
+        env["LD_LIBRARY_PATH"] = ":".join(
+            [p for p in libs if p and Path(p).exists()] + [env.get("LD_LIBRARY_PATH", "")]
+        )
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env.update(self.options.env)
+        return env
+
+    def start(self) -> None:
+        """Check configs and packed envs against the stub's Python, assemble backends, start the process."""
+        stub_python = self.stub_python or f"{sys.version_info.major}.{sys.version_info.minor}"
+        try:
+            assert_repository(
+                self.options.model_repository, stub_python, model_config_name=self.options.model_config_name
+            )
+        except (PackedEnvError, RepositoryError) as exc:
+            raise ServerStartError(str(exc)) from None
+        assemble_backend_dir(self.work_dir / "backends", self.stub_python)
+        self._log_file = open(self.log_path, "ab")  # O_APPEND: the gate and tritonserver both write it
+        if self.gate:
+            self._start_gate()
+            return
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.environment(),
+            cwd=self.work_dir,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )
+
+    def _start_gate(self) -> None:
+        socks: dict[str, socket.socket] = {}
+        try:
+            socks["http"] = self._listen(self.http_port)
+            socks["metrics"] = self._listen(self.metrics_port)
+            if self.options.allow_grpc:
+                socks["grpc"] = self._listen(self.grpc_port)
+            fds = {name: sock.fileno() for name, sock in socks.items()}
+            config_path = self.work_dir / "gate.json"
+            fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                import json
+
+                json.dump(self.gate_config(fds), f)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.serving.gate", str(config_path)],
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                cwd=self.work_dir,
+                preexec_fn=_die_with_parent,
+                start_new_session=True,
+                pass_fds=list(fds.values()),
+            )
+        finally:
+            for sock in socks.values():
+                sock.close()
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return self._final_logs
+
+    def backend_implementation(self, backend: str) -> str:
+        if backend == "onnxruntime":
+            return f"onnxruntime via harness Python backend (onnxruntime {onnxruntime.__version__})"
+        return backend
+
+    def unpacked_envs(self) -> set[str]:
+        """``/tmp/python_env_*`` folders our own stubs run in (read from /proc, not guessed)."""
+        found: set[str] = set()
+        if not self.is_running():
+            return found
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                seen = Path(f"/proc/{child.pid}/maps").read_text()
+                seen += Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace")
+            except (OSError, psutil.Error):
+                continue
+            found |= set(re.findall(r"/tmp/python_env_[A-Za-z0-9]+", seen))
+        return found
+
+    def stop(self) -> None:
+        """SIGTERM, wait, SIGKILL the group; then remove our shm regions and unpacked envs."""
+        own_envs = self.unpacked_envs()
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=self.exit_timeout_s + (25 if self.gate else 10))
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        for region in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
+            Path(region).unlink(missing_ok=True)
+        for env_dir in own_envs:
+            shutil.rmtree(env_dir, ignore_errors=True)
+        if self._own_work_dir and self.work_dir.exists():
+            self._final_logs, self._final_events = self.logs(), self.gate_events()
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def shm_regions(self) -> list[str]:
+        """This server's shared-memory regions as seen by its stubs (inside the gate's private
+        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``)."""
+        if self.gate and self.is_running():
+            return glob.glob(f"/proc/{self.process.pid}/root/dev/shm/{self.shm_prefix}*")
+        return glob.glob(f"/dev/shm/{self.shm_prefix}*")
+
+    def leftovers(self) -> list[str]:
+        """Shared-memory regions of this server still present (empty after a clean stop)."""
+        return glob.glob(f"/dev/shm/{self.shm_prefix}*")

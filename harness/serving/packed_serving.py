@@ -1,0 +1,222 @@
+"""Serving a deployment with its packed env on the local server: ``python -m harness pack-env <d> --serve``.
+
+The application side of ``harness.serving.packenv`` (which stays a library of packing and pre-flight
+checks, importing nothing of the launchers): start a local server on a generated repository
+copy whose Python models run in the packed env, run the deployment's checks on it, and show in
+which env each stub really runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from harness.context import DeploymentContext
+from harness.deployments import get_deployment
+from harness.repository import python_models
+from harness.serving.launchers import LocalTritonServer, ServerStartError
+from harness.serving.launchers.base import serve_until_interrupted
+from harness.serving.packenv import (
+    TARGETS,
+    PackedEnvError,
+    PackEnvError,
+    default_output,
+    is_stale,
+    load_recipe,
+    local_python,
+    pack,
+    packed_server_options,
+    server_target,
+    sidecar,
+)
+from harness.session import interrupt_on_sigterm
+
+
+def start_server(options, **launcher_kwargs):
+    """A ready LocalTritonServer on ``options`` (stopped again if it does not become ready)."""
+    server = LocalTritonServer(options, **launcher_kwargs)
+    try:
+        server.start()
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def stub_envs(server) -> dict[str, list[str]]:
+    """Which packed env each Python-backend stub of a local ``server`` runs in.
+
+    ``{model path: [env folders]}`` read from ``/proc/<stub>/maps`` and ``environ``: the unpacked
+    env folders (``/tmp/python_env_*``) whose shared libraries (numpy's, cv2's ...) the stub has
+    loaded or whose ``bin`` the backend put on its PATH when it activated the env.
+    An empty list means the stub took its packages from elsewhere (the harness's own venv).
+    """
+    found: dict[str, list[str]] = {}
+    for child in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            cmdline = child.cmdline()
+            if not cmdline or not cmdline[0].endswith("triton_python_backend_stub"):
+                continue
+            seen = Path(f"/proc/{child.pid}/maps").read_text()
+            seen += "\n" + Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace").replace("\0", "\n")
+        except (psutil.Error, OSError):
+            continue
+        # maps: libraries loaded from the env (numpy's ...); environ: the activated env's bin on PATH.
+        envs = sorted({m.group(1) for m in re.finditer(r"(/tmp/python_env_[^/\s:]+/\d+)/", seen)})
+        model = cmdline[1] if len(cmdline) > 1 else str(child.pid)
+        found.setdefault(model, [])
+        found[model] = sorted(set(found[model]) | set(envs))
+    return found
+
+
+def run_checks(deployment, server, target: str) -> dict[str, str | None]:
+    """Run the deployment's ``check_*`` functions on ``server``; ``{name: None or the failure}``."""
+    ctx = DeploymentContext(deployment, server, server_target(deployment, target))
+    results = {}
+    for name, check in deployment.checks().items():
+        try:
+            check(ctx)
+            results[name] = None
+        except Exception as exc:  # noqa: BLE001 - reported per check
+            results[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return results
+
+
+def pack_command(args) -> int:
+    """``python -m harness pack-env``: pack the deployment's env when stale, then serve it if asked."""
+    try:
+        deployment = get_deployment(args.deployment)
+        recipe = load_recipe(deployment.path)
+        tarball = Path(args.output or default_output(deployment.path, args.target)).resolve()
+        reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
+        if reason:
+            print(f"{deployment.name}: packing for target {args.target} ({reason})")
+            pack(
+                recipe,
+                args.target,
+                tarball,
+                tool=args.tool,
+                python=args.python,
+                python_prefix=args.python_prefix,
+                compile_bytecode=not args.no_compile,
+            )
+        else:
+            meta = json.loads(sidecar(tarball).read_text())
+            print(
+                f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "
+                f"{meta['size_bytes'] / 1e6:.1f} MB); --force to repack"
+            )
+    except PackEnvError as exc:
+        print(f"pack-env: {exc}", file=sys.stderr)
+        return 2
+    return serve(args, deployment, tarball) if args.serve else 0
+
+
+def add_arguments(parser) -> None:
+    """The ``pack-env`` subcommand's options."""
+    parser.add_argument("deployment", help="deployment name (folder under deployments/)")
+    parser.add_argument("--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)")
+    parser.add_argument("--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)")
+    parser.add_argument(
+        "--tool",
+        default="auto",
+        choices=("auto", "conda", "venv"),
+        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)",
+    )
+    parser.add_argument(
+        "--python", default=None, help="the Python to build a venv with (must match the target's version)"
+    )
+    parser.add_argument(
+        "--python-prefix",
+        default=None,
+        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)",
+    )
+    parser.add_argument("--force", action="store_true", help="repack even when the tarball is current")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave out .pyc files (smaller tarball, slower stub start-up)"
+    )
+    parser.add_argument(
+        "--serve", action="store_true", help="then serve the deployment with it on the local server until Ctrl-C"
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="with --serve: stop as soon as the server is ready (a smoke test)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --serve: run the deployment's checks on it, show which env each stub runs in, stop",
+    )
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+
+
+def serve(args, deployment, tarball: Path) -> int:
+    """Serve ``deployment`` on the local server with its packed env ``tarball`` (``--serve``)."""
+    if TARGETS.get(args.target, ("", "local"))[1] not in ("local", local_python()):
+        print(
+            f"target {args.target} needs the stub of its own server ({TARGETS[args.target][0]}); the local "
+            f"server here runs the Python {local_python()} stub. Serve it there (docker mode), or pack "
+            "--target cpu to serve locally.",
+            file=sys.stderr,
+        )
+        return 2
+    deployment.export()
+    work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
+    try:
+        options = packed_server_options(deployment, args.target, tarball, work)
+        interrupt_on_sigterm()
+        began = time.monotonic()
+        try:
+            server = start_server(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
+        except ServerStartError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        try:
+            models = python_models(options.model_repository, options.model_config_name)
+            print(
+                f"{deployment.name} ready in {time.monotonic() - began:.1f} s with packed env {tarball.name} "
+                f"(Python models {', '.join(models)})"
+            )
+            print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
+            print(f"  repository (generated copy) {options.model_repository}\n  log {server.log_path}")
+            if args.check:
+                results = run_checks(deployment, server, args.target)
+                for name, failure in results.items():
+                    print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
+                usage = {
+                    m: e
+                    for m, e in stub_envs(server).items()
+                    if any(f"/model_repository/{name}/" in m for name in models)
+                }
+                for model, envs in sorted(usage.items()):
+                    print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
+                failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
+                print(
+                    f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
+                    f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env"
+                )
+                return 1 if failed else 0
+            if args.once:
+                return 0
+            return serve_until_interrupted(server)
+        except ServerStartError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            server.stop()
+    except PackedEnvError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""The pytest side of the harness: check outcomes for the matrix, and toy models for tests."""
