@@ -10,15 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import subprocess
 import sys
-import time
 
 from harness.deployments import ManifestError, discover, get_deployment
-from harness.serving.launchers import MODES, LocalTritonServer, ServerStartError, create_server
-from harness.serving.launchers.base import port_in_use, serve_until_interrupted
-from harness.session import interrupt_on_sigterm
+from harness.serving.launchers import MODES, LocalTritonServer, create_server
+from harness.serving.launchers.base import port_in_use, serve_in_foreground
 
 
 def _list(args) -> int:
@@ -71,18 +68,9 @@ def _serve(args) -> int:
         server = DockerTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
     else:
         server = create_server(args.mode, options, url=args.server_url)
-    interrupt_on_sigterm()
-    began = time.monotonic()
-    try:
-        server.start()
-    except ServerStartError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    try:
-        server.wait_ready()
-        print(
-            f"{deployment.name} ready in {time.monotonic() - began:.1f} s ({server.mode} server, target {args.target})"
-        )
+
+    def on_ready(server, seconds: float) -> None:
+        print(f"{deployment.name} ready in {seconds:.1f} s ({server.mode} server, target {args.target})")
         print(f"  HTTP    {server.http_url}")
         if server.grpc_url:
             print(f"  gRPC    {server.grpc_url}")
@@ -91,15 +79,8 @@ def _serve(args) -> int:
         print(f"  models  {', '.join(deployment.entry_models)}")
         if isinstance(server, LocalTritonServer):
             print(f"  log     {server.log_path}")
-        return serve_until_interrupted(server)
-    except ServerStartError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        server.stop()
+
+    return serve_in_foreground(server, on_ready)
 
 
 def _show_level(deployment: str, benchmark: str, level) -> None:

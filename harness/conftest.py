@@ -9,6 +9,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.serving.launchers import MODES
 from harness.session import ServerPool
+from harness.testing import markers
 from harness.testing import outcomes as pytest_outcomes
 
 TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
@@ -91,3 +92,15 @@ def pytest_configure(config):
     if not config.getoption("--record-results") and not os.environ.get("HARNESS_RESULTS_DIR"):
         os.environ["HARNESS_RESULTS_DIR"] = str(TEST_RUN_RESULTS)
     pytest_outcomes.pytest_configure(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that start a tritonserver ``server`` (``pytest -m "not server"``: unit tests only)."""
+    markers.mark_server_tests(items)
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_tests_start_no_server(request, monkeypatch):
+    """An unmarked test that starts a server fails, so that ``-m "not server"`` stays fast and honest."""
+    if request.node.get_closest_marker("server") is None:
+        markers.refuse_server_starts(monkeypatch, request.node.nodeid)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -140,12 +139,3 @@ def for_each_scenario(
                     pool.release(variant_key(deployment, benchmark.config))
         pool.release(deployment.name)
     return failed
-
-
-def interrupt_on_sigterm() -> None:
-    """Turn SIGTERM into KeyboardInterrupt, so that servers are stopped the same way as on Ctrl-C."""
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)

@@ -325,7 +325,7 @@ def _bench(args) -> int:
     if reason:
         print(f"bench-network: {reason}")
         return 0
-    from harness.session import interrupt_on_sigterm
+    from harness.serving.launchers.base import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # unwinds through ShapedNamespace.__exit__, which deletes the namespace
     try:

@@ -13,7 +13,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
@@ -21,8 +20,8 @@ import psutil
 from harness.context import DeploymentContext
 from harness.deployments import get_deployment
 from harness.repository import python_models
-from harness.serving.launchers import LocalTritonServer, ServerStartError
-from harness.serving.launchers.base import serve_until_interrupted
+from harness.serving.launchers import LocalTritonServer
+from harness.serving.launchers.base import serve_in_foreground
 from harness.serving.packenv import (
     TARGETS,
     PackedEnvError,
@@ -36,7 +35,6 @@ from harness.serving.packenv import (
     server_target,
     sidecar,
 )
-from harness.session import interrupt_on_sigterm
 
 
 def start_server(options, **launcher_kwargs):
@@ -173,50 +171,39 @@ def serve(args, deployment, tarball: Path) -> int:
     work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
     try:
         options = packed_server_options(deployment, args.target, tarball, work)
-        interrupt_on_sigterm()
-        began = time.monotonic()
-        try:
-            server = start_server(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
-        except ServerStartError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        try:
+        server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
+
+        def on_ready(server, seconds: float) -> int | None:
             models = python_models(options.model_repository, options.model_config_name)
             print(
-                f"{deployment.name} ready in {time.monotonic() - began:.1f} s with packed env {tarball.name} "
+                f"{deployment.name} ready in {seconds:.1f} s with packed env {tarball.name} "
                 f"(Python models {', '.join(models)})"
             )
             print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
             print(f"  repository (generated copy) {options.model_repository}\n  log {server.log_path}")
             if args.check:
-                results = run_checks(deployment, server, args.target)
-                for name, failure in results.items():
-                    print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
-                usage = {
-                    m: e
-                    for m, e in stub_envs(server).items()
-                    if any(f"/model_repository/{name}/" in m for name in models)
-                }
-                for model, envs in sorted(usage.items()):
-                    print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
-                failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
-                print(
-                    f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
-                    f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env"
-                )
-                return 1 if failed else 0
-            if args.once:
-                return 0
-            return serve_until_interrupted(server)
-        except ServerStartError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            server.stop()
+                return report_checks(deployment, server, args.target, models)
+            return 0 if args.once else None
+
+        return serve_in_foreground(server, on_ready)
     except PackedEnvError as exc:
         print(exc, file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def report_checks(deployment, server, target: str, models: list[str]) -> int:
+    """Run the deployment's checks on the packed-env ``server`` and show which env each stub runs in."""
+    results = run_checks(deployment, server, target)
+    for name, failure in results.items():
+        print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
+    usage = {m: e for m, e in stub_envs(server).items() if any(f"/model_repository/{name}/" in m for name in models)}
+    for model, envs in sorted(usage.items()):
+        print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
+    failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
+    print(
+        f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
+        f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env"
+    )
+    return 1 if failed else 0

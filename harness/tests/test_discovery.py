@@ -38,6 +38,7 @@ def test_manifest_errors_name_the_problem(tmp_path):
         discover(tmp_path)
 
 
+@pytest.mark.server
 def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path):
     """What a user does: copy a folder, keep the models they want, edit the manifest, run."""
     get_deployment("embedding_cpu").export()

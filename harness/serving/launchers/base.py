@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import abc
 import re
+import signal
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import tritonclient.http as httpclient
@@ -199,6 +200,39 @@ class TritonServer(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def interrupt_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so that servers are stopped the same way as on Ctrl-C."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, float], int | None]) -> int:
+    """Start ``server`` and hold it until Ctrl-C or SIGTERM (exit status 0) or until it exits by itself (1).
+
+    ``on_ready(server, seconds_to_ready)`` tells the user what is served; when it returns a status
+    (``--once``, ``--check``) the run ends with it. A start failure prints the launcher's one-line
+    error and returns 1. The server is stopped whatever happens.
+    """
+    interrupt_on_sigterm()
+    began = time.monotonic()
+    try:
+        server.start()
+        server.wait_ready()
+        status = on_ready(server, time.monotonic() - began)
+        return serve_until_interrupted(server) if status is None else status
+    except ServerStartError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        server.stop()
 
 
 def serve_until_interrupted(server: TritonServer) -> int:
