@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from harness import provenance
 from harness.deployments import load_module
 from triton_helpers.detection import box_iou
 
@@ -27,7 +28,6 @@ client = load_module(HERE / "client.py", "yolo11_ensemble_client")
 
 ENSEMBLE, DETECTOR = "yolo11_ensemble", "yolo11_detector"
 MIN_IOU, MAX_SCORE_DIFF = 0.9, 0.02
-REGENERATE = "cd deployments/yolo11_ensemble && python export.py [--weights W] && python make_fixtures.py [--weights W]"
 BENCH_IMAGE = "bus.jpg"
 
 
@@ -52,23 +52,10 @@ def _infer_ensemble(ctx, *images: bytes, protocol="http", parameters=None) -> li
     return [client.ensemble_outputs_to_detections(out, i) for i in range(len(images))]
 
 
-def _export_info(ctx) -> dict | None:
-    path = ctx.deployment.path / ".exported" / "export_info.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def _require_same_weights(ctx) -> None:
+    """The served detector ONNX carries the weights identity the fixtures record (harness.provenance)."""
     expected = _expected(ctx.deployment.fixtures_path)
-    info = _export_info(ctx)
-    assert info is not None, f"no .exported/export_info.json: the model was not exported here; run: {REGENERATE}"
-    assert info["weights_sha256"] == expected["weights_sha256"], (
-        f"the served model was exported from other weights ({info.get('weights') or info.get('arch')}, sha256 "
-        f"{info['weights_sha256'][:12]}) than the fixtures ({expected['weights']}, sha256 "
-        f"{expected['weights_sha256'][:12]}); export the fixtures' weights or regenerate both: {REGENERATE}"
-    )
-    assert info["imgsz"] == expected["imgsz"], (
-        f"exported at {info['imgsz']}, fixtures at {expected['imgsz']}: {REGENERATE}"
-    )
+    provenance.assert_served_weights(ctx, DETECTOR, provenance.fixtures_identity(expected, DETECTOR))
 
 
 def match_detections(got: client.Detections, expected: list[dict], where: str) -> None:

