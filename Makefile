@@ -14,7 +14,7 @@ EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast list export deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench clean
+.PHONY: help install test test-unit list export deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,6 +31,9 @@ install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default al
 
 test: install ## Run the whole default suite against real tritonservers (pytest harness/ triton_helpers/)
 	$(PY) -m pytest harness/ triton_helpers/ $(PYTEST_ARGS)
+
+test-unit: install ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
+	$(PY) -m pytest harness/ triton_helpers/ -m 'not server' $(PYTEST_ARGS)
 
 list: install ## List the deployments the harness discovers
 	$(PY) -m harness list
@@ -60,7 +63,7 @@ clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
-# --- results matrix and network-bound runs (harness/measuring/matrix.py, harness/measuring/netem.py) ---
+# --- results matrix and network-bound runs (harness/measuring/matrix/, harness/measuring/netem.py) ---
 NETWORK_RATE ?= 100mbit
 NETWORK_RTT_MS ?= 0
 .PHONY: matrix bench-network

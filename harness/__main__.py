@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
     bench.set_defaults(func=_bench)
 
-    from harness.serving import packed_serving
+    from harness import packed_serving
 
     pack_env = sub.add_parser(
         "pack-env",

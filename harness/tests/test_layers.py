@@ -76,3 +76,54 @@ def test_harness_has_no_import_cycle():
     graph = import_graph()
     assert "harness.serving.packenv" in graph and "harness.serving.launchers.local" in graph
     assert cycles(graph) == []
+
+
+#: Lowest layer first; a module may import its own layer and the layers below it, never one above.
+LAYERS = [
+    (
+        "core",
+        (
+            "harness",
+            "harness.manifest",
+            "harness.repository",
+            "harness.tensors",
+            "harness.variants",
+            "harness.provenance",
+            "harness.client_cli",
+        ),
+    ),
+    ("serving", ("harness.serving",)),
+    ("deployments", ("harness.deployments", "harness.context", "harness.session", "harness.packed_serving")),
+    (
+        "tools",
+        (
+            "harness.measuring",
+            "harness.reliability",
+            "harness.scaleout",
+            "harness.testing",
+            "harness.__main__",
+            "harness.conftest",
+        ),
+    ),
+]
+
+
+def layer_of(module: str) -> int:
+    best = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or (prefix != "harness" and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (index, len(prefix))
+    assert best is not None, f"{module} is in no layer of LAYERS: add it"
+    return best[0]
+
+
+def test_every_import_points_down_the_layers():
+    upward = [
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for module, targets in import_graph().items()
+        for target in sorted(targets)
+        if layer_of(target) > layer_of(module)
+    ]
+    assert upward == []

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from harness import repository
+from harness import packed_serving, repository
 from harness.deployments import Deployment, discover
 from harness.manifest import Manifest
-from harness.serving import packed_serving, packenv
+from harness.serving import packenv
 from harness.serving.launchers import LocalTritonServer, ServerOptions, ServerStartError
 from harness.serving.launchers.docker import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository
