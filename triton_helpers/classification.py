@@ -12,8 +12,9 @@ served here:
   ``crop x crop``, normalised with mean 127 / std 128 (on the 0..255 scale).
 
 Both produce float32 ``(3, crop, crop)`` arrays, channel-first RGB, bit-identical to the
-torchvision pipeline on the same PIL image. ``top_k`` turns logits into class ids,
-softmax probabilities and labels.
+torchvision pipeline on the same PIL image; ``ImageTransform.pixels`` stops before the
+normalisation (``uint8`` channel-last), for graphs that normalise themselves. ``top_k`` turns
+logits into class ids, softmax probabilities and labels.
 """
 
 from __future__ import annotations
@@ -128,10 +129,14 @@ class ImageTransform:
         std = np.asarray(self.std, dtype=np.float32).reshape(3, 1, 1)
         return (chw - mean) / std
 
-    def __call__(self, image: Image.Image) -> np.ndarray:
+    def pixels(self, image: Image.Image) -> np.ndarray:
+        """The geometric step as ``(crop, crop, 3)`` RGB ``uint8``: what a graph that normalises itself takes."""
         if image.mode != "RGB":
             image = image.convert("RGB")
-        return self.normalize(np.asarray(self.resize_crop_pil(image)))
+        return np.asarray(self.resize_crop_pil(image))
+
+    def __call__(self, image: Image.Image) -> np.ndarray:
+        return self.normalize(self.pixels(image))
 
 
 def shorter_side_size(width: int, height: int, size: int) -> tuple[int, int]:
@@ -252,13 +257,19 @@ DEFAULT_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 class PreprocessModel:
-    """Encoded image bytes in, normalised float32 batch ``(n, 3, crop, crop)`` out.
+    """Encoded image bytes in, one image batch out, in the form the config's output declares.
+
+    - output dims ``[3, crop, crop]`` (float): normalised channel-first, as the reference's tensor;
+    - output ``TYPE_UINT8`` dims ``[crop, crop, 3]``: the resized RGB pixels only, for a model whose
+      graph casts, normalises and transposes itself (export.py folds that in), so no float copy
+      is made here and a quarter of the bytes cross to the next step.
 
     The transform comes from the config's ``parameters`` (see ``ImageTransform.from_parameters``)
     plus ``max_pixels`` / ``max_bytes`` for the decoder. A bad image fails its own request only.
     """
 
     pb_utils = None  # the model.py subclass sets ``pb_utils = triton_python_backend_utils``
+    raw_pixels = False
 
     def initialize(self, args):
         import json
@@ -281,18 +292,25 @@ class PreprocessModel:
         self.output_name = config["output"][0]["name"]
         self.dtype = output_dtypes(self.pb_utils, config)[self.output_name]
         dims = [int(d) for d in config["output"][0]["dims"]]
-        if dims != [3, self.transform.crop, self.transform.crop]:
-            raise ValueError(f"output dims {dims} do not match the transform's crop {self.transform.crop}")
+        crop = self.transform.crop
+        self.raw_pixels = np.dtype(self.dtype) == np.uint8
+        want = [crop, crop, 3] if self.raw_pixels else [3, crop, crop]
+        if dims != want:
+            layout = "uint8 (crop, crop, 3)" if self.raw_pixels else "(3, crop, crop)"
+            raise ValueError(
+                f"output dims {dims} do not match the transform's crop {crop}: a {layout} output needs {want}"
+            )
 
     def preprocess(self, items: list[bytes]) -> np.ndarray:
         """Decode and transform every image of one request (an error names the bad item)."""
         from triton_helpers.images import open_image
 
+        convert = self.transform.pixels if self.raw_pixels else self.transform
         batch = []
         for index, data in enumerate(items):
             try:
                 image = open_image(data, **self.limits)
-                batch.append(self.transform(image))
+                batch.append(convert(image))
             except InputError as exc:
                 where = f"{self.input_name}[{index}]: " if len(items) > 1 else ""
                 raise InputError(f"{where}{exc}") from None

@@ -196,6 +196,35 @@ def check_bare_models_with_client_tensor(ctx):
             _assert_matches(model, name, ids, probs)
 
 
+def check_folded_models_equal_bare_models(ctx):
+    """<model>_uint8 (the ensembles' step: uint8 pixels in, normalisation in the graph) gives the
+    bare model's logits for the same images, from the same weights."""
+    import io
+
+    from PIL import Image
+
+    from harness.tensors import make_inputs, result_arrays
+
+    headers = dict(getattr(ctx.server, "admin_headers", None) or {}) or None
+    images = [Image.open(io.BytesIO(d)).convert("RGB") for d in fixture_images().values()]
+    for model, (_, transform) in CLASSIFIERS.items():
+        repository = str(ctx.deployment.model_repository)
+        folded = f"{model}_uint8"
+        assert served_weights_sha256(repository, folded) == served_weights_sha256(repository, model), (
+            f"{folded} was not folded from the served {model}: run `python export.py` again"
+        )
+        pixels = np.stack([transform.pixels(image) for image in images])
+        assert pixels.dtype == np.uint8 and pixels.shape[1:] == (224, 224, 3)
+        client = ctx.http_client()
+        try:
+            got = result_arrays(client.infer(folded, make_inputs("http", {"PIXELS": pixels}), headers=headers), None)
+        finally:
+            client.close()
+        want = ctx.infer(model, {"IMAGE": np.stack([transform(image) for image in images])}, ["LOGITS"])["LOGITS"]
+        err = float(np.abs(got["LOGITS"] - want).max())
+        assert err <= 1e-5 * max(1.0, float(np.abs(want).max())), f"{folded}: logits differ from {model} by {err:.2e}"
+
+
 def check_top_k_parameter(ctx):
     """Request parameter top_k: default 5, 1, 20, and out-of-range values are refused."""
     bus = fixture_images()["bus.jpg"]

