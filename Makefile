@@ -130,7 +130,7 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness pack-env $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
 test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), a replica killed behind nginx
-	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker.py harness/tests/test_docker_gate.py harness/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
+	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py harness/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
 # --- beyond one machine: Kubernetes objects, multi-replica runs (harness/scaleout/, docs/scaling.md) ---
 K8S_ARGS ?=

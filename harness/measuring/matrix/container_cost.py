@@ -1,0 +1,54 @@
+"""What the container costs: docker / local items/s of the same variant, target, c and
+generator, each docker row paired with the local record of that cell taken closest in time."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from harness.measuring.matrix.cells import generator_family, stamp
+
+
+def _hours(record: dict) -> float:
+    try:
+        return dt.datetime.fromisoformat(stamp(record).replace("Z", "+00:00")).timestamp() / 3600
+    except ValueError:
+        return float("nan")
+
+
+def _pair_key(record: dict) -> tuple:
+    return (
+        record.get("benchmark"),
+        record.get("target"),
+        int(record.get("concurrency") or 0),
+        generator_family(record),
+    )
+
+
+def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[dict]:
+    """docker / local items/s for each docker row of the table: against the local record of the same
+    variant, target, c and generator taken closest in time (from ``history``, all records of the
+    deployment; default the table's own rows), so that a pair comes from one run where there is one."""
+    measured = [r for r in rows if r["measured"]]
+    candidates = [r for r in (history if history is not None else measured) if r.get("server_mode") == "local"]
+    pairs = []
+    for docker in measured:
+        if docker["server_mode"] != "docker":
+            continue
+        key = _pair_key(docker)
+        same = [r for r in candidates if _pair_key(r) == key and r.get("items_per_second")]
+        if not same:
+            continue
+        local = min(same, key=lambda r: abs(_hours(r) - _hours(docker)))
+        pairs.append(
+            {
+                "benchmark": key[0],
+                "target": key[1],
+                "concurrency": key[2],
+                "generator": key[3],
+                "local": local["items_per_second"],
+                "docker": docker["items_per_second"],
+                "ratio": docker["items_per_second"] / local["items_per_second"],
+                "hours_apart": abs(_hours(docker) - _hours(local)),
+            }
+        )
+    return pairs

@@ -1,0 +1,86 @@
+"""The matrix's ``correctness`` column: check outcomes (the pytest plugin's JSON lines or a
+JUnit XML) and the summary of a deployment's checks for one row."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+from harness.measuring.matrix.cells import stamp
+from harness.measuring.records import OUTCOMES_FILE
+
+
+def read_outcomes(folder: Path) -> list[dict]:
+    """Check outcomes: the plugin's JSON lines, plus any ``junit*.xml`` in the results folder."""
+    rows = []
+    path = folder / OUTCOMES_FILE
+    if path.exists():
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for xml_path in sorted(folder.glob("junit*.xml")):
+        try:
+            root = ET.parse(xml_path).getroot()
+        except ET.ParseError:
+            continue
+        when = dt.datetime.fromtimestamp(xml_path.stat().st_mtime, dt.UTC).isoformat(timespec="seconds")
+        for suite in root.iter("testsuite"):
+            when = suite.get("timestamp") or when
+            for case in suite.iter("testcase"):
+                name = case.get("name", "")
+                if not name.startswith("test_check["):
+                    continue
+                outcome = "passed"
+                if case.find("failure") is not None or case.find("error") is not None:
+                    outcome = "failed"
+                elif case.find("skipped") is not None:
+                    outcome = "skipped"
+                rows.append(
+                    {
+                        "timestamp": when,
+                        "nodeid": name,
+                        "param": name.split("[", 1)[1].rstrip("]"),
+                        "outcome": outcome,
+                        "target": "cpu",
+                        "server_mode": "local",
+                    }
+                )
+    return rows
+
+
+def correctness_by_deployment(outcomes: list[dict], names: list[str]) -> dict[str, dict]:
+    """``{deployment: {(target, mode): {check: latest outcome row}}}``."""
+    found: dict[str, dict] = defaultdict(lambda: defaultdict(dict))
+    for row in sorted(outcomes, key=stamp):
+        for name in sorted(names, key=len, reverse=True):
+            if row["param"].startswith(name + "-"):
+                check = row["param"][len(name) + 1 :]
+                found[name][(row.get("target", "cpu"), row.get("server_mode", "local"))][check] = row
+                break
+    return found
+
+
+def summarize_checks(checks: dict[str, dict]) -> str:
+    if not checks:
+        return "not run"
+    failed = sorted(c for c, r in checks.items() if r["outcome"] == "failed")
+    passed = sum(r["outcome"] == "passed" for r in checks.values())
+    ran = passed + len(failed)
+    if not ran:
+        return "skipped"
+    if failed:
+        return f"FAIL {len(failed)}/{ran}: " + ", ".join(failed)
+    return f"pass {passed}/{ran}"
+
+
+def row_correctness(checks: dict[str, dict], model: str | None, models: set[str] | None = None) -> str:
+    """The checks named after the row's model (``<model>_...``, the longest model name that
+    prefixes a check owns it) when there are such checks, else all of the deployment's."""
+    if model:
+        names = set(models or ()) | {model}
+        owner = {c: max((m for m in names if c == m or c.startswith(m + "_")), key=len, default=None) for c in checks}
+        specific = {c: r for c, r in checks.items() if owner[c] == model}
+        if specific:
+            return summarize_checks(specific)
+    return summarize_checks(checks)
