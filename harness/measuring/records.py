@@ -8,6 +8,7 @@ import os
 import platform
 from functools import lru_cache
 from pathlib import Path
+from typing import TypedDict
 
 from harness import PROJECT_ROOT
 
@@ -84,17 +85,62 @@ def scenario_fields(
     }
 
 
-def append_record(record: dict, path: Path | None = None) -> Path:
-    """Append one record (timestamped, with the machine) to the records file."""
+class Record(TypedDict, total=False):
+    """One measured cell: a scenario at one concurrency, as one JSON line of ``records.jsonl``.
+
+    ``REQUIRED`` keys are refused when missing; generators add their own measured fields (latency
+    percentiles, Triton's queue / compute times, ceilings, pinning ...) beside them.
+    """
+
+    schema: int
+    timestamp: str
+    machine: dict
+    deployment: str
+    benchmark: str
+    model: str
+    variant: str
+    target: str
+    protocol: str
+    generator: str
+    server_mode: str
+    concurrency: int
+    items_per_request: int
+    items_per_second: float
+    perf_throughput: float
+    perf_latency_p50: float
+    perf_latency_p99: float
+    errors: int
+
+
+REQUIRED = ("deployment", "benchmark", "model", "variant", "target", "generator", "concurrency", "items_per_second")
+
+
+class RecordError(ValueError):
+    pass
+
+
+def append_record(record: Record, path: Path | None = None) -> Path:
+    """Append one record (schema version, timestamp, machine added) to the records file."""
+    missing = [key for key in REQUIRED if record.get(key) is None]
+    if missing:
+        raise RecordError(
+            f"a benchmark record of {record.get('deployment', '?')}/{record.get('benchmark', '?')} lacks "
+            f"{', '.join(missing)} (harness.measuring.records.REQUIRED)"
+        )
     path = path or records_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    full = {"timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "machine": machine(), **record}
+    full = {
+        "schema": SCHEMA,
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        **record,
+    }
     with path.open("a") as handle:
         handle.write(json.dumps(full, default=str) + "\n")
     return path
 
 
-def read_records(path: Path | None = None) -> list[dict]:
+def read_records(path: Path | None = None) -> list[Record]:
     """All records in the file (empty when there is none)."""
     path = path or records_path()
     if not path.exists():
