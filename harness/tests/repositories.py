@@ -8,8 +8,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from harness.reliability.faults import ECHO_MODEL
 from harness.serving.launchers import LocalTritonServer, ServerOptions
+from harness.testing.toy_models import echo_config, write_echo
 
 DOUBLE_CONFIG = """
 name: "double"
@@ -24,13 +24,7 @@ parameters { key: "execution_mode" value: { string_value: "0" } }
 optimization { graph { level: 1 } }
 """
 
-ECHO_CONFIG = """
-name: "echo"
-backend: "python"
-max_batch_size: 8
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
-"""
+ECHO_CONFIG = echo_config(max_batch_size=8, instances=None, queue_delay_us=None)  # one instance, no batcher
 
 
 def write_double_onnx(path: Path) -> None:
@@ -54,9 +48,7 @@ def make_repository(root: Path, models: tuple[str, ...] = ("double", "echo")) ->
         write_double_onnx(repo / "double" / "1" / "model.onnx")
         (repo / "double" / "config.pbtxt").write_text(DOUBLE_CONFIG)
     if "echo" in models:
-        (repo / "echo" / "1").mkdir(parents=True, exist_ok=True)
-        (repo / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
-        (repo / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
+        write_echo(repo, ECHO_CONFIG)
     return repo
 
 
