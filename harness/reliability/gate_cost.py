@@ -1,8 +1,8 @@
 """What the gate costs: the same model served with and without it, verified load at concurrency c.
 
-    python -m harness.reliability.gate_cost                                   # embedding_cpu/embedding_onnx_text, c=8
-    python -m harness.reliability.gate_cost --deployment embedding_cpu --model embedding_onnx_text --rounds 3 --duration 10
-    python -m harness.reliability.gate_cost --model echo --json results/reliability/gate_cost_echo.json   # worst case
+    python -m harness gate-cost           # embedding_cpu/embedding_onnx_text, c=8
+    python -m harness gate-cost --deployment embedding_cpu --model embedding_onnx_text --rounds 3 --duration 10
+    python -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json   # worst case
 
 Servers run one at a time (never both at once), in alternating rounds (gate, direct, gate,
 direct, ...) so that drift of a shared machine hits both; each round measures ``duration``
@@ -17,60 +17,32 @@ import statistics
 import time
 from pathlib import Path
 
-from harness.reliability.soak import (
-    RESULTS_DIR,
-    deployment_server,
-    echo_workload,
-    percentiles,
-    run_checked_load,
-    stop_server,
-    text_embedding_workload,
-    write_json,
-)
+from harness.reliability.load import model_workload, run_checked_load
+from harness.reliability.report import RESULTS_DIR, write_json
+from harness.reliability.servers import model_server, stop_server
 
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, duration_s=warmup_s + duration_s)
-    start = log.began + warmup_s
-    kept = [r for r in log.records if r.start >= start]
-    ok = [r for r in kept if r.status == "ok"]
-    span = max(r.end for r in kept) - start if kept else 0.0
+    steady = log.steady(warmup_s)
     return {
-        "requests": len(kept),
-        "ok": len(ok),
-        "not_ok": len(kept) - len(ok),
-        "throughput_rps": round(len(ok) / span, 1) if span else 0.0,
-        **percentiles([(r.end - r.start) * 1000 for r in ok]),
+        "requests": steady["requests"],
+        "ok": steady["ok"],
+        "not_ok": steady["requests"] - steady["ok"],
+        "throughput_rps": steady["throughput_rps"],
+        **steady["latency_all"],
     }
-
-
-def _server(deployment: str, model: str, gated: bool):
-    """The deployment's subset server for ``model``; ``echo``: the tiny echo repository (the
-    gate's worst case: a model that costs almost nothing, so the proxy's share is largest)."""
-    if model == "echo":
-        import tempfile
-
-        from harness.reliability.faults import echo_repository
-        from harness.serving.launchers import LocalTritonServer, ServerOptions
-
-        root = Path(tempfile.mkdtemp(prefix="gate-cost-"))
-        server = LocalTritonServer(ServerOptions(str(echo_repository(root)), required_models=["echo"]), gate=gated)
-        server.cleanup_dirs = [root]  # type: ignore[attr-defined]
-        return server
-    server = deployment_server(deployment, [model])
-    server.gate = gated
-    return server
 
 
 def run(deployment: str, model: str, concurrency: int, rounds: int, duration_s: float, warmup_s: float) -> dict:
     rows = []
     for index in range(rounds):
         for gated in (True, False):
-            server = _server(deployment, model, gated)
+            server = model_server(deployment, model, gate=gated)
             server.start()
             try:
                 server.wait_ready()
-                workload = text_embedding_workload(server.http_url, model) if model != "echo" else echo_workload()
+                workload = model_workload(server.http_url, model)
                 row = {"round": index, "gate": gated, **measure(server, workload, concurrency, duration_s, warmup_s)}
             finally:
                 stop_server(server)

@@ -8,16 +8,11 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from harness.reliability.faults import (
-    echo_repository,
-    format_fault,
-    kill_stub,
-    restart_server,
-    unload_reload,
-)
-from harness.reliability.soak import echo_workload
+from harness.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
+from harness.reliability.load import echo_workload
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.serving.launchers.local import ADMIN_HEADER
+from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
 
 

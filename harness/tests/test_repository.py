@@ -95,6 +95,16 @@ def test_every_shipped_config_parses_and_its_dependencies_exist():
             repository.dependencies(repo, [name])
 
 
+def test_a_subset_of_a_shipped_deployment_follows_its_bls_and_ensemble_references(tmp_path):
+    """What the reliability runs serve: an entry model and what it calls, as links."""
+    repo = PROJECT_ROOT / "deployments" / "embedding_cpu" / "model_repository"
+    assert repository.dependencies(repo, ["embedding_onnx_text"]) == ["embedding_onnx", "embedding_onnx_text"]
+    wanted = repository.dependencies(repo, ["pipeline_orchestrator"])
+    subset = repository.derive(repo, tmp_path, models=wanted)
+    assert sorted(p.name for p in subset.iterdir()) == ["embedding_onnx", "pipeline_orchestrator"]
+    assert (subset / "embedding_onnx" / "config.pbtxt").is_symlink()
+
+
 def test_packed_copy_of_a_path_with_a_hash_keeps_the_whole_path(repo, tmp_path):
     """The regex reader cut every string at '#'; the parser does not."""
     import tarfile

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.reliability.faults import echo_repository
-from harness.reliability.soak import (
-    LoadLog,
-    RequestRecord,
-    check_soak,
-    echo_workload,
-    format_soak,
-    memory_growth,
-    memory_trend,
-    model_dependencies,
-    run_soak,
-    subset_repository,
-    summarize_soak,
-)
+from harness.reliability.load import LoadLog, RequestRecord, echo_workload
+from harness.reliability.memory import memory_growth, memory_trend
+from harness.reliability.report import render_long_soak
+from harness.reliability.soak import check_soak, format_soak, run_soak, summarize_soak
+from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
 
 SOAK_S = 8.0
@@ -71,19 +62,7 @@ def test_summary_counts_drift_and_wrong_answers():
     assert growth["total_growth_mib"] == 10.0 and growth["gone"] == ["stub:a#1"]
 
 
-def test_subset_repository_follows_bls_and_ensemble_references(tmp_path):
-    from harness.deployments import get_deployment
-
-    repo = get_deployment("embedding_cpu").model_repository
-    assert model_dependencies(repo, ["embedding_onnx_text"]) == ["embedding_onnx", "embedding_onnx_text"]
-    subset = subset_repository(repo, ["pipeline_orchestrator"], tmp_path)
-    assert sorted(p.name for p in subset.iterdir()) == ["embedding_onnx", "pipeline_orchestrator"]
-    assert (subset / "embedding_onnx" / "config.pbtxt").is_symlink()
-
-
 def test_a_long_soak_is_rendered_as_a_table_a_verdict_and_a_figure(tmp_path):
-    from harness.reliability.faults import render_long_soak
-
     series = [
         {
             "t_s": 30.0 * i,
