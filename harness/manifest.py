@@ -70,6 +70,9 @@ class Benchmark:
     config: dict[str, dict] = field(default_factory=dict)
     #: Only these models (and what they call) are loaded for the scenario.
     models: tuple[str, ...] = ()
+    #: The id of the benchmark that serves this one's model alone on client-made tensors: the matrix
+    #: shows this (server-side processing) / that (model-only) throughput at each concurrency.
+    model_only: str = ""
 
 
 @dataclass
@@ -155,4 +158,11 @@ def read_manifest(path: Path) -> Manifest:
     undeclared = sorted(set(manifest.target) - set(manifest.targets))
     if undeclared:
         raise ManifestError(f"{path}: [target.{undeclared[0]}] is not in targets = {manifest.targets}")
+    ids = [b.id for b in manifest.benchmarks]
+    for benchmark in manifest.benchmarks:
+        if benchmark.model_only and benchmark.model_only not in ids:
+            raise ManifestError(
+                f"{path}: benchmark {benchmark.id!r}: model_only = {benchmark.model_only!r} is no benchmark id "
+                f"of this manifest ({', '.join(ids)})"
+            )
     return manifest

@@ -51,6 +51,7 @@ def test_a_good_manifest_is_typed(tmp_path):
         (('id = "m-b1"\n', ""), "missing required key 'benchmarks[0].id'"),
         (('targets = ["cpu", "npu"]', 'targets = ["cpu"]'), "[target.npu] is not in targets"),
         (('name = "toy"', "name = toy"), "not valid TOML"),
+        (("concurrency = [1, 4]", 'model_only = "m-b8"'), "model_only = 'm-b8' is no benchmark id"),
     ],
 )
 def test_bad_manifests_are_refused_naming_file_and_key(tmp_path, change, message):
