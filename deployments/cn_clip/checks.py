@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from harness import provenance
+
 HERE = Path(__file__).resolve().parent
 REGENERATE = "python deployments/cn_clip/export.py && python deployments/cn_clip/make_fixtures.py"
 COSINE_MIN = 0.999
@@ -45,13 +47,6 @@ def _image_bytes(ctx, entry: dict) -> bytes:
 
 def _bytes_column(items) -> np.ndarray:
     return np.array([[item if isinstance(item, bytes) else item.encode("utf-8")] for item in items], dtype=np.object_)
-
-
-def _onnx_weights_sha(path: Path) -> str | None:
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    return {p.key: p.value for p in model.metadata_props}.get("weights_sha256")
 
 
 def _infer_internal(ctx, model: str, inputs: dict) -> dict:
@@ -96,11 +91,7 @@ def check_fixtures_match_exported_weights(ctx):
     ref = _ref(ctx)
     repo = ctx.deployment.model_repository
     for tower in ("image_encoder", "text_encoder"):
-        sha = _onnx_weights_sha(repo / tower / "1" / "model.onnx")
-        assert sha == ref["weights_sha256"], (
-            f"{tower}/1/model.onnx was exported from weights {sha}, the fixtures from {ref['weights_sha256']}: "
-            f"export and fixtures must use the same weights; run {REGENERATE}"
-        )
+        provenance.assert_served_weights(ctx, tower, provenance.fixtures_identity(ref, tower))
     config = (repo / "zero_shot" / "config.pbtxt").read_text()
     assert f'string_value: "{ref["logit_scale"]:.6f}"' in config, (
         f"zero_shot/config.pbtxt logit_scale is not the fixtures' {ref['logit_scale']:.6f}; run {REGENERATE}"

@@ -8,7 +8,6 @@ from here only: a real checkpoint when ``--checkpoint`` is given, otherwise cn_c
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import math
 from pathlib import Path
@@ -45,14 +44,15 @@ def image_resolution(arch: str) -> int:
     return IMAGE_RESOLUTION[arch.split("@")[0]]
 
 
-def weights_sha256(model: torch.nn.Module) -> str:
-    """sha256 over the state dict (sorted names, dtype, shape, raw bytes): stable across saves."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.numpy().tobytes() if tensor.dtype != torch.bfloat16 else tensor.float().numpy().tobytes())
-    return digest.hexdigest()
+def weights_identity(model: torch.nn.Module, arch: str, checkpoint: str | None, seed: int):
+    """The weights' identity (harness.provenance): sha256 of the tensors this code built or loaded."""
+    from harness import provenance
+
+    if checkpoint:
+        source = f"checkpoint:{Path(checkpoint).name}"
+    else:
+        source = f"seeded:cn_clip create_model({arch!r}), torch.manual_seed({seed}), logit_scale ln(100)"
+    return provenance.tensors_identity(model.state_dict(), source)
 
 
 class ImageTower(torch.nn.Module):

@@ -8,8 +8,7 @@ Writes (all gitignored):
   model_repository/image_encoder/1/model.onnx   PIXEL_VALUES [-1,3,224,224] -> EMBEDDING [-1,1024]
   model_repository/text_encoder/1/model.onnx    INPUT_IDS [-1,52] int64     -> EMBEDDING [-1,1024]
   model_repository/{image,text}_encoder/2/model.onnx   with --static: batch fixed at 1
-  .exported/export.json                          weights sha256, logit_scale, arch, files
-and sets the ``logit_scale`` parameter of model_repository/zero_shot/config.pbtxt: the scalar
+each stamped with the weights' identity (harness.provenance: sha256 of the model's tensors), and sets the ``logit_scale`` parameter of model_repository/zero_shot/config.pbtxt: the scalar
 is not a graph output (a shapeless output does not fit config.pbtxt).
 
 Embeddings leave the graph L2-normalised, so the entry models return them as they are.
@@ -18,7 +17,6 @@ Embeddings leave the graph L2-normalised, so the entry models return them as the
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -36,8 +34,10 @@ from cn_clip_model import (  # noqa: E402
     TextTower,
     build_model,
     image_resolution,
-    weights_sha256,
+    weights_identity,
 )
+
+from harness import provenance  # noqa: E402
 
 CONTEXT_LENGTH = 52
 
@@ -79,16 +79,6 @@ def _verify(path: Path, torch_module, example) -> float:
     return float(np.abs(got - want).max())
 
 
-def _tag(path: Path, metadata: dict) -> None:
-    import onnx
-
-    model = onnx.load(str(path))
-    for key, value in metadata.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, str(value)
-    onnx.save(model, str(path))
-
-
 def _set_logit_scale(config: Path, value: float) -> None:
     text = config.read_text()
     pattern = r'(key:\s*"logit_scale"\s*value:\s*\{\s*string_value:\s*")[^"]*(")'
@@ -117,23 +107,21 @@ def main(argv=None) -> int:
     started = time.time()
     repo = Path(args.repository)
     model = build_model(args.arch, args.checkpoint, args.seed)
-    sha = weights_sha256(model)
+    identity = weights_identity(model, args.arch, args.checkpoint, args.seed)
     logit_scale = float(model.logit_scale.detach().exp())
     size = image_resolution(args.arch)
-    meta = {"weights_sha256": sha, "arch": args.arch, "logit_scale": f"{logit_scale:.6f}"}
 
     towers = {
         "image_encoder": (ImageTower(model).eval(), "PIXEL_VALUES", torch.randn(2, 3, size, size)),
         "text_encoder": (TextTower(model).eval(), "INPUT_IDS", _example_ids()),
     }
-    files = {}
     for name, (module, input_name, example) in towers.items():
         variants = [("1", True, args.opset)] + ([("2", False, args.static_opset)] if args.static else [])
         for version, dynamic, opset in variants:
             path = repo / name / version / "model.onnx"
             sample = example if dynamic else example[:1]
             _export(module, sample, path, input_name, dynamic, opset)
-            _tag(path, meta)
+            provenance.stamp_onnx(path, identity, "deployments/cn_clip/export.py")
             check = torch.cat([example, example[:1]]) if dynamic else sample  # another batch size than traced
             err = _verify(path, module, check)
             print(
@@ -142,25 +130,9 @@ def main(argv=None) -> int:
             )
             if err > 1e-4:
                 raise SystemExit(f"{path}: onnxruntime differs from torch by {err}")
-            files[f"{name}/{version}"] = str(path.relative_to(HERE))
 
     _set_logit_scale(repo / "zero_shot" / "config.pbtxt", logit_scale)
-    info = {
-        **meta,
-        "logit_scale": logit_scale,
-        "checkpoint": args.checkpoint,
-        "seed": None if args.checkpoint else args.seed,
-        "context_length": CONTEXT_LENGTH,
-        "image_size": size,
-        "files": files,
-    }
-    out = HERE / ".exported" / "export.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(info, indent=2) + "\n")
-    print(
-        f"weights sha256 {sha}, logit_scale {logit_scale:.4f}; wrote {out.relative_to(HERE)} "
-        f"in {time.time() - started:.0f} s"
-    )
+    print(f"weights {identity.describe()}, logit_scale {logit_scale:.4f}; in {time.time() - started:.0f} s")
     return 0
 
 

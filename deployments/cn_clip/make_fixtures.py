@@ -4,7 +4,7 @@
 
 Never uses the deployment's code (no triton_helpers, no ONNX). Writes:
   fixtures/images/*        small test images (generated, deterministic)
-  fixtures/reference.json  weights sha256, logit_scale, token ids per text, pre-processed
+  fixtures/reference.json  weights identity (harness.provenance), logit_scale, token ids per text, pre-processed
                            tensor checksums and samples per image, zero-shot probabilities
   fixtures/reference.npz   normalised image and text embeddings
 """
@@ -23,11 +23,15 @@ from PIL import Image, ImageDraw
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from cn_clip_model import DEFAULT_ARCH, DEFAULT_SEED, build_model, image_resolution, weights_sha256  # noqa: E402
+from cn_clip_model import DEFAULT_ARCH, DEFAULT_SEED, build_model, image_resolution, weights_identity  # noqa: E402
+
+from harness import provenance  # noqa: E402
 
 FIXTURES = HERE / "fixtures"
 CONTEXT_LENGTH = 52
 SAMPLES = 512  # sampled pre-processed values stored per image
+REGENERATE = "python deployments/cn_clip/export.py && python deployments/cn_clip/make_fixtures.py"
+TOWERS = ("image_encoder", "text_encoder")
 
 TEXTS = [
     "一只猫",
@@ -96,6 +100,7 @@ def main(argv=None) -> int:
     from cn_clip.clip.utils import image_transform
 
     model = build_model(args.arch, args.checkpoint, args.seed)
+    identity = weights_identity(model, args.arch, args.checkpoint, args.seed)
     transform = image_transform(image_resolution(args.arch))
     (FIXTURES / "images").mkdir(parents=True, exist_ok=True)
     images = make_images()
@@ -121,7 +126,7 @@ def main(argv=None) -> int:
         "arch": args.arch,
         "checkpoint": Path(args.checkpoint).name if args.checkpoint else None,
         "seed": None if args.checkpoint else args.seed,
-        "weights_sha256": weights_sha256(model),
+        provenance.FIXTURES_KEY: provenance.fixtures_record(dict.fromkeys(TOWERS, identity), REGENERATE),
         "logit_scale": float(logit_scale),
         "context_length": CONTEXT_LENGTH,
         "texts": [{"text": t, "token_ids": ids.tolist()} for t, ids in zip(TEXTS, token_ids)],
@@ -138,9 +143,7 @@ def main(argv=None) -> int:
         text_embeddings=text_features.numpy(),
     )
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    print(
-        f"wrote {FIXTURES.relative_to(HERE.parent.parent)} ({size / 1024:.0f} KiB), weights sha256 {reference['weights_sha256']}"
-    )
+    print(f"wrote {FIXTURES.relative_to(HERE.parent.parent)} ({size / 1024:.0f} KiB), weights {identity.describe()}")
     return 0
 
 
