@@ -44,8 +44,6 @@ def _block_rows(benchmark, target: str, mode: str, cell: list[dict], checks: dic
     rows = []
     for generator in sorted({generator_family(r) for r in cell} | {"harness-asyncio"}):
         at = [r for r in cell if generator_family(r) == generator]
-        if not at and generator != "harness-asyncio":
-            continue
         for level in benchmark.concurrency:
             found = sorted((r for r in at if int(r.get("concurrency") or 0) == level), key=stamp)
             if not found:
@@ -105,6 +103,7 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "runs": sorted({run_label(r) for r in rows if r["measured"]}, key=str),
             "dates": (dates[0], dates[-1]) if dates else None,
             "variants": {b: variants[b] for b in benchmarks if b in variants},
+            "model_only": {b.id: b.model_only for b in deployment.benchmarks if b.model_only},
             "correctness": {
                 f"{t}/{m}": {c: r["outcome"] for c, r in checks.items()} for (t, m), checks in checks_at.items()
             },
