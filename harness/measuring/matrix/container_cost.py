@@ -8,7 +8,7 @@ import datetime as dt
 from harness.measuring.matrix.cells import generator_family, stamp
 
 
-def _hours(record: dict) -> float:
+def hours(record: dict) -> float:
     try:
         return dt.datetime.fromisoformat(stamp(record).replace("Z", "+00:00")).timestamp() / 3600
     except ValueError:
@@ -38,7 +38,7 @@ def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[
         same = [r for r in candidates if _pair_key(r) == key and r.get("items_per_second")]
         if not same:
             continue
-        local = min(same, key=lambda r: abs(_hours(r) - _hours(docker)))
+        local = min(same, key=lambda r: abs(hours(r) - hours(docker)))
         pairs.append(
             {
                 "benchmark": key[0],
@@ -48,7 +48,7 @@ def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[
                 "local": local["items_per_second"],
                 "docker": docker["items_per_second"],
                 "ratio": docker["items_per_second"] / local["items_per_second"],
-                "hours_apart": abs(_hours(docker) - _hours(local)),
+                "hours_apart": abs(hours(docker) - hours(local)),
             }
         )
     return pairs

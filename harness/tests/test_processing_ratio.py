@@ -1,0 +1,51 @@
+"""The matrix's server-side processing / model-only ratios: paired per cell, closest in time."""
+
+from __future__ import annotations
+
+from harness.measuring.matrix.processing_ratio import processing_ratios, render_processing_ratios
+
+
+def _row(benchmark, c, items, when, generator="harness-asyncio (tritonclient grpc.aio)", mode="local"):
+    return {
+        "measured": True,
+        "benchmark": benchmark,
+        "target": "cpu",
+        "server_mode": mode,
+        "concurrency": c,
+        "generator": generator,
+        "items_per_second": items,
+        "timestamp": f"2026-12-01T{when}:00+00:00",
+    }
+
+
+MODEL_ONLY = {"classify-jpeg": "model-b1"}
+
+
+def test_each_entry_row_is_divided_by_the_model_only_row_of_its_cell_closest_in_time():
+    rows = [
+        _row("model-b1", 1, 100.0, "01:00"),
+        _row("model-b1", 1, 50.0, "05:00"),
+        _row("model-b1", 4, 200.0, "05:00"),
+        _row("classify-jpeg", 1, 40.0, "05:01"),
+        _row("classify-jpeg", 4, 180.0, "05:01"),
+    ]
+    pairs = {p["concurrency"]: p for p in processing_ratios(rows, MODEL_ONLY)}
+    assert pairs[1]["alone"] == 50.0 and abs(pairs[1]["ratio"] - 0.8) < 1e-9
+    assert abs(pairs[4]["ratio"] - 0.9) < 1e-9 and pairs[4]["hours_apart"] < 0.1
+
+
+def test_other_generators_modes_and_unmeasured_rows_are_not_paired():
+    rows = [
+        _row("model-b1", 1, 100.0, "05:00", generator="wrk debian/4.1.0"),
+        _row("model-b1", 1, 100.0, "05:00", mode="docker"),
+        _row("classify-jpeg", 1, 90.0, "05:01"),
+        {**_row("model-b1", 1, 100.0, "05:00"), "measured": False},
+    ]
+    assert processing_ratios(rows, MODEL_ONLY) == []
+    assert render_processing_ratios(rows, MODEL_ONLY) == []
+
+
+def test_the_table_flags_ratios_below_the_goal():
+    rows = [_row("model-b1", 1, 100.0, "05:00"), _row("classify-jpeg", 1, 42.0, "05:00")]
+    text = "\n".join(render_processing_ratios(rows, MODEL_ONLY))
+    assert "| classify-jpeg" in text and "0.42 (below goal)" in text
