@@ -56,8 +56,11 @@ deploy-cn-clip: ## Serve cn_clip on :8000/:8001
 deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an Ascend host)
 	$(MAKE) deploy DEPLOYMENT=resnet_npu
 
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl; locally with embedding_cpu, also bench-peers
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION)
+ifeq ($(MODE)$(TARGET)$(filter-out embedding_cpu,$(DEPLOYMENT)),localcpu)
+	$(MAKE) --no-print-directory bench-peers
+endif
 
 clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
