@@ -16,7 +16,7 @@ TRITON_VERSION=2.51.0            # the server inside nvidia-pytriton 0.7.0 (requ
 CA=/etc/ssl/certs/ca-certificates.crt
 ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
 # The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
-GATE_FILES=(__init__.py __main__.py server.py serve.py validate.py grpc_proxy.py)
+GATE_FILES=(__init__.py __main__.py server.py serve.py validate.py grpc_proxy.py http_front.py stub_watch.py isolation.py)
 
 say() { echo "image: $*"; }
 die() { echo "image: $*" >&2; exit 1; }

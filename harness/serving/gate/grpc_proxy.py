@@ -23,7 +23,7 @@ import tempfile
 import grpc
 from tritonclient.grpc import service_pb2
 
-from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, config_parameter, triton_datatype
+from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, triton_datatype
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
@@ -141,17 +141,8 @@ class ProxyHandler(grpc.GenericRpcHandler):
         return out, admin
 
     async def _check_infer(self, request_bytes: bytes, admin: bool) -> None:
-        gate = self.gate
-        if gate.draining:
-            raise GateError(503, "server is shutting down")
         request = service_pb2.ModelInferRequest.FromString(request_bytes)
-        config = await gate.model_config(request.model_name)
-        if config is None:
-            raise GateError(404, f"Request for unknown model: '{request.model_name}' is not found")
-        if config_parameter(config, "gate_internal") == "true" and not admin:
-            raise GateError(403, f"model '{request.model_name}' is internal to its deployment")
-        if request.model_name in gate.broken:
-            raise GateError(503, f"model '{request.model_name}' is being reloaded after its stub process died")
+        config = await self.gate.check_inference(request.model_name, admin)
         validate_grpc_infer(request, config)
 
     def _unary(self, method: str, name: str):

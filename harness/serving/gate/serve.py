@@ -126,7 +126,9 @@ def read_token(path: str | None) -> tuple[str, str]:
 
 
 def serve_main(argv: list[str]) -> int:
-    from harness.serving.gate.server import GATE_NICE, Gate, log
+    from harness.serving.gate import log
+    from harness.serving.gate.isolation import raise_priority
+    from harness.serving.gate.server import run_gate
 
     if "--" not in argv:
         print(
@@ -183,19 +185,5 @@ def serve_main(argv: list[str]) -> int:
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
-    if os.geteuid() == 0:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, GATE_NICE)
-        except OSError:
-            pass
-    gate = Gate(config)
-    gate.start_triton()
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:
-        import asyncio
-
-        runner = asyncio.run
-    return runner(gate.run(socks["http"], socks["grpc"], socks["metrics"]))
+    raise_priority()
+    return run_gate(config, socks)

@@ -1,0 +1,147 @@
+"""Honest readiness: the gate watches the Python-backend stubs of every READY model.
+
+When a stub dies while Triton still calls its model READY, the model is marked ``broken`` (the
+gate's readiness and the model's ready endpoint answer not-ready), an event is recorded, and the
+model is unloaded + loaded again. ``StubWatch`` is a part of ``harness.serving.gate.server.Gate``:
+it uses the gate's tritonserver child and its upstream calls (``ready_models``, ``repository_call``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+
+import psutil
+
+from harness.serving.gate import log
+
+
+def expected_stubs(config: dict) -> int:
+    """Instances of a model from its (auto-completed) config: one stub each for Python-based backends."""
+    total = 0
+    for group in config.get("instance_group") or []:
+        count = int(group.get("count", 1) or 1)
+        gpus = group.get("gpus") or []
+        total += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
+    return total
+
+
+class StubWatch:
+    """Stub processes per model, the watch loop, and the reload of a model whose stub died."""
+
+    def stubs(self) -> dict[str, set[int]]:
+        found: dict[str, set[int]] = {}
+        try:
+            children = psutil.Process(self.triton.pid).children(recursive=True)
+        except psutil.Error:
+            return found
+        for child in children:
+            try:
+                cmdline = child.cmdline()
+            except psutil.Error:
+                continue
+            if cmdline and cmdline[0].endswith("triton_python_backend_stub") and len(cmdline) > 1:
+                match = re.search(r"([^/]+)/\d+/[^/]+$", cmdline[1])
+                found.setdefault(match.group(1) if match else cmdline[1], set()).add(child.pid)
+        return found
+
+    async def monitor(self) -> None:
+        known: dict[str, set[int]] = {}
+        while True:
+            await asyncio.sleep(self.monitor_interval)
+            if self.triton.poll() is not None:
+                if not self.draining:
+                    log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+            try:
+                known = await self.watch_stubs(known)
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad round
+                log(f"stub watch: {type(exc).__name__}: {exc}")
+
+    async def watch_stubs(self, known: dict[str, set[int]]) -> dict[str, set[int]]:
+        """One round. Stubs are tracked only for models Triton calls READY, read *before* the
+        stubs are listed (so the short-lived stub the Python backend starts to auto-complete a
+        config, gone before the model is READY, is never tracked). A tracked stub that is gone
+        while its model is still READY has died: Triton never replaces a stub by itself in
+        explicit mode, and loads/unloads pass through the gate (``changing``). Returns this
+        round's tracked stubs."""
+        now = time.monotonic()
+        ready = await self.ready_models()
+        current = await asyncio.get_running_loop().run_in_executor(None, self.stubs)
+        tracked = {m: p for m, p in current.items() if m in ready}
+        for model in ready:
+            if model in self.reloading or model in self.broken or self.changing.get(model, 0) > now:
+                continue
+            alive = current.get(model, set())
+            dead = sorted(known.get(model, set()) - alive)
+            missing = 0
+            if alive and not dead:  # a stub that died before it was ever tracked: count them
+                config = await self.model_config(model)
+                missing = expected_stubs(config) - len(alive) if config else 0
+            if dead or missing > 0:
+                dead = dead or [f"{missing} of {len(alive) + missing} instances"]
+                self.broken[model] = now
+                self.event("stub_died", model=model, pids=dead)
+                log(f"stub process(es) {dead} of model '{model}' died; readiness is false")
+                if self.auto_reload:
+                    asyncio.create_task(self.reload(model))
+        if {m: len(p) for m, p in tracked.items()} != {m: len(p) for m, p in known.items()}:
+            log("stubs of READY models: " + ", ".join(f"{m} x{len(p)}" for m, p in sorted(tracked.items())))
+        return tracked
+
+    async def settle(self, model: str, old: set[int], timeout_s: float = 60.0) -> None:
+        """Keep ``model`` out of the stub watch until the stubs it had before a load/unload have
+        exited (the old version's instances finish a little after the call returns)."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not old & (await loop.run_in_executor(None, self.stubs)).get(model, set()):
+                break
+            await asyncio.sleep(0.2)
+        self.changing[model] = time.monotonic() + 2 * self.monitor_interval
+
+    async def reload(self, model: str) -> None:
+        self.reloading.add(model)
+        began = time.monotonic()
+        loop = asyncio.get_running_loop()
+        old = (await loop.run_in_executor(None, self.stubs)).get(model, set())
+        try:
+            before = await self.ready_models(strict=True)
+            await self.repository_call(model, "unload")
+            deadline = time.monotonic() + 60
+            while await self.upstream_ready(f"/v2/models/{model}/ready") and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await self.repository_call(model, "load")
+            after = await self.ready_models(strict=True)
+            for other in sorted(before - after):  # e.g. an ensemble unloaded with its step
+                await self.repository_call(other, "load")
+            self.configs.clear()
+            self.broken.pop(model, None)
+            self.event(
+                "reloaded",
+                model=model,
+                reload_s=round(time.monotonic() - began, 2),
+                also_reloaded=sorted(before - after),
+            )
+            log(f"model '{model}' reloaded in {time.monotonic() - began:.2f} s; ready again")
+            # The old version's surviving stubs exit a little after the load returns; the model
+            # stays out of the stub watch until they are gone (else their exit looks like a death).
+            await self.settle(model, old)
+        except Exception as exc:  # noqa: BLE001 - stays not-ready; next death retries
+            log(f"reload of '{model}' failed: {exc}")
+            self.event("reload_failed", model=model, error=str(exc))
+        finally:
+            self.reloading.discard(model)
+
+    def event(self, kind: str, **fields) -> None:
+        record = {"event": kind, "time": time.time(), **fields}
+        self.events.append(record)
+        path = self.cfg.get("events_path")
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps(record) + "\n")
