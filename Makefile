@@ -105,12 +105,12 @@ faults: install ## Kill a stub, unload+reload, restart the server under verified
 	$(PY) -m harness faults $(FAULTS_ARGS)
 
 fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
-	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py $(PYTEST_ARGS)
+	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py $(PYTEST_ARGS)
 
 reliability: install ## Run soak, faults and fuzz, then regenerate the figures in docs/reliability.md
 	$(PY) -m harness soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
 	$(PY) -m harness faults $(FAULTS_ARGS)
-	$(PY) -m pytest harness/tests/test_fuzz_preprocessing.py -q $(PYTEST_ARGS)
+	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py -q $(PYTEST_ARGS)
 	$(PY) -m harness faults --write-docs
 
 # --- docker mode: the CPU image and a Docker engine (images/, harness/serving/launchers/docker.py) ---

@@ -21,7 +21,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from harness.tests.test_docker import ENGINE, image, needs_engine  # noqa: F401 - the image fixture
+from harness.tests.docker_fixtures import needs_engine
 
 DEPLOYMENT = "yolo11_ensemble"
 #: The 193-byte request of the issue that aborts tritonserver 2.51 (std::bad_alloc).
@@ -41,7 +41,7 @@ DEEP_PARAMETERS = (
 
 
 @pytest.fixture(scope="module")
-def gated_container(image):  # noqa: F811 - the fixture imported above
+def gated_container(image):
     from harness.deployments import get_deployment
     from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
 

@@ -1,0 +1,88 @@
+"""The gate tests' tiny repository and requests: a ``sink`` model, ``echo`` and an internal echo,
+the requests of issue 16 that abort tritonserver 2.51, and small request helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import requests
+import tritonclient.http as httpclient
+
+from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL
+
+SINK_CONFIG = """
+name: "sink"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
+output [ { name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]
+parameters { key: "gate_max_body_bytes" value: { string_value: "1048576" } }
+"""
+SINK_MODEL = '''
+import time
+from pathlib import Path
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Answers the number of elements it got; sleeps when the request parameter ``sleep`` is set."""
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            params = r.parameters()
+            if "sleep" in params:
+                time.sleep(float(__import__("json").loads(params)["sleep"]))
+            n = pb_utils.get_input_tensor_by_name(r, "X").as_numpy().size
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([[n]], dtype=np.int64))]))
+        return out
+'''
+INTERNAL_PARAMETER = 'parameters { key: "gate_internal" value: { string_value: "true" } }\n'
+
+# The requests of issue 16 that abort tritonserver 2.51 (std::bad_alloc, stack overflow).
+HUGE_SHAPE = b'{"inputs":[{"name":"X","shape":[1,131072,131072],"datatype":"FP32","data":[1]}]}'
+
+
+def nested(depth: int) -> bytes:
+    """``depth`` nested JSON arrays: Triton 2.51's recursive parser overflows its stack on 50,000."""
+    return b"[" * depth + b"]" * depth
+
+
+def with_deep_parameters(inputs: bytes) -> bytes:
+    """A request of ``inputs`` (a JSON list) whose ``parameters`` nest 300,000 deep."""
+    return b'{"parameters":{"p":' + nested(300000) + b'},"inputs":' + inputs + b"}"
+
+
+DEEP_DATA = b'{"inputs":[{"name":"X","shape":[1,1],"datatype":"FP32","data":' + nested(50000) + b"}]}"
+DEEP_PARAMETERS = with_deep_parameters(b'[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]')
+
+
+def make_gate_repository(root):
+    repo = root / "model_repository"
+    for name, config, model in [
+        ("sink", SINK_CONFIG, SINK_MODEL),
+        ("echo", ECHO_CONFIG, ECHO_MODEL),
+        ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"') + INTERNAL_PARAMETER, ECHO_MODEL),
+    ]:
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+        (repo / name / "1" / "model.py").write_text(model)
+    return repo
+
+
+def health_ready(server) -> bool:
+    return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+
+
+def post(server, body: bytes, model: str = "sink", headers: dict | None = None, timeout: float = 30):
+    return requests.post(
+        f"http://{server.http_url}/v2/models/{model}/infer", data=body, headers=headers or {}, timeout=timeout
+    )
+
+
+def assert_alive(server):
+    assert server.is_running()
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        x = httpclient.InferInput("X", [1, 2, 3], "FP32")
+        x.set_data_from_numpy(np.ones((1, 2, 3), np.float32))
+        assert client.infer("sink", [x]).as_numpy("N")[0, 0] == 6
