@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 import urllib.request
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from harness import provenance
 from harness.deployments import load_module
 from harness.measuring.loadgen import Workload
 from triton_helpers.text_embedding import EmbeddingModelInfo, default_model_dir, pool, tokenize
@@ -21,7 +21,8 @@ from triton_helpers.text_embedding import EmbeddingModelInfo, default_model_dir,
 HERE = Path(__file__).resolve().parent
 DOCUMENTS = HERE / "fixtures" / "documents"
 client = load_module(HERE / "client.py", "embedding_cpu_client")
-REGENERATE = "python deployments/embedding_cpu/make_fixtures.py"
+export = load_module(HERE / "export.py", "embedding_cpu_export")
+INSTALLED = ("embedding_py", "full_pipeline_py")  # sentence-transformers on the installed folder, no ONNX file
 SHORT_SENTENCES = [
     "Triton batches requests on the server.",
     "A quick sentence about the weather today.",
@@ -41,15 +42,19 @@ MIN_COSINE = {
 }
 
 
+def _assert_served_weights(repository, fixture: dict) -> None:
+    """Every model the fixture names serves its weights: the ONNX files' stamps, and for the
+    Python models the installed files sentence-transformers loads (harness.provenance)."""
+    installed = export.weights_identity(default_model_dir())
+    for model in fixture[provenance.FIXTURES_KEY]["models"]:
+        served = installed if model in INSTALLED else None
+        provenance.assert_served_weights(repository, model, provenance.fixtures_identity(fixture, model), served)
+
+
 @cache
 def _fixture(name: str = "expected_embeddings.json") -> dict:
     fixture = json.loads((HERE / "fixtures" / name).read_text())
-    weights = default_model_dir() / fixture["weights_file"]
-    actual = hashlib.sha256(weights.read_bytes()).hexdigest()
-    assert actual == fixture["weights_sha256"], (
-        f"{name} was made with weights {fixture['weights_sha256'][:12]}, installed are {actual[:12]}: "
-        f"regenerate the fixtures with `{REGENERATE}`"
-    )
+    _assert_served_weights(HERE / "model_repository", fixture)
     return fixture
 
 
@@ -79,6 +84,12 @@ def _check_sentence_model(ctx, model: str, skip_empty: bool = False) -> None:
         with client.connect(_url(ctx, protocol), protocol) as c:
             actual = client.embed_texts(c, sentences, model)
         _assert_close(f"{model}/{protocol}", sentences, actual, expected, MIN_COSINE[model])
+
+
+def check_served_weights_match_fixtures(ctx):
+    """The ONNX stamps and the installed weights are those both fixture files were made with."""
+    for name in ("expected_embeddings.json", "expected_documents.json"):
+        _assert_served_weights(ctx, json.loads((ctx.deployment.fixtures_path / name).read_text()))
 
 
 def check_embedding_py_matches_reference(ctx):

