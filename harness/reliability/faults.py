@@ -243,11 +243,15 @@ def restart_server(
 
     info: dict = {"scenario": "restart_server", "model": workload.model, "concurrency": concurrency}
     holder = {"server": server}
-    make_server = make_server or (
-        lambda old: LocalTritonServer(
+
+    def same_server(old):
+        new = LocalTritonServer(
             old.options, ports=(old.http_port, old.grpc_port, old.metrics_port), exit_timeout_s=old.exit_timeout_s
         )
-    )
+        new.cleanup_dirs = getattr(old, "cleanup_dirs", [])  # the new server serves (and removes) the same repository
+        return new
+
+    make_server = make_server or same_server
 
     def during(log: LoadLog) -> None:
         time.sleep(before_s)

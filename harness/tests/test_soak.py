@@ -83,12 +83,12 @@ def test_a_long_soak_is_rendered_as_a_table_a_verdict_and_a_figure(tmp_path):
         "timeouts": 0,
         "wrong_answers": 0,
         "throughput_rps": 3.3,
-        "command": "python -m harness.reliability.soak --duration 1200",
+        "command": "python -m harness soak --duration 1200",
         "memory_series": series,
         "memory_trend": {k: memory_trend(series, k) for k in ("server", "total")},
     }
     text = "\n".join(render_long_soak(soak, tmp_path))
     assert "| 0.0 | 276.0 | 70.0 | 100.0 | 446.0 |" in text and "| 20.0 | 426.0 | 70.0 | 100.0 | 596.0 |" in text
     assert "tritonserver 276.0 -> 426.0 MiB" in text and "**levels off**" in text
-    assert "`python -m harness.reliability.soak --duration 1200`" in text
+    assert "`python -m harness soak --duration 1200`" in text
     assert (tmp_path / "soak-dep-rss.png").stat().st_size > 1000
