@@ -62,6 +62,23 @@ def test_summary_counts_drift_and_wrong_answers():
     assert growth["total_growth_mib"] == 10.0 and growth["gone"] == ["stub:a#1"]
 
 
+def test_load_log_selects_by_status_and_window():
+    log = LoadLog(began=0.0, ended=4.0)
+    log.records = [
+        RequestRecord(0.0, 1.0, "ok"),
+        RequestRecord(0.5, 1.5, "error", "refused"),
+        RequestRecord(1.0, 2.0, "timeout", "no answer within 60 s"),
+        RequestRecord(2.5, 3.0, "wrong", "request 3 got case 1"),
+        RequestRecord(3.0, 3.5, "ok"),
+    ]
+    assert log.count() == 5 and log.count("ok") == 2 and log.count("failed") == 3
+    assert log.count("failed", ended_from=1.5, ended_before=3.0) == 2, "ended_from inclusive, ended_before exclusive"
+    assert [r.status for r in log.select(started_from=1.0, started_before=3.0)] == ["timeout", "wrong"]
+    steady = log.steady(warmup_s=1.0)
+    assert (steady["requests"], steady["ok"], steady["timeouts"], steady["wrong_answers"]) == (3, 1, 1, 1)
+    assert steady["throughput_rps"] == round(1 / 3.0, 1) and steady["first_problem"] == "no answer within 60 s"
+
+
 def test_a_long_soak_is_rendered_as_a_table_a_verdict_and_a_figure(tmp_path):
     series = [
         {
