@@ -361,7 +361,7 @@ def _cleanup(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.measuring.netem", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness bench-network", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def link(p):

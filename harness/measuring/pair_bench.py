@@ -83,7 +83,7 @@ def measure(ctx, workload, concurrency: int, duration: float, steps: list[str]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.measuring.pair_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness pair-bench", description=__doc__.splitlines()[0])
     parser.add_argument("deployment")
     parser.add_argument(
         "--pair",

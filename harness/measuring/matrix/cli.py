@@ -16,7 +16,7 @@ from harness.measuring.records import records_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.measuring.matrix", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=Path, default=None, help="records file (default results/records.jsonl)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where results.md/json/csv and plots/ go")
     parser.add_argument("--deployments", type=Path, default=None, help="deployments folder (default ./deployments)")

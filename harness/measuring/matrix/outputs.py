@@ -87,7 +87,7 @@ def generate(
 
         ok, reason = availability()
         perf_analyzer_note = (
-            "perf_analyzer: available on this machine (`python -m harness.measuring.perf_analyzer bench`)."
+            "perf_analyzer: available on this machine (`python -m harness perf-analyzer bench`)."
             if ok
             else f"perf_analyzer: not usable on this machine ({reason})."
         )
