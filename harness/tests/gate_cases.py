@@ -1,7 +1,9 @@
 """The gate tests' tiny repository and requests: a ``sink`` model, ``echo`` and an internal echo,
-the requests of issue 16 that abort tritonserver 2.51, and small request helpers."""
+the requests of issue 16 that abort tritonserver 2.51, and small helpers shared with test_docker_gate.py."""
 
 from __future__ import annotations
+
+import subprocess
 
 import numpy as np
 import requests
@@ -71,7 +73,21 @@ def make_gate_repository(root):
 
 
 def health_ready(server) -> bool:
-    return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+    """Whether the server answers 200 on ``/v2/health/ready`` (False when it does not answer at all)."""
+    try:
+        return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def as_nobody(command: str) -> subprocess.CompletedProcess:
+    """``sh -c command`` as the user nobody (another local user; needs root)."""
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def post(server, body: bytes, model: str = "sink", headers: dict | None = None, timeout: float = 30):

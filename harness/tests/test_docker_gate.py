@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ import requests
 import tritonclient.http as httpclient
 
 from harness.tests.docker_fixtures import needs_engine
+from harness.tests.gate_cases import as_nobody, health_ready, nested, with_deep_parameters
 
 DEPLOYMENT = "yolo11_ensemble"
 #: The 193-byte request of the issue that aborts tritonserver 2.51 (std::bad_alloc).
@@ -29,15 +29,8 @@ HUGE_SHAPE = (
     b'{"inputs":[{"name":"HEAD_OUTPUT","shape":[1,131072,131072],"datatype":"FP32","data":[1]},'
     b'{"name":"IMAGE_SIZES","shape":[1,4],"datatype":"INT32","data":[640,640,640,640]}]}'
 )
-DEEP_DATA = (
-    b'{"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":' + b"[" * 50000 + b"]" * 50000 + b"}]}"
-)
-DEEP_PARAMETERS = (
-    b'{"parameters":{"p":'
-    + b"[" * 300000
-    + b"]" * 300000
-    + b'},"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":["x"]}]}'
-)
+DEEP_DATA = b'{"inputs":[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":' + nested(50000) + b"}]}"
+DEEP_PARAMETERS = with_deep_parameters(b'[{"name":"IMAGE_BYTES","shape":[1,1],"datatype":"BYTES","data":["x"]}]')
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +57,6 @@ def post(server, model: str, body: bytes, headers: dict | None = None):
         f"http://{server.http_url}/v2/models/{model}/infer", data=body, headers=headers or {}, timeout=60
     )
     return response, time.monotonic() - began
-
-
-def ready(server) -> bool:
-    try:
-        return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def detect(server) -> int:
@@ -114,7 +100,7 @@ def test_crashing_requests_get_a_4xx_and_the_container_stays_up(gated_container,
     assert post(gated_container, model, body, gated_container.admin_headers)[0].status_code == 400
     time.sleep(0.5)
     assert gated_container.is_running(), gated_container.logs()[-2000:]
-    assert ready(gated_container) and detect(gated_container) == boxes
+    assert health_ready(gated_container) and detect(gated_container) == boxes
 
 
 @needs_engine
@@ -139,16 +125,9 @@ def test_internal_models_and_restricted_apis_need_the_admin_header(gated_contain
 def test_another_local_user_reads_neither_the_token_nor_the_container_shared_memory(gated_container):
     token = gated_container.admin_token
     pids = [p.pid for p in container_processes(gated_container)]
-    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"]
-    seen = subprocess.run(
-        as_nobody
-        + [
-            " ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in pids)
-            + f" ; cat {gated_container.secret_dir}/admin-token"
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    seen = as_nobody(
+        " ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in pids)
+        + f" ; cat {gated_container.secret_dir}/admin-token"
     )
     assert "harness.serving.gate" in seen.stdout and token not in seen.stdout + seen.stderr
     # The stubs' IPC regions live in the container's own /dev/shm: not in the host's, and the
@@ -159,9 +138,7 @@ def test_another_local_user_reads_neither_the_token_nor_the_container_shared_mem
         for a in p.cmdline()
         if a.startswith("triton_python_backend_shm_region")
     )
-    shm = subprocess.run(
-        as_nobody + [f"ls -la /dev/shm; ls /proc/{pids[1]}/root/dev/shm"], capture_output=True, text=True, timeout=30
-    )
+    shm = as_nobody(f"ls -la /dev/shm; ls /proc/{pids[1]}/root/dev/shm")
     assert region not in shm.stdout and shm.returncode != 0 and "denied" in shm.stderr, (shm.stdout, shm.stderr)
     attrs = gated_container.container.attrs
     assert token not in json.dumps(attrs["Config"]) and token not in json.dumps(attrs["Args"])
@@ -180,7 +157,7 @@ def test_a_killed_stub_in_the_container_turns_readiness_false_and_the_gate_reloa
     stubs[0].send_signal(signal.SIGKILL)
     not_ready = ready_again = None
     while time.monotonic() - killed < 90:
-        ok = ready(gated_container)
+        ok = health_ready(gated_container)
         if not ok and not_ready is None:
             not_ready = time.monotonic() - killed
         if ok and not_ready is not None:

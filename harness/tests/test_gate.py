@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 
 import grpc
@@ -30,6 +29,7 @@ from harness.tests.gate_cases import (
     DEEP_DATA,
     DEEP_PARAMETERS,
     HUGE_SHAPE,
+    as_nobody,
     assert_alive,
     health_ready,
     make_gate_repository,
@@ -182,15 +182,6 @@ def test_internal_models_are_refused_to_clients(gated):
 
 
 # -- isolation from other local users ----------------------------------------------------------
-def as_nobody(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody and to isolate")
 def test_another_local_user_sees_neither_the_token_nor_the_shared_memory_nor_tritonserver(gated):
     tree = [gated.process.pid] + [p.pid for p in psutil.Process(gated.process.pid).children(recursive=True)]
