@@ -1,15 +1,17 @@
-"""perf_analyzer as a second load generator, where it runs.
+"""perf_analyzer, Triton's own load generator, as a second generator beside the harness's asyncio one.
 
-    python -m harness.measuring.perf_analyzer status                 # can perf_analyzer run here, and why not
-    python -m harness.measuring.perf_analyzer bench embedding_cpu --duration 5
+    python -m harness perf-analyzer status                  # where perf_analyzer runs here, or why not
+    python -m harness perf-analyzer bench embedding_cpu --duration 3 --concurrency 1 4 \\
+        --only embedding_onnx_text-sentence --compare      # + the asyncio generator, level by level
 
-The real perf_analyzer (the ``perf-analyzer`` 2.60 wheel, or the NGC SDK image) needs glibc
-2.38; Debian 12 has 2.36 and pip's ``tritonclient[all]`` only pulls a 0.1.0 placeholder, so on
-the machines this repository is developed on it does not run and ``bench`` says so and exits 0.
-Where it runs, each benchmark scenario with fixed inputs (no per-request ``prepare()``) is
-measured by perf_analyzer at the manifest's concurrency levels, and written as records with
-``generator = "perf_analyzer <version>"`` next to the harness's own records, so the results
-matrix shows both, each row naming the generator that produced it.
+The real perf_analyzer (the ``perf-analyzer`` 2.60 wheel) needs glibc 2.38; Debian 12 has 2.36
+and pip's ``tritonclient[all]`` only pulls a 0.1.0 placeholder. A working local binary is used
+when there is one; otherwise the Debian 13 image of ``make perf-analyzer-image`` runs it with
+``--network host`` (harness/measuring/perf_analyzer_container.py). Each benchmark scenario with
+fixed inputs (no per-request ``prepare()``) is measured at the manifest's concurrency levels and
+written as records whose ``generator`` ("perf_analyzer 2.60.0 (container)") and ``pinning``
+(``HARNESS_PIN``: server CPUs / generator CPUs) say how they were made, next to the asyncio
+generator's records of the same cells.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.measuring.perf_analyzer_container import (
+    BUILD_HINT,
+    DEFAULT_IMAGE,
+    IMAGE_ENV,
+    Runner,
+    default_image,
+    image_version,
+)
+
 #: perf_analyzer -f CSV columns (µs) -> the harness's record fields (ms), model_analyzer names.
 CSV_COLUMNS = {
     "Client Send": "perf_client_send",
@@ -44,6 +55,10 @@ CSV_COLUMNS = {
     "p99 latency": "perf_latency_p99",
     "Avg latency": "perf_latency_avg",
 }
+
+
+#: perf_analyzer's ``--stability-percentage`` here (its own default is 10).
+STABILITY_PERCENT = 30
 
 
 def glibc_version() -> str:
@@ -67,10 +82,22 @@ def availability(binary: str = "perf_analyzer") -> tuple[bool, str]:
     text = (probe.stdout + probe.stderr).strip()
     if "GLIBC" in text:
         return False, f"`{path}` needs a newer glibc than this machine's {glibc_version()}: {text.splitlines()[0]}"
-    if probe.returncode != 0 or "perf_analyzer" not in text.lower().replace("-", "_"):
+    if probe.returncode != 0 or "perf_analyzer" not in text.lower().replace("-", "_").replace(" ", "_"):
         first = text.splitlines()[0] if text else f"exit status {probe.returncode}"
         return False, f"`{path}` is not a working perf_analyzer (placeholder?): {first}"
     return True, text.splitlines()[0]
+
+
+def select_runner(binary: str = "perf_analyzer", image: str | None = None) -> Runner:
+    """A working local binary, else the perf_analyzer image; RuntimeError (one line) when neither."""
+    ok, why = availability(binary)
+    if ok:
+        return Runner(version=why, binary=binary)
+    image = image or default_image()
+    version = image_version(image)
+    if version is None:
+        raise RuntimeError(f"perf_analyzer cannot run here ({why}) and no Docker engine has {image}: `{BUILD_HINT}`")
+    return Runner(version=version, image=image)
 
 
 def parse_csv(text: str) -> list[dict]:
@@ -142,8 +169,14 @@ def command(
     measurement_ms: int,
     batch: int = 1,
     binary: str = "perf_analyzer",
+    headers: dict[str, str] | None = None,
+    stability_percent: int = STABILITY_PERCENT,
 ) -> list[str]:
-    """The perf_analyzer command line for one scenario."""
+    """The perf_analyzer command line for one scenario.
+
+    perf_analyzer reports the last three of up to ten windows once they agree within
+    ``stability_percent`` (its default, 10 %, rarely holds on 2 shared cores: it then fails).
+    """
     levels = sorted(set(concurrency))
     cmd = [
         binary,
@@ -163,9 +196,13 @@ def command(
         str(measurement_ms),
         "--concurrency-range",
         f"{levels[0]}:{levels[-1]}",
+        "--stability-percentage",
+        str(stability_percent),
         "-f",
         str(csv_file),
     ]
+    for name, value in (headers or {}).items():
+        cmd += ["-H", f"{name}:{value}"]
     return cmd
 
 
@@ -177,15 +214,17 @@ def run_scenario(
     concurrencies: list[int] | None = None,
     protocol: str | None = None,
     binary: str = "perf_analyzer",
+    runner: Runner | None = None,
+    stability_percent: int = STABILITY_PERCENT,
 ) -> list[dict]:
-    """Measure one benchmark scenario with perf_analyzer; append and return its records."""
+    """Measure one benchmark scenario with perf_analyzer (``runner``, default: ``select_runner(binary)``);
+    append and return its records."""
     from harness.measuring.bench import model_backends
+    from harness.measuring.loadgen import apply_pinning, pin_plan
     from harness.measuring.records import append_record, scenario_fields
     from harness.tensors import make_inputs, make_outputs, request_bytes
 
-    ok, why = availability(binary)
-    if not ok:
-        raise RuntimeError(why)
+    runner = runner or select_runner(binary)
     workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     if workload.prepare is not None or workload.inputs is None:
         raise ValueError(
@@ -208,18 +247,32 @@ def run_scenario(
         make_outputs(protocol, workload.outputs),
         workload.parameters,
     )
+    generator_cpus = pin_plan().get("generator")
     records = []
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
         input_file, csv_file = Path(tmp) / "input.json", Path(tmp) / "result.csv"
         input_file.write_text(json.dumps(data))
         for level in levels:  # one run per level: the manifest's levels are not a contiguous range
             cmd = command(
-                workload.model, url, protocol, [level], input_file, csv_file, int(duration_s * 1000), batch, binary
+                workload.model,
+                url,
+                protocol,
+                [level],
+                input_file,
+                csv_file,
+                int(duration_s * 1000),
+                batch,
+                runner.binary,
+                workload.headers,
+                stability_percent,
             )
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 20 + 120)
+            pinning = runner.pinning(apply_pinning(url), generator_cpus)
+            executed = runner.command(cmd, Path(tmp), generator_cpus)
+            done = subprocess.run(executed, capture_output=True, text=True, timeout=duration_s * 20 + 120)
             if done.returncode != 0:
                 raise RuntimeError(
-                    f"perf_analyzer failed ({done.returncode}): {' '.join(cmd)}\n{(done.stdout + done.stderr)[-3000:]}"
+                    f"perf_analyzer failed ({done.returncode}): {' '.join(executed)}\n"
+                    f"{(done.stdout + done.stderr)[-3000:]}"
                 )
             for row in parse_csv(csv_file.read_text()):
                 record = {
@@ -228,7 +281,7 @@ def run_scenario(
                         benchmark,
                         workload,
                         protocol=protocol,
-                        generator=f"perf_analyzer ({why})",
+                        generator=runner.generator,
                         server=server,
                         backends=backends,
                     ),
@@ -238,7 +291,8 @@ def run_scenario(
                     "items_per_second": round(row["perf_throughput"] * workload.items_per_request, 2),
                     "bytes_sent_per_request": sent,
                     "bytes_received_per_request": None,
-                    "perf_analyzer_command": " ".join(cmd),
+                    "pinning": pinning,
+                    "perf_analyzer_command": " ".join(executed),
                     **row,
                 }
                 append_record(record)
@@ -247,42 +301,60 @@ def run_scenario(
 
 
 def _status(args) -> int:
-    ok, why = availability(args.binary)
-    print(("perf_analyzer runs here: " if ok else "perf_analyzer does not run here: ") + why)
-    return 0 if ok else 1
+    try:
+        runner = select_runner(args.binary, args.image)
+    except RuntimeError as exc:
+        print(exc)
+        return 1
+    where = f"in {runner.image} (docker run --network host)" if runner.image else f"as {runner.binary}"
+    print(f"perf_analyzer runs here {where}: {runner.generator}")
+    return 0
+
+
+def _show(deployment: str, benchmark: str, m: dict, generator: str) -> None:
+    print(
+        f"{deployment:16} {benchmark:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f} infer/s  "
+        f"p50 {m.get('perf_latency_p50', float('nan')):8.1f} ms  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
+        f"({generator}; pinning: {m.get('pinning', 'none')})",
+        flush=True,
+    )
 
 
 def _bench(args) -> int:
+    from harness.measuring.bench import run_benchmark
     from harness.session import ServerPool, for_each_scenario
 
-    ok, why = availability(args.binary)
-    if not ok:
-        print(
-            f"perf_analyzer skipped: {why}. The harness's own generator (`python -m harness bench`) "
-            "produced every number in the matrix."
-        )
-        return 0
+    try:
+        runner = select_runner(args.binary, args.image)
+    except RuntimeError as exc:
+        print(f"perf_analyzer: {exc}", file=sys.stderr)
+        return 1
 
     def run(deployment, benchmark, ctx):
-        try:
-            rows = run_scenario(
-                ctx, benchmark, duration_s=args.duration, concurrencies=args.concurrency, binary=args.binary
-            )
-        except ValueError as exc:
-            print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
-            return
-        for m in rows:
-            print(
-                f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} "
-                f"{m['perf_throughput']:9.1f} infer/s  p99 {m.get('perf_latency_p99', float('nan')):8.1f} ms "
-                "(perf_analyzer)",
-                flush=True,
-            )
+        for _ in range(args.rounds):
+            for level in args.concurrency or list(benchmark.concurrency):
+                try:
+                    rows = run_scenario(
+                        ctx,
+                        benchmark,
+                        duration_s=args.duration,
+                        concurrencies=[level],
+                        runner=runner,
+                        stability_percent=args.stability,
+                    )
+                except ValueError as exc:
+                    print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
+                    return
+                for m in rows:
+                    _show(deployment.name, benchmark.id, m, runner.generator)
+                if args.compare:  # the asyncio generator on the same cell, right after
+                    for m in run_benchmark(ctx, benchmark, duration_s=args.duration, concurrencies=[level]):
+                        _show(deployment.name, benchmark.id, m, m["generator"])
 
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
     try:
         failed = for_each_scenario(
-            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target
+            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target, only=args.only
         )
     finally:
         pool.close()
@@ -290,19 +362,22 @@ def _bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.measuring.perf_analyzer", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--binary", default="perf_analyzer")
+    parser = argparse.ArgumentParser(prog="python -m harness perf-analyzer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--binary", default="perf_analyzer", help="a local perf_analyzer, used when it runs here")
+    parser.add_argument("--image", default=None, help=f"else this image (default: ${IMAGE_ENV} or {DEFAULT_IMAGE})")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="say whether perf_analyzer runs here").set_defaults(func=_status)
+    sub.add_parser("status", help="say where perf_analyzer runs here, or why not").set_defaults(func=_status)
     bench = sub.add_parser("bench", help="measure the benchmark scenarios with perf_analyzer")
     bench.add_argument("deployment", nargs="?")
     bench.add_argument("--mode", default=None)
     bench.add_argument("--target", default="cpu")
     bench.add_argument("--server-url", default=None)
-    bench.add_argument("--duration", type=float, default=5.0)
+    bench.add_argument("--duration", type=float, default=5.0, help="perf_analyzer's measurement window (s)")
     bench.add_argument("--concurrency", type=int, nargs="*")
+    bench.add_argument("--only", nargs="*", help="benchmark ids to run (default: all)")
+    bench.add_argument("--compare", action="store_true", help="also the asyncio generator, level by level")
+    bench.add_argument("--stability", type=int, default=STABILITY_PERCENT, help="perf_analyzer -s (%%)")
+    bench.add_argument("--rounds", type=int, default=1, help="repeat every level this many times")
     bench.set_defaults(func=_bench)
     args = parser.parse_args(argv)
     return args.func(args)
