@@ -151,13 +151,8 @@ class ProxyHandler(grpc.GenericRpcHandler):
         async def call(request_bytes: bytes, context):
             metadata, admin = self._metadata(context)
             try:
-                api = RESTRICTED.get(name)
-                if api is not None and (api in gate.cfg["restricted_apis"] or gate.user_mode == "none") and not admin:
-                    raise GateError(
-                        403, f"This protocol is restricted, expecting header '{GRPC_PREFIX}{gate.admin_header}'"
-                    )
-                if name in ("RepositoryModelLoad", "RepositoryModelUnload") and gate.user_mode == "none":
-                    raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
+                load = name in ("RepositoryModelLoad", "RepositoryModelUnload")
+                gate.check_restricted(RESTRICTED.get(name), load, admin, GRPC_PREFIX + gate.admin_header)
                 if name == "ServerReady":
                     ready = not gate.draining and not gate.broken and await gate.upstream_ready()
                     return service_pb2.ServerReadyResponse(ready=ready).SerializeToString()

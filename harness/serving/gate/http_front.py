@@ -90,14 +90,8 @@ class HttpFront:
         # way for the config lookup below as for the request).
         path = request.raw_path.split("?", 1)[0]
         try:
-            api = restricted_api(path)
             admin = self.is_admin(request.headers)
-            if api == "model-repository" and self.user_mode == "none" and LOAD_PATH.match(path):
-                raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
-            if api == "model-repository" and self.user_mode == "none" and not admin:
-                raise GateError(403, f"This API is restricted, expecting header '{self.admin_header}'")
-            if api in self.cfg["restricted_apis"] and not admin:
-                raise GateError(403, f"This API is restricted, expecting header '{self.admin_header}'")
+            self.check_restricted(restricted_api(path), bool(LOAD_PATH.match(path)), admin, self.admin_header)
             if path == "/v2/health/ready":
                 return await self.readiness_response()
             ready = READY_PATH.match(path)
