@@ -39,8 +39,8 @@ SKIPPED = [
     ),
     (
         re.compile(
-            r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness bench|harness\.(matrix|netem|"
-            r"perf_analyzer|faults|gate\.cost)|^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="
+            r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness (bench|matrix|bench-network|"
+            r"perf-analyzer|faults|gate-cost|soak|peers|pair-bench)\b|^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="
         ),
         "a measurement (minutes) that rewrites results/ or docs/: `make bench matrix` / `make reliability`",
     ),
@@ -49,7 +49,7 @@ SKIPPED = [
         "docker mode: .ci/run's docker stages run it",
     ),
     (
-        re.compile(r"^make scaleout\b|harness\.scaleout (run|footprint)\b"),
+        re.compile(r"^make scaleout\b|harness[. ]scaleout (run|footprint)\b"),
         "a multi-replica measurement in Docker (minutes, Compose + nginx) that rewrites results/scaleout/: `make scaleout`",
     ),
     (re.compile(r"make_fixtures\.py"), "regenerates the reference fixtures (after new weights), never in a test run"),
@@ -122,6 +122,37 @@ class BackgroundServer:
                 self.process.wait(timeout=10)
 
 
+def serve_recipe(command: str) -> str:
+    """The `python -m harness serve ...` line that `make` would run for a serve command: two doc
+    commands with the same recipe serve the same thing, so one server answers both docs."""
+    bare = re.sub(r"\s+#.*$", "", command).replace("make install ", "make ")
+    done = subprocess.run(
+        ["bash", "-c", bare.replace("make ", "make -n ", 1)], cwd=PROJECT_ROOT, capture_output=True, text=True
+    )
+    lines = [line for line in done.stdout.splitlines() if "-m harness serve " in line]
+    assert done.returncode == 0 and len(lines) == 1, (
+        f"`{command}`: make -n gives no single serve line:\n{done.stdout}{done.stderr}"
+    )
+    return lines[0].strip()
+
+
+def command_groups() -> dict[str, dict]:
+    """Runnable doc commands grouped by the server they need: ``{recipe or "": {"serve": [...], "run": [(doc, command)]}}``
+    in document order; "" holds the commands that come before any server in their document."""
+    groups: dict[str, dict] = {}
+    for doc in DOCS:
+        recipe = ""
+        for command in _commands(doc):
+            kind, _ = classify(command)
+            if kind == "serve":
+                recipe = serve_recipe(command)
+                groups.setdefault(recipe, {"serve": [], "run": []})["serve"].append(command)
+            elif kind == "run":
+                groups.setdefault(recipe, {"serve": [], "run": []})["run"].append((doc, command))
+    return groups
+
+
+GROUPS = command_groups()
 RUNNABLE = [doc for doc in DOCS if any(classify(c)[0] != "skip" for c in _commands(doc))]
 
 
@@ -147,31 +178,31 @@ def test_the_classifier_catches_a_broken_client_command(tmp_path):
     assert done.returncode != 0, "the old README command (no subcommand) must fail, so running it catches it"
 
 
+def _group_id(recipe: str) -> str:
+    found = re.search(r"-m harness serve (\S+)", recipe)
+    return found.group(1) if found else "no-server"
+
+
+@pytest.mark.server
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("doc", RUNNABLE, ids=[str(d.relative_to(PROJECT_ROOT)) for d in RUNNABLE])
-def test_doc_commands_run_as_written(doc):
-    server: BackgroundServer | None = None
+@pytest.mark.parametrize("recipe", list(GROUPS), ids=[_group_id(r) for r in GROUPS])
+def test_doc_commands_run_as_written(recipe):
+    """Each server is started once, by the first doc command that serves it (the others have the
+    same `make -n` recipe); every doc command that needs it runs against it as written."""
+    group = GROUPS[recipe]
+    server = BackgroundServer(group["serve"][0]) if recipe else None
     failures = []
     try:
-        for command in _commands(doc):
-            kind, _ = classify(command)
-            if kind == "serve":
-                if server is not None:
-                    server.stop()
-                server = BackgroundServer(command)
-            elif kind == "run":
-                done = subprocess.run(
-                    ["bash", "-o", "pipefail", "-c", command],
-                    cwd=PROJECT_ROOT,
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
+        for doc, command in group["run"]:
+            done = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", command], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600
+            )
+            if done.returncode != 0 or not done.stdout.strip():
+                failures.append(
+                    f"{doc.relative_to(PROJECT_ROOT)}: `{command}` -> exit {done.returncode}\n"
+                    f"{done.stdout[-1500:]}{done.stderr[-1500:]}"
                 )
-                if done.returncode != 0 or not done.stdout.strip():
-                    failures.append(
-                        f"`{command}` -> exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}"
-                    )
     finally:
         if server is not None:
             server.stop()
-    assert not failures, f"{doc.relative_to(PROJECT_ROOT)}:\n" + "\n".join(failures)
+    assert not failures, "\n".join(failures)
