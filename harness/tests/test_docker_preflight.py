@@ -18,8 +18,6 @@ from harness.serving.launchers.local import free_port
 from harness.tests.docker_fixtures import assert_one_line_error, needs_engine
 from harness.tests.repositories import make_repository
 
-pytestmark = pytest.mark.server  # start() is called (and must fail at once)
-
 
 def _python310_env(path: Path) -> Path:
     """A tarball that looks like a venv-pack env of Python 3.10 (what inspect_env reads)."""
@@ -36,12 +34,14 @@ def _python310_env(path: Path) -> Path:
 # --------------------------------------------------------------------------- one-line errors
 
 
+@pytest.mark.server  # start() is called (and must fail at once)
 def test_no_engine_is_a_one_line_error_naming_make_docker_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     server = DockerTritonServer(ServerOptions(str(make_repository(tmp_path, ("double",))), required_models=["double"]))
     assert_one_line_error(server, "no Docker engine answers", "make docker-engine")
 
 
+@pytest.mark.server
 @needs_engine
 def test_missing_image_of_this_project_says_make_image(tmp_path):
     options = ServerOptions(str(make_repository(tmp_path, ("double",))), image="triton-harness/tritonserver-cpu:absent")
@@ -50,6 +50,7 @@ def test_missing_image_of_this_project_says_make_image(tmp_path):
     assert_one_line_error(server, "triton-harness/tritonserver-cpu:absent", "make image")
 
 
+@pytest.mark.server
 @needs_engine
 def test_image_that_cannot_be_pulled_says_make_image(tmp_path):
     options = ServerOptions(
@@ -58,6 +59,7 @@ def test_image_that_cannot_be_pulled_says_make_image(tmp_path):
     assert_one_line_error(DockerTritonServer(options), "cannot be pulled", "make image")
 
 
+@pytest.mark.server
 @needs_engine
 @pytest.mark.parametrize("which", ["http", "grpc", "metrics"])
 def test_port_in_use_is_a_one_line_error(tmp_path, image, which):
@@ -70,6 +72,7 @@ def test_port_in_use_is_a_one_line_error(tmp_path, image, which):
         assert_one_line_error(server, f"port {ports[which]}", "is in use", f"--{which}-port")
 
 
+@pytest.mark.server
 @needs_engine
 def test_packed_env_of_another_python_is_a_one_line_error(tmp_path, image):
     (tmp_path / "envs").mkdir()
@@ -78,6 +81,7 @@ def test_packed_env_of_another_python_is_a_one_line_error(tmp_path, image):
     assert_one_line_error(DockerTritonServer(options), "Python 3.10", "stub is Python 3.11", "make pack-env")
 
 
+@pytest.mark.server
 @needs_engine
 def test_repository_env_path_of_another_python_is_a_one_line_error(tmp_path, image):
     """A config of the repository itself pointing at an env built for another stub (e.g. NGC's 3.12)."""
@@ -116,6 +120,7 @@ def test_cpu_target_defaults_to_the_image_of_make_image(tmp_path):
 # --------------------------------------------------------------------------- the CLI in docker mode
 
 
+@pytest.mark.server
 @needs_engine
 def test_cli_serve_docker_names_the_missing_image(capsys):
     from harness.__main__ import main
@@ -140,6 +145,7 @@ def test_cli_serve_docker_names_the_missing_image(capsys):
     assert rc == 1 and len(err) == 1 and "make image" in err[0], err
 
 
+@pytest.mark.server
 @needs_engine
 def test_cli_serve_docker_honours_the_port_options(capsys, image):
     """The ports given on the command line are the ones checked (and published): a taken --grpc-port is named."""
