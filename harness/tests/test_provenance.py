@@ -145,3 +145,30 @@ def test_model_served_from_installed_files(tmp_path):
 def test_fixtures_without_identity_fail():
     with pytest.raises(AssertionError, match="no weights identity for 'toy'"):
         provenance.fixtures_identity({"weights_sha256": "x"}, "toy")
+
+
+def test_every_deployment_uses_the_one_mechanism():
+    """Fixtures record identities under "weights" for models of the repository, export.py stamps
+    with stamp_onnx and checks.py asserts with assert_served_weights (no second mechanism)."""
+    from harness import PROJECT_ROOT
+    from harness.deployments import discover
+
+    deployments = discover(PROJECT_ROOT / "deployments")
+    assert deployments
+    for deployment in deployments:
+        records = {p.name: json.loads(p.read_text()) for p in sorted(deployment.fixtures_path.glob("*.json"))}
+        recorded = [name for name, record in records.items() if provenance.FIXTURES_KEY in record]
+        assert recorded, f"{deployment.name}: no fixtures file records a weights identity"
+        for name, record in records.items():
+            assert "weights_sha256" not in record, f"{deployment.name}/{name}: weights_sha256 outside 'weights'"
+        for name in recorded:
+            for model in records[name][provenance.FIXTURES_KEY]["models"]:
+                provenance.fixtures_identity(records[name], model)
+                assert (deployment.model_repository / model / "config.pbtxt").exists(), (
+                    f"{deployment.name}/{name}: {model!r} is not a model of the repository"
+                )
+        checks = (deployment.path / deployment.manifest.tests.module).read_text()
+        assert "provenance.assert_served_weights(" in checks, f"{deployment.name}: checks do not assert the weights"
+        export = deployment.path / "export.py"
+        if export.exists():
+            assert "provenance.stamp_onnx(" in export.read_text(), f"{deployment.name}: export.py stamps nothing"
