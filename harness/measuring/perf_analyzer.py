@@ -126,6 +126,8 @@ def input_data(inputs: dict[str, np.ndarray], batched: bool) -> tuple[dict, int]
     With a batching model (``max_batch_size > 0``) the shapes in the JSON leave out the batch
     dimension, which perf_analyzer adds from ``-b``.
     """
+    from tritonclient.utils import serialize_byte_tensor
+
     from harness.tensors import as_triton_array
 
     entry, batch = {}, 1
@@ -141,11 +143,9 @@ def input_data(inputs: dict[str, np.ndarray], batched: bool) -> tuple[dict, int]
             if all(_is_text(v) for v in items):
                 content = [v.decode() for v in items]
                 entry[name] = {"content": content, "shape": shape}
-            else:
-                # perf_analyzer takes binary BYTES elements as {"b64": ...}, one element per tensor here
-                if len(items) != 1:
-                    raise ValueError(f"{name}: more than one binary BYTES element per request is not supported")
-                entry[name] = {"b64": base64.b64encode(items[0]).decode(), "shape": shape}
+            else:  # perf_analyzer sends b64 data as the raw tensor: Triton's length-prefixed BYTES serialization
+                raw = serialize_byte_tensor(np.array(items, dtype=object)).item()
+                entry[name] = {"b64": base64.b64encode(raw).decode(), "shape": shape}
         else:
             entry[name] = {"content": np.ravel(array).tolist(), "shape": shape}
     return {"data": [entry]}, batch
@@ -345,6 +345,12 @@ def _bench(args) -> int:
                 except ValueError as exc:
                     print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
                     return
+                except RuntimeError as exc:  # no stable windows on a busy machine: say so, keep comparing
+                    unstable = "Failed to obtain stable measurement" in str(exc)
+                    if not unstable:
+                        raise
+                    rows = []
+                    print(f"{deployment.name:16} {benchmark.id:34} c={level:<3} perf_analyzer: no stable windows")
                 for m in rows:
                     _show(deployment.name, benchmark.id, m, runner.generator)
                 if args.compare:  # the asyncio generator on the same cell, right after

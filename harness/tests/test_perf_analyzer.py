@@ -4,6 +4,7 @@ run here, the records of a scenario naming it as their generator, and the contai
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -35,7 +36,10 @@ def test_perf_analyzer_input_data_and_command(tmp_path):
     data, batch = input_data({"TEXT": np.array([[b"hello"]], dtype=object)}, batched=True)
     assert batch == 1 and data == {"data": [{"TEXT": {"content": ["hello"], "shape": [1]}}]}
     data, _ = input_data({"IMAGE": np.array([b"\xff\xd8\xff"], dtype=object)}, batched=False)
-    assert data["data"][0]["IMAGE"] == {"b64": "/9j/", "shape": [1]}
+    # binary BYTES go as Triton's serialized tensor: each element after its 4-byte little-endian length
+    assert data["data"][0]["IMAGE"] == {"b64": base64.b64encode(b"\x03\0\0\0\xff\xd8\xff").decode(), "shape": [1]}
+    data, _ = input_data({"IMAGE": np.array([b"\xff", b"\xfe\x00"], dtype=object)}, batched=False)
+    assert base64.b64decode(data["data"][0]["IMAGE"]["b64"]) == b"\x01\0\0\0\xff\x02\0\0\0\xfe\x00"
     cmd = command("m", "127.0.0.1:8001", "grpc", [4], tmp_path / "in.json", tmp_path / "out.csv", 3000)
     assert cmd[:3] == ["perf_analyzer", "-m", "m"] and "4:4" in cmd and "-f" in cmd
 
@@ -164,9 +168,19 @@ def _engine_and_image() -> str:
     return image
 
 
-@pytest.mark.server
+@pytest.fixture(scope="module")
+def echo_server(tmp_path_factory):
+    from harness.tests.repositories import make_repository, ready_server
+
+    _engine_and_image()
+    repo = make_repository(tmp_path_factory.mktemp("perf-analyzer"), models=("echo",))
+    with ready_server(repo, ["echo"]) as server:
+        yield server
+
+
 @pytest.mark.timeout(300)
-def test_container_runner_measures_a_real_server(tmp_path, monkeypatch):
+@pytest.mark.parametrize("text", [b"hello", b"\xff\xd8\xff\xe0"], ids=["utf8-content", "binary-b64"])
+def test_container_runner_measures_a_real_server(echo_server, text, tmp_path, monkeypatch):
     """perf_analyzer in the image, against a real tritonserver's echo model: records name the
     container generator and its pinning, and the server counted the requests it reports."""
     import types
@@ -177,34 +191,31 @@ def test_container_runner_measures_a_real_server(tmp_path, monkeypatch):
     from harness.deployments import Benchmark
     from harness.measuring import perf_analyzer
     from harness.measuring.loadgen import Workload
-    from harness.tests.repositories import make_repository, ready_server
 
-    image = _engine_and_image()
+    image = default_image()
     runner = select_runner("definitely-not-perf-analyzer")
     assert runner.image == image and runner.version == image_version(image)
-    workload = Workload(model="echo", inputs={"TEXT": np.array([[b"hello"]], dtype=object)}, outputs=["TEXT_OUT"])
+    workload = Workload(model="echo", inputs={"TEXT": np.array([[text]], dtype=object)}, outputs=["TEXT_OUT"])
     deployment = types.SimpleNamespace(name="toy", resolve=lambda ref: lambda ctx: workload)
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) > 1:
         monkeypatch.setenv("HARNESS_PIN", f"server={cpus[0]} generator={cpus[-1]}")
     mine = os.sched_getaffinity(0)
-    repo = make_repository(tmp_path, models=("echo",))
-    with ready_server(repo, ["echo"]) as server:
-        ctx = DeploymentContext(deployment, server)
-        before = _successes(ctx)
-        try:
-            # stability 100 %: this checks the runner, not the machine's noise
-            rows = perf_analyzer.run_scenario(
-                ctx,
-                Benchmark(id="echo-b1", workload="w", concurrency=(2,), protocol="grpc"),
-                duration_s=1,
-                runner=runner,
-                stability_percent=100,
-            )
-        finally:
-            os.sched_setaffinity(0, mine)
-        counted = _successes(ctx) - before
+    ctx = DeploymentContext(deployment, echo_server)
+    before = _successes(ctx)
+    try:
+        # stability 100 %: this checks the runner, not the machine's noise
+        rows = perf_analyzer.run_scenario(
+            ctx,
+            Benchmark(id="echo-b1", workload="w", concurrency=(2,), protocol="grpc"),
+            duration_s=1,
+            runner=runner,
+            stability_percent=100,
+        )
+    finally:
+        os.sched_setaffinity(0, mine)
+    counted = _successes(ctx) - before
     assert len(rows) == 1 and rows[0]["concurrency"] == 2
     row = rows[0]
     assert row["generator"] == f"perf_analyzer {image_version(image)} (container)"
