@@ -68,6 +68,7 @@ def test_external_mode_uses_a_running_server_without_owning_it(running_server):
     assert running_server.is_running()
 
 
+@pytest.mark.server
 def test_broken_config_fails_fast_with_the_servers_error(tmp_path):
     repo = make_repository(tmp_path, models=("double",))
     (repo / "double" / "config.pbtxt").write_text(
@@ -86,6 +87,7 @@ def test_broken_config_fails_fast_with_the_servers_error(tmp_path):
     assert "TYPE_NOT_A_TYPE" in str(failure.value) and "double/config.pbtxt" in str(failure.value)
 
 
+@pytest.mark.server
 def test_missing_model_file_fails_fast_naming_the_file(tmp_path):
     repo = make_repository(tmp_path, models=("double",))
     (repo / "double" / "1" / "model.onnx").unlink()
@@ -100,6 +102,7 @@ def test_missing_model_file_fails_fast_naming_the_file(tmp_path):
     assert time.monotonic() - began < 30
 
 
+@pytest.mark.server
 def test_stub_that_cannot_start_fails_fast_instead_of_hanging(tmp_path):
     """A stub built for another Python never starts; Triton would wait forever in 'loading'."""
     repo = make_repository(tmp_path, models=("echo",))
@@ -115,6 +118,7 @@ def test_stub_that_cannot_start_fails_fast_instead_of_hanging(tmp_path):
     assert time.monotonic() - began < 30
 
 
+@pytest.mark.server
 def test_stop_leaves_no_process_or_shared_memory(tmp_path):
     repo = make_repository(tmp_path, models=("echo",))
     server = LocalTritonServer(ServerOptions(str(repo), required_models=["echo"]))
@@ -131,6 +135,7 @@ def test_stop_leaves_no_process_or_shared_memory(tmp_path):
     assert "successfully loaded 'echo'" in server.logs(), "the log stays readable after stop"
 
 
+@pytest.mark.server
 def test_server_dies_with_its_parent(tmp_path):
     repo = make_repository(tmp_path, models=("double",))
     script = textwrap.dedent(f"""

@@ -27,13 +27,14 @@ def _declared(*extras: str) -> set[str]:
     return {re.sub(r"[-_.]+", "-", n).lower() for n in names}
 
 
-def _imports(folders: list[str], skip: str | None = None) -> dict[str, str]:
+def _imports(folders: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
     """Top-level third-party modules imported by the code under ``folders``: module -> first file."""
     found = {}
     local = {p.stem for p in (PROJECT_ROOT / "deployments").rglob("*.py")}
     for folder in folders:
-        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
-            if skip and (skip in path.parts or path.name == "conftest.py"):
+        root = PROJECT_ROOT / folder
+        for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
+            if skip and (set(skip) & set(path.parts) or path.name == "conftest.py"):
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
                 names = []
@@ -59,7 +60,7 @@ def test_every_import_of_the_harness_and_helpers_is_a_declared_dependency():
     distributions = packages_distributions()
     declared = _declared("serve")
     missing = []
-    for module, where in _imports(["harness", "triton_helpers"], skip="tests").items():
+    for module, where in _imports(["harness", "triton_helpers"], skip=("tests", "testing")).items():
         if module in EXPORT_ONLY:
             continue
         dists = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions.get(module, [module])}
@@ -74,7 +75,9 @@ def test_exporters_clients_and_tests_need_only_declared_packages():
     distributions = packages_distributions()
     declared = _declared("serve", "test", "export")
     missing = []
-    for module, where in _imports(["deployments", "harness/tests"]).items():
+    for module, where in _imports(
+        ["deployments", "harness/tests", "harness/testing", "harness/conftest.py", "triton_helpers/tests"]
+    ).items():
         dists = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions.get(module, [module])}
         if not dists & declared:
             missing.append(f"{module} (imported by {where}; distributions {sorted(dists)})")

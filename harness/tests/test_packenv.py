@@ -167,6 +167,7 @@ def _other_python() -> str | None:
     return None
 
 
+@pytest.mark.server
 def test_env_of_another_python_is_refused_before_start_with_a_clear_message(tmp_path):
     other = _other_python()
     if other is None:
