@@ -25,8 +25,11 @@ import socket
 import sys
 import tempfile
 
-#: Header of the restricted APIs (the same as ``harness.serving.launchers.local.ADMIN_HEADER``).
+#: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults);
+#: the one definition, also used by the local launcher (the gate must import nothing else of the harness).
 ADMIN_HEADER = "x-triton-harness-admin"
+#: APIs behind ADMIN_HEADER: shared-memory registration names /dev/shm objects from client input;
+#: trace/logging change server behaviour; model-repository is also closed unless explicit/poll mode was asked for.
 RESTRICTED_APIS = ("shared-memory", "trace", "logging")
 #: Flags of the user's command that the gate sets itself (tritonserver listens on private ports).
 REPLACED = (
@@ -97,6 +100,7 @@ def gated_command(
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

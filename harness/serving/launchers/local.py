@@ -33,16 +33,12 @@ import onnxruntime
 import psutil
 
 from harness.repository import RepositoryError
+from harness.serving.gate.serve import ADMIN_HEADER, RESTRICTED_APIS, free_port
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 PR_SET_PDEATHSIG = 1
-#: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults).
-ADMIN_HEADER = "x-triton-harness-admin"
-#: APIs behind ADMIN_HEADER: shared-memory registration names /dev/shm objects from client input;
-#: trace/logging change server behaviour; model-repository is also closed unless explicit/poll mode was asked for.
-RESTRICTED_APIS = ("shared-memory", "trace", "logging")
 
 
 def pytriton_root() -> Path:
@@ -83,13 +79,6 @@ def _copy(source: Path, target: Path) -> None:
     if source.is_dir():
         return
     shutil.copy2(source, target)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:
