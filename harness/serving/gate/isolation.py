@@ -51,9 +51,14 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
+def sigterm_when_parent_dies() -> None:
+    """``preexec_fn`` of a child process: the kernel sends it SIGTERM when its parent dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def die_with_parent() -> None:
     """``preexec_fn`` of tritonserver: SIGTERM when the gate dies, normal priority (the gate runs above it)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    sigterm_when_parent_dies()
     if os.geteuid() == 0:
         os.setpriority(os.PRIO_PROCESS, 0, 0)
 

@@ -14,7 +14,6 @@ ports, as before (used to measure the gate's cost).
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import os
 import re
@@ -33,12 +32,12 @@ import onnxruntime
 import psutil
 
 from harness.repository import RepositoryError
+from harness.serving.gate.isolation import sigterm_when_parent_dies
 from harness.serving.gate.serve import ADMIN_HEADER, RESTRICTED_APIS, free_port
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
-PR_SET_PDEATHSIG = 1
 
 
 def pytriton_root() -> Path:
@@ -79,10 +78,6 @@ def _copy(source: Path, target: Path) -> None:
     if source.is_dir():
         return
     shutil.copy2(source, target)
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class LocalTritonServer(StartedTritonServer):
@@ -277,7 +272,7 @@ class LocalTritonServer(StartedTritonServer):
             stdin=subprocess.DEVNULL,
             env=self.environment(),
             cwd=self.work_dir,
-            preexec_fn=_die_with_parent,
+            preexec_fn=sigterm_when_parent_dies,
             start_new_session=True,
         )
 
@@ -302,7 +297,7 @@ class LocalTritonServer(StartedTritonServer):
                 stdin=subprocess.DEVNULL,
                 env=self.environment(),
                 cwd=self.work_dir,
-                preexec_fn=_die_with_parent,
+                preexec_fn=sigterm_when_parent_dies,
                 start_new_session=True,
                 pass_fds=list(fds.values()),
             )
