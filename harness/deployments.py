@@ -76,6 +76,8 @@ class Deployment:
         if not spec or (not force and not self.missing_exports()):
             return False
         command = [part.replace("{python}", python or sys.executable) for part in spec.command]
+        if force:
+            command += spec.force_args
         subprocess.run(command, cwd=self.path, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         missing = self.missing_exports()
         if missing:

@@ -26,6 +26,8 @@ class ExportSpec:
 
     command: list[str]
     outputs: list[str] = field(default_factory=list)
+    #: Added to ``command`` by ``export --force`` for a script that skips outputs already present.
+    force_args: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -90,3 +90,19 @@ def test_every_model_has_a_version_folder_in_git_or_from_its_export():
             assert model in exported or any(v.isdigit() for v in versions), (
                 f"{deployment.name}/{model}: no version folder in git (add {prefix}1/.gitkeep) and no export makes one"
             )
+
+
+def test_export_runs_only_for_missing_outputs_and_force_adds_the_force_args(tmp_path):
+    folder = tmp_path / "toy"
+    (folder / "model_repository").mkdir(parents=True)
+    (folder / "export.py").write_text(
+        "import sys, pathlib\npathlib.Path('out.txt').write_text(' '.join(sys.argv[1:]) or 'plain')\n"
+    )
+    (folder / "deployment.toml").write_text(
+        'name = "toy"\nentry_models = []\n[export]\ncommand = ["{python}", "export.py"]\n'
+        'outputs = ["out.txt"]\nforce_args = ["--force"]\n'
+    )
+    (deployment,) = discover(tmp_path)
+    assert deployment.export() is True and (folder / "out.txt").read_text() == "plain"
+    assert deployment.export() is False, "all outputs present: nothing to run"
+    assert deployment.export(force=True) is True and (folder / "out.txt").read_text() == "--force"
