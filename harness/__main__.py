@@ -62,7 +62,8 @@ def _serve(args) -> int:
     if args.mode == "local":
         server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
     elif args.mode == "docker":
-        from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
+        from harness.serving.launchers.docker import DockerTritonServer
+        from harness.serving.launchers.docker_envs import attach_packed_env
 
         attach_packed_env(deployment, options)  # the deployment's packed env for the image's stub
         server = DockerTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)

@@ -73,7 +73,7 @@ class ServerPool:
                 if models:
                     options.required_models = [m for m in options.required_models if m in models]
             if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) == "docker":
-                from harness.serving.launchers.docker import attach_packed_env
+                from harness.serving.launchers.docker_envs import attach_packed_env
 
                 try:
                     attach_packed_env(deployment, options)  # the launcher packs it when missing or stale

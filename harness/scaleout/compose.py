@@ -35,8 +35,8 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.serving.launchers.docker import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
-from harness.serving.launchers.local import free_port
+from harness.serving.gate.serve import free_port
+from harness.serving.launchers.docker_engine import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
 
 BUNDLE_ROOT = "/mnt/models"
 LB_BUILD = PROJECT_ROOT / "images" / "lb" / "build.sh"

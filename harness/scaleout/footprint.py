@@ -100,7 +100,8 @@ def default_scenarios(deployment: Deployment, target: str = "cpu") -> list:
 
 def measure(deployment: Deployment, image: str | None = None, duration_s: float = 4.0, log=print) -> dict:
     """Serve ``deployment`` in the CPU image and measure one replica (see the module docstring)."""
-    from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
+    from harness.serving.launchers.docker import DockerTritonServer
+    from harness.serving.launchers.docker_envs import attach_packed_env
 
     deployment.export()
     options = deployment.server_options("cpu")

@@ -36,7 +36,8 @@ DEEP_PARAMETERS = with_deep_parameters(b'[{"name":"IMAGE_BYTES","shape":[1,1],"d
 @pytest.fixture(scope="module")
 def gated_container(image):
     from harness.deployments import get_deployment
-    from harness.serving.launchers.docker import DockerTritonServer, attach_packed_env
+    from harness.serving.launchers.docker import DockerTritonServer
+    from harness.serving.launchers.docker_envs import attach_packed_env
 
     deployment = get_deployment(DEPLOYMENT)
     deployment.export()

@@ -10,8 +10,8 @@ from tritonclient.utils import InferenceServerException
 
 from harness.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
 from harness.reliability.load import echo_workload
+from harness.serving.gate.serve import ADMIN_HEADER
 from harness.serving.launchers import LocalTritonServer, ServerOptions
-from harness.serving.launchers.local import ADMIN_HEADER
 from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
 

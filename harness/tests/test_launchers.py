@@ -23,7 +23,7 @@ from harness.serving.launchers import (
     ServerStartError,
     create_server,
 )
-from harness.serving.launchers.docker import ascend_profile, ngc_profile
+from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository, ready_server
 
 

@@ -16,7 +16,8 @@ from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.scaleout.compose import Stack, compose_command
 from harness.scaleout.run import RETRY, kill_under_load
-from harness.serving.launchers.docker import CPU_IMAGE, DockerStartError, engine
+from harness.serving.launchers.docker_engine import DockerStartError, engine
+from harness.serving.launchers.docker_images import CPU_IMAGE
 
 
 def _engine_or_none():

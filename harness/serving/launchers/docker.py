@@ -33,6 +33,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from harness.serving.gate.serve import ADMIN_HEADER, free_port
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
 from harness.serving.launchers.docker_engine import (
     HOST_LABEL,
@@ -41,52 +42,15 @@ from harness.serving.launchers.docker_engine import (
     PID_LABEL,
     DockerStartError,
     engine,
-    image_labels,
     one_line,
     remove_leftovers,
 )
-from harness.serving.launchers.docker_envs import attach_packed_env, links_outside, mounted_repository
+from harness.serving.launchers.docker_envs import mounted_repository
 from harness.serving.launchers.docker_images import (
-    ASCEND_IMAGE,
-    CPU_IMAGE,
-    LABEL_PREFIX,
-    NGC_IMAGE,
     ImageProfile,
     apply_labels,
-    ascend_profile,
-    cpu_image_profile,
-    ngc_profile,
     profile_for,
 )
-from harness.serving.launchers.local import ADMIN_HEADER, free_port
-
-#: Names importers have taken from this module since before it was split (they live in the three above).
-__all__ = [
-    "ASCEND_IMAGE",
-    "CPU_IMAGE",
-    "CONTAINER_ENVS_DIR",
-    "CONTAINER_MODEL_DIR",
-    "CONTAINER_SECRET_DIR",
-    "HOST_LABEL",
-    "LABEL_PREFIX",
-    "NGC_IMAGE",
-    "OWNER_LABEL",
-    "OWNER_VALUE",
-    "PID_LABEL",
-    "DockerStartError",
-    "DockerTritonServer",
-    "ImageProfile",
-    "apply_labels",
-    "ascend_profile",
-    "attach_packed_env",
-    "cpu_image_profile",
-    "engine",
-    "image_labels",
-    "links_outside",
-    "ngc_profile",
-    "profile_for",
-    "remove_leftovers",
-]
 
 CONTAINER_MODEL_DIR = "/models"
 CONTAINER_ENVS_DIR = "/envs"
