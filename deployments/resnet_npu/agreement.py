@@ -4,7 +4,9 @@ The server's preprocess models can decode large JPEGs at 1/2, 1/4 or 1/8 scale
 (libjpeg-turbo DCT scaling, triton_helpers.images), which changes pixels. This script runs both
 pipelines (triton_helpers.classification, exactly what the preprocess models run) through the
 served ONNX classifiers in-process (onnxruntime) and reports top-1 agreement, top-5 overlap and
-the largest probability difference.
+the largest probability difference. It also runs the full-decode pixels through ``<model>_uint8``
+(normalisation folded into the graph, what the ensembles serve) and reports the largest logit
+difference to the FP32 model fed the Python-normalised tensor (0 means bit-identical).
 
 Held-out photos: every real photograph installed with the project's packages (matplotlib's
 grace_hopper.jpg, scikit-learn's china.jpg / flower.jpg, ultralytics' bus.jpg / zidane.jpg) plus
@@ -93,15 +95,22 @@ def main(argv=None) -> int:
             str(HERE / "model_repository" / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
         )
         input_name = session.get_inputs()[0].name
+        folded = ort.InferenceSession(
+            str(HERE / "model_repository" / f"{model}_uint8" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
+        folded_worst = 0.0
         reduced_side = decode_min_side("reduced", transform)
         top1 = top5 = reduced_count = 0
         worst = 0.0
         for data in images.values():
-            full = transform(open_image(data))
+            full_image = open_image(data)
+            full = transform(full_image)
             small_image = open_image(data, min_shorter_side=reduced_side)
             reduced = transform(small_image)
             reduced_count += small_image.size != open_image(data).size
             logits = session.run(None, {input_name: np.stack([full, reduced])})[0]
+            folded_logits = folded.run(None, {"PIXELS": transform.pixels(full_image)[None]})[0]
+            folded_worst = max(folded_worst, float(np.abs(folded_logits[0] - logits[0]).max()))
             probs = softmax(logits)
             a, b = np.argsort(-logits[0])[:5], np.argsort(-logits[1])[:5]
             top1 += a[0] == b[0]
@@ -113,10 +122,12 @@ def main(argv=None) -> int:
             "top5_overlap": round(top5 / (5 * n), 4),
             "max_probability_difference": round(worst, 4),
             "images_decoded_reduced": int(reduced_count),
+            "folded_uint8_max_logit_difference": folded_worst,
         }
         print(
             f"{model:20s} {n} images ({reduced_count} decoded reduced): top-1 agreement {top1}/{n} "
-            f"({top1 / n:.1%}), top-5 overlap {top5 / (5 * n):.1%}, max |dp| {worst:.4f}"
+            f"({top1 / n:.1%}), top-5 overlap {top5 / (5 * n):.1%}, max |dp| {worst:.4f}; "
+            f"{model}_uint8 vs FP32 max |dlogit| {folded_worst:.3g}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
