@@ -21,24 +21,16 @@ import base64
 import csv
 import io
 import json
-import platform
-import shutil
 import subprocess
 import sys
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from harness.measuring.perf_analyzer_container import (
-    BUILD_HINT,
-    DEFAULT_IMAGE,
-    IMAGE_ENV,
-    Runner,
-    default_image,
-    image_version,
-)
+# availability: re-exported for the matrix note (harness/measuring/matrix/outputs.py)
+from harness.measuring.perf_analyzer_container import DEFAULT_IMAGE, IMAGE_ENV, Runner, select_runner
+from harness.measuring.perf_analyzer_container import availability as availability
 
 #: perf_analyzer -f CSV columns (µs) -> the harness's record fields (ms), model_analyzer names.
 CSV_COLUMNS = {
@@ -59,45 +51,6 @@ CSV_COLUMNS = {
 
 #: perf_analyzer's ``--stability-percentage`` here (its own default is 10).
 STABILITY_PERCENT = 30
-
-
-def glibc_version() -> str:
-    name, version = platform.libc_ver()
-    return version or "unknown"
-
-
-@lru_cache(maxsize=4)
-def availability(binary: str = "perf_analyzer") -> tuple[bool, str]:
-    """``(True, version line)`` when perf_analyzer runs here, else ``(False, why not)``."""
-    path = shutil.which(binary)
-    if path is None:
-        return False, (
-            f"no `{binary}` on PATH; the perf-analyzer 2.60 wheel needs glibc 2.38, this machine has "
-            f"glibc {glibc_version()}; pip's tritonclient[all] only brings a 0.1.0 placeholder"
-        )
-    try:
-        probe = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"`{path} --version` failed: {exc}"
-    text = (probe.stdout + probe.stderr).strip()
-    if "GLIBC" in text:
-        return False, f"`{path}` needs a newer glibc than this machine's {glibc_version()}: {text.splitlines()[0]}"
-    if probe.returncode != 0 or "perf_analyzer" not in text.lower().replace("-", "_").replace(" ", "_"):
-        first = text.splitlines()[0] if text else f"exit status {probe.returncode}"
-        return False, f"`{path}` is not a working perf_analyzer (placeholder?): {first}"
-    return True, text.splitlines()[0]
-
-
-def select_runner(binary: str = "perf_analyzer", image: str | None = None) -> Runner:
-    """A working local binary, else the perf_analyzer image; RuntimeError (one line) when neither."""
-    ok, why = availability(binary)
-    if ok:
-        return Runner(version=why, binary=binary)
-    image = image or default_image()
-    version = image_version(image)
-    if version is None:
-        raise RuntimeError(f"perf_analyzer cannot run here ({why}) and no Docker engine has {image}: `{BUILD_HINT}`")
-    return Runner(version=version, image=image)
 
 
 def parse_csv(text: str) -> list[dict]:
@@ -331,31 +284,38 @@ def _bench(args) -> int:
         return 1
 
     def run(deployment, benchmark, ctx):
-        for _ in range(args.rounds):
+        def perf_analyzer(level):
+            try:
+                rows = run_scenario(
+                    ctx,
+                    benchmark,
+                    duration_s=args.duration,
+                    concurrencies=[level],
+                    runner=runner,
+                    stability_percent=args.stability,
+                )
+            except RuntimeError as exc:  # no stable windows on a busy machine: say so, keep comparing
+                if "Failed to obtain stable measurement" not in str(exc):
+                    raise
+                print(f"{deployment.name:16} {benchmark.id:34} c={level:<3} perf_analyzer: no stable windows")
+                rows = []
+            for m in rows:
+                _show(deployment.name, benchmark.id, m, runner.generator)
+
+        def asyncio(level):
+            for m in run_benchmark(ctx, benchmark, duration_s=args.duration, concurrencies=[level]):
+                _show(deployment.name, benchmark.id, m, m["generator"])
+
+        for round_ in range(args.rounds):
             for level in args.concurrency or list(benchmark.concurrency):
+                # with --compare the two generators take turns going first, round by round
+                order = [perf_analyzer, asyncio][:: -1 if round_ % 2 else 1] if args.compare else [perf_analyzer]
                 try:
-                    rows = run_scenario(
-                        ctx,
-                        benchmark,
-                        duration_s=args.duration,
-                        concurrencies=[level],
-                        runner=runner,
-                        stability_percent=args.stability,
-                    )
+                    for measure in order:
+                        measure(level)
                 except ValueError as exc:
                     print(f"{deployment.name:16} {benchmark.id:34} skipped: {exc}")
                     return
-                except RuntimeError as exc:  # no stable windows on a busy machine: say so, keep comparing
-                    unstable = "Failed to obtain stable measurement" in str(exc)
-                    if not unstable:
-                        raise
-                    rows = []
-                    print(f"{deployment.name:16} {benchmark.id:34} c={level:<3} perf_analyzer: no stable windows")
-                for m in rows:
-                    _show(deployment.name, benchmark.id, m, runner.generator)
-                if args.compare:  # the asyncio generator on the same cell, right after
-                    for m in run_benchmark(ctx, benchmark, duration_s=args.duration, concurrencies=[level]):
-                        _show(deployment.name, benchmark.id, m, m["generator"])
 
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url)
     try:
@@ -381,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--duration", type=float, default=5.0, help="perf_analyzer's measurement window (s)")
     bench.add_argument("--concurrency", type=int, nargs="*")
     bench.add_argument("--only", nargs="*", help="benchmark ids to run (default: all)")
-    bench.add_argument("--compare", action="store_true", help="also the asyncio generator, level by level")
+    bench.add_argument(
+        "--compare", action="store_true", help="also the asyncio generator, level by level, taking turns first"
+    )
     bench.add_argument("--stability", type=int, default=STABILITY_PERCENT, help="perf_analyzer -s (%%)")
     bench.add_argument("--rounds", type=int, default=1, help="repeat every level this many times")
     bench.set_defaults(func=_bench)

@@ -1,4 +1,4 @@
-"""perf_analyzer in a Debian 13 container, for hosts whose glibc is older than the wheel's 2.38.
+"""Where perf_analyzer runs: a working local binary, else a Debian 13 container (the wheel needs glibc 2.38).
 
 The image (``make perf-analyzer-image``, images/perf-analyzer/) carries the PyPI ``perf-analyzer``
 wheel on glibc 2.41. It runs with ``--network host``, so the URLs of a server on this machine work
@@ -11,6 +11,8 @@ the affinity of the ``docker`` client that starts it).
 from __future__ import annotations
 
 import os
+import platform
+import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
@@ -81,3 +83,42 @@ class Runner:
         return (
             f"{described} (perf_analyzer container: --cpuset-cpus {','.join(str(c) for c in sorted(generator_cpus))})"
         )
+
+
+def glibc_version() -> str:
+    name, version = platform.libc_ver()
+    return version or "unknown"
+
+
+@lru_cache(maxsize=4)
+def availability(binary: str = "perf_analyzer") -> tuple[bool, str]:
+    """``(True, version line)`` when perf_analyzer runs here, else ``(False, why not)``."""
+    path = shutil.which(binary)
+    if path is None:
+        return False, (
+            f"no `{binary}` on PATH; the perf-analyzer 2.60 wheel needs glibc 2.38, this machine has "
+            f"glibc {glibc_version()}; pip's tritonclient[all] only brings a 0.1.0 placeholder"
+        )
+    try:
+        probe = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"`{path} --version` failed: {exc}"
+    text = (probe.stdout + probe.stderr).strip()
+    if "GLIBC" in text:
+        return False, f"`{path}` needs a newer glibc than this machine's {glibc_version()}: {text.splitlines()[0]}"
+    if probe.returncode != 0 or "perf_analyzer" not in text.lower().replace("-", "_").replace(" ", "_"):
+        first = text.splitlines()[0] if text else f"exit status {probe.returncode}"
+        return False, f"`{path}` is not a working perf_analyzer (placeholder?): {first}"
+    return True, text.splitlines()[0]
+
+
+def select_runner(binary: str = "perf_analyzer", image: str | None = None) -> Runner:
+    """A working local binary, else the perf_analyzer image; RuntimeError (one line) when neither."""
+    ok, why = availability(binary)
+    if ok:
+        return Runner(version=why, binary=binary)
+    image = image or default_image()
+    version = image_version(image)
+    if version is None:
+        raise RuntimeError(f"perf_analyzer cannot run here ({why}) and no Docker engine has {image}: `{BUILD_HINT}`")
+    return Runner(version=version, image=image)
