@@ -49,3 +49,12 @@ def test_the_table_flags_ratios_below_the_goal():
     rows = [_row("model-b1", 1, 100.0, "05:00"), _row("classify-jpeg", 1, 42.0, "05:00")]
     text = "\n".join(render_processing_ratios(rows, MODEL_ONLY))
     assert "| classify-jpeg" in text and "0.42 (below goal)" in text
+
+
+def test_a_pinned_row_says_its_cores_in_the_generator_column():
+    from harness.measuring.matrix.render import _pinned
+
+    assert _pinned({"pinning": "server cpus 1 (12 processes), generator cpus 0"}) == (
+        " (pinned: server cpus 1, generator cpus 0)"
+    )
+    assert _pinned({"pinning": "none"}) == _pinned({}) == ""

@@ -83,14 +83,15 @@ def generate(
     deployments = discover(deployments_root)
     outcomes = read_outcomes(Path(outcomes_folder or records_file.parent))
     if perf_analyzer_note is None:
-        from harness.measuring.perf_analyzer import availability
+        from harness.measuring.perf_analyzer_container import select_runner
 
-        ok, reason = availability()
-        perf_analyzer_note = (
-            "perf_analyzer: available on this machine (`python -m harness perf-analyzer bench`)."
-            if ok
-            else f"perf_analyzer: not usable on this machine ({reason})."
-        )
+        try:
+            perf_analyzer_note = (
+                f"perf_analyzer: {select_runner().generator} (`python -m harness perf-analyzer bench`; "
+                "`make perf-analyzer-image` builds the container where the host's glibc is too old)."
+            )
+        except RuntimeError as exc:
+            perf_analyzer_note = f"perf_analyzer: not usable on this machine ({exc})."
     matrix = build(records, deployments, outcomes)
     plots_dir = docs / "plots"
     if plots_dir.exists():

@@ -3,6 +3,8 @@ container cost (``docs/results.md``), and the network-bound table (``docs/result
 
 from __future__ import annotations
 
+import re
+
 from tabulate import tabulate
 
 from harness.measuring.matrix.cells import (
@@ -99,11 +101,18 @@ def render_table(data: dict) -> str:
                 _fmt(compute, 2),
                 _served(r),
                 r["correctness"] + (f" ({r['errors']} errors under load)" if r.get("errors") else ""),
-                generator_family(r),
+                generator_family(r) + _pinned(r),
                 runs.get(run_label(r), "?"),
             ]
         )
     return tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
+
+
+def _pinned(record: dict) -> str:
+    """`` (pinned: server cpus 1, generator cpus 0)`` when the generator and server ran on their own cores."""
+    pinning = re.sub(r" \(\d+ processes\)", "", str(record.get("pinning") or ""))
+    pinning = re.sub(r" \(perf_analyzer container: [^)]*\)", "", pinning)
+    return f" (pinned: {pinning})" if pinning and pinning != "none" else ""
 
 
 def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
@@ -160,7 +169,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
         "from its statistics API; `served / ceiling` items/s as a share of the in-process ceiling "
         "when the scenario defines one; `correctness` the latest pytest outcome of the deployment's "
         "checks (those naming the row's model when there are such) on that server / target; "
-        "`generator` the load generator that produced the numbers; `run` the machine and server below "
+        "`generator` the load generator that produced the numbers, and the cores server and generator were pinned to when they were; `run` the machine and server below "
         "the table. How to read these numbers: [tuning.md](tuning.md).",
         "",
         f"Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`). {perf_analyzer_note}",
