@@ -14,7 +14,7 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness.scaleout.compose import Stack, compose_command
+from harness.scaleout.compose import ScaleoutError, Stack, compose_command
 from harness.scaleout.run import RETRY, kill_under_load
 from harness.serving.launchers.docker_engine import DockerStartError, engine
 from harness.serving.launchers.docker_images import CPU_IMAGE
@@ -41,8 +41,10 @@ def stack(request):
         ENGINE.images.get(image)
     except Exception:  # noqa: BLE001
         pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
-    if shutil.which("docker-compose") is None:
-        compose_command()  # the plugin, or a one-line error naming `make scaleout-tools`
+    try:
+        compose_command()
+    except ScaleoutError as exc:  # `make test-docker` installs it first; a plain `make test` may lack it
+        pytest.skip(str(exc))
     stack = Stack(
         get_deployment("embedding_cpu"),
         replicas=2,
