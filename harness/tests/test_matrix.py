@@ -273,3 +273,15 @@ def test_run_footnote_says_whether_the_front_gate_was_in_front(toy):
     text = _generate(toy, [gated, direct])["markdown"].read_text()
     assert "`local` server mode, behind the front gate" in text
     assert "`docker` server mode, no front gate" in text
+
+
+def test_the_matrix_replaces_its_own_figures_and_keeps_the_others(toy):
+    _, _, docs = toy
+    plots = docs / "plots"
+    plots.mkdir(parents=True)
+    (plots / "gone-throughput.png").write_bytes(b"stale figure of a deployment that no longer exists")
+    (plots / "soak_toy-rss.png").write_bytes(b"a reliability figure docs/reliability.md shows")
+    _generate(toy, [_record()])
+    assert not (plots / "gone-throughput.png").exists()
+    assert (plots / "soak_toy-rss.png").exists(), "make matrix must not delete the reliability figures"
+    assert (plots / "toy-throughput.png").exists()

@@ -11,7 +11,7 @@ from harness import PROJECT_ROOT
 from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family, network_label, network_records
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.correctness import read_outcomes
-from harness.measuring.matrix.plots import plot
+from harness.measuring.matrix.plots import PLOT_KINDS, plot
 from harness.measuring.matrix.render import render_markdown, render_network
 from harness.measuring.matrix.rows import NOT_MEASURED, build
 from harness.measuring.records import read_records, records_path
@@ -94,9 +94,10 @@ def generate(
             perf_analyzer_note = f"perf_analyzer: not usable on this machine ({exc})."
     matrix = build(records, deployments, outcomes)
     plots_dir = docs / "plots"
-    if plots_dir.exists():
-        for old in plots_dir.glob("*.png"):
-            old.unlink()
+    if plots_dir.exists():  # the matrix's own figures only: docs/plots also holds the reliability figures
+        for kind in PLOT_KINDS:
+            for old in plots_dir.glob(f"*-{kind}.png"):
+                old.unlink()
     for name, data in matrix.items():
         data["plots"] = plot(name, data["rows"], plots_dir)
     try:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from harness.measuring.matrix.cells import generator_family
 
+#: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
+PLOT_KINDS = ("throughput", "latency", "bytes")
+
 
 def plot(name: str, rows: list[dict], folder: Path) -> dict[str, Path]:
     """Throughput vs concurrency, latency vs throughput, bytes per request; PNG paths by kind."""

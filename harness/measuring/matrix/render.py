@@ -16,6 +16,7 @@ from harness.measuring.matrix.cells import (
     run_label,
 )
 from harness.measuring.matrix.container_cost import container_cost
+from harness.measuring.matrix.plots import PLOT_KINDS
 from harness.measuring.matrix.processing_ratio import render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
 
@@ -214,7 +215,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
             )
         lines += render_container_cost(data["rows"], data.get("history"))
         lines += render_processing_ratios(data["rows"], data.get("model_only", {}))
-        plots = [p for p in ("throughput", "latency", "bytes") if data.get("plots", {}).get(p)]
+        plots = [p for p in PLOT_KINDS if data.get("plots", {}).get(p)]
         if plots:
             lines.append("")
             lines += [f"![{name} {p}](plots/{name}-{p}.png)" for p in plots]
