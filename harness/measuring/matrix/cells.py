@@ -3,6 +3,8 @@ the derived numbers a record carries (ceiling, server compute time)."""
 
 from __future__ import annotations
 
+import re
+
 
 def stamp(record: dict) -> str:
     """A record's or check outcome's timestamp as a sortable string ("" when it has none)."""
@@ -86,3 +88,10 @@ def compute_ms(record: dict) -> float | None:
     if all(p is None for p in parts):
         return None
     return round(sum(p or 0.0 for p in parts), 3)
+
+
+def pinning_label(record: dict) -> str:
+    """The cores server and generator were pinned to (``server cpus 1, generator cpus 0``), "" when not pinned."""
+    pinning = re.sub(r" \(\d+ processes\)", "", str(record.get("pinning") or ""))
+    pinning = re.sub(r" \(perf_analyzer container: [^)]*\)", "", pinning)
+    return "" if pinning in ("", "none") else pinning

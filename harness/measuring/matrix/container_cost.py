@@ -1,11 +1,11 @@
-"""What the container costs: docker / local items/s of the same variant, target, c and
-generator, each docker row paired with the local record of that cell taken closest in time."""
+"""What the container costs: docker / local items/s of the same variant, target, c, generator and
+pinning, each docker row paired with the local record of that cell taken closest in time."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from harness.measuring.matrix.cells import generator_family, stamp
+from harness.measuring.matrix.cells import generator_family, pinning_label, stamp
 
 
 def hours(record: dict) -> float:
@@ -21,6 +21,7 @@ def _pair_key(record: dict) -> tuple:
         record.get("target"),
         int(record.get("concurrency") or 0),
         generator_family(record),
+        pinning_label(record),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from harness.measuring.matrix.cells import generator_family
+from harness.measuring.matrix.cells import generator_family, pinning_label
 from harness.measuring.matrix.container_cost import hours
 
 #: The issue's goal for every JPEG- or text-in entry model on loopback.
@@ -19,6 +19,7 @@ def _key(record: dict) -> tuple:
         record.get("server_mode"),
         int(record.get("concurrency") or 0),
         generator_family(record),
+        pinning_label(record),
     )
 
 

@@ -3,8 +3,6 @@ container cost (``docs/results.md``), and the network-bound table (``docs/result
 
 from __future__ import annotations
 
-import re
-
 from tabulate import tabulate
 
 from harness.measuring.matrix.cells import (
@@ -13,6 +11,7 @@ from harness.measuring.matrix.cells import (
     generator_family,
     network_label,
     network_records,
+    pinning_label,
     run_label,
 )
 from harness.measuring.matrix.container_cost import container_cost
@@ -111,9 +110,8 @@ def render_table(data: dict) -> str:
 
 def _pinned(record: dict) -> str:
     """`` (pinned: server cpus 1, generator cpus 0)`` when the generator and server ran on their own cores."""
-    pinning = re.sub(r" \(\d+ processes\)", "", str(record.get("pinning") or ""))
-    pinning = re.sub(r" \(perf_analyzer container: [^)]*\)", "", pinning)
-    return f" (pinned: {pinning})" if pinning and pinning != "none" else ""
+    pinning = pinning_label(record)
+    return f" (pinned: {pinning})" if pinning else ""
 
 
 def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
