@@ -66,5 +66,12 @@ def test_container_cost_pairs_only_records_pinned_alike():
     docker = _row("model-b1", 1, 100.0, "05:00", mode="docker")
     pinned_local = {**_row("model-b1", 1, 40.0, "05:00"), "pinning": "server cpus 1 (9 processes), generator cpus 0"}
     assert container_cost([docker, pinned_local]) == [], "one core against two is no container cost"
-    (pair,) = container_cost([docker, pinned_local, _row("model-b1", 1, 80.0, "01:00")])
+    (pair,) = container_cost([docker, pinned_local, _row("model-b1", 1, 80.0, "04:50")])
     assert pair["local"] == 80.0 and abs(pair["ratio"] - 1.25) < 1e-9
+
+
+def test_container_cost_pairs_nothing_taken_hours_apart():
+    from harness.measuring.matrix.container_cost import container_cost
+
+    docker = _row("model-b1", 1, 100.0, "05:00", mode="docker")
+    assert container_cost([docker, _row("model-b1", 1, 80.0, "03:00")]) == []

@@ -7,6 +7,9 @@ import datetime as dt
 
 from harness.measuring.matrix.cells import generator_family, pinning_label, stamp
 
+#: Farther apart than this, two records were taken under different loads of a shared machine: no pair.
+MAX_HOURS_APART = 0.5
+
 
 def hours(record: dict) -> float:
     try:
@@ -40,6 +43,8 @@ def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[
         if not same:
             continue
         local = min(same, key=lambda r: abs(hours(r) - hours(docker)))
+        if abs(hours(docker) - hours(local)) > MAX_HOURS_APART:
+            continue
         pairs.append(
             {
                 "benchmark": key[0],

@@ -135,7 +135,7 @@ def render_container_cost(rows: list[dict], history: list[dict] | None = None) -
         "",
         "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
         "container costs nothing measurable; the local record is the one of the same cell taken closest in "
-        "time; `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
+        "time, within 0.5 h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
         "deployment):",
         "",
         tabulate(
