@@ -133,6 +133,7 @@ def append_record(record: Record, path: Path | None = None) -> Path:
         "schema": SCHEMA,
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
         **record,
     }
     with path.open("a") as handle:

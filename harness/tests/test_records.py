@@ -22,6 +22,7 @@ def test_a_record_gets_schema_timestamp_and_machine(tmp_path):
     path = append_record(dict(COMPLETE), tmp_path / "records.jsonl")
     (line,) = read_records(path)
     assert line["schema"] == SCHEMA and line["timestamp"] and line["machine"]["cpu_cores"] >= 1
+    assert line["load_average_1m"] >= 0, "every record says how busy the machine was"
     assert {k: line[k] for k in COMPLETE} == COMPLETE
 
 
