@@ -19,6 +19,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("triton harness")
     group.addoption(
         "--server-mode",
+        "--mode",
+        dest="server_mode",
         choices=MODES,
         default=os.environ.get("TRITON_SERVER_MODE", "local"),
         help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)",
