@@ -29,7 +29,6 @@ A ``[scaleout]`` table in deployment.toml overrides any default below (``replica
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,15 +36,13 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.scaleout.footprint import COMMAND as FOOTPRINT_COMMAND
-from harness.scaleout.footprint import load_footprints
+from harness.scaleout.sizing import UNMEASURED, footprint, probes, resources
 
 DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
 BUNDLE_ROOT = "/mnt/models"
 QUEUE_METRIC = "nv_inference_queue_duration_us_per_request"
 PART_OF = "triton-reference-deployments"
 #: Used when a deployment has no measured footprint (a newly copied folder): say so on the object.
-UNMEASURED = {"peak_mib": 2048.0, "cpu_cores_under_load": 1.0, "start_to_ready_s": 60.0}
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
 
 
@@ -105,31 +102,6 @@ def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOpti
     return options
 
 
-def footprint(deployment: Deployment) -> tuple[dict, str]:
-    """Measured footprint of one replica (or the defaults) and where it comes from."""
-    measured = load_footprints()["deployments"].get(deployment.name)
-    if measured:
-        return measured, f"measured {measured.get('measured', '')} by `{FOOTPRINT_COMMAND}`".replace("  ", " ")
-    return dict(UNMEASURED), f"not measured: defaults; run `{FOOTPRINT_COMMAND} {deployment.name}`"
-
-
-def round_up(value: float, step: float) -> float:
-    return math.ceil(value / step) * step
-
-
-def resources(deployment: Deployment, options: RenderOptions) -> tuple[dict, str]:
-    """Requests from the measured peak working set (+25 %) and cores under load; a memory limit of
-    1.5x the request; no CPU limit (CFS throttling adds latency to every request)."""
-    measured, source = footprint(deployment)
-    memory_mib = options.extra.get("memory_mib") or int(round_up(measured["peak_mib"] * 1.25, 64))
-    cpu = options.extra.get("cpu") or max(0.5, round_up(measured.get("cpu_cores_under_load") or 1.0, 0.25))
-    limit_mib = int(round_up(memory_mib * 1.5, 64))
-    return {
-        "requests": {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mib}Mi"},
-        "limits": {"memory": f"{limit_mib}Mi"},
-    }, source
-
-
 def server_args(deployment: Deployment, options: RenderOptions) -> list[str]:
     """tritonserver's command line in the pod: the deployment's own flags, the bundle's repository."""
     server = deployment.server_options(options.target)
@@ -151,34 +123,9 @@ def bundle_image(deployment: Deployment, options: RenderOptions) -> str:
     return options.bundle_image or f"triton-harness/{deployment.name.replace('_', '-')}-bundle:latest"
 
 
-def probes(start_to_ready_s: float) -> dict:
-    """Startup budget of 3x the measured start, at least 2 and at most 15 minutes; then fast
-    readiness (out of the Service within ~10 s) and slower liveness (restart after ~30 s dead)."""
-    startup_failures = min(180, max(24, math.ceil(3 * start_to_ready_s / 5)))
-    return {
-        "startupProbe": {
-            "httpGet": {"path": "/v2/health/ready", "port": "http"},
-            "periodSeconds": 5,
-            "failureThreshold": startup_failures,
-        },
-        "readinessProbe": {
-            "httpGet": {"path": "/v2/health/ready", "port": "http"},
-            "periodSeconds": 5,
-            "timeoutSeconds": 2,
-            "failureThreshold": 2,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": "http"},
-            "periodSeconds": 10,
-            "timeoutSeconds": 3,
-            "failureThreshold": 3,
-        },
-    }
-
-
 def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     measured, source = footprint(deployment)
-    limits, _ = resources(deployment, options)
+    limits, _ = resources(deployment, options.extra)
     command = server_args(deployment, options)
     if options.gate:
         command = [
@@ -352,7 +299,7 @@ def adapter_config(deployment: Deployment, options: RenderOptions) -> dict:
 
 def inference_service(deployment: Deployment, options: RenderOptions) -> dict:
     """KServe v1beta1 InferenceService on the Triton runtime; the bundle at ``storageUri``."""
-    limits, _ = resources(deployment, options)
+    limits, _ = resources(deployment, options.extra)
     args = [a for a in server_args(deployment, options)[1:] if not a.startswith("--model-repository=")]
     storage = options.storage_uri or f"pvc://triton-model-bundles/{deployment.name}"
     return {
