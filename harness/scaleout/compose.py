@@ -35,16 +35,14 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
+from harness.scaleout import ScaleoutError
+from harness.scaleout.subnets import free_subnet
 from harness.serving.gate.serve import free_port
 from harness.serving.launchers.docker_engine import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
 
 BUNDLE_ROOT = "/mnt/models"
 LB_BUILD = PROJECT_ROOT / "images" / "lb" / "build.sh"
 PROJECT = "triton-scaleout"
-
-
-class ScaleoutError(RuntimeError):
-    """The stack cannot be brought up or driven as asked; one line that says what to do."""
 
 
 def compose_command() -> list[str]:
@@ -66,39 +64,6 @@ def lb_image() -> str:
     if done.returncode != 0:
         raise ScaleoutError(f"images/lb/build.sh failed: {done.stderr.strip().splitlines()[-1:]}")
     return done.stdout.strip().splitlines()[-1]
-
-
-def used_subnets() -> list[ipaddress.IPv4Network]:
-    """Subnets of the engine's networks (a new one must not overlap them)."""
-    names = subprocess.run(["docker", "network", "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
-    found = []
-    if names:
-        inspected = json.loads(
-            subprocess.run(["docker", "network", "inspect", *names], capture_output=True, text=True, check=True).stdout
-        )
-        for network in inspected:
-            for config in (network.get("IPAM") or {}).get("Config") or []:
-                if config.get("Subnet") and ":" not in config["Subnet"]:
-                    found.append(ipaddress.ip_network(config["Subnet"], strict=False))
-    return found
-
-
-def free_subnet(project: str) -> ipaddress.IPv4Network:
-    """A /24 in 172.29.0.0/16 that no network of the engine uses (ours, left over, is reused)."""
-    taken = used_subnets()
-    ours = subprocess.run(
-        ["docker", "network", "inspect", f"{project}_replicas", "--format", "{{range .IPAM.Config}}{{.Subnet}}{{end}}"],
-        capture_output=True,
-        text=True,
-    )
-    if ours.returncode == 0 and ours.stdout.strip():
-        return ipaddress.ip_network(ours.stdout.strip())
-    for candidate in ipaddress.ip_network("172.29.0.0/16").subnets(new_prefix=24):
-        if candidate.network_address.packed[2] < 10:
-            continue
-        if not any(candidate.overlaps(t) for t in taken):
-            return candidate
-    raise ScaleoutError("no free /24 in 172.29.0.0/16 for the replicas' network")
 
 
 def add_version(repository: Path, model: str, version: str = "2") -> None:
