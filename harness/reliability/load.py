@@ -9,6 +9,7 @@ timeout), which the soak, the fault scenarios and the gate-cost runs all read.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +96,15 @@ def echo_workload(model: str = "echo", input_name: str = "TEXT", output: str = "
     )
 
 
+def same_answer(got: np.ndarray, want: np.ndarray, atol: float) -> bool:
+    """Same shape and values: bytes equal for BYTES tensors, within ``atol`` for numbers."""
+    if got.shape != want.shape:
+        return False
+    if got.dtype == object or want.dtype == object:
+        return [bytes(x) for x in got.reshape(-1)] == [bytes(x) for x in want.reshape(-1)]
+    return bool(np.allclose(got, want, atol=atol, rtol=0))
+
+
 def text_embedding_workload(
     http_url: str,
     model: str,
@@ -121,8 +131,7 @@ def text_embedding_workload(
         key = i % cases
         return {input_name: np.array([[unique_sentence(key).encode()]], dtype=object)}, key
 
-    def check(got: np.ndarray, want: np.ndarray) -> bool:
-        return got.shape == want.shape and bool(np.allclose(got, want, atol=atol, rtol=0))
+    check = functools.partial(same_answer, atol=atol)
 
     return CheckedWorkload(
         model=model,
@@ -162,12 +171,7 @@ def bytes_workload(
         key = i % len(cases)
         return {input_name: np.array([[cases[key]]], dtype=object)}, key
 
-    def check(got: np.ndarray, want: np.ndarray) -> bool:
-        if got.dtype == object or want.dtype == object:
-            return got.shape == want.shape and [bytes(x) for x in got.reshape(-1)] == [
-                bytes(x) for x in want.reshape(-1)
-            ]
-        return got.shape == want.shape and bool(np.allclose(got, want, atol=atol, rtol=0))
+    check = functools.partial(same_answer, atol=atol)
 
     return CheckedWorkload(
         model=model,

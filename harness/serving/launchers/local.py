@@ -265,8 +265,12 @@ class LocalTritonServer(StartedTritonServer):
         if self.gate:
             self._start_gate()
             return
-        self.process = subprocess.Popen(
-            self.command(),
+        self.process = self._spawn(self.command())
+
+    def _spawn(self, argv: list[str], pass_fds: list[int] | None = None) -> subprocess.Popen:
+        """A child in its own session, logging to the server log, that dies with this process."""
+        return subprocess.Popen(
+            argv,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -274,6 +278,7 @@ class LocalTritonServer(StartedTritonServer):
             cwd=self.work_dir,
             preexec_fn=sigterm_when_parent_dies,
             start_new_session=True,
+            pass_fds=pass_fds or (),
         )
 
     def _start_gate(self) -> None:
@@ -290,16 +295,8 @@ class LocalTritonServer(StartedTritonServer):
                 import json
 
                 json.dump(self.gate_config(fds), f)
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.serving.gate", str(config_path)],
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.environment(),
-                cwd=self.work_dir,
-                preexec_fn=sigterm_when_parent_dies,
-                start_new_session=True,
-                pass_fds=list(fds.values()),
+            self.process = self._spawn(
+                [sys.executable, "-m", "harness.serving.gate", str(config_path)], pass_fds=list(fds.values())
             )
         finally:
             for sock in socks.values():
