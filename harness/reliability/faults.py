@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ import tritonclient.http as httpclient
 
 from harness.reliability.load import CheckedWorkload, LoadLog, model_workload, run_checked_load
 from harness.reliability.memory import stub_processes
-from harness.reliability.report import RESULTS_DIR, write_docs, write_json
+from harness.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
 from harness.reliability.servers import model_server, stop_server
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
@@ -332,7 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="only regenerate docs/reliability.md's results")
     args = parser.parse_args(argv)
     if args.write_docs:
-        print(write_docs())
+        try:
+            print(write_docs())
+        except NoReports as exc:
+            print(exc, file=sys.stderr)
+            return 2
         return 0
     reports = run_all(args.deployment, args.model, args.scenario or list(SCENARIOS), args.concurrency, args.stub_model)
     write_json(reports, args.json)
