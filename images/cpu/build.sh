@@ -18,6 +18,9 @@ ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
 # The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
 GATE_FILES=(__init__.py __main__.py server.py serve.py validate.py grpc_proxy.py http_front.py stub_watch.py isolation.py)
 
+# shellcheck source=../debian-base.sh
+. "$HERE/../debian-base.sh"
+
 say() { echo "image: $*"; }
 die() { echo "image: $*" >&2; exit 1; }
 
@@ -28,7 +31,7 @@ ORT_VERSION=$(sed -n 's/^onnxruntime==\([^ ]*\).*/\1/p' "$HERE/requirements.txt"
 [ -n "$ORT_VERSION" ] || die "requirements.txt must pin onnxruntime==<version> (the image label names it)"
 ORT_IMPLEMENTATION="onnxruntime via harness Python backend (onnxruntime $ORT_VERSION)"
 
-BASE_HASH=$(printf '%s\n' "$SUITE" "$INCLUDE" minbase | sha256sum | cut -c1-12)
+BASE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
 BASE="triton-harness/debian-$SUITE-python3.11:$BASE_HASH"
 CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$CA";
                  cat "$ROOT/harness/__init__.py" "$ROOT/harness/serving/__init__.py"; for f in "${GATE_FILES[@]}"; do cat "$ROOT/harness/serving/gate/$f"; done;
@@ -42,19 +45,7 @@ fi
 
 began=$SECONDS
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
-    if ! command -v mmdebstrap >/dev/null; then
-        [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || die "mmdebstrap is needed to make the base image (apt-get install mmdebstrap)"
-        say "installing mmdebstrap (apt-get)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null 2>&1 \
-            || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null; }
-    fi
-    say "base $BASE: mmdebstrap --variant=minbase --include=$INCLUDE $SUITE | docker import"
-    t=$SECONDS
-    # No mirror argument: mmdebstrap uses the host's apt sources (PLATFORM.md).
-    mmdebstrap --quiet --variant=minbase --include="$INCLUDE" \
-        --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' "$SUITE" - \
-        | docker import --change 'ENV LANG=C.UTF-8' - "$BASE" >/dev/null
-    say "base made in $((SECONDS - t)) s"
+    debian_minbase "$BASE" "$SUITE" "$INCLUDE" || die "could not make the base image $BASE"
 fi
 
 CONTEXT=$(mktemp -d /tmp/triton-image-cpu.XXXXXX)

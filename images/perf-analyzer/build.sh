@@ -14,13 +14,16 @@ MIRROR=http://deb.debian.org/debian
 INCLUDE=python3,python3-venv,ca-certificates
 CA=/etc/ssl/certs/ca-certificates.crt
 
+# shellcheck source=../debian-base.sh
+. "$HERE/../debian-base.sh"
+
 say() { echo "perf-analyzer image: $*"; }
 die() { echo "perf-analyzer image: $*" >&2; exit 1; }
 
 timeout 10 docker info >/dev/null 2>&1 || die "no Docker engine answers: start one with 'make docker-engine'"
 [ -f "$CA" ] || die "$CA is missing (the CA bundle that PyPI's TLS proxy needs inside docker build)"
 
-BASE_HASH=$(printf '%s\n' "$SUITE" "$MIRROR" "$INCLUDE" minbase | sha256sum | cut -c1-12)
+BASE_HASH=$( (printf '%s\n' "$SUITE" "$MIRROR" "$INCLUDE" minbase; cat "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
 BASE="triton-harness/debian-$SUITE-python3:$BASE_HASH"
 CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile build.sh "$CA"; echo "$BASE $PERF_ANALYZER_VERSION") | sha256sum | cut -c1-16)
 
@@ -31,20 +34,9 @@ if [ "$current" = "$CONTENT_HASH" ] && [ -z "${FORCE:-}" ]; then
 fi
 
 began=$SECONDS
+# The host's apt sources name bookworm: trixie comes from the mirror named here.
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
-    if ! command -v mmdebstrap >/dev/null; then
-        [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || die "mmdebstrap is needed to make the base image (apt-get install mmdebstrap)"
-        say "installing mmdebstrap (apt-get)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null 2>&1 \
-            || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null; }
-    fi
-    say "base $BASE: mmdebstrap --variant=minbase --include=$INCLUDE $SUITE $MIRROR | docker import"
-    t=$SECONDS
-    # The host's apt sources name bookworm: trixie comes from the mirror named here.
-    mmdebstrap --quiet --variant=minbase --include="$INCLUDE" \
-        --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' "$SUITE" - "$MIRROR" \
-        | docker import --change 'ENV LANG=C.UTF-8' - "$BASE" >/dev/null
-    say "base made in $((SECONDS - t)) s"
+    debian_minbase "$BASE" "$SUITE" "$INCLUDE" "$MIRROR" || die "could not make the base image $BASE"
 fi
 
 CONTEXT=$(mktemp -d /tmp/triton-image-perf-analyzer.XXXXXX)
