@@ -99,7 +99,7 @@ def generate(
             for old in plots_dir.glob(f"*-{kind}.png"):
                 old.unlink()
     for name, data in matrix.items():
-        data["plots"] = plot(name, data["rows"], plots_dir)
+        data["plots"] = plot(name, data["rows"], plots_dir, data.get("model_only"))
     try:
         source = str(records_file.resolve().relative_to(PROJECT_ROOT))
     except ValueError:
