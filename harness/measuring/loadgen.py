@@ -65,8 +65,25 @@ def _pin_threads(pid: int, cpus: set[int]) -> int:
     return pinned
 
 
+def container_pids(port: int) -> set[int]:
+    """The init process of each running container that publishes ``port`` (docker mode: the
+    port's listener is the engine's docker-proxy, tritonserver runs under the container's init)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        containers = client.containers.list(filters={"publish": str(port), "status": "running"})
+        pids = {int(c.attrs["State"]["Pid"]) for c in containers}
+    finally:
+        client.close()
+    if not pids:
+        raise RuntimeError(f"{PIN_ENV}: port {port} is docker-proxy's, and no running container publishes it")
+    return pids
+
+
 def pin_server(url: str, cpus: set[int]) -> int:
-    """Pin the process listening on ``url``'s port and all its descendants; returns the process count."""
+    """Pin the process listening on ``url``'s port and all its descendants (with the container's
+    processes when the listener is docker-proxy); returns the process count."""
     import psutil
 
     port = int(url.rsplit(":", 1)[1])
@@ -77,6 +94,8 @@ def pin_server(url: str, cpus: set[int]) -> int:
     }
     if not owners:
         raise RuntimeError(f"{PIN_ENV}: no process of this machine listens on port {port}")
+    if any(psutil.Process(pid).name() == "docker-proxy" for pid in owners):
+        owners |= container_pids(port)
     processes = set()
     for pid in owners:
         root = psutil.Process(pid)

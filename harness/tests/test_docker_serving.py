@@ -35,6 +35,25 @@ def _leftover(client, image) -> str:
     return container.id
 
 
+def _assert_pinning_reaches_the_container(server) -> None:
+    """HARNESS_PIN's server CPUs land on tritonserver inside the container, not only on docker-proxy."""
+    import os
+
+    import psutil
+
+    from harness.measuring.loadgen import pin_server
+
+    cpu = max(os.sched_getaffinity(0))
+    assert pin_server(server.grpc_url, {cpu}) >= 2
+    server.container.reload()
+    init = psutil.Process(server.container.attrs["State"]["Pid"])
+    names = {}
+    for process in [init, *init.children(recursive=True)]:
+        names[process.name()] = process.cpu_affinity()
+    assert "tritonserver" in names, f"container processes: {sorted(names)}"
+    assert all(affinity == [cpu] for affinity in names.values()), names
+
+
 @needs_engine
 def test_tiny_repository_served_in_the_cpu_image(tmp_path, image):
     """onnxruntime (the image's Python backend) and python models; ports honoured; labels read;
@@ -64,6 +83,7 @@ def test_tiny_repository_served_in_the_cpu_image(tmp_path, image):
         text.set_data_from_numpy(np.array([[b"hello"]], dtype=np.object_))
         assert grpc.infer("echo", [text]).as_numpy("TEXT_OUT").reshape(-1)[0] == b"hello"
         grpc.close()
+        _assert_pinning_reaches_the_container(server)
         assert "harness Python backend" in server.backend_implementation("onnxruntime")
         assert server.profile.stub_python == "3.11" and server.profile.pack_target == "cpu-image"
         info = server.describe()
