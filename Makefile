@@ -18,7 +18,7 @@ DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: DEPLOYMENT=<name> TARGET=cpu|gpu|npu MODE=local|docker|external BENCH_DURATION=<s>"
+	@echo "Variables: DEPLOYMENT=<name> TARGET=cpu|gpu|npu MODE=local|docker|external BENCH_DURATION=<s> BENCH_ONLY=<benchmark ids>"
 
 $(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,7 @@ deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an A
 	$(MAKE) deploy DEPLOYMENT=resnet_npu
 
 bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl; locally with embedding_cpu, also bench-peers
-	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION)
+	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(MODE)$(TARGET)$(filter-out embedding_cpu,$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
 endif

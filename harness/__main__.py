@@ -107,10 +107,17 @@ def _bench(args) -> int:
             on_level=lambda level: _show_level(deployment.name, benchmark.id, level),
         )
 
+    if args.only:
+        from harness.deployments import discover
+
+        known = {b.id for d in discover() if not args.deployment or d.name == args.deployment for b in d.benchmarks}
+        unknown = sorted(set(args.only) - known)
+        if unknown:
+            raise ValueError(f"--only: no benchmark {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url, image=args.image)
     try:
         failed = for_each_scenario(
-            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target
+            pool, run, deployments=[args.deployment] if args.deployment else None, target=args.target, only=args.only
         )
     finally:
         pool.close()
@@ -169,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--duration", type=float, default=5.0, help="seconds measured per concurrency level")
     bench.add_argument("--warmup", type=float, default=1.0)
     bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
+    bench.add_argument("--only", nargs="+", metavar="BENCHMARK", help="benchmark ids to run (default: all)")
     bench.set_defaults(func=_bench)
 
     from harness import packed_serving

@@ -99,6 +99,8 @@ def test_harness_cli_unknown_deployment_and_target():
     _assert_one_line(done, 2, "no deployment 'nosuch'", "embedding_cpu")
     done = _run([sys.executable, "-m", "harness", "serve", "yolo11_ensemble", "--target", "npu"])
     _assert_one_line(done, 2, "does not support target 'npu'")
+    done = _run([sys.executable, "-m", "harness", "bench", "resnet_npu", "--only", "resnet50-b1", "nosuch-b1"])
+    _assert_one_line(done, 2, "--only: no benchmark nosuch-b1", "efficientnet_lite0-b1")
 
 
 def test_one_command_tree_reaches_every_tool():
