@@ -121,30 +121,19 @@ def text_embedding_workload(
     sequences, which changes float results in the 1e-6 range; two different sentences differ
     by far more).
     """
-    expected: dict[int, np.ndarray] = {}
-    with httpclient.InferenceServerClient(http_url, network_timeout=120) as client:
-        for i in range(cases):
-            inputs = make_inputs("http", {input_name: np.array([[unique_sentence(i).encode()]], dtype=object)})
-            expected[i] = client.infer(model, inputs, outputs=make_outputs("http", [output])).as_numpy(output)
-
-    def make(i: int):
-        key = i % cases
-        return {input_name: np.array([[unique_sentence(key).encode()]], dtype=object)}, key
-
-    check = functools.partial(same_answer, atol=atol)
-
-    return CheckedWorkload(
-        model=model,
+    workload = bytes_workload(
+        http_url,
+        model,
+        [unique_sentence(i).encode() for i in range(cases)],
+        input_name=input_name,
         output=output,
-        make=make,
-        expected=expected.__getitem__,
-        check=check,
-        describe=(
-            f"{model}: {cases} unique sentences, each answer compared with the vector the same server "
-            f"gave that sentence alone before the load (atol {atol})"
-        ),
-        others=lambda: expected,
+        atol=atol,
     )
+    workload.describe = (
+        f"{model}: {cases} unique sentences, each answer compared with the vector the same server "
+        f"gave that sentence alone before the load (atol {atol})"
+    )
+    return workload
 
 
 def bytes_workload(
