@@ -75,6 +75,18 @@ def _served(record: dict) -> str:
     return f"{record['items_per_second'] / limit:.0%} of {_fmt(limit, 0 if limit >= 10 else 1)}"
 
 
+def latency_bytes_server_cells(r: dict) -> list[str]:
+    """p50 ms, p99 ms, sent B/req, received B/req, queue ms, compute ms of a record, formatted."""
+    return [
+        _fmt(r.get("perf_latency_p50")),
+        _fmt(r.get("perf_latency_p99")),
+        _fmt(r.get("bytes_sent_per_request"), 0),
+        _fmt(r.get("bytes_received_per_request"), 0),
+        _fmt(r.get("perf_server_queue"), 2),
+        _fmt(compute_ms(r), 2),
+    ]
+
+
 def render_table(data: dict) -> str:
     runs = {run: _run_letter(i) for i, run in enumerate(data["runs"])}
     table = []
@@ -85,7 +97,6 @@ def render_table(data: dict) -> str:
                 [r["benchmark"], where, r["concurrency"], NOT_MEASURED] + [""] * 8 + [r["correctness"], "", ""]
             )
             continue
-        queue, compute = r.get("perf_server_queue"), compute_ms(r)
         table.append(
             [
                 r["benchmark"],
@@ -93,12 +104,7 @@ def render_table(data: dict) -> str:
                 r.get("concurrency"),
                 _fmt(r.get("perf_throughput")),
                 _fmt(r.get("items_per_second")),
-                _fmt(r.get("perf_latency_p50")),
-                _fmt(r.get("perf_latency_p99")),
-                _fmt(r.get("bytes_sent_per_request"), 0),
-                _fmt(r.get("bytes_received_per_request"), 0),
-                _fmt(queue, 2),
-                _fmt(compute, 2),
+                *latency_bytes_server_cells(r),
                 _served(r),
                 r["correctness"] + (f" ({r['errors']} errors under load)" if r.get("errors") else ""),
                 generator_family(r) + _pinned(r),
@@ -237,12 +243,7 @@ def render_network(records: list[dict]) -> str | None:
             r.get("concurrency"),
             _fmt(r.get("perf_throughput")),
             _fmt(r.get("link_ceiling_infer_per_s")),
-            _fmt(r.get("perf_latency_p50")),
-            _fmt(r.get("perf_latency_p99")),
-            _fmt(r.get("bytes_sent_per_request"), 0),
-            _fmt(r.get("bytes_received_per_request"), 0),
-            _fmt(r.get("perf_server_queue"), 2),
-            _fmt(compute_ms(r), 2),
+            *latency_bytes_server_cells(r),
             str(r.get("timestamp", ""))[:10],
         ]
         for r in network
