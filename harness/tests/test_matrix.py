@@ -285,3 +285,27 @@ def test_the_matrix_replaces_its_own_figures_and_keeps_the_others(toy):
     assert not (plots / "gone-throughput.png").exists()
     assert (plots / "soak_toy-rss.png").exists(), "make matrix must not delete the reliability figures"
     assert (plots / "toy-throughput.png").exists()
+
+
+def test_network_rows_say_link_ceiling_latency_bytes_and_server_times_in_order():
+    from harness.measuring.matrix.render import render_network
+
+    record = _record(network={"rate": "100mbit", "rtt_ms": 20}, link_ceiling_infer_per_s=2.4)
+    text = render_network([record])
+    row = next(line for line in text.splitlines() if line.startswith("| toy "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == [
+        "100mbit, +20 ms RTT",
+        "local / cpu",
+        "1",
+        "50.0",
+        "2.4",
+        "19.5",
+        "30.2",
+        "90",
+        "1,580",
+        "1.50",
+        "15.50",
+        "2026-11-30",
+    ]
+    assert render_network([_record()]) is None, "no network-bound record: no page"
