@@ -15,6 +15,10 @@ Both produce float32 ``(3, crop, crop)`` arrays, channel-first RGB, bit-identica
 torchvision pipeline on the same PIL image; ``ImageTransform.pixels`` stops before the
 normalisation (``uint8`` channel-last), for graphs that normalise themselves. ``top_k`` turns
 logits into class ids, softmax probabilities and labels.
+
+``reducing_gap`` (off by default) is Pillow's fast path for a large downscale: an integer box
+reduction (``Image.reduce``) first, then the filter over the last ``>= reducing_gap`` times. It
+changes pixels (agreement measured by deployments/resnet_npu/agreement.py, docs/tuning.md).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class ImageTransform:
     interpolation: str = "bilinear"
     mean: tuple = IMAGENET_MEAN
     std: tuple = IMAGENET_STD
+    reducing_gap: float | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -64,6 +69,8 @@ class ImageTransform:
             raise ValueError("mean and std need 3 values (R, G, B)")
         if self.crop <= 0 or (self.mode == "resize_crop" and self.resize < self.crop):
             raise ValueError(f"bad sizes: resize={self.resize} crop={self.crop}")
+        if self.reducing_gap is not None and not self.reducing_gap >= 1.0:
+            raise ValueError(f"reducing_gap must be a number >= 1.0 (Pillow's rule), got {self.reducing_gap!r}")
 
     @classmethod
     def torchvision_imagenet(cls, resize: int = 256, crop: int = 224) -> ImageTransform:
@@ -82,7 +89,8 @@ class ImageTransform:
         """Build from string key/values (a Triton config's ``parameters``).
 
         Keys: ``mode``, ``resize``, ``crop``, ``interpolation``, ``mean``, ``std`` (comma
-        separated floats); any missing key keeps the torchvision ImageNet default.
+        separated floats), ``reducing_gap`` (a float >= 1, or ``none``/empty: the exact resize);
+        any missing key keeps the torchvision ImageNet default.
         """
 
         def floats(text: str) -> tuple:
@@ -99,6 +107,12 @@ class ImageTransform:
         for key in ("mean", "std"):
             if key in parameters:
                 kwargs[key] = floats(parameters[key])
+        gap = parameters.get("reducing_gap", "").strip().lower()
+        if gap not in ("", "none"):
+            try:
+                kwargs["reducing_gap"] = float(gap)
+            except ValueError:
+                raise ValueError(f"reducing_gap must be a number >= 1.0 or 'none', got {gap!r}") from None
         return cls(**kwargs)
 
     # -- steps ---------------------------------------------------------------------------
@@ -107,14 +121,16 @@ class ImageTransform:
         resample = _INTERPOLATIONS[self.interpolation]
         width, height = image.size
         if self.mode == "resize_crop":
-            image = image.resize(shorter_side_size(width, height, self.resize), resample)
+            image = image.resize(
+                shorter_side_size(width, height, self.resize), resample, reducing_gap=self.reducing_gap
+            )
             return center_crop(image, self.crop)
         side = int(self.crop / (self.crop + TF_CROP_PADDING) * min(width, height))
         side = max(side, 1)
         top = (height - side + 1) // 2
         left = (width - side + 1) // 2
         image = image.crop((left, top, left + side, top + side))
-        return image.resize((self.crop, self.crop), resample)
+        return image.resize((self.crop, self.crop), resample, reducing_gap=self.reducing_gap)
 
     def min_source_side(self) -> int:
         """The shorter side the geometric step resamples from at the least (a reduced decode keeps it)."""

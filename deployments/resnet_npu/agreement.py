@@ -1,10 +1,13 @@
-"""Agreement of the reduced JPEG decode (``decode: "reduced"``) with the full decode, on held-out photos.
+"""Agreement of the preprocess models' fast options with the exact reference transform, on held-out photos.
 
-The server's preprocess models can decode large JPEGs at 1/2, 1/4 or 1/8 scale
-(libjpeg-turbo DCT scaling, triton_helpers.images), which changes pixels. This script runs both
-pipelines (triton_helpers.classification, exactly what the preprocess models run) through the
-served ONNX classifiers in-process (onnxruntime) and reports top-1 agreement, top-5 overlap and
-the largest probability difference. It also runs the full-decode pixels through ``<model>_uint8``
+The server's preprocess models have config options that change pixels for speed: ``decode:
+"reduced"`` (large JPEGs decoded at 1/2, 1/4 or 1/8 scale, libjpeg-turbo DCT scaling,
+triton_helpers.images) and ``reducing_gap: "<x>"`` (Pillow's integer box reduction before the
+resize filter, triton_helpers.classification). Each ``--candidate`` (config parameters as
+``key=value,key=value``; default: ``decode=reduced``) is run next to the exact pipeline
+(triton_helpers.classification, exactly what the preprocess models run) through the served ONNX
+classifiers in-process (onnxruntime); reported: images whose pixels changed, top-1 agreement,
+top-5 overlap, the largest probability and pixel differences. It also runs the full-decode pixels through ``<model>_uint8``
 (normalisation folded into the graph, what the ensembles serve) and reports the largest logit
 difference to the FP32 model fed the Python-normalised tensor (0 means bit-identical).
 
@@ -12,9 +15,11 @@ Held-out photos: every real photograph installed with the project's packages (ma
 grace_hopper.jpg, scikit-learn's china.jpg / flower.jpg, ultralytics' bus.jpg / zidane.jpg) plus
 yolo11_ensemble's fixture photos, none used to make resnet_npu's fixtures except bus.jpg. Each is
 also cropped and rescaled into ``--variants`` re-encoded JPEGs (quality 90, fixed seed) so that
-different content and sizes reach the classifier.
+different content and sizes reach the classifier (``--scale-max`` above 1.5 adds larger images,
+upscaled, so that options that act only on large images are exercised).
 
-    .venv/bin/python deployments/resnet_npu/agreement.py [--variants 12] [--json out.json]
+    .venv/bin/python deployments/resnet_npu/agreement.py [--variants 12] [--json out.json] \
+        [--candidate decode=reduced --candidate reducing_gap=1.5 ...]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import importlib.util
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +63,10 @@ def source_photos() -> dict[str, bytes]:
     return found
 
 
-def variants(name: str, data: bytes, count: int, rng: np.random.RandomState) -> dict[str, bytes]:
-    """The photo itself plus ``count`` random crops (40-100 % of each side), rescaled 0.6-1.5x, as JPEG."""
+def variants(
+    name: str, data: bytes, count: int, rng: np.random.RandomState, scale_max: float = 1.5
+) -> dict[str, bytes]:
+    """The photo itself plus ``count`` random crops (40-100 % of each side), rescaled 0.6-``scale_max`` x, as JPEG."""
     from PIL import Image
 
     out = {name: data}
@@ -67,7 +75,7 @@ def variants(name: str, data: bytes, count: int, rng: np.random.RandomState) -> 
     for index in range(count):
         cw, ch = (int(width * rng.uniform(0.4, 1.0)), int(height * rng.uniform(0.4, 1.0)))
         left, top = rng.randint(0, width - cw + 1), rng.randint(0, height - ch + 1)
-        scale = rng.uniform(0.6, 1.5)
+        scale = rng.uniform(0.6, scale_max)
         crop = image.crop((left, top, left + cw, top + ch)).resize(
             (max(int(cw * scale), 8), max(int(ch * scale), 8)), Image.Resampling.BICUBIC
         )
@@ -77,58 +85,99 @@ def variants(name: str, data: bytes, count: int, rng: np.random.RandomState) -> 
     return out
 
 
+def candidate_pipeline(spec: str, transform: ImageTransform) -> tuple[ImageTransform, int | None]:
+    """``key=value,...`` config parameters (``decode``, ``reducing_gap``) applied to a model's transform."""
+    params = dict(item.split("=", 1) for item in spec.split(",") if item)
+    unknown = set(params) - {"decode", "reducing_gap"}
+    if unknown:
+        raise SystemExit(f"candidate {spec!r}: unknown parameters {sorted(unknown)} (decode, reducing_gap)")
+    gap = ImageTransform.from_parameters({"reducing_gap": params.get("reducing_gap", "")}).reducing_gap
+    return replace(transform, reducing_gap=gap), decode_min_side(params.get("decode"), transform)
+
+
+def compare(session, transform: ImageTransform, spec: str, images: dict[str, bytes]) -> dict:
+    """Exact transform vs one candidate on every image: changed images, top-1/top-5 agreement, worst differences."""
+    fast, min_side = candidate_pipeline(spec, transform)
+    input_name = session.get_inputs()[0].name
+    top1 = top5 = changed = 0
+    worst_p = worst_px = 0.0
+    for data in images.values():
+        exact_pixels = transform.pixels(open_image(data))
+        fast_pixels = fast.pixels(open_image(data, min_shorter_side=min_side))
+        pixel_diff = int(np.abs(exact_pixels.astype(np.int16) - fast_pixels.astype(np.int16)).max())
+        changed += pixel_diff > 0
+        worst_px = max(worst_px, pixel_diff)
+        batch = np.stack([transform.normalize(exact_pixels), transform.normalize(fast_pixels)])
+        logits = session.run(None, {input_name: batch})[0]
+        probs = softmax(logits)
+        a, b = np.argsort(-logits[0])[:5], np.argsort(-logits[1])[:5]
+        top1 += a[0] == b[0]
+        top5 += len(set(a) & set(b))
+        worst_p = max(worst_p, float(np.abs(probs[0] - probs[1]).max()))
+    n = len(images)
+    return {
+        "images": n,
+        "images_changed": int(changed),
+        "top1_agree": int(top1),
+        "top1_agreement": round(top1 / n, 4),
+        "top5_overlap": round(top5 / (5 * n), 4),
+        "max_probability_difference": round(worst_p, 4),
+        "max_pixel_difference": int(worst_px),
+    }
+
+
+def folded_difference(model: str, session, transform: ImageTransform, images: dict[str, bytes]) -> float:
+    """Largest logit difference: ``<model>_uint8`` on the pixels vs the FP32 model on the Python-normalised tensor."""
+    import onnxruntime as ort
+
+    folded = ort.InferenceSession(
+        str(HERE / "model_repository" / f"{model}_uint8" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    input_name = session.get_inputs()[0].name
+    worst = 0.0
+    for data in images.values():
+        pixels = transform.pixels(open_image(data))
+        logits = session.run(None, {input_name: transform.normalize(pixels)[None]})[0]
+        folded_logits = folded.run(None, {"PIXELS": pixels[None]})[0]
+        worst = max(worst, float(np.abs(folded_logits - logits).max()))
+    return worst
+
+
 def main(argv=None) -> int:
     import onnxruntime as ort
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", type=int, default=12, help="random crops/rescales per source photo")
+    parser.add_argument("--scale-max", type=float, default=1.5, help="largest rescale of a variant (default 1.5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--candidate", action="append", help="config parameters to compare, e.g. decode=reduced,reducing_gap=1.5"
+    )
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--json", help="also write the per-model summary here")
     args = parser.parse_args(argv)
+    candidates = args.candidate or ["decode=reduced"]
     rng = np.random.RandomState(args.seed)
     images = {}
     for name, data in source_photos().items():
-        images.update(variants(name, data, args.variants, rng))
+        images.update(variants(name, data, args.variants, rng, args.scale_max))
     summary = {"sources": len(source_photos()), "images": len(images), "models": {}}
-    for model, transform in MODELS.items():
+    for model in args.models:
+        transform = MODELS[model]
         session = ort.InferenceSession(
             str(HERE / "model_repository" / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
         )
-        input_name = session.get_inputs()[0].name
-        folded = ort.InferenceSession(
-            str(HERE / "model_repository" / f"{model}_uint8" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
-        )
-        folded_worst = 0.0
-        reduced_side = decode_min_side("reduced", transform)
-        top1 = top5 = reduced_count = 0
-        worst = 0.0
-        for data in images.values():
-            full_image = open_image(data)
-            full = transform(full_image)
-            small_image = open_image(data, min_shorter_side=reduced_side)
-            reduced = transform(small_image)
-            reduced_count += small_image.size != open_image(data).size
-            logits = session.run(None, {input_name: np.stack([full, reduced])})[0]
-            folded_logits = folded.run(None, {"PIXELS": transform.pixels(full_image)[None]})[0]
-            folded_worst = max(folded_worst, float(np.abs(folded_logits[0] - logits[0]).max()))
-            probs = softmax(logits)
-            a, b = np.argsort(-logits[0])[:5], np.argsort(-logits[1])[:5]
-            top1 += a[0] == b[0]
-            top5 += len(set(a) & set(b))
-            worst = max(worst, float(np.abs(probs[0] - probs[1]).max()))
-        n = len(images)
-        summary["models"][model] = {
-            "top1_agreement": round(top1 / n, 4),
-            "top5_overlap": round(top5 / (5 * n), 4),
-            "max_probability_difference": round(worst, 4),
-            "images_decoded_reduced": int(reduced_count),
-            "folded_uint8_max_logit_difference": folded_worst,
-        }
-        print(
-            f"{model:20s} {n} images ({reduced_count} decoded reduced): top-1 agreement {top1}/{n} "
-            f"({top1 / n:.1%}), top-5 overlap {top5 / (5 * n):.1%}, max |dp| {worst:.4f}; "
-            f"{model}_uint8 vs FP32 max |dlogit| {folded_worst:.3g}"
-        )
+        folded = folded_difference(model, session, transform, images)
+        summary["models"][model] = {"folded_uint8_max_logit_difference": folded, "candidates": {}}
+        print(f"{model}: {len(images)} images; {model}_uint8 vs FP32 max |dlogit| {folded:.3g}")
+        for spec in candidates:
+            r = compare(session, transform, spec, images)
+            summary["models"][model]["candidates"][spec] = r
+            print(
+                f"  {spec:34s} changed {r['images_changed']:3d}: top-1 agreement {r['top1_agree']}/{r['images']} "
+                f"({r['top1_agreement']:.1%}), top-5 overlap {r['top5_overlap']:.1%}, "
+                f"max |dp| {r['max_probability_difference']:.4f}, max |dpixel| {r['max_pixel_difference']}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     return 0
