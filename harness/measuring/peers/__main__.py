@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from harness import PROJECT_ROOT
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.peers import workloads
 from harness.measuring.peers.infinity import InfinityServer, infinity_version
+from harness.measuring.peers.processes import tree_cpu_s, wait_idle
 from harness.measuring.records import append_record
 
 DEPLOYMENT = "embedding_cpu"
@@ -113,34 +113,16 @@ class CeilingWorker:
         if not ready:
             raise RuntimeError(f"ceiling worker {kind} did not start")
 
-    def measure(self, batch: int, duration_s: float) -> float:
+    def measure(self, batch: int, duration_s: float) -> tuple[float, float]:
+        """Sentences/s and the worker's CPU ms per sentence at ``batch``."""
         self.process.stdin.write(f"{batch} {duration_s}\n")
         self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())["items_per_second"]
+        answer = json.loads(self.process.stdout.readline())
+        return answer["items_per_second"], answer["cpu_ms_per_item"]
 
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=30)
-
-
-def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
-    """Wait until the process tree of ``pid`` stops using CPU (requests a closed generator left in
-    flight have drained), so they do not run into the next target's window."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        processes = [root] + root.children(recursive=True)
-        before = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
-        time.sleep(0.25)
-        after = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
-        if (after - before) / 0.25 < busy_share:
-            return
-    print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
 
 
 def _post(url: str, body: bytes) -> bytes:
@@ -304,16 +286,18 @@ def main(argv: list[str] | None = None) -> int:
             for concurrency in concurrencies:
                 ceiling_batch = min(batch * concurrency, 64)
                 results = {t.name: [] for t in targets}
+                cpu_ms = {t.name: [] for t in targets}
                 ceilings = {k: [] for k in workers}
+                ceiling_cpu = {k: [] for k in workers}
                 for round_index in range(args.rounds):
                     for kind, worker in workers.items():
                         # the best of the request's batch and the largest the server could form (a
                         # 64-row batch can be slower per sentence than 8 rows on a small-cache core)
-                        ceilings[kind].append(
-                            max(
-                                worker.measure(size, min(args.duration, 2.0)) for size in sorted({batch, ceiling_batch})
-                            )
-                        )
+                        measured = [
+                            worker.measure(size, min(args.duration, 2.0)) for size in sorted({batch, ceiling_batch})
+                        ]
+                        ceilings[kind].append(max(rate for rate, _ in measured))
+                        ceiling_cpu[kind].append(min(cpu for _, cpu in measured))
                     order = targets if round_index % 2 == 0 else targets[::-1]
                     for target in order:
                         # long enough for every connection to complete a few requests at the ceiling's pace
@@ -322,16 +306,22 @@ def main(argv: list[str] | None = None) -> int:
                         cycle = batch * concurrency / pace
                         generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))  # warm-up
                         wait_idle(target.pid, 10 * cycle + 10)
-                        results[target.name].append(
-                            generator.run(target.url, bodies[target.name], concurrency, duration)
-                        )
+                        cpu_before = tree_cpu_s(target.pid)
+                        run = generator.run(target.url, bodies[target.name], concurrency, duration)
+                        results[target.name].append(run)
                         wait_idle(target.pid, 10 * cycle + 10)
+                        # the server also finishes the (at most ``concurrency``) requests in flight at the end
+                        items = (run.requests + concurrency) * batch
+                        cpu_ms[target.name].append(1e3 * (tree_cpu_s(target.pid) - cpu_before) / max(items, 1))
                 for target in targets:
                     runs = results[target.name]
                     rates = [r.requests_per_second * batch for r in runs]
                     median_run = sorted(runs, key=lambda r: r.requests_per_second)[len(runs) // 2]
                     ceiling = statistics.median(ceilings[target.ceiling])
                     served = statistics.median(rates)
+                    # CPU per sentence: the server tree's (counted up to idle after the window) against
+                    # the ceiling worker's; steadier than rates on a core shared with other jobs
+                    cpu_ratios = [c / s for c, s in zip(ceiling_cpu[target.ceiling], cpu_ms[target.name]) if s]
                     record = {
                         "deployment": DEPLOYMENT,
                         "benchmark": f"side-by-side-b{batch}",
@@ -359,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                         "ceiling_items_per_second": round(ceiling, 2),
                         "rounds_ceiling_items_per_second": [round(c, 2) for c in ceilings[target.ceiling]],
                         "served_over_ceiling": round(served / ceiling, 3) if ceiling else None,
+                        "rounds_cpu_ms_per_item": [round(c, 4) for c in cpu_ms[target.name]],
+                        "rounds_ceiling_cpu_ms_per_item": [round(c, 4) for c in ceiling_cpu[target.ceiling]],
+                        "cpu_ceiling_over_served": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
                     }
                     if "int8" in target.name or target.ceiling == "onnx-int8":
                         record["kernel_path"] = int8_kernel_path()
@@ -366,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"b={batch:<2} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
                         f"rounds {record['rounds_items_per_second']} errors {record['errors']} "
-                        f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']}",
+                        f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']} "
+                        f"cpu ms/sent {record['rounds_cpu_ms_per_item']} ceiling {record['rounds_ceiling_cpu_ms_per_item']} "
+                        f"-> {record['cpu_ceiling_over_served']}",
                         flush=True,
                     )
     finally:

@@ -2,7 +2,9 @@
 
 ``onnx-fp32`` / ``onnx-int8``: tokenize (fast tokenizer) + the deployment's ONNX file
 (onnxruntime, ``threads`` intra-op threads) + mean pooling + normalisation, at ``batch``
-sentences per call. ``sentence-transformers``: ``SentenceTransformer.encode`` (torch,
+sentences per call, run in length buckets of at most ``--max-rows`` rows as
+``embedding_onnx_text`` does (default: its ``onnx_max_batch_size``; on a small-cache core
+16-row runs beat one 64-row run), tokenizer parallelism off as there. ``sentence-transformers``: ``SentenceTransformer.encode`` (torch,
 ``threads`` threads). Run pinned to the server's cores: ``taskset -c 1 python -m
 harness.measuring.peers.ceiling --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -24,9 +27,17 @@ ONNX_FILES = {
 KINDS = tuple(ONNX_FILES) + ("sentence-transformers",)
 
 
-def encoder(kind: str, threads: int):
+def served_max_rows() -> int:
+    """Rows per onnxruntime run of the deployed ``embedding_onnx_text`` (``onnx_max_batch_size``)."""
+    from harness.repository import parameter, read_config
+
+    config = read_config(REPOSITORY / "embedding_onnx_text" / "config.pbtxt")
+    return int(parameter(config, "onnx_max_batch_size", "64"))
+
+
+def encoder(kind: str, threads: int, max_rows: int = 64):
     """A function ``texts -> vectors`` doing a served request's whole work in this process."""
-    from triton_helpers.text_embedding import EmbeddingModelInfo, pool, tokenize
+    from triton_helpers.text_embedding import EmbeddingModelInfo
 
     if kind == "sentence-transformers":
         import torch
@@ -37,29 +48,30 @@ def encoder(kind: str, threads: int):
         return lambda texts: model.encode(texts, batch_size=len(texts), normalize_embeddings=True)
     import onnxruntime as ort
 
+    from triton_helpers.bls import embed_texts_local
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(ONNX_FILES[kind]), options, providers=["CPUExecutionProvider"])
     normalize = EmbeddingModelInfo.read().normalize
 
-    def encode(texts):
-        tokens = tokenize(texts)
-        hidden = session.run(["last_hidden_state"], dict(tokens))[0]
-        return pool(hidden, tokens["attention_mask"], normalize)
-
-    return encode
+    return lambda texts: embed_texts_local(session.run, texts, max_rows=max_rows, normalize=normalize)
 
 
-def measure(encode, texts: list[str], duration_s: float) -> float:
-    """Sentences per second of ``encode(texts)`` over ``duration_s`` (after two warm-up calls)."""
+def measure(encode, texts: list[str], duration_s: float) -> tuple[float, float]:
+    """Sentences per second of ``encode(texts)`` over ``duration_s`` (after two warm-up calls),
+    and this process's CPU milliseconds per sentence (steady on a shared core, where the rate
+    is not)."""
     encode(texts)
     encode(texts)
-    calls, began = 0, time.perf_counter()
+    calls, began, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - began < duration_s:
         encode(texts)
         calls += 1
-    return calls * len(texts) / (time.perf_counter() - began)
+    items = calls * len(texts)
+    return items / (time.perf_counter() - began), 1e3 * (time.process_time() - cpu) / items
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,17 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-rows", type=int, default=None, help="rows per ONNX run (default: the served model's)")
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument(
         "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
     )
     args = parser.parse_args(argv)
-    encode = encoder(args.kind, args.threads)
+    encode = encoder(args.kind, args.threads, args.max_rows or served_max_rows())
     if args.serve:
         print(json.dumps({"ready": args.kind}), flush=True)
         for line in sys.stdin:
             batch, duration = line.split()
-            rate = measure(encode, sentences(int(batch)), float(duration))
+            rate, cpu_ms = measure(encode, sentences(int(batch)), float(duration))
             print(
                 json.dumps(
                     {
@@ -87,16 +100,23 @@ def main(argv: list[str] | None = None) -> int:
                         "batch": int(batch),
                         "threads": args.threads,
                         "items_per_second": round(rate, 2),
+                        "cpu_ms_per_item": round(cpu_ms, 4),
                     }
                 ),
                 flush=True,
             )
         return 0
     for batch in [int(b) for b in args.batch.split(",")]:
-        rate = measure(encode, sentences(batch), args.duration)
+        rate, cpu_ms = measure(encode, sentences(batch), args.duration)
         print(
             json.dumps(
-                {"kind": args.kind, "batch": batch, "threads": args.threads, "items_per_second": round(rate, 2)}
+                {
+                    "kind": args.kind,
+                    "batch": batch,
+                    "threads": args.threads,
+                    "items_per_second": round(rate, 2),
+                    "cpu_ms_per_item": round(cpu_ms, 4),
+                }
             ),
             flush=True,
         )

@@ -1,6 +1,7 @@
 """Server-side tokenization and pooling around the ONNX transformer: through BLS, or in-process."""
 
 import json
+import os
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
@@ -21,6 +22,25 @@ def onnx_file(repository: Path, model: str) -> Path:
     raise pb_utils.TritonModelException(f"no model.onnx in any version of {repository / model}")
 
 
+def session_options(config: dict):
+    """onnxruntime options: ``intra_op_thread_count`` threads, one inter-op thread, no spinning
+    (the instance shares its core with tritonserver), and every ``session.*`` parameter as a
+    session config entry (e.g. ``session.set_denormal_as_zero``)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = parameter(config, "intra_op_thread_count", 1, int)
+    options.inter_op_num_threads = 1
+    options.enable_mem_pattern = parameter(config, "enable_mem_pattern", "1") not in ("0", "false")
+    entries = {"session.intra_op.allow_spinning": "0"}
+    entries.update(
+        {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items() if k.startswith("session.")}
+    )
+    for key, value in entries.items():
+        options.add_session_config_entry(key, value)
+    return options
+
+
 class TritonPythonModel:
     """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), the transformer run by ``onnx_model``."""
 
@@ -30,6 +50,8 @@ class TritonPythonModel:
         self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
         self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
         self.limits = TextLimits.from_config(self.config)
+        if parameter(self.config, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         load_tokenizer(str(self.info.model_dir))
         self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
@@ -37,12 +59,10 @@ class TritonPythonModel:
         if parameter(self.config, "onnx_in_process", "false").lower() in ("1", "true", "yes"):
             import onnxruntime as ort
 
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = parameter(self.config, "intra_op_thread_count", 1, int)
-            options.inter_op_num_threads = 1
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             path = onnx_file(Path(args["model_repository"]).parent, self.onnx_model)
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(
+                str(path), session_options(self.config), providers=["CPUExecutionProvider"]
+            )
 
     def execute(self, requests):
         """Validate each request, embed every valid text of the batch together, answer each.
