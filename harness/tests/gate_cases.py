@@ -3,7 +3,9 @@ the requests of issue 16 that abort tritonserver 2.51, and small helpers shared 
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 
 import numpy as np
 import requests
@@ -78,6 +80,22 @@ def health_ready(server) -> bool:
         return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
     except requests.RequestException:
         return False
+
+
+def kill_and_time_readiness(server, stub, timeout_s: float) -> tuple[float | None, float | None]:
+    """SIGKILL ``stub``; seconds until ``/v2/health/ready`` turns false, and until it is true again
+    (None for what did not happen within ``timeout_s``)."""
+    killed = time.monotonic()
+    stub.send_signal(signal.SIGKILL)
+    not_ready = None
+    while time.monotonic() - killed < timeout_s:
+        ok = health_ready(server)
+        if not ok and not_ready is None:
+            not_ready = time.monotonic() - killed
+        if ok and not_ready is not None:
+            return not_ready, time.monotonic() - killed
+        time.sleep(0.05)
+    return not_ready, None
 
 
 def as_nobody(command: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 
 import numpy as np
@@ -21,7 +20,7 @@ import requests
 import tritonclient.http as httpclient
 
 from harness.tests.docker_fixtures import needs_engine
-from harness.tests.gate_cases import as_nobody, health_ready, nested, with_deep_parameters
+from harness.tests.gate_cases import as_nobody, health_ready, kill_and_time_readiness, nested, with_deep_parameters
 
 DEPLOYMENT = "yolo11_ensemble"
 #: The 193-byte request of the issue that aborts tritonserver 2.51 (std::bad_alloc).
@@ -154,17 +153,7 @@ def test_a_killed_stub_in_the_container_turns_readiness_false_and_the_gate_reloa
         if p.cmdline() and p.cmdline()[0].endswith("triton_python_backend_stub") and "/preprocess/" in p.cmdline()[1]
     ]
     assert stubs, [p.cmdline()[:2] for p in container_processes(gated_container)]
-    killed = time.monotonic()
-    stubs[0].send_signal(signal.SIGKILL)
-    not_ready = ready_again = None
-    while time.monotonic() - killed < 90:
-        ok = health_ready(gated_container)
-        if not ok and not_ready is None:
-            not_ready = time.monotonic() - killed
-        if ok and not_ready is not None:
-            ready_again = time.monotonic() - killed
-            break
-        time.sleep(0.05)
+    not_ready, ready_again = kill_and_time_readiness(gated_container, stubs[0], 90)
     print(f"docker: kill -> not ready {not_ready} s, kill -> ready again {ready_again} s")
     assert not_ready is not None and not_ready < 3.0
     assert ready_again is not None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import time
 
@@ -31,7 +30,7 @@ from harness.tests.gate_cases import (
     HUGE_SHAPE,
     as_nobody,
     assert_alive,
-    health_ready,
+    kill_and_time_readiness,
     make_gate_repository,
     nested,
     post,
@@ -210,17 +209,7 @@ def test_another_local_user_sees_neither_the_token_nor_the_shared_memory_nor_tri
 def test_a_killed_stub_turns_readiness_false_and_the_gate_reloads_the_model(gated):
     stubs = stub_processes(gated.process.pid, "echo")
     assert len(stubs) == 2
-    killed = time.monotonic()
-    stubs[0].send_signal(signal.SIGKILL)
-    not_ready = ready_again = None
-    while time.monotonic() - killed < 30:
-        ok = health_ready(gated)
-        if not ok and not_ready is None:
-            not_ready = time.monotonic() - killed
-        if ok and not_ready is not None:
-            ready_again = time.monotonic() - killed
-            break
-        time.sleep(0.05)
+    not_ready, ready_again = kill_and_time_readiness(gated, stubs[0], 30)
     print(f"kill -> not ready {not_ready:.2f} s, kill -> ready again {ready_again:.2f} s")
     assert not_ready is not None and not_ready < 3.0
     assert ready_again is not None and ready_again < 20.0

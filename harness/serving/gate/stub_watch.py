@@ -21,7 +21,10 @@ from harness.serving.gate import log
 
 
 def expected_stubs(config: dict) -> int:
-    """Instances of a model from its (auto-completed) config: one stub each for Python-based backends."""
+    """Stub processes a READY model has from its (auto-completed) config: one per instance for a
+    Python model or a Python-based backend (``runtime: "model.py"``), none for any other backend."""
+    if config.get("backend") != "python" and not str(config.get("runtime") or "").endswith(".py"):
+        return 0
     total = 0
     for group in config.get("instance_group") or []:
         count = int(group.get("count", 1) or 1)
@@ -80,7 +83,7 @@ class StubWatch:
             alive = current.get(model, set())
             dead = sorted(known.get(model, set()) - alive)
             missing = 0
-            if alive and not dead:  # a stub that died before it was ever tracked: count them
+            if not dead:  # stubs that died before they were ever tracked (all of them, too): count them
                 config = await self.model_config(model)
                 missing = expected_stubs(config) - len(alive) if config else 0
             if dead or missing > 0:
