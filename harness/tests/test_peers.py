@@ -40,6 +40,19 @@ def test_ratios_are_medians_of_per_round_quotients_and_best_peer_is_per_round():
     assert "INT8 / FP32 served (embedding_onnx_int8 / embedding_onnx)" not in found
 
 
+def test_cpu_time_ratios_invert_cpu_ms_per_sentence_and_are_absent_without_them():
+    text = dict(
+        _record("embedding_onnx_text", [100, 100], [200, 200]),
+        rounds_cpu_ms_per_item=[5.0, 4.0],
+        rounds_ceiling_cpu_ms_per_item=[4.0, 4.0],
+    )
+    py = dict(_record("embedding_py", [50, 50], [60, 60], kind="sentence-transformers"), rounds_cpu_ms_per_item=[10, 6])
+    found = {r["ratio"]: r for r in ratios.ratios([text, py])}
+    assert found["embedding_onnx_text / ceiling"]["cpu_value"] == pytest.approx((0.8 + 1.0) / 2)
+    assert found["ONNX text / Python (embedding_onnx_text / embedding_py)"]["cpu_value"] == pytest.approx(1.75)
+    assert found["embedding_py / ceiling"]["cpu_value"] is None
+
+
 def test_latest_run_is_the_newest_one_with_the_text_model():
     old = [_record("embedding_onnx_text", [1], [1], run="old")]
     new = [dict(_record("embedding_onnx_text", [2], [1], run="new"), timestamp="2026-12-02T00:00:00+00:00")]
