@@ -4,7 +4,7 @@
 (onnxruntime, ``threads`` intra-op threads) + mean pooling + normalisation, at ``batch``
 sentences per call, run in length buckets of at most ``--max-rows`` rows as
 ``embedding_onnx_text`` does (default: its ``onnx_max_batch_size``; on a small-cache core
-16-row runs beat one 64-row run), tokenizer parallelism off as there. ``sentence-transformers``: ``SentenceTransformer.encode`` (torch,
+16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there. ``sentence-transformers``: ``SentenceTransformer.encode`` (torch,
 ``threads`` threads). Run pinned to the server's cores: ``taskset -c 1 python -m
 harness.measuring.peers.ceiling --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
 """
@@ -27,12 +27,11 @@ ONNX_FILES = {
 KINDS = tuple(ONNX_FILES) + ("sentence-transformers",)
 
 
-def served_max_rows() -> int:
-    """Rows per onnxruntime run of the deployed ``embedding_onnx_text`` (``onnx_max_batch_size``)."""
+def served_parameter(key: str, default: str) -> str:
+    """A parameter of the deployed ``embedding_onnx_text`` config (the ceiling does what it does)."""
     from harness.repository import parameter, read_config
 
-    config = read_config(REPOSITORY / "embedding_onnx_text" / "config.pbtxt")
-    return int(parameter(config, "onnx_max_batch_size", "64"))
+    return parameter(read_config(REPOSITORY / "embedding_onnx_text" / "config.pbtxt"), key, default)
 
 
 def encoder(kind: str, threads: int, max_rows: int = 64):
@@ -50,7 +49,8 @@ def encoder(kind: str, threads: int, max_rows: int = 64):
 
     from triton_helpers.bls import embed_texts_local
 
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if served_parameter("tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
     )
     args = parser.parse_args(argv)
-    encode = encoder(args.kind, args.threads, args.max_rows or served_max_rows())
+    encode = encoder(args.kind, args.threads, args.max_rows or int(served_parameter("onnx_max_batch_size", "64")))
     if args.serve:
         print(json.dumps({"ready": args.kind}), flush=True)
         for line in sys.stdin:
