@@ -116,7 +116,8 @@ def render(records: list[dict]) -> list[str]:
         "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
         "column). Ceiling: the same work (tokenize + model + pool) in one process on the server's cores, at "
         "the batch the server could form (`min(batch x c, 64)`; runs whose records carry `ceiling_rule` take the "
-        "better of that and the request's own batch).",
+        "better of that and the request's own batch; runs whose records carry `rounds_cpu_ms_per_item` run the "
+        "ONNX ceiling in `embedding_onnx_text`'s length buckets of `onnx_max_batch_size` rows).",
         "",
     ]
     table = []
