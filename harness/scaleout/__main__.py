@@ -43,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     k8s.add_argument("--stdout", action="store_true", help="print the YAML instead of writing files")
     k8s.add_argument(
         "--gate",
-        action="store_true",
-        help="serve through the front gate (python -m harness.serving.gate serve); the image must carry harness.serving.gate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve through the front gate (python -m harness.serving.gate serve; default): the image must carry "
+        "harness.serving.gate as the CPU image does; --no-gate for an image without it (NGC, Ascend)",
     )
     fp = sub.add_parser("footprint", help="measure one replica of each deployment in the CPU image (docker)")
     fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         "--scenarios", nargs="+", default=["throughput", "kill", "roll"], choices=["throughput", "kill", "roll"]
     )
     run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
+    run.add_argument(
+        "--gate", action=argparse.BooleanOptionalAction, default=True, help="replicas behind the front gate (default)"
+    )
     run.add_argument("--out", default=None, help="results JSON (default results/scaleout/<deployment>.json)")
     cap = sub.add_parser("capacity", help="replicas for N requests/s at a p99 target, from docs/results.json")
     cap.add_argument("--source", default=None, help="results JSON of `make matrix` (default docs/results.json)")
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 scenarios=tuple(args.scenarios),
                 keep=args.keep,
                 out=Path(args.out) if args.out else None,
+                gate=args.gate,
             )
         except ScaleoutError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -91,6 +91,9 @@ class Stack:
     lb_port: int = field(default_factory=free_port)
     fail_timeout_s: int = 5
     max_body: str = "8m"
+    #: Each replica serves through the image's front gate (its entry point; no admin token: the
+    #: repository API stays closed). False: plain tritonserver.
+    gate: bool = True
     #: Bundle version of each replica, and the replicas nginx must not send new requests to.
     versions: dict[str, str] = field(default_factory=dict)
     drained: set[str] = field(default_factory=set)
@@ -147,13 +150,26 @@ class Stack:
         self.write()
 
     def server_command(self) -> list[str]:
-        return [
+        triton = [
             "tritonserver",
             f"--model-repository={BUNDLE_ROOT}/model_repository",
             "--model-control-mode=explicit",
             "--exit-timeout-secs=10",
             "--allow-grpc=false",
         ] + [f"--load-model={m}" for m in self.models]
+        if not self.gate:
+            return triton
+        return [
+            "python3",
+            "-m",
+            "harness.serving.gate",
+            "serve",
+            "--http-port",
+            "8000",
+            "--metrics-port",
+            "8002",
+            "--",
+        ] + triton
 
     def compose_file(self) -> dict:
         labels = {OWNER_LABEL: OWNER_VALUE, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}

@@ -13,11 +13,13 @@
 - ``inferenceservice.yaml``: the same server as a KServe ``InferenceService`` (``modelFormat:
   triton``, runtime ``kserve-tritonserver``, protocol v2), the bundle at ``storageUri``.
 
-With ``--gate`` (``RenderOptions.gate``) the container runs the front gate
+By default (``RenderOptions.gate``; ``--no-gate`` turns it off) the container runs the front gate
 (``python -m harness.serving.gate serve -- tritonserver ...``, harness/serving/gate/serve.py) in front of
-tritonserver: requests are validated before Triton parses them and the probes read the gate's
-readiness, which turns false when a Python stub dies (Triton's own stays true). That needs an
-image carrying ``harness.serving.gate``; the CPU image of ``make image`` does not yet, so it is off by default.
+tritonserver: requests are validated before Triton parses them (one malformed request cannot abort
+the pod), the model-repository and other admin APIs are closed (no admin token is mounted), and
+the probes read the gate's readiness, which turns false when a Python stub dies (Triton's own
+stays true). The CPU image of ``make image`` carries the gate; an image without it (NGC, Ascend)
+needs ``--no-gate``. The KServe object keeps the runtime's own command (KServe owns it).
 
 The bundle is the layout ``harness.serving.packenv.packed_repository`` writes (``model_repository/`` with
 every Python config pointing at ``$$TRITON_MODEL_DIRECTORY/../../envs/<env>`` + ``envs/``), so the
@@ -61,8 +63,8 @@ class RenderOptions:
     storage_uri: str | None = None
     target: str = "cpu"
     #: Serve through the front gate (``python -m harness.serving.gate serve -- tritonserver ...``): needs an
-    #: image that carries ``harness.serving.gate``; the probes then read the gate's honest readiness.
-    gate: bool = False
+    #: image that carries ``harness.serving.gate`` (the CPU image does); the probes read its honest readiness.
+    gate: bool = True
     extra: dict = field(default_factory=dict)
 
 

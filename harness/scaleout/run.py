@@ -332,19 +332,22 @@ def run(
     scenarios: tuple[str, ...] = ("throughput", "kill", "roll"),
     keep: bool = False,
     out: Path | None = None,
+    gate: bool = True,
 ) -> dict:
     """Bring the stack up, run the scenarios, write the results JSON, bring it down."""
-    stack = Stack(get_deployment(deployment), replicas=replicas)
+    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate)
     results = {
         "deployment": stack.deployment.name,
         "replicas": replicas,
         "models": list(stack.models),
         "image": stack.image,
+        "gate": gate,
         "retry_policy": RETRY,
         "machine": machine(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": f"python -m harness.scaleout run --deployment {deployment} --replicas {replicas} "
-        f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}",
+        f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}"
+        + ("" if gate else " --no-gate"),
     }
     stack.prepare()
     results["lb_image"] = stack.lb

@@ -128,7 +128,9 @@ def test_objects_are_wired_together(deployment):
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
 def test_server_command_is_the_deployments_own(deployment):
-    container = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    container = by_kind(rendered(deployment, gate=False)["triton.yaml"])["Deployment"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     options = deployment.server_options("cpu")
     command = container["command"]
     assert command[0] == "tritonserver"
@@ -141,9 +143,9 @@ def test_server_command_is_the_deployments_own(deployment):
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
 def test_front_gate_in_front_of_tritonserver(deployment):
-    """--gate: the gate's serve mode owns the public ports and runs the same tritonserver command."""
-    plain = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
-    gated = by_kind(rendered(deployment, gate=True)["triton.yaml"])["Deployment"]
+    """By default the gate's serve mode owns the public ports and runs the same tritonserver command."""
+    plain = by_kind(rendered(deployment, gate=False)["triton.yaml"])["Deployment"]
+    gated = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
     kubernetes_validate.validate(gated, K8S_VERSIONS[0], strict=True)
     command = gated["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:4] == ["python3", "-m", "harness.serving.gate", "serve"]

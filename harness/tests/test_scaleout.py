@@ -76,3 +76,15 @@ def test_killing_a_replica_under_load_loses_no_request(stack):
     assert result["served_by_after_kill"]["t2"] == 0 and result["served_by_after_kill"]["t1"] > 0, result
     assert result["after_kill"]["requests"] > 10, result
     assert result["traffic_moved_s"] < stack.fail_timeout_s, result
+
+
+def test_replicas_serve_behind_the_front_gate(stack):
+    """Through nginx, each replica's gate answers: the shared-memory API is closed (plain
+    tritonserver lists and registers shared-memory regions for anyone), readiness is the gate's."""
+    import requests
+
+    assert stack.gate and stack.server_command()[:4] == ["python3", "-m", "harness.serving.gate", "serve"]
+    for _ in range(4):  # round robin: both replicas answer
+        status = requests.get(f"{stack.url}/v2/systemsharedmemory/status", timeout=10)
+        assert status.status_code == 403 and "restricted" in status.text, status.text
+    assert requests.get(f"{stack.url}/v2/health/ready", timeout=10).status_code == 200
