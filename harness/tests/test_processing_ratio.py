@@ -75,3 +75,10 @@ def test_container_cost_pairs_nothing_taken_hours_apart():
 
     docker = _row("model-b1", 1, 100.0, "05:00", mode="docker")
     assert container_cost([docker, _row("model-b1", 1, 80.0, "03:00")]) == []
+
+
+def test_a_ratio_just_below_the_goal_is_not_shown_as_the_goal():
+    from harness.measuring.matrix.processing_ratio import ratio_cell
+
+    assert ratio_cell(0.8491) == "0.849 (below goal)"
+    assert ratio_cell(0.42) == "0.42 (below goal)" and ratio_cell(0.85) == "0.85" and ratio_cell(1.234) == "1.23"

@@ -23,6 +23,14 @@ def _key(record: dict) -> tuple:
     )
 
 
+def ratio_cell(ratio: float) -> str:
+    """Two decimals; three where two would round a ratio below the goal up to it (0.849, not 0.85)."""
+    if ratio >= GOAL:
+        return f"{ratio:.2f}"
+    shown = f"{ratio:.2f}" if float(f"{ratio:.2f}") < GOAL else f"{ratio:.3f}"
+    return f"{shown} (below goal)"
+
+
 def processing_ratios(rows: list[dict], model_only: dict[str, str]) -> list[dict]:
     """entry / model-only items/s for each measured row whose benchmark names a ``model_only`` one;
     the model-only record is the one of the same cell taken closest in time."""
@@ -66,7 +74,7 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
             p["concurrency"],
             f"{p['entry']:.1f}",
             f"{p['alone']:.1f}",
-            f"{p['ratio']:.2f}" + ("" if p["ratio"] >= GOAL else " (below goal)"),
+            ratio_cell(p["ratio"]),
             p["generator"],
             f"{p['hours_apart']:.1f}",
         ]
