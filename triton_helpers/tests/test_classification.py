@@ -184,20 +184,19 @@ def _jpeg(width=320, height=240) -> bytes:
     return buffer.getvalue()
 
 
-def test_preprocess_model_answers_each_request_and_names_bad_items():
+def preprocess_model(output: tuple, parameters: dict):
+    """A ``PreprocessModel`` initialised on IMAGE_BYTES in and ``output`` = (name, type, dims) out."""
+
     class Model(cls.PreprocessModel):
         pb_utils = FakePbUtils
 
     model = Model()
-    model.initialize(
-        {
-            "model_config": _config(
-                [("IMAGE_BYTES", "TYPE_STRING", [1])],
-                [("IMAGE", "TYPE_FP32", [3, 224, 224])],
-                {"mode": "resize_crop", "max_pixels": "1000000"},
-            )
-        }
-    )
+    model.initialize({"model_config": _config([("IMAGE_BYTES", "TYPE_STRING", [1])], [output], parameters)})
+    return model
+
+
+def test_preprocess_model_answers_each_request_and_names_bad_items():
+    model = preprocess_model(("IMAGE", "TYPE_FP32", [3, 224, 224]), {"mode": "resize_crop", "max_pixels": "1000000"})
     good = _jpeg()
     requests = [
         _Request({"IMAGE_BYTES": np.array([[good], [good]], dtype=object)}),
@@ -221,35 +220,15 @@ def test_preprocess_model_answers_each_request_and_names_bad_items():
 
 
 def test_preprocess_model_checks_output_dims_against_crop():
-    class Model(cls.PreprocessModel):
-        pb_utils = FakePbUtils
-
     with pytest.raises(ValueError, match="crop"):
-        Model().initialize(
-            {
-                "model_config": _config(
-                    [("IMAGE_BYTES", "TYPE_STRING", [1])], [("IMAGE", "TYPE_FP32", [3, 256, 256])], {}
-                )
-            }
-        )
+        preprocess_model(("IMAGE", "TYPE_FP32", [3, 256, 256]), {})
 
 
 def test_preprocess_model_uint8_output_is_the_reference_tensor_before_normalisation():
     """A TYPE_UINT8 (crop, crop, 3) output: the resized pixels; normalising them channel-first (what
     the folded graph does) gives the reference tensor bit for bit."""
-
-    class Model(cls.PreprocessModel):
-        pb_utils = FakePbUtils
-
-    model = Model()
-    model.initialize(
-        {
-            "model_config": _config(
-                [("IMAGE_BYTES", "TYPE_STRING", [1])],
-                [("PIXELS", "TYPE_UINT8", [224, 224, 3])],
-                {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic"},
-            )
-        }
+    model = preprocess_model(
+        ("PIXELS", "TYPE_UINT8", [224, 224, 3]), {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic"}
     )
     data = [_jpeg(640, 480), _jpeg(200, 300)]
     [response] = model.execute([_Request({"IMAGE_BYTES": np.array([[d] for d in data], dtype=object)})])
@@ -262,17 +241,8 @@ def test_preprocess_model_uint8_output_is_the_reference_tensor_before_normalisat
 
 
 def test_preprocess_model_uint8_output_needs_channels_last():
-    class Model(cls.PreprocessModel):
-        pb_utils = FakePbUtils
-
     with pytest.raises(ValueError, match=r"\[224, 224, 3\]"):
-        Model().initialize(
-            {
-                "model_config": _config(
-                    [("IMAGE_BYTES", "TYPE_STRING", [1])], [("PIXELS", "TYPE_UINT8", [3, 224, 224])], {}
-                )
-            }
-        )
+        preprocess_model(("PIXELS", "TYPE_UINT8", [3, 224, 224]), {})
 
 
 def test_postprocess_model_top_k_per_request(tmp_path):

@@ -14,7 +14,7 @@ from PIL import Image
 
 from triton_helpers import classification as cls
 from triton_helpers.images import open_image
-from triton_helpers.tests.test_classification import FakePbUtils, _config, _Request
+from triton_helpers.tests.test_classification import _Request, preprocess_model
 
 BUS = Path(__file__).resolve().parents[2] / "deployments" / "yolo11_ensemble" / "fixtures" / "images" / "bus.jpg"
 BICUBIC = Image.Resampling.BICUBIC
@@ -78,20 +78,10 @@ def test_resnet_mode_uses_it_too_and_stays_close():
 
 
 def _model(parameters: dict):
-    class Model(cls.PreprocessModel):
-        pb_utils = FakePbUtils
-
-    model = Model()
-    model.initialize(
-        {
-            "model_config": _config(
-                [("IMAGE_BYTES", "TYPE_STRING", [1])],
-                [("PIXELS", "TYPE_UINT8", [224, 224, 3])],
-                {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic", **parameters},
-            )
-        }
+    return preprocess_model(
+        ("PIXELS", "TYPE_UINT8", [224, 224, 3]),
+        {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic", **parameters},
     )
-    return model
 
 
 def test_preprocess_model_takes_it_from_the_config():
