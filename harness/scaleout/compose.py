@@ -37,7 +37,7 @@ from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.scaleout import ScaleoutError
 from harness.scaleout.subnets import free_subnet
-from harness.serving.gate.serve import free_port
+from harness.serving.gate.serve import free_port, serve_command
 from harness.serving.launchers.docker_engine import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
 
 BUNDLE_ROOT = "/mnt/models"
@@ -159,17 +159,7 @@ class Stack:
         ] + [f"--load-model={m}" for m in self.models]
         if not self.gate:
             return triton
-        return [
-            "python3",
-            "-m",
-            "harness.serving.gate",
-            "serve",
-            "--http-port",
-            "8000",
-            "--metrics-port",
-            "8002",
-            "--",
-        ] + triton
+        return serve_command(triton, "--http-port", "8000", "--metrics-port", "8002")
 
     def compose_file(self) -> dict:
         labels = {OWNER_LABEL: OWNER_VALUE, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}

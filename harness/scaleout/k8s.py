@@ -39,6 +39,7 @@ import yaml
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.scaleout.sizing import UNMEASURED, footprint, probes, resources
+from harness.serving.gate.serve import serve_command
 
 DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
 BUNDLE_ROOT = "/mnt/models"
@@ -130,22 +131,9 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     limits, _ = resources(deployment, options.extra)
     command = server_args(deployment, options)
     if options.gate:
-        command = [
-            "python3",
-            "-m",
-            "harness.serving.gate",
-            "serve",
-            "--host",
-            "0.0.0.0",
-            "--http-port",
-            "8000",
-            "--grpc-port",
-            "8001",
-            "--metrics-port",
-            "8002",
-            "--",
-            *command,
-        ]
+        command = serve_command(
+            command, "--host", "0.0.0.0", "--http-port", "8000", "--grpc-port", "8001", "--metrics-port", "8002"
+        )
     container = {
         "name": "tritonserver",
         "image": options.image,

@@ -99,6 +99,12 @@ def gated_command(
     return out
 
 
+def serve_command(triton: list[str], *gate_options: str) -> list[str]:
+    """The command line that runs ``triton`` (a tritonserver command) behind the gate, in an image that
+    carries ``harness.serving.gate`` (the container's entry point form)."""
+    return ["python3", "-m", "harness.serving.gate", "serve", *gate_options, "--", *triton]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as sock:

@@ -33,7 +33,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from harness.serving.gate.serve import ADMIN_HEADER, free_port
+from harness.serving.gate.serve import ADMIN_HEADER, free_port, serve_command
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
 from harness.serving.launchers.docker_engine import (
     HOST_LABEL,
@@ -100,15 +100,7 @@ class DockerTritonServer(StartedTritonServer):
         ] + self.option_args()
         if not self.gate:
             return triton
-        return [
-            "python3",
-            "-m",
-            "harness.serving.gate",
-            "serve",
-            "--admin-token-file",
-            f"{CONTAINER_SECRET_DIR}/admin-token",
-            "--",
-        ] + triton
+        return serve_command(triton, "--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token")
 
     @property
     def admin_headers(self) -> dict[str, str]:
