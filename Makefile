@@ -8,13 +8,14 @@ DEPLOYMENT ?=
 TARGET ?= cpu
 MODE ?= local
 BENCH_DURATION ?= 5
+PAIR_ROUNDS ?= 3
 PYTEST_ARGS ?=
 # pyproject.toml extras: serve (Python-backend models' packages), test, export (exporters, references); all = every one
 EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit list export deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench clean
+.PHONY: help install test test-unit list export deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,11 +57,17 @@ deploy-cn-clip: ## Serve cn_clip on :8000/:8001
 deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an Ascend host)
 	$(MAKE) deploy DEPLOYMENT=resnet_npu
 
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl; locally with embedding_cpu, also bench-peers
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with embedding_cpu, also bench-peers
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
+ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
+	$(MAKE) --no-print-directory bench-pairs
+endif
 ifeq ($(MODE)$(TARGET)$(filter-out embedding_cpu,$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
 endif
+
+bench-pairs: install ## Each JPEG-/text-in entry model vs its model-only path on one server, alternating, PAIR_ROUNDS rounds (DEPLOYMENT=..., MODE=...)
+	$(PY) -m harness pair-bench $(DEPLOYMENT) --manifest --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) --rounds $(PAIR_ROUNDS) --record-results
 
 clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results

@@ -12,7 +12,17 @@ swing with the neighbours' load, CPU-ms per request much less.
         --variant before '{"efficientnet_lite0": {"parameters": {"session.intra_op.allow_spinning": "1"}}}' \\
         --variant now '{}' --concurrency 1 4 --duration 4 --rounds 2
 
-Results are printed (one line per level, one RATIO line per pair); nothing is recorded.
+``--manifest`` takes the pairs from the deployment's manifest instead (every benchmark naming a
+``model_only`` one, on that benchmark's config variant and protocol, at its concurrencies; all
+deployments when none is named), alternates which of the two runs first from round to round, and
+``--record-results`` appends one record per pair and concurrency (``comparison:
+"processing-pair"``: every round's items/s of both and their quotient, the median, the CPU-time
+ratio when the server runs here) that the results matrix shows as the ratio to judge
+(``make bench-pairs``; ``make bench`` runs it locally):
+
+    .venv/bin/python -m harness pair-bench --manifest --rounds 3 --duration 2 --record-results
+
+Results are printed (one line per level, one RATIO line per pair).
 """
 
 from __future__ import annotations
@@ -21,20 +31,38 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
+import uuid
 
-from harness.deployments import get_deployment
-from harness.measuring.loadgen import _stats, run_load, server_split
-from harness.session import ServerPool
+from harness.deployments import discover, get_deployment
+from harness.manifest import Benchmark
+from harness.measuring.loadgen import GENERATOR, _stats, container_pids, run_load, server_split
+from harness.measuring.records import append_record
+from harness.session import ServerPool, variant_key
+
+COMPARISON = "processing-pair"
 
 
-def cpu_seconds(server_pid: int) -> dict[str, float]:
+def server_root_pid(server) -> int | None:
+    """The root of the server's process tree on this machine: the launcher's process (local), the
+    container's init (docker); None when it runs elsewhere."""
+    process = getattr(server, "process", None)
+    if process is not None:
+        return process.pid
+    try:
+        return min(container_pids(int(server.http_url.rsplit(":", 1)[1])))
+    except Exception:  # noqa: BLE001 - no container here (a remote server): no server CPU to read
+        return None
+
+
+def cpu_seconds(server_pid: int | None) -> dict[str, float]:
     """CPU seconds so far of this process and of each part of the server's process tree."""
     import psutil
 
-    root = psutil.Process(server_pid)
     out: dict[str, float] = {}
-    for process in [root, *root.children(recursive=True)]:
+    root = psutil.Process(server_pid) if server_pid else None
+    for process in [root, *root.children(recursive=True)] if root else []:
         try:
             times, command = process.cpu_times(), process.cmdline()
         except psutil.Error:
@@ -52,28 +80,34 @@ def cpu_seconds(server_pid: int) -> dict[str, float]:
     return out
 
 
-def measure(ctx, workload, concurrency: int, duration: float, steps: list[str]) -> dict:
+def measure(ctx, workload, concurrency: int, duration: float, steps: list[str], protocol: str = "grpc") -> dict:
     """One level: throughput, p50, per-step Triton stats and CPU-ms per request by process."""
     http = ctx.server.http_url
+    protocol = protocol if protocol == "http" or ctx.server.grpc_url else "http"
     models = [workload.model] + [s for s in steps if s != workload.model]
     before = {m: _stats(http, m) for m in models}
-    cpu0 = cpu_seconds(ctx.server.process.pid)
+    root = server_root_pid(ctx.server)
+    cpu0 = cpu_seconds(root)
     level = run_load(
         workload,
-        protocol="grpc" if ctx.server.grpc_url else "http",
-        url=ctx.server.grpc_url or http,
+        protocol=protocol,
+        url=ctx.server.grpc_url if protocol == "grpc" else http,
         http_url=http,
         concurrency=concurrency,
         duration_s=duration,
         warmup_s=1.0,
     )
-    cpu1 = cpu_seconds(ctx.server.process.pid)
+    cpu1 = cpu_seconds(root)
     after = {m: _stats(http, m) for m in models}
     done = max(after[workload.model]["success_count"] - before[workload.model]["success_count"], 1)
     cpu_ms = {k: round((cpu1[k] - cpu0.get(k, 0.0)) / done * 1e3, 2) for k in cpu1}
     metrics = level.metrics(workload.items_per_request)
     return {
         "infer_per_s": metrics["perf_throughput"],
+        "items_per_s": metrics["items_per_second"],
+        "protocol": protocol,
+        "pinning": metrics["pinning"],
+        "server_cpu_read": "tritonserver" in cpu1,
         "p50_ms": metrics["perf_latency_p50"],
         "errors": metrics["errors"],
         "cpu_ms_per_request": cpu_ms,
@@ -82,17 +116,172 @@ def measure(ctx, workload, concurrency: int, duration: float, steps: list[str]) 
     }
 
 
+def _show(round_index: int, concurrency: int, name: str, role: str, model: str, got: dict) -> None:
+    cpu = " ".join(f"{k.removeprefix('stub:')}={v}" for k, v in got["cpu_ms_per_request"].items() if v >= 0.05)
+    print(
+        f"r{round_index} c={concurrency} {name:12} {role:10} {model:30} {got['infer_per_s']:7.1f}/s "
+        f"p50 {got['p50_ms']:7.1f} ms errors {got['errors']} | cpu ms/req {got['cpu_ms_total']}: {cpu}",
+        flush=True,
+    )
+
+
+def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: int, args, protocols=None) -> dict:
+    """Both workloads of a pair back to back (model-only first in even rounds, entry first in odd ones)."""
+    got = {}
+    roles = ["model-only", "entry"] if round_index % 2 == 0 else ["entry", "model-only"]
+    for role in roles:
+        workload = ctx.deployment.resolve(references[role])(ctx)
+        protocol = (protocols or {}).get(role, "grpc")
+        got[role] = measure(ctx, workload, concurrency, args.duration, args.steps, protocol)
+        got[role]["model"] = workload.model
+        got[role]["variant"] = workload.variant
+        got[role]["items_per_request"] = workload.items_per_request
+        _show(round_index, concurrency, name, role, workload.model, got[role])
+    ratio = got["entry"]["items_per_s"] / max(got["model-only"]["items_per_s"], 1e-9)
+    cpu_ratio = got["model-only"]["cpu_ms_total"] / max(got["entry"]["cpu_ms_total"], 1e-9)
+    print(
+        f"RATIO r{round_index} c={concurrency} {name:12} {references['entry']}: items/s {ratio:.3f}, "
+        f"CPU per request (model-only / entry) {cpu_ratio:.3f}",
+        flush=True,
+    )
+    return {
+        "round": round_index,
+        "concurrency": concurrency,
+        "variant": name,
+        "ratio": round(ratio, 3),
+        "cpu_ratio": round(cpu_ratio, 3),
+        **got,
+    }
+
+
+def manifest_pairs(deployment, target: str, only: list[str] | None = None) -> list[tuple[Benchmark, Benchmark]]:
+    """``(model_only, entry)`` benchmarks of a manifest: every benchmark on ``target`` naming a ``model_only``."""
+    by_id = {b.id: b for b in deployment.benchmarks}
+    pairs = []
+    for entry in deployment.benchmarks:
+        if not entry.model_only or (entry.targets and target not in entry.targets) or (only and entry.id not in only):
+            continue
+        if entry.model_only not in by_id:
+            raise ValueError(f"{deployment.name}/{entry.id}: model_only {entry.model_only!r} is not a benchmark")
+        pairs.append((by_id[entry.model_only], entry))
+    return pairs
+
+
+def pair_record(
+    deployment, pair: tuple[Benchmark, Benchmark], concurrency: int, levels: list[dict], server, run_id: str
+) -> dict:
+    """One ``processing-pair`` record: every round of one pair at one concurrency."""
+    alone, entry = pair
+    ratios = [lv["ratio"] for lv in levels]
+    here = all(lv["entry"]["server_cpu_read"] and lv["model-only"]["server_cpu_read"] for lv in levels)
+    cpu_ratios = [lv["cpu_ratio"] for lv in levels] if here else []
+    first = levels[0]["entry"]
+    protocol = first["protocol"]
+    return {
+        "comparison": COMPARISON,
+        "run_id": run_id,
+        "deployment": deployment.name,
+        "benchmark": f"pair:{entry.id}",
+        "entry_benchmark": entry.id,
+        "model_only_benchmark": alone.id,
+        "model": first["model"],
+        "model_only_model": levels[0]["model-only"]["model"],
+        "variant": first["variant"] or entry.id,
+        "target": server["target"],
+        "server_mode": server["server_mode"],
+        "server_version": server["server_version"],
+        "protocol": protocol,
+        "generator": f"{GENERATOR} (tritonclient {protocol}.aio)",
+        "pinning": first["pinning"],
+        "config_overrides": entry.config,
+        "concurrency": concurrency,
+        "items_per_request": first["items_per_request"],
+        "rounds": len(levels),
+        "items_per_second": round(statistics.median(lv["entry"]["items_per_s"] for lv in levels), 2),
+        "rounds_items_per_second": [lv["entry"]["items_per_s"] for lv in levels],
+        "model_only_items_per_second": round(statistics.median(lv["model-only"]["items_per_s"] for lv in levels), 2),
+        "rounds_model_only_items_per_second": [lv["model-only"]["items_per_s"] for lv in levels],
+        "rounds_ratio": ratios,
+        "ratio": round(statistics.median(ratios), 3),
+        "rounds_cpu_ratio": cpu_ratios,
+        "cpu_ratio": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
+        "errors": sum(lv["entry"]["errors"] + lv["model-only"]["errors"] for lv in levels),
+    }
+
+
+def run_manifest(args) -> int:
+    """Every manifest pair of the chosen deployments, one server per config variant, rounds alternating."""
+    deployments = [get_deployment(args.deployment)] if args.deployment else discover()
+    pool = ServerPool(mode=args.mode, target=args.target)
+    run_id = uuid.uuid4().hex[:12]
+    failed = []
+    try:
+        for deployment in deployments:
+            pairs = manifest_pairs(deployment, args.target, args.only) if args.target in deployment.targets else []
+            variants: dict[str, list] = {}
+            for pair in pairs:
+                variants.setdefault(variant_key(deployment, pair[1].config), []).append(pair)
+            for key, group in variants.items():
+                config = group[0][1].config
+                wanted = [set(b.models) for pair in group for b in pair]
+                models = () if any(not m for m in wanted) else tuple(sorted(set().union(*wanted)))
+                try:
+                    ctx = pool.context(deployment, config, models)
+                    server = {"target": args.target, **ctx.server.describe()}
+                    levels: dict[tuple, list] = {}
+                    for round_index in range(args.rounds):
+                        for alone, entry in group:
+                            refs = {"model-only": alone.workload, "entry": entry.workload}
+                            protocols = {"model-only": alone.protocol, "entry": entry.protocol}
+                            for concurrency in args.concurrency or entry.concurrency:
+                                level = run_pair(ctx, key, refs, concurrency, round_index, args, protocols)
+                                levels.setdefault((alone.id, entry.id, concurrency), []).append(level)
+                    for alone, entry in group:
+                        for concurrency in args.concurrency or entry.concurrency:
+                            record = pair_record(
+                                deployment,
+                                (alone, entry),
+                                concurrency,
+                                levels[(alone.id, entry.id, concurrency)],
+                                server,
+                                run_id,
+                            )
+                            print(
+                                f"PAIR {deployment.name} {entry.id} c={concurrency}: median {record['ratio']} "
+                                f"rounds {record['rounds_ratio']} cpu {record['rounds_cpu_ratio']}",
+                                flush=True,
+                            )
+                            if args.record_results:
+                                append_record(record)
+                except Exception as exc:  # noqa: BLE001 - one broken variant must not hide the others
+                    failed.append(f"{key}: {type(exc).__name__}: {exc}")
+                    print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
+                finally:
+                    if config:
+                        pool.release(key)
+            pool.release(deployment.name)
+    finally:
+        pool.close()
+    if failed:
+        print(f"{len(failed)} pair variant(s) failed:\n  " + "\n  ".join(failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness pair-bench", description=__doc__.splitlines()[0])
-    parser.add_argument("deployment")
+    parser.add_argument("deployment", nargs="?", help="a deployment (with --manifest: all when omitted)")
     parser.add_argument(
         "--pair",
         nargs=2,
         action="append",
-        required=True,
         metavar=("MODEL_ONLY", "ENTRY"),
         help="two workloads ('file.py:function' of the deployment); repeatable",
     )
+    parser.add_argument("--manifest", action="store_true", help="the pairs of the manifest(s) (model_only keys)")
+    parser.add_argument("--only", nargs="+", help="with --manifest: only these entry benchmark ids")
+    parser.add_argument("--record-results", action="store_true", help="with --manifest: append records")
+    parser.add_argument("--mode", help="server mode (local, docker; default TRITON_SERVER_MODE or local)")
+    parser.add_argument("--target", default="cpu")
     parser.add_argument(
         "--variant",
         nargs=2,
@@ -100,55 +289,33 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("NAME", "OVERRIDES_JSON"),
         help="a server variant: config overrides as JSON ({} = the repository as it is)",
     )
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--concurrency", type=int, nargs="+", help="default: 1 4 (--manifest: each benchmark's)")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", nargs="*", default=[], help="more models whose Triton stats to print")
     parser.add_argument("--json", help="also write every level here")
     args = parser.parse_args(argv)
+    if args.manifest:
+        if args.pair or args.variant or args.json:
+            parser.error("--manifest takes its pairs and variants from the manifest: drop --pair/--variant/--json")
+        return run_manifest(args)
+    if not args.deployment or not args.pair:
+        parser.error("a deployment and at least one --pair are needed (or --manifest)")
+    if args.record_results or args.only:
+        parser.error("--record-results and --only go with --manifest")
     deployment = get_deployment(args.deployment)
     variants = {name: json.loads(text) or None for name, text in (args.variant or [["as-is", "{}"]])}
-    pool = ServerPool()
+    pool = ServerPool(mode=args.mode, target=args.target)
     levels = []
     try:
         contexts = {name: pool.context(deployment, config) for name, config in variants.items()}
         for round_index in range(args.rounds):
-            for concurrency in args.concurrency:
+            for concurrency in args.concurrency or [1, 4]:
                 for name, ctx in contexts.items():
                     for model_only, entry in args.pair:
-                        got = {}
-                        for role, reference in (("model-only", model_only), ("entry", entry)):
-                            workload = deployment.resolve(reference)(ctx)
-                            got[role] = measure(ctx, workload, concurrency, args.duration, args.steps)
-                            cpu = " ".join(
-                                f"{k.removeprefix('stub:')}={v}"
-                                for k, v in got[role]["cpu_ms_per_request"].items()
-                                if v >= 0.05
-                            )
-                            print(
-                                f"r{round_index} c={concurrency} {name:12} {role:10} {workload.model:30} "
-                                f"{got[role]['infer_per_s']:7.1f}/s p50 {got[role]['p50_ms']:7.1f} ms "
-                                f"errors {got[role]['errors']} | cpu ms/req {got[role]['cpu_ms_total']}: {cpu}",
-                                flush=True,
-                            )
-                        ratio = got["entry"]["infer_per_s"] / max(got["model-only"]["infer_per_s"], 1e-9)
-                        cpu_ratio = got["model-only"]["cpu_ms_total"] / max(got["entry"]["cpu_ms_total"], 1e-9)
-                        print(
-                            f"RATIO r{round_index} c={concurrency} {name:12} {entry}: infer/s {ratio:.3f}, "
-                            f"CPU per request (model-only / entry) {cpu_ratio:.3f}",
-                            flush=True,
-                        )
-                        levels.append(
-                            {
-                                "round": round_index,
-                                "concurrency": concurrency,
-                                "variant": name,
-                                "pair": [model_only, entry],
-                                "ratio": round(ratio, 3),
-                                "cpu_ratio": round(cpu_ratio, 3),
-                                **got,
-                            }
-                        )
+                        refs = {"model-only": model_only, "entry": entry}
+                        level = run_pair(ctx, name, refs, concurrency, round_index, args)
+                        levels.append({**level, "pair": [model_only, entry]})
     finally:
         pool.close()
         if args.json:

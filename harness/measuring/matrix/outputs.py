@@ -127,6 +127,7 @@ def generate(
                 "rows": [_json_row(r, True) for r in data["rows"]],
                 "other_records": [_json_row(r, False) for r in data["extra"]],
                 "container_cost": container_cost(data["rows"], data["history"]),
+                "processing_pairs": data["processing_pairs"],
                 "plots": {k: str(p.relative_to(docs)) for k, p in data["plots"].items()},
             }
             for name, data in matrix.items()

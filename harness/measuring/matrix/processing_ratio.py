@@ -1,16 +1,22 @@
 """What server-side processing costs: an entry model that takes JPEG bytes or text (its pre- and
 post-processing on the server) against the same network served alone on client-made tensors
-(the manifest's ``model_only``), at the same target, server mode, concurrency and generator."""
+(the manifest's ``model_only``), at the same target, server mode, concurrency and generator.
+
+Two sources: the side-by-side pair runs (``make bench-pairs``: both on one server, alternating
+round by round, a ratio per round and their median: the ratio to judge) and, below them, the
+bench rows of the table above (one window each, taken minutes apart)."""
 
 from __future__ import annotations
 
 from tabulate import tabulate
 
-from harness.measuring.matrix.cells import generator_family, pinning_label
+from harness.measuring.matrix.cells import generator_family, pinning_label, stamp
 from harness.measuring.matrix.container_cost import hours
 
 #: The issue's goal for every JPEG- or text-in entry model on loopback.
 GOAL = 0.85
+#: ``comparison`` of the records ``python -m harness pair-bench --manifest --record-results`` writes.
+PAIR_COMPARISON = "processing-pair"
 
 
 def _key(record: dict) -> tuple:
@@ -82,9 +88,9 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
     ]
     return [
         "",
-        f"Server-side processing / model-only (items/s of the entry model that takes JPEG bytes or text, over "
-        f"the same network served alone on client-made tensors; goal >= {GOAL} on loopback; `h apart` 0.0-0.1 "
-        "means both were measured in one run):",
+        f"Server-side processing / model-only from the rows above (items/s of the entry model that takes JPEG "
+        f"bytes or text, over the same network served alone on client-made tensors, one window each; goal >= {GOAL} "
+        "on loopback; `h apart` 0.0-0.1 means both were measured in one run):",
         "",
         tabulate(
             table,
@@ -98,6 +104,72 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
                 "entry / model-only",
                 "generator",
                 "h apart",
+            ],
+            tablefmt="github",
+            disable_numparse=True,
+        ),
+        "",
+    ]
+
+
+def paired_records(records: list[dict], deployment: str) -> list[dict]:
+    """The records of the latest pair run of each (server mode, target) of ``deployment``."""
+    mine = [r for r in records if r.get("comparison") == PAIR_COMPARISON and r.get("deployment") == deployment]
+    latest: dict[tuple, dict] = {}
+    for record in mine:
+        key = (record.get("server_mode"), record.get("target"))
+        if key not in latest or stamp(record) >= stamp(latest[key]):
+            latest[key] = record
+    runs = {(k, r.get("run_id")) for k, r in latest.items()}
+    return [r for r in mine if ((r.get("server_mode"), r.get("target")), r.get("run_id")) in runs]
+
+
+def render_paired_ratios(records: list[dict]) -> list[str]:
+    """The pair runs' table: per entry model, server mode and concurrency, the median over rounds."""
+    if not records:
+        return []
+    table = []
+    for r in records:
+        generator = generator_family(r) + (f", {pinning_label(r)}" if pinning_label(r) else "")
+        cpu = r.get("rounds_cpu_ratio") or []
+        table.append(
+            [
+                r.get("entry_benchmark"),
+                r.get("model_only_benchmark"),
+                f"{r.get('server_mode')} / {r.get('target')}",
+                r.get("concurrency"),
+                f"{r.get('items_per_second', 0):.1f}",
+                f"{r.get('model_only_items_per_second', 0):.1f}",
+                ratio_cell(float(r.get("ratio") or 0.0)),
+                ", ".join(f"{x:.2f}" for x in r.get("rounds_ratio") or []),
+                f"{r['cpu_ratio']:.2f} ({', '.join(f'{x:.2f}' for x in cpu)})" if r.get("cpu_ratio") else "",
+                generator,
+                f"{str(r.get('run_id'))[:8]} {stamp(r)[:16].replace('T', ' ')}",
+            ]
+        )
+    rounds = sorted({int(r.get("rounds") or 0) for r in records})
+    return [
+        "",
+        "Server-side processing / model-only, side by side (`make bench-pairs`: the entry model and its model-only "
+        "path on one server, back to back at each concurrency, which one runs first alternating round by round; "
+        f"{'/'.join(map(str, rounds))} rounds; the ratio is the median of the per-round quotients of items/s; goal "
+        f">= {GOAL} on loopback; `CPU-time ratio` model-only / entry CPU ms per request of the server's processes "
+        "and the generator, read from /proc, which moves less with the neighbours' load):",
+        "",
+        tabulate(
+            table,
+            headers=[
+                "entry variant",
+                "model-only variant",
+                "server / target",
+                "c",
+                "entry items/s",
+                "model-only items/s",
+                "entry / model-only",
+                "rounds",
+                "CPU-time ratio",
+                "generator",
+                "run",
             ],
             tablefmt="github",
             disable_numparse=True,

@@ -16,7 +16,7 @@ from harness.measuring.matrix.cells import (
 )
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.plots import PLOT_KINDS
-from harness.measuring.matrix.processing_ratio import render_processing_ratios
+from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 COLUMNS = [
@@ -218,6 +218,7 @@ def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
                 "results.json / results.csv only"
             )
         lines += render_container_cost(data["rows"], data.get("history"))
+        lines += render_paired_ratios(data.get("processing_pairs", []))
         lines += render_processing_ratios(data["rows"], data.get("model_only", {}))
         plots = [p for p in PLOT_KINDS if data.get("plots", {}).get(p)]
         if plots:

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from harness.measuring.matrix.cells import generator_family, latest_records, network_label, run_label, stamp
 from harness.measuring.matrix.correctness import correctness_by_deployment, row_correctness, summarize_checks
+from harness.measuring.matrix.processing_ratio import paired_records
 
 #: Server modes that can serve each target (local = the pip tritonserver; docker = NGC / npu_ge images).
 MODES_FOR_TARGET = {"cpu": ("local", "docker"), "gpu": ("local", "docker"), "npu": ("docker",)}
@@ -59,7 +60,8 @@ def _block_rows(benchmark, target: str, mode: str, cell: list[dict], checks: dic
 
 def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
     """The matrix as data: per deployment, the rows in table order, the runs and correctness."""
-    latest = [r for r in latest_records(records) if network_label(r) is None]
+    # network-bound runs and the side-by-side comparisons (peers, processing pairs) have sections of their own
+    latest = [r for r in latest_records(records) if network_label(r) is None and not r.get("comparison")]
     by_deployment: dict[str, list[dict]] = defaultdict(list)
     for record in latest:
         by_deployment[record.get("deployment")].append(record)
@@ -104,6 +106,7 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "dates": (dates[0], dates[-1]) if dates else None,
             "variants": {b: variants[b] for b in benchmarks if b in variants},
             "model_only": {b.id: b.model_only for b in deployment.benchmarks if b.model_only},
+            "processing_pairs": paired_records(records, deployment.name),
             "correctness": {
                 f"{t}/{m}": {c: r["outcome"] for c, r in checks.items()} for (t, m), checks in checks_at.items()
             },
