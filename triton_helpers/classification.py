@@ -6,9 +6,7 @@ served here:
 - ``resize_crop`` (torchvision's ImageNet eval transform, as used for ResNet):
   ``Resize(256)`` on the PIL image (shorter side to 256, the longer one truncated as
   torchvision does; PIL resampling, which antialiases), ``CenterCrop(224)`` (offsets rounded
-  as torchvision does), ``ToTensor`` (``/255`` in float32), ``Normalize(mean, std)``. The
-  resize and crop run as ``images.resize_then_crop``: the same pixels, resampling only what
-  the crop keeps.
+  as torchvision does), ``ToTensor`` (``/255`` in float32), ``Normalize(mean, std)``.
 - ``crop_resize`` (the TensorFlow EfficientNet eval transform, as used for EfficientNet-Lite):
   a centred square crop of ``crop / (crop + 32)`` of the shorter side, resized to
   ``crop x crop``, normalised with mean 127 / std 128 (on the 0..255 scale).
@@ -33,7 +31,6 @@ import numpy as np
 from PIL import Image
 
 from triton_helpers.errors import InputError
-from triton_helpers.images import resize_then_crop
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -124,10 +121,10 @@ class ImageTransform:
         resample = _INTERPOLATIONS[self.interpolation]
         width, height = image.size
         if self.mode == "resize_crop":
-            size = shorter_side_size(width, height, self.resize)
-            if self.reducing_gap is None:
-                return resize_then_crop(image, size, center_crop_box(size, self.crop), resample)
-            return center_crop(image.resize(size, resample, reducing_gap=self.reducing_gap), self.crop)
+            image = image.resize(
+                shorter_side_size(width, height, self.resize), resample, reducing_gap=self.reducing_gap
+            )
+            return center_crop(image, self.crop)
         side = int(self.crop / (self.crop + TF_CROP_PADDING) * min(width, height))
         side = max(side, 1)
         top = (height - side + 1) // 2
@@ -167,19 +164,14 @@ def shorter_side_size(width: int, height: int, size: int) -> tuple[int, int]:
     return (new_short, new_long) if width <= height else (new_long, new_short)
 
 
-def center_crop_box(image_size: tuple[int, int], size: int) -> tuple[int, int, int, int]:
-    """The box of torchvision ``CenterCrop(size)`` in an image at least ``size`` on each side."""
-    width, height = image_size
+def center_crop(image: Image.Image, size: int) -> Image.Image:
+    """torchvision ``CenterCrop(size)`` on a PIL image at least ``size`` on each side."""
+    width, height = image.size
     if width < size or height < size:
         raise ValueError(f"image {width}x{height} is smaller than the crop {size}")
     top = int(round((height - size) / 2.0))
     left = int(round((width - size) / 2.0))
-    return left, top, left + size, top + size
-
-
-def center_crop(image: Image.Image, size: int) -> Image.Image:
-    """torchvision ``CenterCrop(size)`` on a PIL image at least ``size`` on each side."""
-    return image.crop(center_crop_box(image.size, size))
+    return image.crop((left, top, left + size, top + size))
 
 
 # -- postprocessing ----------------------------------------------------------------------
