@@ -80,6 +80,11 @@ def cpu_seconds(server_pid: int | None) -> dict[str, float]:
     return out
 
 
+def triton_cpu_ms(level: dict) -> float:
+    """CPU ms per request of tritonserver and its stubs alone (no front gate, no generator)."""
+    return sum(v for k, v in level["cpu_ms_per_request"].items() if k == "tritonserver" or k.startswith("stub:"))
+
+
 def measure(ctx, workload, concurrency: int, duration: float, steps: list[str], protocol: str = "grpc") -> dict:
     """One level: throughput, p50, per-step Triton stats and CPU-ms per request by process."""
     http = ctx.server.http_url
@@ -139,6 +144,7 @@ def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: in
         _show(round_index, concurrency, name, role, workload.model, got[role])
     ratio = got["entry"]["items_per_s"] / max(got["model-only"]["items_per_s"], 1e-9)
     cpu_ratio = got["model-only"]["cpu_ms_total"] / max(got["entry"]["cpu_ms_total"], 1e-9)
+    triton_ratio = triton_cpu_ms(got["model-only"]) / max(triton_cpu_ms(got["entry"]), 1e-9)
     print(
         f"RATIO r{round_index} c={concurrency} {name:12} {references['entry']}: items/s {ratio:.3f}, "
         f"CPU per request (model-only / entry) {cpu_ratio:.3f}",
@@ -150,6 +156,7 @@ def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: in
         "variant": name,
         "ratio": round(ratio, 3),
         "cpu_ratio": round(cpu_ratio, 3),
+        "triton_cpu_ratio": round(triton_ratio, 3),
         **got,
     }
 
@@ -175,6 +182,7 @@ def pair_record(
     ratios = [lv["ratio"] for lv in levels]
     here = all(lv["entry"]["server_cpu_read"] and lv["model-only"]["server_cpu_read"] for lv in levels)
     cpu_ratios = [lv["cpu_ratio"] for lv in levels] if here else []
+    triton_ratios = [lv["triton_cpu_ratio"] for lv in levels] if here else []
     first = levels[0]["entry"]
     protocol = first["protocol"]
     return {
@@ -205,6 +213,8 @@ def pair_record(
         "ratio": round(statistics.median(ratios), 3),
         "rounds_cpu_ratio": cpu_ratios,
         "cpu_ratio": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
+        "rounds_triton_cpu_ratio": triton_ratios,
+        "triton_cpu_ratio": round(statistics.median(triton_ratios), 3) if triton_ratios else None,
         "errors": sum(lv["entry"]["errors"] + lv["model-only"]["errors"] for lv in levels),
     }
 

@@ -40,6 +40,7 @@ def _level(entry, alone, read=True):
     return {
         "ratio": round(entry / alone, 3),
         "cpu_ratio": 0.8,
+        "triton_cpu_ratio": 0.7,
         "entry": _side(entry, 10.0, read=read),
         "model-only": _side(alone, 8.0, read=read),
     }
@@ -56,7 +57,18 @@ def test_a_pair_record_keeps_every_round_and_takes_the_median_quotient():
     assert record["comparison"] == "processing-pair" and record["benchmark"] == "pair:classify_efficientnet_lite0-jpeg"
     assert record["cpu_ratio"] == 0.8 and record["generator"].startswith("harness-asyncio")
     unread = pair_record(deployment, (alone, entry), 4, [_level(40.0, 50.0, read=False)], server, "run1")
+    assert record["triton_cpu_ratio"] == 0.7 and record["rounds_triton_cpu_ratio"] == [0.7, 0.7, 0.7]
     assert unread["cpu_ratio"] is None and unread["rounds_cpu_ratio"] == []
+    assert unread["triton_cpu_ratio"] is None
+
+
+def test_the_triton_only_cpu_leaves_out_the_front_gate_and_the_generator():
+    from harness.measuring.pair_bench import triton_cpu_ms
+
+    level = {
+        "cpu_ms_per_request": {"gate": 4.9, "tritonserver": 1.3, "stub:efficientnet_lite0": 11.2, "generator": 1.4}
+    }
+    assert abs(triton_cpu_ms(level) - 12.5) < 1e-9
 
 
 def test_manifest_mode_refuses_hand_made_pairs():

@@ -103,6 +103,8 @@ def _pair(entry, c, ratios, run, when, mode="local", deployment="resnet_npu", cp
         "ratio": sorted(ratios)[len(ratios) // 2],
         "rounds_cpu_ratio": list(cpu),
         "cpu_ratio": sorted(cpu)[len(cpu) // 2],
+        "rounds_triton_cpu_ratio": [0.6, 0.7, 0.65],
+        "triton_cpu_ratio": 0.65,
         "items_per_second": 40.0,
         "model_only_items_per_second": 50.0,
         "timestamp": f"2026-12-01T{when}:00+00:00",
@@ -130,6 +132,7 @@ def test_the_pair_table_shows_the_median_every_round_and_the_goal():
     text = "\n".join(render_paired_ratios([_pair("classify-jpeg", 1, (0.62, 0.71, 0.93), "r1", "05:00")]))
     assert "| classify-jpeg" in text and "0.71 (below goal)" in text
     assert "0.62, 0.71, 0.93" in text and "0.85 (0.90, 0.80, 0.85)" in text
+    assert "0.65 (0.60, 0.70, 0.65)" in text and "Triton-only" in text
     assert "server cpus 1, generator cpus 0" in text and "3 rounds" in text
     assert render_paired_ratios([]) == []
 

@@ -132,6 +132,7 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
     for r in records:
         generator = generator_family(r) + (f", {pinning_label(r)}" if pinning_label(r) else "")
         cpu = r.get("rounds_cpu_ratio") or []
+        triton = r.get("rounds_triton_cpu_ratio") or []
         table.append(
             [
                 r.get("entry_benchmark"),
@@ -143,6 +144,9 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
                 ratio_cell(float(r.get("ratio") or 0.0)),
                 ", ".join(f"{x:.2f}" for x in r.get("rounds_ratio") or []),
                 f"{r['cpu_ratio']:.2f} ({', '.join(f'{x:.2f}' for x in cpu)})" if r.get("cpu_ratio") else "",
+                f"{r['triton_cpu_ratio']:.2f} ({', '.join(f'{x:.2f}' for x in triton)})"
+                if r.get("triton_cpu_ratio")
+                else "",
                 generator,
                 f"{str(r.get('run_id'))[:8]} {stamp(r)[:16].replace('T', ' ')}",
             ]
@@ -154,7 +158,9 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
         "path on one server, back to back at each concurrency, which one runs first alternating round by round; "
         f"{'/'.join(map(str, rounds))} rounds; the ratio is the median of the per-round quotients of items/s; goal "
         f">= {GOAL} on loopback; `CPU-time ratio` model-only / entry CPU ms per request of the server's processes "
-        "and the generator, read from /proc, which moves less with the neighbours' load):",
+        "and the generator, read from /proc, which moves less with the neighbours' load; `Triton-only` the same "
+        "for tritonserver and its stubs alone: without the harness's front gate, whose proxy costs more CPU for "
+        "a large client-made tensor than for a JPEG, and without the generator):",
         "",
         tabulate(
             table,
@@ -168,6 +174,7 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
                 "entry / model-only",
                 "rounds",
                 "CPU-time ratio",
+                "Triton-only CPU-time ratio",
                 "generator",
                 "run",
             ],
