@@ -29,6 +29,22 @@ def _key(record: dict) -> tuple:
     )
 
 
+#: The columns both processing tables start with (one cell, its two throughputs and their quotient).
+PAIR_HEADERS = [
+    "entry variant",
+    "model-only variant",
+    "server / target",
+    "c",
+    "entry items/s",
+    "model-only items/s",
+    "entry / model-only",
+]
+
+
+def _table(rows: list[list], more_headers: list[str]) -> str:
+    return tabulate(rows, headers=PAIR_HEADERS + more_headers, tablefmt="github", disable_numparse=True)
+
+
 def ratio_cell(ratio: float) -> str:
     """Two decimals; three where two would round a ratio below the goal up to it (0.849, not 0.85)."""
     if ratio >= GOAL:
@@ -92,22 +108,7 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
         f"bytes or text, over the same network served alone on client-made tensors, one window each; goal >= {GOAL} "
         "on loopback; `h apart` 0.0-0.1 means both were measured in one run):",
         "",
-        tabulate(
-            table,
-            headers=[
-                "entry variant",
-                "model-only variant",
-                "server / target",
-                "c",
-                "entry items/s",
-                "model-only items/s",
-                "entry / model-only",
-                "generator",
-                "h apart",
-            ],
-            tablefmt="github",
-            disable_numparse=True,
-        ),
+        _table(table, ["generator", "h apart"]),
         "",
     ]
 
@@ -162,24 +163,6 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
         "for tritonserver and its stubs alone: without the harness's front gate, whose proxy costs more CPU for "
         "a large client-made tensor than for a JPEG, and without the generator):",
         "",
-        tabulate(
-            table,
-            headers=[
-                "entry variant",
-                "model-only variant",
-                "server / target",
-                "c",
-                "entry items/s",
-                "model-only items/s",
-                "entry / model-only",
-                "rounds",
-                "CPU-time ratio",
-                "Triton-only CPU-time ratio",
-                "generator",
-                "run",
-            ],
-            tablefmt="github",
-            disable_numparse=True,
-        ),
+        _table(table, ["rounds", "CPU-time ratio", "Triton-only CPU-time ratio", "generator", "run"]),
         "",
     ]
