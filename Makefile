@@ -73,7 +73,7 @@ clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
-# --- results matrix and network-bound runs (harness/measuring/matrix/, harness/measuring/netem.py) ---
+# --- results matrix and network-bound runs (harness/measuring/matrix/, harness/tools/netem.py) ---
 NETWORK_RATE ?= 100mbit
 NETWORK_RTT_MS ?= 0
 .PHONY: matrix bench-network
@@ -99,7 +99,7 @@ pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|np
 	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
 	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
-# --- reliability: soak, faults, hostile input (harness/reliability/soak.py, harness/reliability/faults.py) ---
+# --- reliability: soak, faults, hostile input (harness/tools/reliability/soak.py, harness/tools/reliability/faults.py) ---
 SOAK_DURATION ?= 15
 SOAK_ARGS ?=
 FAULTS_ARGS ?=
@@ -150,7 +150,7 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), a replica killed behind nginx
 	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py harness/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
-# --- beyond one machine: Kubernetes objects, multi-replica runs (harness/scaleout/, docs/scaling.md) ---
+# --- beyond one machine: Kubernetes objects, multi-replica runs (harness/tools/scaleout/, docs/scaling.md) ---
 K8S_ARGS ?=
 SCALEOUT_ARGS ?=
 .PHONY: k8s scaleout scaleout-tools
@@ -170,7 +170,7 @@ gate-cost: install ## Throughput with and without the front gate at c=8 (results
 	$(PY) -m harness gate-cost
 	$(PY) -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json
 
-# --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, harness/measuring/peers/) ---
+# --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, harness/tools/peers/) ---
 INFINITY_VENV ?= .venv-infinity
 PEERS_ARGS ?=
 .PHONY: wrk peer-infinity bench-peers

@@ -130,14 +130,14 @@ def _bench(args) -> int:
 #: The harness's other tools, one subcommand each of this command tree (their options are theirs).
 TOOLS = {
     "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
-    "bench-network": ("harness.measuring.netem", "benchmarks through a shaped link (root)"),
-    "perf-analyzer": ("harness.measuring.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
+    "bench-network": ("harness.tools.netem", "benchmarks through a shaped link (root)"),
+    "perf-analyzer": ("harness.tools.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
     "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
-    "peers": ("harness.measuring.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
-    "soak": ("harness.reliability.soak", "hold a load: errors, latency drift, memory"),
-    "faults": ("harness.reliability.faults", "kill a stub, reload, restart under verified load"),
-    "gate-cost": ("harness.reliability.gate_cost", "throughput with and without the front gate"),
-    "scaleout": ("harness.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
+    "peers": ("harness.tools.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
+    "soak": ("harness.tools.reliability.soak", "hold a load: errors, latency drift, memory"),
+    "faults": ("harness.tools.reliability.faults", "kill a stub, reload, restart under verified load"),
+    "gate-cost": ("harness.tools.reliability.gate_cost", "throughput with and without the front gate"),
+    "scaleout": ("harness.tools.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
 }
 
 

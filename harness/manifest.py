@@ -92,7 +92,7 @@ class Manifest:
     server: ServerSpec = field(default_factory=ServerSpec)
     target: dict[str, TargetSettings] = field(default_factory=dict)
     benchmarks: list[Benchmark] = field(default_factory=list)
-    #: ``[scaleout]``: Kubernetes / multi-replica settings, read by ``harness.scaleout``.
+    #: ``[scaleout]``: Kubernetes / multi-replica settings, read by ``harness.tools.scaleout``.
     scaleout: dict[str, typing.Any] = field(default_factory=dict)
 
 

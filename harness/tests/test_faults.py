@@ -8,12 +8,12 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from harness.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
-from harness.reliability.load import echo_workload
 from harness.serving.gate.serve import ADMIN_HEADER
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
+from harness.tools.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
+from harness.tools.reliability.load import echo_workload
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from harness.reliability.memory import stub_processes
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import (
     DEEP_DATA,
@@ -35,6 +34,7 @@ from harness.tests.gate_cases import (
     nested,
     post,
 )
+from harness.tools.reliability.memory import stub_processes
 
 
 @pytest.fixture(scope="module")

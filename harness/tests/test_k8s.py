@@ -21,10 +21,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from harness.deployments import discover, load_deployment
-from harness.scaleout import k8s
-from harness.scaleout.__main__ import main as scaleout_main
-from harness.scaleout.footprint import load_footprints
 from harness.serving.packenv import packed_repository, resolve_env_path
+from harness.tools.scaleout import k8s
+from harness.tools.scaleout.__main__ import main as scaleout_main
+from harness.tools.scaleout.footprint import load_footprints
 
 #: preStop ``sleep`` needs 1.30; the newest schemas kubernetes-validate carries are checked too.
 K8S_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
@@ -165,7 +165,7 @@ def test_requests_come_from_the_measured_footprint(deployment):
     source = dep["metadata"]["annotations"]["triton-harness/footprint"]
     if measured is None:
         assert source.startswith("not measured")
-        pytest.skip(f"{deployment.name} has no measured footprint (python -m harness.scaleout footprint)")
+        pytest.skip(f"{deployment.name} has no measured footprint (python -m harness.tools.scaleout footprint)")
     assert source.startswith("measured")
     assert requested >= measured["peak_mib"] and limit > requested
     assert int(res["requests"]["cpu"].removesuffix("m")) >= 1000 * min(measured["cpu_cores_under_load"], 0.5)
@@ -246,7 +246,7 @@ def test_command_line_writes_files_per_deployment(tmp_path, capsys):
 
 
 def test_capacity_model_uses_only_levels_that_met_the_target():
-    from harness.scaleout.capacity import per_replica, replicas_for
+    from harness.tools.scaleout.capacity import per_replica, replicas_for
 
     rows = [
         {"concurrency": 1, "perf_throughput": 40.0, "perf_latency_p99": 30.0},

@@ -94,17 +94,9 @@ LAYERS = [
     ),
     ("serving", ("harness.serving",)),
     ("deployments", ("harness.deployments", "harness.context", "harness.session", "harness.packed_serving")),
-    (
-        "tools",
-        (
-            "harness.measuring",
-            "harness.reliability",
-            "harness.scaleout",
-            "harness.testing",
-            "harness.__main__",
-            "harness.conftest",
-        ),
-    ),
+    ("measuring", ("harness.measuring", "harness.testing")),
+    ("tools", ("harness.tools",)),
+    ("results", ("harness.measuring.matrix", "harness.__main__", "harness.conftest")),
 ]
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.measuring import netem
+from harness.tools import netem
 
 TRANSFER = r"""
 import socket, sys, threading, time

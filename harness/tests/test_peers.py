@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measuring.peers import ratios
+from harness.measuring.matrix import side_by_side as ratios
 from triton_helpers.bls import plan_batches
 
 

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from harness.measuring.matrix import generator_family
-from harness.measuring.perf_analyzer import availability, command, input_data, parse_csv, select_runner
-from harness.measuring.perf_analyzer_container import Runner, default_image, docker_command, image_version
+from harness.tools.perf_analyzer import availability, command, input_data, parse_csv, select_runner
+from harness.tools.perf_analyzer_container import Runner, default_image, docker_command, image_version
 
 PA_CSV = """Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency
 4,120.5,30,900,1500,80,25000,60,20,33000,36000,37000,41000
@@ -63,8 +63,8 @@ def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, mo
     import numpy as np
 
     from harness.deployments import Benchmark
-    from harness.measuring import perf_analyzer
     from harness.measuring.loadgen import Workload
+    from harness.tools import perf_analyzer
 
     fake = tmp_path / "perf_analyzer"
     fake.write_text(
@@ -149,7 +149,7 @@ def test_runner_wraps_only_in_a_container_and_names_generator_and_pinning(tmp_pa
 
 
 def test_generator_cost_reads_bash_times():
-    from harness.measuring.perf_analyzer_cost import _times_s
+    from harness.tools.perf_analyzer_cost import _times_s
 
     assert _times_s("1m0.50s 0m0.25s") == 60.75
 
@@ -195,8 +195,8 @@ def test_container_runner_measures_a_real_server(echo_server, text, tmp_path, mo
 
     from harness.context import DeploymentContext
     from harness.deployments import Benchmark
-    from harness.measuring import perf_analyzer
     from harness.measuring.loadgen import Workload
+    from harness.tools import perf_analyzer
 
     image = default_image()
     runner = select_runner("definitely-not-perf-analyzer")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.reliability.faults import main as faults_main
-from harness.reliability.report import BEGIN, END, NoReports, write_docs
+from harness.tools.reliability.faults import main as faults_main
+from harness.tools.reliability.report import BEGIN, END, NoReports, write_docs
 
 DOC = f"# Reliability\n\nintro\n\n{BEGIN}\nmeasured section\n{END}\n\nafter\n"
 
@@ -21,7 +21,7 @@ def test_no_reports_leaves_the_committed_section_as_it_is(tmp_path):
 
 
 def test_faults_write_docs_without_reports_exits_non_zero(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("harness.reliability.faults.write_docs", lambda: write_docs(tmp_path, tmp_path / "r.md"))
+    monkeypatch.setattr("harness.tools.reliability.faults.write_docs", lambda: write_docs(tmp_path, tmp_path / "r.md"))
     assert faults_main(["--write-docs"]) == 2
     assert "no reliability reports" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
 """Many replicas for real: two replicas of embedding_cpu in the CPU image behind nginx (Docker
 Compose), one killed with SIGKILL while requests are in flight; no request may be lost with the
-client's stated retry policy (harness.scaleout.run.RETRY), and traffic must move to the survivor.
+client's stated retry policy (harness.tools.scaleout.run.RETRY), and traffic must move to the survivor.
 
 Runs where a Docker engine answers (skipped with the reason otherwise, as test_docker.py); CI runs
 it in the docker stage (`make test-docker`), after the image and the packed envs are built.
@@ -14,10 +14,10 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness.scaleout.compose import ScaleoutError, Stack, compose_command
-from harness.scaleout.run import RETRY, kill_under_load
 from harness.serving.launchers.docker_engine import DockerStartError, engine
 from harness.serving.launchers.docker_images import CPU_IMAGE
+from harness.tools.scaleout.compose import ScaleoutError, Stack, compose_command
+from harness.tools.scaleout.run import RETRY, kill_under_load
 
 
 def _engine_or_none():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.reliability.load import LoadLog, RequestRecord, echo_workload
-from harness.reliability.memory import memory_growth, memory_trend
-from harness.reliability.report import render_long_soak
-from harness.reliability.soak import check_soak, format_soak, run_soak, summarize_soak
 from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
+from harness.tools.reliability.load import LoadLog, RequestRecord, echo_workload
+from harness.tools.reliability.memory import memory_growth, memory_trend
+from harness.tools.reliability.report import render_long_soak
+from harness.tools.reliability.soak import check_soak, format_soak, run_soak, summarize_soak
 
 SOAK_S = 8.0
 

@@ -23,7 +23,7 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1 && [ -z "${FORCE:-}" ]; then
     exit 0
 fi
 began=$SECONDS
-# nginx logs to the container's stdout/stderr; the configuration is mounted at run time (harness/scaleout/compose.py).
+# nginx logs to the container's stdout/stderr; the configuration is mounted at run time (harness/tools/scaleout/compose.py).
 debian_minbase "$IMAGE" "$SUITE" "$INCLUDE" "" --hook='rm -rf "$1"/etc/nginx/sites-enabled/*' \
     --change='CMD ["nginx", "-g", "daemon off;"]' --change='LABEL org.triton-harness.image=nginx-lb' \
     || die "could not make $IMAGE"

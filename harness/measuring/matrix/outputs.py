@@ -83,7 +83,7 @@ def generate(
     deployments = discover(deployments_root)
     outcomes = read_outcomes(Path(outcomes_folder or records_file.parent))
     if perf_analyzer_note is None:
-        from harness.measuring.perf_analyzer_container import select_runner
+        from harness.tools.perf_analyzer_container import select_runner
 
         try:
             perf_analyzer_note = (
@@ -107,7 +107,7 @@ def generate(
     docs.mkdir(parents=True, exist_ok=True)
     written = {"markdown": docs / "results.md", "json": docs / "results.json", "csv": docs / "results.csv"}
     # ratio section: side-by-side runs (make bench-peers), ratios taken round by round
-    from harness.measuring.peers import ratios as side_by_side
+    from harness.measuring.matrix import side_by_side
 
     ratio_lines = side_by_side.render(records)
     written["markdown"].write_text(

@@ -1,6 +1,6 @@
 """Faults under load: kill a Python stub, unload + reload a model, stop + restart the server.
 
-Each scenario holds verified load (``harness.reliability.load.run_checked_load``: every request's answer
+Each scenario holds verified load (``harness.tools.reliability.load.run_checked_load``: every request's answer
 is checked against its own expected answer) on one model, injects the fault, applies the
 operator's remedy where Triton does not recover by itself, and reports what the clients saw:
 how many errors, from when to when after the fault, how long until service was back, and
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from harness.reliability.load import CheckedWorkload, LoadLog, model_workload, run_checked_load
-from harness.reliability.memory import stub_processes
-from harness.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
-from harness.reliability.servers import model_server, stop_server
+from harness.tools.reliability.load import CheckedWorkload, LoadLog, model_workload, run_checked_load
+from harness.tools.reliability.memory import stub_processes
+from harness.tools.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
+from harness.tools.reliability.servers import model_server, stop_server
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
 

@@ -1,6 +1,6 @@
 """Kubernetes objects for a deployment, built as Python dicts from its manifest and dumped with PyYAML.
 
-``make k8s DEPLOYMENT=<d>`` (``python -m harness.scaleout k8s <d>``) writes ``build/k8s/<d>/``:
+``make k8s DEPLOYMENT=<d>`` (``python -m harness.tools.scaleout k8s <d>``) writes ``build/k8s/<d>/``:
 
 - ``triton.yaml``: a ``Deployment`` (the CPU image of ``make image``; the model repository and the
   packed env delivered by an init container from a *bundle image* into an ``emptyDir``; requests
@@ -38,8 +38,8 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.scaleout.sizing import UNMEASURED, footprint, probes, resources
 from harness.serving.gate.serve import serve_command
+from harness.tools.scaleout.sizing import UNMEASURED, footprint, probes, resources
 
 DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
 BUNDLE_ROOT = "/mnt/models"
@@ -342,7 +342,7 @@ def write(deployment: Deployment, out_dir: Path | None = None, options: RenderOp
     for name, objects in render(deployment, options).items():
         path = out_dir / name
         path.write_text(
-            f"# Rendered by `make k8s DEPLOYMENT={deployment.name}` (harness/scaleout/k8s.py); "
+            f"# Rendered by `make k8s DEPLOYMENT={deployment.name}` (harness/tools/scaleout/k8s.py); "
             "do not edit, re-render.\n" + dump(objects)
         )
         written.append(path)

@@ -1,4 +1,4 @@
-"""``python -m harness.scaleout {k8s,footprint,run}``: see harness/scaleout/__init__.py."""
+"""``python -m harness.tools.scaleout {k8s,footprint,run}``: see harness/tools/scaleout/__init__.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 def _k8s(args) -> int:
     from harness.deployments import ManifestError, discover, get_deployment
-    from harness.scaleout.k8s import RenderOptions, dump, render, write
+    from harness.tools.scaleout.k8s import RenderOptions, dump, render, write
 
     try:
         deployments = [get_deployment(args.deployment)] if args.deployment else discover()
@@ -29,10 +29,11 @@ def _k8s(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.scaleout.k8s import DEFAULT_IMAGE
+    from harness.tools.scaleout.k8s import DEFAULT_IMAGE
 
     parser = argparse.ArgumentParser(
-        prog="python -m harness.scaleout", description="Kubernetes objects, replica footprints, multi-replica runs"
+        prog="python -m harness.tools.scaleout",
+        description="Kubernetes objects, replica footprints, multi-replica runs",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     k8s = sub.add_parser("k8s", help="render Kubernetes objects of a deployment (default: all) into build/k8s/<d>/")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     cap.add_argument("--utilisation", type=float, default=0.7, help="share of a replica's measured maximum to plan for")
     args = parser.parse_args(argv)
     if args.command == "capacity":
-        from harness.scaleout.capacity import SOURCE, markdown, model
+        from harness.tools.scaleout.capacity import SOURCE, markdown, model
 
         lines = model(
             args.source or SOURCE,
@@ -89,13 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "k8s":
         return _k8s(args)
     if args.command == "footprint":
-        from harness.scaleout.footprint import measure_all
+        from harness.tools.scaleout.footprint import measure_all
 
         measure_all(args.deployments or None, image=args.image, duration_s=args.duration)
         return 0
     if args.command == "run":
-        from harness.scaleout.compose import ScaleoutError
-        from harness.scaleout.run import run as run_stack
+        from harness.tools.scaleout.compose import ScaleoutError
+        from harness.tools.scaleout.run import run as run_stack
 
         try:
             run_stack(

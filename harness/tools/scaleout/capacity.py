@@ -1,6 +1,6 @@
 """Capacity model: replicas needed for N requests/s at a p99 target, from measured per-replica rows.
 
-``python -m harness.scaleout capacity`` reads the published results matrix (docs/results.json,
+``python -m harness.tools.scaleout capacity`` reads the published results matrix (docs/results.json,
 written by ``make matrix`` from results/records.jsonl) and, for every default-config scenario of
 every deployment on one server mode / target, takes the highest measured throughput of one server
 among the concurrency levels whose p99 latency met the target. Replicas for a rate N are then

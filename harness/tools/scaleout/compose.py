@@ -35,10 +35,10 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.scaleout import ScaleoutError
-from harness.scaleout.subnets import free_subnet
 from harness.serving.gate.serve import free_port, serve_command
 from harness.serving.launchers.docker_engine import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
+from harness.tools.scaleout import ScaleoutError
+from harness.tools.scaleout.subnets import free_subnet
 
 BUNDLE_ROOT = "/mnt/models"
 LB_BUILD = PROJECT_ROOT / "images" / "lb" / "build.sh"

@@ -6,7 +6,7 @@ against nginx, every response checked (an embedding of the right size, equal to 
 Client retry policy (``RETRY``): a request is tried up to 3 times; it is retried on a connection
 error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or any other answer is final. A
 request is *lost* when all its tries fail. nginx itself retries a request on the next replica when
-the connection fails or is reset (``harness.scaleout.compose``): those retries are counted from
+the connection fails or is reset (``harness.tools.scaleout.compose``): those retries are counted from
 its access log.
 
 Results: ``results/scaleout/<deployment>.json`` (and printed).
@@ -27,7 +27,7 @@ import numpy as np
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.measuring.records import machine
-from harness.scaleout.compose import ScaleoutError, Stack
+from harness.tools.scaleout.compose import ScaleoutError, Stack
 
 RETRY = {
     "tries": 3,
@@ -345,7 +345,7 @@ def run(
         "retry_policy": RETRY,
         "machine": machine(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": f"python -m harness.scaleout run --deployment {deployment} --replicas {replicas} "
+        "command": f"python -m harness.tools.scaleout run --deployment {deployment} --replicas {replicas} "
         f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}"
         + ("" if gate else " --no-gate"),
     }

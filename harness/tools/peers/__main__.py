@@ -29,10 +29,10 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
-from harness.measuring.peers import workloads
-from harness.measuring.peers.infinity import InfinityServer, infinity_version
-from harness.measuring.peers.processes import tree_cpu_s, wait_idle
 from harness.measuring.records import append_record
+from harness.tools.peers import workloads
+from harness.tools.peers.infinity import InfinityServer, infinity_version
+from harness.tools.peers.processes import tree_cpu_s, wait_idle
 
 DEPLOYMENT = "embedding_cpu"
 ONNX_FP32 = PROJECT_ROOT / "deployments" / DEPLOYMENT / "model_repository" / "embedding_onnx" / "1" / "model.onnx"
@@ -89,13 +89,13 @@ class Target:
 
 
 class CeilingWorker:
-    """``harness.measuring.peers.ceiling --serve`` pinned to the server's cores."""
+    """``harness.tools.peers.ceiling --serve`` pinned to the server's cores."""
 
     def __init__(self, kind: str, cores: set[int], threads: int):
         command = [
             sys.executable,
             "-m",
-            "harness.measuring.peers.ceiling",
+            "harness.tools.peers.ceiling",
             "--kind",
             kind,
             "--threads",

@@ -1,9 +1,9 @@
 """Network-bound scenarios: benchmarks through a link of given bandwidth (and latency).
 
-    python -m harness.measuring.netem check                                  # can this machine shape a link?
-    python -m harness.measuring.netem bench embedding_cpu --rate 100mbit --duration 3
-    python -m harness.measuring.netem bench yolo11_ensemble --rate 100mbit --rtt-ms 20 --benchmark before after
-    python -m harness.measuring.netem cleanup                                # remove namespaces left by killed runs
+    python -m harness.tools.netem check                                  # can this machine shape a link?
+    python -m harness.tools.netem bench embedding_cpu --rate 100mbit --duration 3
+    python -m harness.tools.netem bench yolo11_ensemble --rate 100mbit --rtt-ms 20 --benchmark before after
+    python -m harness.tools.netem cleanup                                # remove namespaces left by killed runs
 
 How: as root, a private network namespace is created (``ip netns add harness-netem-...``);
 its own loopback is the link, shaped by ``tc`` (a token bucket, ``tbf``, for the rate; a
@@ -241,7 +241,7 @@ def run_bench(
         inner = [
             sys.executable,
             "-m",
-            "harness.measuring.netem",
+            "harness.tools.netem",
             "_inner",
             "--duration",
             str(duration_s),

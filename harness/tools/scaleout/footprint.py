@@ -1,6 +1,6 @@
 """Measured footprint of one replica: what a Kubernetes pod of a deployment must request.
 
-``python -m harness.scaleout footprint [deployment ...]`` serves each deployment in the CPU image
+``python -m harness.tools.scaleout footprint [deployment ...]`` serves each deployment in the CPU image
 (docker mode, its packed env, exactly as ``make test-docker`` does), then runs every default-config
 benchmark scenario of its manifest at its highest concurrency while the container's cgroup is
 sampled through the Docker stats API. Recorded per deployment:
@@ -12,7 +12,7 @@ sampled through the Docker stats API. Recorded per deployment:
 - ``cpu_cores_under_load``: mean cores the container used during its busiest scenario (each scenario's
   own mean is in ``scenarios``; on this 2-core machine, at most 2).
 
-The result is ``harness/scaleout/footprints.json`` (kept in git: it is the measured input of
+The result is ``harness/tools/scaleout/footprints.json`` (kept in git: it is the measured input of
 ``make k8s``, with the machine and command that produced it).
 """
 
@@ -30,7 +30,7 @@ from harness.measuring.loadgen import run_load
 from harness.measuring.records import machine
 
 FOOTPRINTS = Path(__file__).with_name("footprints.json")
-COMMAND = "python -m harness.scaleout footprint"
+COMMAND = "python -m harness.tools.scaleout footprint"
 
 
 def load_footprints(path: Path = FOOTPRINTS) -> dict:

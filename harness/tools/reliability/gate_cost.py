@@ -17,9 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
-from harness.reliability.load import model_workload, run_checked_load
-from harness.reliability.report import RESULTS_DIR, write_json
-from harness.reliability.servers import model_server, stop_server
+from harness.tools.reliability.load import model_workload, run_checked_load
+from harness.tools.reliability.report import RESULTS_DIR, write_json
+from harness.tools.reliability.servers import model_server, stop_server
 
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:

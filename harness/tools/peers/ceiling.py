@@ -6,7 +6,7 @@ sentences per call, run in length buckets of at most ``--max-rows`` rows as
 ``embedding_onnx_text`` does (default: its ``onnx_max_batch_size``; on a small-cache core
 16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there. ``sentence-transformers``: ``SentenceTransformer.encode`` (torch,
 ``threads`` threads). Run pinned to the server's cores: ``taskset -c 1 python -m
-harness.measuring.peers.ceiling --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
+harness.tools.peers.ceiling --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def measure(encode, texts: list[str], duration_s: float) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.measuring.peers.workloads import sentences
+    from harness.tools.peers.workloads import sentences
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=KINDS, required=True)

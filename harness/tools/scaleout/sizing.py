@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from harness.deployments import Deployment
-from harness.scaleout.footprint import COMMAND as FOOTPRINT_COMMAND
-from harness.scaleout.footprint import load_footprints
+from harness.tools.scaleout.footprint import COMMAND as FOOTPRINT_COMMAND
+from harness.tools.scaleout.footprint import load_footprints
 
 #: What a replica is assumed to need when its deployment was never measured.
 UNMEASURED = {"peak_mib": 2048.0, "cpu_cores_under_load": 1.0, "start_to_ready_s": 60.0}

@@ -17,8 +17,8 @@ expected vector, so an answer that belongs to another request is named as such).
     python -m harness soak --deployment yolo11_ensemble --model yolo11_ensemble --input IMAGE_BYTES \
         --output BOXES --images 'deployments/yolo11_ensemble/fixtures/images/*' --concurrency 8 --duration 1200
 
-The verified load and its workloads are ``harness.reliability.load``; the memory sampling is
-``harness.reliability.memory``; the fault scenarios share both.
+The verified load and its workloads are ``harness.tools.reliability.load``; the memory sampling is
+``harness.tools.reliability.memory``; the fault scenarios share both.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.reliability.load import (
+from harness.tools.reliability.load import (
     CheckedWorkload,
     LoadLog,
     bytes_workload,
@@ -39,9 +39,9 @@ from harness.reliability.load import (
     run_checked_load,
     text_embedding_workload,
 )
-from harness.reliability.memory import memory_growth, memory_trend, process_memory, rss_sample
-from harness.reliability.report import RESULTS_DIR, write_json
-from harness.reliability.servers import deployment_server, stop_server
+from harness.tools.reliability.memory import memory_growth, memory_trend, process_memory, rss_sample
+from harness.tools.reliability.report import RESULTS_DIR, write_json
+from harness.tools.reliability.servers import deployment_server, stop_server
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:

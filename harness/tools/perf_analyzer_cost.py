@@ -2,7 +2,7 @@
 each against the same ``echo`` toy model (a server that costs almost nothing, so the generator's
 own work shows), level after level, taking turns going first.
 
-    python -m harness.measuring.perf_analyzer_cost --concurrency 1 4 --duration 3 --rounds 2
+    python -m harness.tools.perf_analyzer_cost --concurrency 1 4 --duration 3 --rounds 2
 
 perf_analyzer's CPU is its process's user + system time (bash ``times`` around it in the
 container; the ``docker`` client is not counted), the asyncio generator's that of this process
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.measuring.perf_analyzer import command, input_data, select_runner
+from harness.tools.perf_analyzer import command, input_data, select_runner
 
 SENTENCE = b"a sentence of about fifteen tokens, as the embedding benchmarks send"
 
@@ -43,7 +43,7 @@ def _times_s(line: str) -> float:
 
 def perf_analyzer_cpu(runner, cmd: list[str], workdir: Path) -> float:
     """Run ``cmd``; CPU seconds perf_analyzer spent."""
-    from harness.measuring.perf_analyzer_container import docker_command
+    from harness.tools.perf_analyzer_container import docker_command
 
     if runner.image is None:
         before = _cpu_s(resource.getrusage(resource.RUSAGE_CHILDREN))
@@ -107,7 +107,7 @@ def generator_cost(args, runner) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.measuring.perf_analyzer_cost", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.perf_analyzer_cost", description=__doc__)
     parser.add_argument("--binary", default="perf_analyzer", help="a local perf_analyzer, used when it runs here")
     parser.add_argument("--image", default=None, help="else this perf_analyzer image")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])

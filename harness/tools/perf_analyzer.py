@@ -3,12 +3,12 @@
     python -m harness perf-analyzer status                  # where perf_analyzer runs here, or why not
     python -m harness perf-analyzer bench embedding_cpu --duration 3 --concurrency 1 4 \\
         --only embedding_onnx_text-sentence --compare      # + the asyncio generator, level by level
-    python -m harness.measuring.perf_analyzer_cost          # CPU-ms per request of each generator
+    python -m harness.tools.perf_analyzer_cost          # CPU-ms per request of each generator
 
 The real perf_analyzer (the ``perf-analyzer`` 2.60 wheel) needs glibc 2.38; Debian 12 has 2.36
 and pip's ``tritonclient[all]`` only pulls a 0.1.0 placeholder. A working local binary is used
 when there is one; otherwise the Debian 13 image of ``make perf-analyzer-image`` runs it with
-``--network host`` (harness/measuring/perf_analyzer_container.py). Each benchmark scenario with
+``--network host`` (harness/tools/perf_analyzer_container.py). Each benchmark scenario with
 fixed inputs (no per-request ``prepare()``) is measured at the manifest's concurrency levels and
 written as records whose ``generator`` ("perf_analyzer 2.60.0 (container)") and ``pinning``
 (``HARNESS_PIN``: server CPUs / generator CPUs) say how they were made, next to the asyncio
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 # availability: re-exported for the matrix note (harness/measuring/matrix/outputs.py)
-from harness.measuring.perf_analyzer_container import DEFAULT_IMAGE, IMAGE_ENV, Runner, select_runner
-from harness.measuring.perf_analyzer_container import availability as availability
+from harness.tools.perf_analyzer_container import DEFAULT_IMAGE, IMAGE_ENV, Runner, select_runner
+from harness.tools.perf_analyzer_container import availability as availability
 
 #: perf_analyzer -f CSV columns (µs) -> the harness's record fields (ms), model_analyzer names.
 CSV_COLUMNS = {

@@ -6,7 +6,7 @@ import ipaddress
 import json
 import subprocess
 
-from harness.scaleout import ScaleoutError
+from harness.tools.scaleout import ScaleoutError
 
 
 def used_subnets() -> list[ipaddress.IPv4Network]:
