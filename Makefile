@@ -21,10 +21,14 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: DEPLOYMENT=<name> TARGET=cpu|gpu|npu MODE=local|docker|external BENCH_DURATION=<s> BENCH_ONLY=<benchmark ids>"
 
-$(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(wildcard deployments/*/requirements.txt)
+# Local distributions installed editable beside the project: triton_helpers (what the deployments'
+# Python models share) and each deployment's own package (a folder with a pyproject.toml one level down).
+LOCAL_PACKAGES := triton_helpers $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
+
+$(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(foreach p,$(LOCAL_PACKAGES),$(p)/pyproject.toml) $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip wheel
-	$(PIP) install -e '.[$(EXTRAS)]' $(DEPLOYMENT_REQUIREMENTS)
+	$(PIP) install -e '.[$(EXTRAS)]' $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
 	$(PIP) install --no-deps -r requirements/no-deps.txt
 	touch $@
 

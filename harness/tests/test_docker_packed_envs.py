@@ -118,5 +118,11 @@ def test_env_is_stale_when_its_baked_in_sources_change(tmp_path):
         )
     )
     assert packenv.is_stale(tarball, recipe, "cpu-image") is None
+    # pip's in-tree build of the source folder (build/, *.egg-info) is not a change of the sources
+    (tmp_path / "helpers" / "build" / "lib").mkdir(parents=True)
+    (tmp_path / "helpers" / "build" / "lib" / "a.py").write_text("X = 1\n")
+    (tmp_path / "helpers" / "helpers.egg-info").mkdir()
+    (tmp_path / "helpers" / "helpers.egg-info" / "SOURCES.txt").write_text("a.py\n")
+    assert packenv.is_stale(tarball, recipe, "cpu-image") is None
     (tmp_path / "helpers" / "a.py").write_text("X = 2\n")
     assert "local sources changed" in packenv.is_stale(tarball, recipe, "cpu-image")

@@ -303,7 +303,11 @@ def test_deployment_recipes_are_packable(deployment):
     assert "numpy<2" in recipe.pip, f"{recipe.path}: pin numpy<2"
     from harness import PROJECT_ROOT
 
-    assert str(PROJECT_ROOT) in recipe.pip + recipe.pip_no_deps, f"{recipe.path}: install triton_helpers (../..)"
+    helpers = str(PROJECT_ROOT / "triton_helpers")
+    assert helpers in recipe.pip + recipe.pip_no_deps, f"{recipe.path}: install ../../triton_helpers"
+    assert str(PROJECT_ROOT) not in recipe.pip + recipe.pip_no_deps, (
+        f"{recipe.path}: install triton_helpers, not the project"
+    )
     assert recipe.python_for("cpu") == packenv.local_python()
     assert recipe.python_for("ngc") == ngc_profile().stub_python
     assert recipe.python_for("npu") == ascend_profile().stub_python

@@ -87,18 +87,15 @@ class Recipe:
     sources: list[str] = field(default_factory=list)
 
     def sources_digest(self) -> str:
-        """sha256 over the files of ``sources`` (paths and contents; no caches, no bytecode)."""
+        """sha256 over the files of ``sources`` (paths and contents; no caches, no bytecode, and
+        not the ``build/`` and ``*.egg-info`` that pip leaves in a source folder it installs)."""
         digest = hashlib.sha256()
         for root in sorted(self.sources):
             root_path = Path(root)
             files = (
                 [root_path]
                 if root_path.is_file()
-                else sorted(
-                    p
-                    for p in root_path.rglob("*")
-                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-                )
+                else sorted(p for p in root_path.rglob("*") if p.is_file() and _is_source(p.relative_to(root_path)))
             )
             for path in files:
                 digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -113,6 +110,17 @@ class Recipe:
 
     def digest(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def _is_source(relative: Path) -> bool:
+    """A file of a source folder, not what building or running it left there."""
+    parts = relative.parts
+    return (
+        "__pycache__" not in parts
+        and relative.suffix != ".pyc"
+        and parts[0] != "build"
+        and not any(part.endswith(".egg-info") for part in parts)
+    )
 
 
 def _resolve_requirement(entry: str, base: Path) -> str:
