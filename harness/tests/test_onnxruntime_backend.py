@@ -136,3 +136,65 @@ def test_wrong_shape_is_a_clear_error_and_the_model_keeps_serving(server):
         with pytest.raises(Exception, match="shape"):
             client.infer("double", [bad])
         assert client.is_model_ready("double")
+
+
+# -- a request's bad values fail that request alone, as bad input (HTTP 400) -------------------------
+LOOKUP_CONFIG = """
+name: "lookup"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "IDS" data_type: TYPE_INT64 dims: [ -1 ] } ]
+output [ { name: "ROWS" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 }
+"""
+TABLE = np.arange(30, dtype=np.float32).reshape(10, 3)
+
+
+def write_lookup_onnx(path):
+    """``ROWS = TABLE[IDS]`` (a Gather, like a text model's embedding table): an id past 9 fails."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    ids = helper.make_tensor_value_info("IDS", TensorProto.INT64, ["batch", "n"])
+    rows = helper.make_tensor_value_info("ROWS", TensorProto.FLOAT, ["batch", "n", 3])
+    table = helper.make_tensor("table", TensorProto.FLOAT, [10, 3], TABLE.reshape(-1).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "IDS"], ["ROWS"])], "lookup", [ids], [rows], initializer=[table]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+
+
+def test_a_failed_batched_run_runs_its_requests_one_by_one(backend_module, tmp_path):
+    write_lookup_onnx(tmp_path / "lookup.onnx")
+    session = ort.InferenceSession(str(tmp_path / "lookup.onnx"), providers=["CPUExecutionProvider"])
+    arrays = [{"IDS": np.array([[1, 2]])}, {"IDS": np.array([[1, 99]])}, {"IDS": np.array([[3, 4]])}]
+    results = backend_module.run_requests(session.run, arrays, [["ROWS"]] * 3, batching=True)
+    assert isinstance(results[1], str) and results[1].input_fault, results[1]
+    np.testing.assert_array_equal(results[0]["ROWS"], TABLE[[[1, 2]]])
+    np.testing.assert_array_equal(results[2]["ROWS"], TABLE[[[3, 4]]])
+
+
+@pytest.mark.server
+def test_an_id_past_the_table_is_a_400_and_its_batch_mates_are_answered(tmp_path):
+    repo = tmp_path / "model_repository"
+    write_lookup_onnx(repo / "lookup" / "1" / "model.onnx")
+    (repo / "lookup" / "config.pbtxt").write_text(LOOKUP_CONFIG)
+
+    def send(ids):
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            infer_input = httpclient.InferInput("IDS", [1, len(ids)], "INT64")
+            infer_input.set_data_from_numpy(np.array([ids], np.int64))
+            try:
+                return client.infer("lookup", [infer_input]).as_numpy("ROWS")
+            except Exception as exc:  # noqa: BLE001 - the answer under test
+                return exc
+
+    with ready_server(repo, ["lookup"]) as server:
+        with ThreadPoolExecutor(3) as pool:  # one dynamic batch (300 ms queue delay)
+            good, bad, other = pool.map(send, [[1, 2], [1, 99], [3, 4]])
+        np.testing.assert_array_equal(good, TABLE[[[1, 2]]])
+        np.testing.assert_array_equal(other, TABLE[[[3, 4]]])
+        assert "400" in str(bad.status()) and "out of" in str(bad), bad

@@ -21,6 +21,7 @@ import struct
 import tempfile
 
 import grpc
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, triton_datatype
@@ -140,10 +141,17 @@ class ProxyHandler(grpc.GenericRpcHandler):
             out.append((GRPC_PREFIX + gate.admin_header, gate.internal_token))
         return out, admin
 
-    async def _check_infer(self, request_bytes: bytes, admin: bool) -> None:
-        request = service_pb2.ModelInferRequest.FromString(request_bytes)
+    async def _check_infer(self, request_bytes: bytes, admin: bool) -> bytes:
+        """The request re-serialized from what was checked (unknown fields dropped): a field sent
+        twice or an encoding two protobuf parsers could read differently never reaches Triton."""
+        try:
+            request = service_pb2.ModelInferRequest.FromString(request_bytes)
+        except DecodeError:
+            raise GateError(400, "ModelInferRequest is not a valid protobuf message") from None
         config = await self.gate.check_inference(request.model_name, admin)
         validate_grpc_infer(request, config)
+        request.DiscardUnknownFields()
+        return request.SerializeToString()
 
     def _unary(self, method: str, name: str):
         gate = self.gate
@@ -161,7 +169,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
                     if request.name in gate.broken or request.name in gate.reloading:
                         return service_pb2.ModelReadyResponse(ready=False).SerializeToString()
                 if name == "ModelInfer":
-                    await self._check_infer(request_bytes, admin)
+                    request_bytes = await self._check_infer(request_bytes, admin)
             except GateError as exc:
                 await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
             gate.in_flight += 1
@@ -183,10 +191,10 @@ class ProxyHandler(grpc.GenericRpcHandler):
             async def checked():
                 async for request_bytes in request_iterator:
                     try:
-                        await self._check_infer(request_bytes, admin)
+                        checked_bytes = await self._check_infer(request_bytes, admin)
                     except GateError as exc:
                         await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
-                    yield request_bytes
+                    yield checked_bytes
 
             upstream = self.channel.stream_stream(method)(checked(), metadata=metadata)
             try:

@@ -8,12 +8,12 @@ calls the gate sets up (admin token, upstream URLs and session, ``broken`` model
 from __future__ import annotations
 
 import asyncio
-import json
 import re
+from urllib.parse import unquote
 
 from yarl import URL
 
-from harness.serving.gate.validate import GateError, body_limit, validate_infer
+from harness.serving.gate.validate import GateError, body_limit, parse_json, validate_infer
 
 HOP_BY_HOP = {
     "connection",
@@ -28,8 +28,13 @@ HOP_BY_HOP = {
     "host",
 }
 #: Request headers not forwarded: aiohttp has already inflated a gzip/deflate request body (the
-#: limits above count inflated bytes), so the body goes on as plain bytes.
-REQUEST_ONLY_DROP = HOP_BY_HOP | {"content-encoding"}
+#: limits above count inflated bytes), so the body goes on as plain bytes; the header length is
+#: the gate's own, for the header it re-serialized.
+REQUEST_ONLY_DROP = HOP_BY_HOP | {"content-encoding", "inference-header-content-length"}
+#: Request encodings the gate inflates (Triton's own HTTP server accepts these two).
+CONTENT_ENCODINGS = {"identity", "gzip", "deflate"}
+#: Headers that frame the body: a second copy could be read by the gate and Triton differently.
+FRAMING_HEADERS = ("Content-Length", "Transfer-Encoding", "Content-Encoding", "Inference-Header-Content-Length")
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 GENERATE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/generate(?:_stream)?$")
 #: Body limit of requests other than inference (metadata, statistics, ...; admin: repository loads).
@@ -51,29 +56,40 @@ def restricted_api(path: str) -> str | None:
     return None
 
 
-def check_json_depth(body: bytes) -> None:
-    """Refuse a JSON body nested deeper than the standard parser allows (Triton's recursive
-    parser overflows its stack far above that); other bodies pass unchanged."""
-    if body.lstrip()[:1] not in (b"{", b"["):
-        return
-    try:
-        json.loads(body)
-    except RecursionError:
-        raise GateError(400, "request JSON is nested too deeply") from None
-    except ValueError:
-        pass  # Triton answers malformed JSON itself
+def check_json_body(body: bytes) -> None:
+    """A JSON body (of a call other than inference) parsed as strictly as an inference header:
+    no key twice in one object, not nested deeper than the standard parser allows (Triton's
+    recursive parser overflows its stack far above that). Other bodies pass unchanged."""
+    if body.lstrip()[:1] in (b"{", b"["):
+        parse_json(body)
+
+
+def check_framing(headers) -> None:
+    """One copy of each framing header, and a body encoding the gate can inflate."""
+    for name in FRAMING_HEADERS:
+        if len(headers.getall(name, ())) > 1:
+            raise GateError(400, f"header {name} given more than once")
+    encoding = headers.get("Content-Encoding")
+    if encoding is not None and encoding.strip().lower() not in CONTENT_ENCODINGS:
+        raise GateError(415, f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or identity")
 
 
 async def read_limited(request, limit: int, what: str) -> bytes:
     """The request body, refused with 413 as soon as it is known to be over ``limit``."""
     if request.content_length is not None and request.content_length > limit:
         raise GateError(413, f"request body of {request.content_length} bytes is over the {limit}-byte limit of {what}")
+    from aiohttp import http_exceptions, web_protocol
+
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(1 << 20):
-        size += len(chunk)
-        if size > limit:
-            raise GateError(413, f"request body over the {limit}-byte limit of {what}")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.content.iter_chunked(1 << 20):
+            size += len(chunk)
+            if size > limit:
+                raise GateError(413, f"request body over the {limit}-byte limit of {what}")
+            chunks.append(chunk)
+    except (http_exceptions.HttpProcessingError, web_protocol.RequestPayloadError) as exc:
+        # e.g. a gzip body that does not inflate
+        raise GateError(400, f"request body cannot be read: {str(exc).strip() or type(exc).__name__}") from None
     return b"".join(chunks)
 
 
@@ -88,8 +104,12 @@ class HttpFront:
 
         # Match what Triton matches: the raw path (Triton decodes a model name itself, the same
         # way for the config lookup below as for the request).
-        path = request.raw_path.split("?", 1)[0]
+        raw = request.raw_path.split("?", 1)[0]
+        # Classified as decoded too, so that an escaped path Triton would route as inference
+        # (``/v2/models/m/inf%65r``) is checked as inference.
+        path = unquote(raw) if "%" in raw else raw
         try:
+            check_framing(request.headers)
             admin = self.is_admin(request.headers)
             self.check_restricted(restricted_api(path), bool(LOAD_PATH.match(path)), admin, self.admin_header)
             if path == "/v2/health/ready":
@@ -99,24 +119,24 @@ class HttpFront:
                 return web.Response(status=400)
             infer = INFER_PATH.match(path)
             generate = GENERATE_PATH.match(path)
-            body = None
+            body, header_length = None, None
             if infer:
                 config = await self.check_inference(infer.group(1), admin)
-                body = await self.checked_infer_body(request, infer.group(1), config)
+                body, header_length = await self.checked_infer_body(request, infer.group(1), config)
             else:
                 if generate:
                     await self.check_inference(generate.group(1), admin)
                 limit = ADMIN_BODY_LIMIT if admin else OTHER_BODY_LIMIT
                 body = await read_limited(request, limit, "this endpoint") if request.can_read_body else None
                 if body:
-                    check_json_depth(body)
+                    check_json_body(body)
             load = LOAD_PATH.match(path)
             if load:
                 model = load.group(1)
                 self.changing[model] = float("inf")
                 old = (await asyncio.get_running_loop().run_in_executor(None, self.stubs)).get(model, set())
             try:
-                return await self.forward(request, body, admin)
+                return await self.forward(request, body, admin, header_length)
             finally:
                 if load:
                     self.configs.pop(model, None)
@@ -124,18 +144,17 @@ class HttpFront:
         except GateError as exc:
             return web.json_response({"error": exc.message}, status=exc.status)
 
-    async def checked_infer_body(self, request, model: str, config: dict) -> bytes:
+    async def checked_infer_body(self, request, model: str, config: dict) -> tuple[bytes, int | None]:
+        """The body to forward (validated header re-serialized + binary data) and its header length."""
         limit = body_limit(config, self.default_max_body)
         body = await read_limited(request, limit, f"model '{model}' (gate_max_body_bytes)")
         raw_length = request.headers.get("Inference-Header-Content-Length")
-        try:
-            header_length = int(raw_length) if raw_length is not None else None
-        except ValueError:
-            raise GateError(400, "Inference-Header-Content-Length is not an integer") from None
-        validate_infer(model, config, body, header_length)
-        return body
+        if raw_length is not None and not re.fullmatch(r"[0-9]{1,12}", raw_length.strip()):
+            raise GateError(400, f"Inference-Header-Content-Length {raw_length!r} is not a byte count")
+        header_length = int(raw_length) if raw_length is not None else None
+        return validate_infer(model, config, body, header_length)
 
-    async def forward(self, request, body: bytes | None, admin: bool):
+    async def forward(self, request, body: bytes | None, admin: bool, header_length: int | None = None):
         from aiohttp import web
 
         headers = {
@@ -145,6 +164,8 @@ class HttpFront:
         }
         if admin:
             headers.update(self.internal_headers())
+        if header_length is not None:
+            headers["Inference-Header-Content-Length"] = str(header_length)
         self.in_flight += 1
         try:
             url = URL(self.upstream_http + request.raw_path, encoded=True)

@@ -37,6 +37,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
+
+from yarl import URL
 
 from harness.serving.gate import log
 from harness.serving.gate.http_front import HttpFront
@@ -93,7 +96,8 @@ class Gate(HttpFront, StubWatch):
     async def model_config(self, model: str) -> dict | None:
         config = self.configs.get(model)
         if config is None:
-            async with self.session.get(f"{self.upstream_http}/v2/models/{model}/config") as resp:
+            url = URL(f"{self.upstream_http}/v2/models/{quote(model, safe='')}/config", encoded=True)
+            async with self.session.get(url) as resp:
                 if resp.status != 200:
                     return None
                 config = json.loads(await resp.read())

@@ -88,6 +88,45 @@ def body_limit(config: dict, default: int = DEFAULT_MAX_BODY) -> int:
     return min(default, total + ENVELOPE_BYTES) if total else default
 
 
+def _object_without_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are all different: Python's json keeps the last of two equal keys,
+    Triton's parser the first, so a repeated key would let Triton read what the gate never checked."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise GateError(400, f"request JSON has the key {key!r} twice in one object")
+        obj[key] = value
+    return obj
+
+
+def _no_constant(name: str):
+    raise GateError(400, f"request JSON holds {name}, which is not JSON (RFC 8259)")
+
+
+def parse_json(text: bytes) -> object:
+    """Strict JSON: no repeated key in any object, no NaN/Infinity, UTF-8 only (GateError 400)."""
+    try:
+        return json.loads(
+            text.decode("utf-8"), object_pairs_hook=_object_without_duplicates, parse_constant=_no_constant
+        )
+    except RecursionError:
+        raise GateError(400, "request JSON is nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise GateError(400, f"request JSON is not UTF-8 (byte {exc.start})") from None
+    except ValueError as exc:
+        raise GateError(400, f"request is not valid JSON: {exc}") from None
+
+
+def canonical_json(value: object) -> bytes:
+    """The one serialization of a validated header that the gate forwards: what Triton parses is
+    then exactly what the gate checked (no duplicate keys, no escapes or number spellings read
+    two ways). Refuses strings that UTF-8 cannot carry (lone surrogates)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise GateError(400, "request JSON holds a string with an unpaired UTF-16 surrogate escape") from None
+
+
 def parse_header(body: bytes, header_length: int | None) -> tuple[dict, memoryview]:
     """The JSON header (a dict) and the binary section after it."""
     if header_length is not None:
@@ -97,36 +136,103 @@ def parse_header(body: bytes, header_length: int | None) -> tuple[dict, memoryvi
             )
     else:
         header_length = len(body)
-    try:
-        header = json.loads(bytes(memoryview(body)[:header_length]))
-    except RecursionError:
-        raise GateError(400, "request JSON is nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GateError(400, f"request is not valid JSON: {exc}") from None
+    header = parse_json(bytes(memoryview(body)[:header_length]))
     if not isinstance(header, dict):
         raise GateError(400, "request JSON must be an object")
     return header, memoryview(body)[header_length:]
 
 
-def _check_parameters(value, where: str) -> None:
+#: Parameters Triton 2.51 reads with a type of its own (anything else there answers HTTP 500).
+UINT64, BOOL = "a non-negative integer", "true or false"
+TYPED_PARAMETERS = {
+    "request": {
+        "sequence_id": "a non-negative integer or a string",
+        "sequence_start": BOOL,
+        "sequence_end": BOOL,
+        "binary_data_output": BOOL,
+        "priority": UINT64,
+        "timeout": UINT64,
+    },
+    "input": {
+        "binary_data_size": UINT64,
+        "shared_memory_region": "a string",
+        "shared_memory_byte_size": UINT64,
+        "shared_memory_offset": UINT64,
+    },
+    "output": {
+        "binary_data": BOOL,
+        "classification": UINT64,
+        "shared_memory_region": "a string",
+        "shared_memory_byte_size": UINT64,
+        "shared_memory_offset": UINT64,
+    },
+}
+
+
+def _is_uint64(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64
+
+
+def _has_type(value, kind: str) -> bool:
+    if kind == UINT64:
+        return _is_uint64(value)
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == "a string":
+        return isinstance(value, str)
+    return _is_uint64(value) or isinstance(value, str)  # sequence_id
+
+
+def _check_parameters(value, where: str, scope: str = "request") -> None:
     if value is None:
         return
     if not isinstance(value, dict):
         raise GateError(400, f"{where}: 'parameters' must be an object")
+    typed = TYPED_PARAMETERS[scope]
     for key, item in value.items():
-        if not isinstance(item, SCALAR) and item is not None:
+        if key in typed:
+            if not _has_type(item, typed[key]):
+                raise GateError(400, f"{where}: parameter '{key}' must be {typed[key]}, not {json.dumps(item)}")
+        elif not isinstance(item, SCALAR) and item is not None:
             raise GateError(
                 400, f"{where}: parameter '{key}' must be a string, number or boolean, not {type(item).__name__}"
             )
 
 
+#: Python types a JSON ``data`` value may have per datatype, and the range of the integer ones.
+JSON_TYPES = {"BOOL": {bool}, "BYTES": {str}, "FP16": {int, float}, "BF16": {int, float}}
+JSON_TYPES.update({name: {int, float} for name in ("FP32", "FP64")})
+INT_RANGE = {f"INT{n}": (-(1 << (n - 1)), (1 << (n - 1)) - 1) for n in (8, 16, 32, 64)}
+INT_RANGE.update({f"UINT{n}": (0, (1 << n) - 1) for n in (8, 16, 32, 64)})
+JSON_TYPES.update({name: {int} for name in INT_RANGE})
+JSON_TYPE_NAMES = {bool: "true/false", str: "strings", int: "integers", float: "numbers", type(None): "null"}
+
+
+def check_json_values(values: list, datatype: str) -> None:
+    """Every JSON value of a flat ``data`` list is of the kind ``datatype`` needs (and in range)."""
+    allowed = JSON_TYPES.get(datatype)
+    if allowed is None:
+        return
+    types = set(map(type, values))
+    if not types <= allowed:
+        wrong = sorted(JSON_TYPE_NAMES.get(t, t.__name__) for t in types - allowed)
+        want = "numbers" if float in allowed else JSON_TYPE_NAMES[next(iter(allowed))]
+        raise GateError(400, f"'data' of a {datatype} input must hold {want}, it holds {', '.join(wrong)}")
+    if datatype in INT_RANGE and values:
+        low, high = INT_RANGE[datatype]
+        if min(values) < low or max(values) > high:
+            raise GateError(400, f"'data' of a {datatype} input holds a value outside {low}..{high}")
+
+
 def count_values(data, max_depth: int, datatype: str) -> int:
     """Number of scalar values in (possibly nested) ``data``; refuses nesting deeper than ``max_depth``."""
     if not isinstance(data, list):
+        check_json_values([data], datatype)
         return 1
     if max_depth <= 0:
         raise GateError(400, "'data' is nested deeper than the declared shape")
     if not any(isinstance(x, (list, dict)) for x in data):
+        check_json_values(data, datatype)
         return len(data)
     total = 0
     for item in data:
@@ -191,10 +297,23 @@ def check_shape(model: str, config: dict, spec: dict, shape: list[int]) -> None:
             )
 
 
-def validate_infer(model: str, config: dict, body: bytes, header_length: int | None) -> dict:
-    """Refuse (``GateError``) an inference request Triton must not see; return the parsed header."""
+def validate_infer(model: str, config: dict, body: bytes, header_length: int | None) -> tuple[bytes, int | None]:
+    """Refuse (``GateError``) an inference request Triton must not see; else the body to forward:
+    the validated header re-serialized (``canonical_json``) followed by the binary data unchanged,
+    and the new ``Inference-Header-Content-Length`` (None when the request had none)."""
     header, binary = parse_header(body, header_length)
+    check_header(model, config, header, binary)
+    canonical = canonical_json(header)
+    if header_length is None:
+        return canonical, None
+    return canonical + bytes(binary), len(canonical)
+
+
+def check_header(model: str, config: dict, header: dict, binary: memoryview) -> None:
+    """The checks of ``validate_infer`` on an already parsed header and its binary section."""
     _check_parameters(header.get("parameters"), "request")
+    if "id" in header and not isinstance(header["id"], str):
+        raise GateError(400, "request 'id' must be a string")
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise GateError(400, "request has no 'inputs' list")
@@ -203,9 +322,9 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
         if not isinstance(outputs, list):
             raise GateError(400, "'outputs' must be a list")
         for out in outputs:
-            if not isinstance(out, dict):
-                raise GateError(400, "each output must be an object")
-            _check_parameters(out.get("parameters"), f"output '{out.get('name')}'")
+            if not isinstance(out, dict) or not isinstance(out.get("name"), str):
+                raise GateError(400, "each output must be an object with a 'name' string")
+            _check_parameters(out.get("parameters"), f"output '{out.get('name')}'", "output")
     specs = {spec["name"]: spec for spec in config.get("input") or []}
     binary_offset = 0
     seen = set()
@@ -233,7 +352,7 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
         elements = math.prod(shape)
         size = DTYPE_SIZE[expected_type]
         params = item.get("parameters") or {}
-        _check_parameters(params, where)
+        _check_parameters(params, where, "input")
         if "data" in item:
             if "binary_data_size" in params or "shared_memory_region" in params:
                 raise GateError(400, f"{where}: both 'data' and binary or shared-memory data")
@@ -280,4 +399,3 @@ def validate_infer(model: str, config: dict, body: bytes, header_length: int | N
         raise GateError(
             400, f"{len(binary) - binary_offset} bytes of binary data sent after the inputs declare none for them"
         )
-    return header

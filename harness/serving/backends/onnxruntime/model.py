@@ -65,13 +65,33 @@ def plan_runs(arrays, batching):
     return list(groups.values())
 
 
+#: onnxruntime failures that a request's own values cause (a shape the graph refuses, a token id
+#: past an embedding table, a sequence longer than the position table): answered as bad input.
+INPUT_FAULTS = ("InvalidArgument", "out of data bounds", "out of bounds", "Invalid input", "Got invalid dimensions")
+
+
+class RunError(str):
+    """A request's error message, and whether its input caused it (INVALID_ARG, HTTP 400)."""
+
+    input_fault = False
+
+
+def run_error(exc):
+    error = RunError(f"onnxruntime backend: {type(exc).__name__}: {exc}")
+    error.input_fault = any(marker in f"{type(exc).__name__} {exc}" for marker in INPUT_FAULTS)
+    return error
+
+
 def run_requests(run, arrays, requested, batching):
-    """Per request, ``{output name: array}`` of its own rows, or an error message.
+    """Per request, ``{output name: array}`` of its own rows, or a ``RunError`` message.
 
     ``run(names, feed)`` is ``InferenceSession.run``; ``arrays`` the input arrays of each
-    request; ``requested`` the output names each request asked for."""
+    request; ``requested`` the output names each request asked for. When a batched run fails,
+    its requests run again one by one, so one bad request fails alone."""
     results = [None] * len(arrays)
-    for indices in plan_runs(arrays, batching):
+    groups = plan_runs(arrays, batching)
+    while groups:
+        indices = groups.pop(0)
         names = sorted(set().union(*(requested[i] for i in indices)))
         try:
             if len(indices) > 1:
@@ -80,8 +100,10 @@ def run_requests(run, arrays, requested, batching):
                 feed = arrays[indices[0]]
             outputs = dict(zip(names, run(names, feed)))
         except Exception as exc:  # noqa: BLE001 - report per request, keep serving
-            for i in indices:
-                results[i] = f"onnxruntime backend: {type(exc).__name__}: {exc}"
+            if len(indices) > 1:
+                groups[:0] = [[i] for i in indices]
+            else:
+                results[indices[0]] = run_error(exc)
             continue
         offset = 0
         for i in indices:
@@ -137,7 +159,9 @@ class TritonPythonModel:
         responses = []
         for result in run_requests(self.session.run, arrays, requested, self.batching):
             if isinstance(result, str):
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result)))
+                code = pb_utils.TritonError.INVALID_ARG if getattr(result, "input_fault", False) else None
+                error = pb_utils.TritonError(result, code) if code is not None else pb_utils.TritonError(result)
+                responses.append(pb_utils.InferenceResponse(error=error))
                 continue
             outputs = [
                 pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
