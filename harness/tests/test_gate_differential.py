@@ -272,11 +272,26 @@ def test_what_triton_receives_is_what_the_gate_checked(receipt_server, case):
         assert got == expected, f"Triton received {got}, the gate checked {expected}, body {body[:300]!r}"
 
 
+def tritonserver_rss(server) -> int:
+    """RSS of the tritonserver process behind the gate (the gate's child), in bytes."""
+    import psutil
+
+    gate = psutil.Process(server.process.pid)
+    (triton,) = [p for p in gate.children(recursive=True) if p.name() == "tritonserver"]
+    return triton.memory_info().rss
+
+
 @pytest.mark.server
 def test_a_repeated_key_never_reaches_triton(receipt_server):
-    """The request of the issue, scaled down: ``shape`` twice; the first one is what Triton 2.51 reads."""
-    body = b'{"inputs":[{"name":"F","shape":[1,1000000000],"shape":[1,1],"datatype":"FP32","data":[1]}]}'
-    status, payload = send(receipt_server, body, [])
-    assert status == 400 and b"twice" in payload, payload
-    status, payload = send(receipt_server, body, [str(len(body)), str(len(body) - 1)])
-    assert status == 400 and b"more than once" in payload, payload
+    """The issue's request: ``shape`` twice, the first one (what Triton 2.51 reads) declaring
+    16 GiB of FP32. Refused within a second; tritonserver's RSS moves by less than 64 MiB."""
+    import time
+
+    body = b'{"inputs":[{"name":"F","shape":[1,4294967296],"shape":[1,1],"datatype":"FP32","data":[1]}]}'
+    before = tritonserver_rss(receipt_server)
+    for lengths, message in [([], b"twice"), ([str(len(body)), str(len(body) - 1)], b"more than once")]:
+        began = time.monotonic()
+        status, payload = send(receipt_server, body, lengths)
+        assert time.monotonic() - began < 1.0
+        assert status == 400 and message in payload, payload
+    assert tritonserver_rss(receipt_server) - before < 64 << 20
