@@ -34,11 +34,15 @@ $(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(foreach p,$(LOCAL_
 
 install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default all: serve, test, export) from the registries
 
-test: install ## Run the whole default suite against real tritonservers (pytest harness/ triton_helpers/)
-	$(PY) -m pytest harness/ triton_helpers/ $(PYTEST_ARGS)
+# Where the tests are (pyproject's testpaths): the harness, triton_helpers, each deployment's tests/
+# and the tests/ of its own package (deployments/<name>/<package>/tests).
+TEST_PATHS := harness/ triton_helpers/ $(wildcard deployments/*/tests deployments/*/*/tests)
+
+test: install ## Run the whole default suite against real tritonservers (pytest harness/ triton_helpers/ deployments/*/tests)
+	$(PY) -m pytest $(TEST_PATHS) $(PYTEST_ARGS)
 
 test-unit: install ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
-	$(PY) -m pytest harness/ triton_helpers/ -m 'not server' $(PYTEST_ARGS)
+	$(PY) -m pytest $(TEST_PATHS) -m 'not server' $(PYTEST_ARGS)
 
 list: install ## List the deployments the harness discovers
 	$(PY) -m harness list

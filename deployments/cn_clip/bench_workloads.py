@@ -8,13 +8,15 @@ harness's admin header, as the gate requires for internal models.
 
 from __future__ import annotations
 
-from triton_helpers.cn_clip import preprocess_image
+from harness.deployments import load_module
 
 
 def workload_image_encoder_tensor(ctx):
     """image_encoder alone: scene.jpg made into the [1,3,224,224] tensor client-side, sent as FP32."""
     from harness.measuring.loadgen import Workload
 
+    transform = ctx.deployment.model_repository / "preprocess_image" / "1" / "cn_clip_transform.py"
+    preprocess_image = load_module(transform, f"{ctx.deployment.name}_cn_clip_transform").preprocess_image
     data = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
     return Workload(
         model="image_encoder",

@@ -17,6 +17,7 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from harness import provenance
+from harness.deployments import load_module
 
 HERE = Path(__file__).resolve().parent
 REGENERATE = "python deployments/cn_clip/export.py && python deployments/cn_clip/make_fixtures.py"
@@ -71,8 +72,18 @@ def _expect_error(ctx, model: str, inputs: dict, *fragments: str) -> str:
             f"{model}: error message {message!r} does not say what is wrong (expected one of {fragments})"
         )
         assert "internal error" not in message, f"{model}: bad input reached an internal error: {message}"
+        assert str(exc.status()) in ("400", "StatusCode.INVALID_ARGUMENT"), (
+            f"{model}: bad input answered {exc.status()}, not 400 / INVALID_ARGUMENT: {message}"
+        )
         return message
     raise AssertionError(f"{model}: bad input was accepted: {list(inputs)}")
+
+
+def _beside_model(ctx, model: str, module: str):
+    """A module of a model's version folder (``tokenize/1/cn_clip_tokenizer.py``), imported by path."""
+    return load_module(
+        ctx.deployment.model_repository / model / "1" / f"{module}.py", f"{ctx.deployment.name}_{module}"
+    )
 
 
 def _compare_embeddings(got: np.ndarray, want: np.ndarray, what: list[str]) -> None:
@@ -233,6 +244,15 @@ def check_bad_text(ctx):
     ctx.assert_healthy()
 
 
+def check_bad_labels(ctx):
+    """zero_shot refuses no labels and more than max_labels labels with a 400 that says so."""
+    scene = np.array([(ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()], dtype=np.object_)
+    _expect_error(ctx, "zero_shot", {"IMAGE_BYTES": scene, "LABELS": np.array([], dtype=np.object_)}, "empty")
+    many = np.array([b"cat"] * 100_000, dtype=np.object_)
+    _expect_error(ctx, "zero_shot", {"IMAGE_BYTES": scene, "LABELS": many}, "over the limit")
+    ctx.assert_healthy()
+
+
 def check_good_requests_answered_beside_bad_ones(ctx):
     """Concurrent good and bad requests (sharing dynamic batches): every good one is answered correctly."""
     ref = _ref(ctx)
@@ -273,10 +293,8 @@ def _text_ceiling(ctx, text: str):
     """The same work in this process: cn_clip tokenization + onnxruntime text tower, one batch."""
 
     def make(batch: int):
-        from triton_helpers.cn_clip import CnClipTokenizer
-
         session = _session(str(ctx.deployment.model_repository / "text_encoder" / "1" / "model.onnx"))
-        tokenizer = CnClipTokenizer()
+        tokenizer = _beside_model(ctx, "tokenize", "cn_clip_tokenizer").CnClipTokenizer()
         return lambda: session.run(None, {"INPUT_IDS": tokenizer.encode_checked([text] * batch)})
 
     return make
@@ -286,8 +304,7 @@ def _image_ceiling(ctx, data: bytes):
     """The same work in this process: decode + cn_clip transform + onnxruntime image tower, one batch."""
 
     def make(batch: int):
-        from triton_helpers.cn_clip import preprocess_image
-
+        preprocess_image = _beside_model(ctx, "preprocess_image", "cn_clip_transform").preprocess_image
         session = _session(str(ctx.deployment.model_repository / "image_encoder" / "1" / "model.onnx"))
         return lambda: session.run(None, {"PIXEL_VALUES": np.stack([preprocess_image(data) for _ in range(batch)])})
 

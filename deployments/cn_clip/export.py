@@ -137,9 +137,10 @@ def main(argv=None) -> int:
 
 
 def _example_ids() -> torch.Tensor:
-    from triton_helpers.cn_clip import CnClipTokenizer
+    from harness.deployments import load_module
 
-    return torch.from_numpy(CnClipTokenizer(CONTEXT_LENGTH).encode(["一只猫", "A photo of a dog 🐶"]))
+    tokenizer = load_module(HERE / "model_repository" / "tokenize" / "1" / "cn_clip_tokenizer.py", "cn_clip_tokenizer")
+    return torch.from_numpy(tokenizer.CnClipTokenizer(CONTEXT_LENGTH).encode(["一只猫", "A photo of a dog 🐶"]))
 
 
 if __name__ == "__main__":

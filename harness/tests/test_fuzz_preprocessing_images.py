@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness import PROJECT_ROOT
+from harness.deployments import load_module
 from harness.tests.fuzz_tally import FUZZ, attempt, write_tally  # noqa: F401 - write_tally: autouse fixture
 from harness.tests.hostile_inputs import PNG_MAGIC, hostile_images
 from triton_helpers import classification, detection, images
@@ -48,8 +50,8 @@ def test_detection_decode_and_letterbox(data, small):
 @FUZZ
 @given(data=hostile_images(), small=st.booleans())
 def test_cn_clip_image_preprocess(data, small):
-    from triton_helpers import cn_clip
-
+    path = PROJECT_ROOT / "deployments/cn_clip/model_repository/preprocess_image/1/cn_clip_transform.py"
+    cn_clip = load_module(path, "cn_clip_preprocess_image_cn_clip_transform")
     out = attempt("cn_clip.preprocess_image", cn_clip.preprocess_image, data, 32, **(SMALL_LIMIT if small else {}))
     if not isinstance(out, InputError):
         assert out.shape == (3, 32, 32) and np.isfinite(out).all()

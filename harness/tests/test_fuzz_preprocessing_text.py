@@ -46,9 +46,11 @@ def test_cn_clip_tokenizer(data):
 @lru_cache(maxsize=1)
 def _cn_clip_tokenizer():
     pytest.importorskip("cn_clip")
-    from triton_helpers.cn_clip import CnClipTokenizer
+    from harness import PROJECT_ROOT
+    from harness.deployments import load_module
 
-    return CnClipTokenizer()
+    path = PROJECT_ROOT / "deployments/cn_clip/model_repository/tokenize/1/cn_clip_tokenizer.py"
+    return load_module(path, "cn_clip_tokenize_cn_clip_tokenizer").CnClipTokenizer()
 
 
 @pytest.mark.timeout(300)

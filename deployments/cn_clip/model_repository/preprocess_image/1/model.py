@@ -4,42 +4,53 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from cn_clip_transform import transform_image  # beside this file (the stub puts 1/ on sys.path)
 
-from triton_helpers.cn_clip import preprocess_image
 from triton_helpers.config import parameter
 from triton_helpers.errors import (
     DEFAULT_MAX_REQUEST_BYTES,
+    InputError,
     check_request_bytes,
-    output_dtypes,
-    respond_each,
+    input_error_response,
     single_bytes_items,
 )
+from triton_helpers.images import open_image
 
 
 class TritonPythonModel:
     """Decodes each image with size limits and applies cn_clip's own transform in numpy."""
 
     def initialize(self, args):
-        """Read output dtypes and the image_size / max_bytes / max_pixels parameters."""
+        """Read the output dtype and the image_size / max_bytes / max_pixels / max_request_bytes parameters."""
         config = json.loads(args["model_config"])
-        self.dtypes = output_dtypes(pb_utils, config)
+        output = pb_utils.get_output_config_by_name(config, "PIXEL_VALUES")
+        self.dtype = pb_utils.triton_string_to_numpy(output["data_type"])
         self.image_size = parameter(config, "image_size", 224, int)
-        self.limits = {
-            "max_bytes": parameter(config, "max_bytes", 16 << 20, int),
-            "max_pixels": parameter(config, "max_pixels", 40_000_000, int),
-        }
+        self.max_bytes = parameter(config, "max_bytes", 16 << 20, int)
+        self.max_pixels = parameter(config, "max_pixels", 40_000_000, int)
         self.max_request_bytes = parameter(config, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, int)
 
     def execute(self, requests):
-        """One response per request; a bad image fails only its own request."""
-        return respond_each(pb_utils, requests, self._handle)
-
-    def _handle(self, request):
-        items = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES").as_numpy(), "IMAGE_BYTES")
-        check_request_bytes(items, "IMAGE_BYTES", self.max_request_bytes)
-        pixels = np.stack([preprocess_image(data, self.image_size, **self.limits) for data in items])
-        out = pb_utils.Tensor("PIXEL_VALUES", pixels.astype(self.dtypes["PIXEL_VALUES"], copy=False))
-        return pb_utils.InferenceResponse(output_tensors=[out])
+        """One response per request; a bad image gets a 400 for its own request only."""
+        responses = []
+        for request in requests:
+            try:
+                tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES").as_numpy()
+                items = single_bytes_items(tensor, "IMAGE_BYTES")
+                check_request_bytes(items, "IMAGE_BYTES", self.max_request_bytes)
+                pixels = []
+                for data in items:
+                    # Sizes are checked before any pixel is decoded; cn_clip does not apply EXIF rotation.
+                    image = open_image(data, exif_transpose=False, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+                    pixels.append(transform_image(image, self.image_size))
+                out = pb_utils.Tensor("PIXEL_VALUES", np.stack(pixels).astype(self.dtype, copy=False))
+                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+            except InputError as exc:
+                responses.append(input_error_response(pb_utils, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
+                message = f"internal error: {type(exc).__name__}: {exc}"
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+        return responses
 
     def finalize(self):
         """Nothing to release."""

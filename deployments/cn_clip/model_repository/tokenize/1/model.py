@@ -2,34 +2,47 @@
 
 import json
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
+from cn_clip_tokenizer import CnClipTokenizer  # beside this file (the stub puts 1/ on sys.path)
 
-from triton_helpers.cn_clip import CnClipTokenizer
 from triton_helpers.config import parameter
-from triton_helpers.errors import output_dtypes, respond_each, utf8_texts
+from triton_helpers.errors import InputError, input_error_response, utf8_texts
 
 
 class TritonPythonModel:
     """Runs cn_clip's own vocabulary and WordPiece tokenizer (loaded without torch)."""
 
     def initialize(self, args):
-        """Load the tokenizer; read context_length, max_text_bytes and reject_empty."""
+        """Read the output dtype and parameters; load the tokenizer."""
         config = json.loads(args["model_config"])
-        self.dtypes = output_dtypes(pb_utils, config)
+        self.dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(config, "INPUT_IDS")["data_type"]
+        )
         self.tokenizer = CnClipTokenizer(parameter(config, "context_length", 52, int))
         self.max_bytes = parameter(config, "max_text_bytes", 16384, int)
         self.reject_empty = parameter(config, "reject_empty", "true").lower() in ("1", "true", "yes")
 
     def execute(self, requests):
-        """One response per request; a bad text fails only its own request."""
-        return respond_each(pb_utils, requests, self._handle)
-
-    def _handle(self, request):
-        # Sizes are checked on the raw bytes, before a 1 MB text is decoded or tokenized.
-        texts = utf8_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT", self.max_bytes)
-        ids = self.tokenizer.encode_checked(texts, "TEXT", max_bytes=self.max_bytes, reject_empty=self.reject_empty)
-        out = pb_utils.Tensor("INPUT_IDS", ids.astype(self.dtypes["INPUT_IDS"], copy=False))
-        return pb_utils.InferenceResponse(output_tensors=[out])
+        """One response per request; a bad text gets a 400 for its own request only."""
+        responses = []
+        for request in requests:
+            try:
+                # Sizes are checked on the raw bytes, before a 1 MB text is decoded or tokenized.
+                texts = utf8_texts(
+                    pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT", self.max_bytes
+                )
+                ids = self.tokenizer.encode_checked(
+                    texts, "TEXT", max_bytes=self.max_bytes, reject_empty=self.reject_empty
+                )
+                out = pb_utils.Tensor("INPUT_IDS", np.ascontiguousarray(ids, dtype=self.dtype))
+                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+            except InputError as exc:
+                responses.append(input_error_response(pb_utils, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
+                message = f"internal error: {type(exc).__name__}: {exc}"
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+        return responses
 
     def finalize(self):
         """Nothing to release."""

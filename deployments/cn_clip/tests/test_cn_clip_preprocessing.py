@@ -1,19 +1,45 @@
-"""Unit tests of triton_helpers.cn_clip against cn_clip itself and the committed fixtures (no server)."""
+"""Unit tests of the cn_clip models' own code (tokenizer, image transform, zero-shot scores)
+against cn_clip itself and the committed fixtures (no server)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from harness.deployments import load_module
+from harness.serving.launchers.local import pytriton_root
 from triton_helpers.errors import InputError
 
 cn_clip = pytest.importorskip("cn_clip")
-helpers = pytest.importorskip("triton_helpers.cn_clip")
 
-FIXTURES = Path(__file__).resolve().parents[2] / "deployments" / "cn_clip" / "fixtures"
+DEPLOYMENT = Path(__file__).resolve().parents[1]
+FIXTURES = DEPLOYMENT / "fixtures"
+REPOSITORY = DEPLOYMENT / "model_repository"
+TOKENIZER_FILE = REPOSITORY / "tokenize" / "1" / "cn_clip_tokenizer.py"
+
+
+def _version_module(model: str, file: str):
+    """``model_repository/<model>/1/<file>``, imported by path (the stub imports it from sys.path)."""
+    return load_module(REPOSITORY / model / "1" / file, f"{DEPLOYMENT.name}_{model}_{Path(file).stem}")
+
+
+tokenizing = _version_module("tokenize", "cn_clip_tokenizer.py")
+cn_clip_transform = _version_module("preprocess_image", "cn_clip_transform.py")
+
+
+@pytest.fixture(scope="module")
+def zero_shot_model():
+    """zero_shot's model.py, imported beside the wheel's triton_python_backend_utils."""
+    sys.path.insert(0, str(pytriton_root() / "backends" / "python"))
+    try:
+        return _version_module("zero_shot", "model.py")
+    finally:
+        sys.path.pop(0)
+
 
 TEXTS = [
     "一只猫",
@@ -33,14 +59,17 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return helpers.CnClipTokenizer()
+    return tokenizing.CnClipTokenizer()
 
 
 def test_tokenizer_does_not_import_torch(tokenizer):
     import subprocess
     import sys
 
-    code = "import sys; from triton_helpers.cn_clip import CnClipTokenizer; CnClipTokenizer(); print('torch' in sys.modules)"
+    code = (
+        f"import sys; sys.path.insert(0, {str(TOKENIZER_FILE.parent)!r}); from cn_clip_tokenizer import CnClipTokenizer; "
+        "CnClipTokenizer(); print('torch' in sys.modules)"
+    )
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"
@@ -70,7 +99,7 @@ def test_encode_checked_refuses_empty_and_long(tokenizer):
 def test_context_length_truncates_like_cn_clip(tokenizer):
     from cn_clip.clip import tokenize
 
-    short = helpers.CnClipTokenizer(context_length=8)
+    short = tokenizing.CnClipTokenizer(context_length=8)
     np.testing.assert_array_equal(short.encode(TEXTS), tokenize(TEXTS, context_length=8).numpy())
 
 
@@ -82,18 +111,18 @@ def test_preprocess_identical_to_cn_clip_transform():
     for path in sorted((FIXTURES / "images").iterdir()):
         data = path.read_bytes()
         want = transform(Image.open(path)).numpy()
-        got = helpers.preprocess_image(data)
+        got = cn_clip_transform.preprocess_image(data)
         assert got.dtype == np.float32 and got.shape == (3, 224, 224)
         np.testing.assert_allclose(got, want, atol=1e-6, err_msg=path.name)
 
 
 def test_preprocess_bad_image():
     with pytest.raises(InputError, match="cannot decode"):
-        helpers.preprocess_image(b"not an image")
+        cn_clip_transform.preprocess_image(b"not an image")
 
 
-def test_zero_shot_probabilities():
+def test_zero_shot_probabilities(zero_shot_model):
     image = np.array([1.0, 0.0], dtype=np.float32)
     labels = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
-    probs = helpers.zero_shot_probabilities(image, labels, 100.0)
+    probs = zero_shot_model.zero_shot_probabilities(image, labels, 100.0)
     assert probs.shape == (2,) and abs(float(probs.sum()) - 1) < 1e-6 and probs[0] > 0.999

@@ -1,17 +1,10 @@
-"""Chinese-CLIP (``cn_clip``) pre-processing for Python-backend models, without torch.
+"""cn_clip's tokenizer without torch, laid out as ``cn_clip.clip.tokenize`` lays it out.
 
-Both functions reproduce what ``cn_clip`` itself does, so the server gives the tensors the
-reference gives:
-
-- ``CnClipTokenizer`` runs cn_clip's own ``FullTokenizer`` (its BERT vocabulary, lower
-  casing, CJK splitting, WordPiece) and lays the ids out as ``cn_clip.clip.tokenize`` does:
-  ``[CLS] ids[:context_length - 2] [SEP]`` then zero padding. cn_clip's tokenizer file is
-  loaded by path, because ``import cn_clip.clip`` imports torch and builds the model code,
-  which a tokenizing stub does not need (seconds of start-up and hundreds of MB each).
-- ``preprocess_image`` is ``cn_clip.clip.image_transform``: resize to a square with PIL
-  bicubic, ``ToTensor`` (/255) and CLIP's mean/std, as float32 CHW, in numpy.
-
-Image decoding (size limits, bomb checks) is ``triton_helpers.images.open_image``.
+``CnClipTokenizer`` runs cn_clip's own ``FullTokenizer`` (its BERT vocabulary, lower casing,
+CJK splitting, WordPiece): ``[CLS] ids[:context_length - 2] [SEP]`` then zero padding.
+cn_clip's tokenizer file is loaded by path, because ``import cn_clip.clip`` imports torch and
+builds the model code, which a tokenizing stub does not need (seconds of start-up and
+hundreds of MB each). The tokenize model imports this file from its version folder.
 """
 
 from __future__ import annotations
@@ -25,9 +18,6 @@ import numpy as np
 from triton_helpers.errors import InputError
 
 CONTEXT_LENGTH = 52
-IMAGE_SIZE = 224
-MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
-STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
 DEFAULT_MAX_TEXT_BYTES = 16 * 1024
 
 
@@ -102,46 +92,3 @@ class CnClipTokenizer:
                         f"control characters are removed"
                     )
         return ids
-
-
-def transform_image(image, image_size: int = IMAGE_SIZE) -> np.ndarray:
-    """cn_clip's ``image_transform(image_size)`` on an RGB PIL image: float32 ``[3, size, size]``."""
-    from PIL import Image
-
-    resized = image.resize((image_size, image_size), Image.BICUBIC)
-    if resized.mode != "RGB":
-        resized = resized.convert("RGB")
-    pixels = np.asarray(resized, dtype=np.uint8).astype(np.float32) / np.float32(255)
-    pixels = (pixels - MEAN) / STD
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
-
-
-def preprocess_image(data: bytes, image_size: int = IMAGE_SIZE, **limits) -> np.ndarray:
-    """Encoded image bytes -> the tensor ``cn_clip.clip.image_transform`` gives for it.
-
-    Decoded by ``open_image`` without EXIF rotation (cn_clip's reference does not rotate).
-    Exact for RGB and greyscale sources; palette/RGBA images are converted to RGB before the
-    resize here, while cn_clip resizes them in their own mode (see the deployment README).
-    """
-    from triton_helpers.images import open_image
-
-    image = open_image(data, exif_transpose=False, **limits)
-    return transform_image(image, image_size)
-
-
-def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax in float32."""
-    logits = np.asarray(logits, dtype=np.float32)
-    shifted = logits - logits.max(axis=axis, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=axis, keepdims=True)
-
-
-def zero_shot_probabilities(
-    image_embedding: np.ndarray, label_embeddings: np.ndarray, logit_scale: float
-) -> np.ndarray:
-    """``softmax(logit_scale * image @ labels.T)`` for normalised embeddings, as cn_clip scores them."""
-    image = np.asarray(image_embedding, dtype=np.float32).reshape(1, -1)
-    labels = np.asarray(label_embeddings, dtype=np.float32).reshape(-1, image.shape[1])
-    logits = np.float32(logit_scale) * (image @ labels.T)
-    return softmax(logits, axis=-1)[0]
