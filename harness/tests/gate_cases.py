@@ -1,4 +1,5 @@
-"""The gate tests' tiny repository and requests: a ``sink`` model, ``echo`` and an internal echo,
+"""The gate tests' tiny repository and requests: a ``sink`` model, ``echo`` and an internal echo
+(``GATE_POLICY``),
 the requests of issue 16 that abort tritonserver 2.51, and small helpers shared with test_docker_gate.py."""
 
 from __future__ import annotations
@@ -13,13 +14,19 @@ import tritonclient.http as httpclient
 
 from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL
 
+# The requests of issue 16 that abort tritonserver 2.51: one module with ``python -m harness hostile``.
+from harness.tools.hostile.cases import DEEP_DATA as DEEP_DATA
+from harness.tools.hostile.cases import DEEP_PARAMETERS as DEEP_PARAMETERS
+from harness.tools.hostile.cases import HUGE_SHAPE as HUGE_SHAPE
+from harness.tools.hostile.cases import nested as nested
+from harness.tools.hostile.cases import with_deep_parameters as with_deep_parameters
+
 SINK_CONFIG = """
 name: "sink"
 backend: "python"
 max_batch_size: 8
 input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
 output [ { name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]
-parameters { key: "gate_max_body_bytes" value: { string_value: "1048576" } }
 """
 SINK_MODEL = '''
 import time
@@ -41,24 +48,8 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([[n]], dtype=np.int64))]))
         return out
 '''
-INTERNAL_PARAMETER = 'parameters { key: "gate_internal" value: { string_value: "true" } }\n'
-
-# The requests of issue 16 that abort tritonserver 2.51 (std::bad_alloc, stack overflow).
-HUGE_SHAPE = b'{"inputs":[{"name":"X","shape":[1,131072,131072],"datatype":"FP32","data":[1]}]}'
-
-
-def nested(depth: int) -> bytes:
-    """``depth`` nested JSON arrays: Triton 2.51's recursive parser overflows its stack on 50,000."""
-    return b"[" * depth + b"]" * depth
-
-
-def with_deep_parameters(inputs: bytes) -> bytes:
-    """A request of ``inputs`` (a JSON list) whose ``parameters`` nest 300,000 deep."""
-    return b'{"parameters":{"p":' + nested(300000) + b'},"inputs":' + inputs + b"}"
-
-
-DEEP_DATA = b'{"inputs":[{"name":"X","shape":[1,1],"datatype":"FP32","data":' + nested(50000) + b"}]}"
-DEEP_PARAMETERS = with_deep_parameters(b'[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]')
+#: The gate's policy for this repository: ``internal_echo`` is internal, ``sink`` takes 1 MiB at most.
+GATE_POLICY = {"public": ["sink", "echo"], "max_body_bytes": {"sink": 1 << 20}}
 
 
 def make_gate_repository(root):
@@ -66,7 +57,7 @@ def make_gate_repository(root):
     for name, config, model in [
         ("sink", SINK_CONFIG, SINK_MODEL),
         ("echo", ECHO_CONFIG, ECHO_MODEL),
-        ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"') + INTERNAL_PARAMETER, ECHO_MODEL),
+        ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"'), ECHO_MODEL),
     ]:
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(config)
