@@ -178,6 +178,14 @@ gate-cost: install ## Throughput with and without the front gate at c=8 (results
 	$(PY) -m harness gate-cost
 	$(PY) -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json
 
+# --- hostile inputs against a server you run (harness/tools/hostile/, docs/reliability.md) ---
+URL ?= 127.0.0.1:8000
+GRPC_URL ?=
+HOSTILE_ARGS ?=
+.PHONY: hostile
+hostile: install ## The project's hostile inputs against the server at URL (loopback; GRPC_URL=host:port adds gRPC, HOSTILE_ARGS=--model M): per class refused cleanly / accepted / server died / hung
+	$(PY) -m harness hostile --mode external --url $(URL) $(if $(GRPC_URL),--grpc-url $(GRPC_URL)) $(HOSTILE_ARGS)
+
 # --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, harness/tools/peers/) ---
 INFINITY_VENV ?= .venv-infinity
 PEERS_ARGS ?=
