@@ -65,12 +65,14 @@ deploy-cn-clip: ## Serve cn_clip on :8000/:8001
 deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an Ascend host)
 	$(MAKE) deploy DEPLOYMENT=resnet_npu
 
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with embedding_cpu, also bench-peers
+# The deployment make bench-peers measures: its deployment.toml's [peers] names the models, ceilings and ratios.
+PEERS_DEPLOYMENT ?= embedding_cpu
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
 	$(MAKE) --no-print-directory bench-pairs
 endif
-ifeq ($(MODE)$(TARGET)$(filter-out embedding_cpu,$(DEPLOYMENT)),localcpu)
+ifeq ($(MODE)$(TARGET)$(filter-out $(PEERS_DEPLOYMENT),$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
 endif
 
@@ -108,23 +110,25 @@ pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|np
 	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
 # --- reliability: soak, faults, hostile input (harness/tools/reliability/soak.py, harness/tools/reliability/faults.py) ---
+# The deployment soak, faults and gate-cost load: its deployment.toml's [reliability] names the model and workload.
+RELIABILITY_DEPLOYMENT ?= embedding_cpu
 SOAK_DURATION ?= 15
 SOAK_ARGS ?=
 FAULTS_ARGS ?=
 .PHONY: soak faults fuzz reliability
 
-soak: install ## Hold concurrency 64 on embedding_cpu/embedding_onnx_text for SOAK_DURATION s (15): errors, drift, memory
-	$(PY) -m harness soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
+soak: install ## Hold concurrency 64 on RELIABILITY_DEPLOYMENT's [reliability] model (embedding_cpu) for SOAK_DURATION s (15): errors, drift, memory
+	$(PY) -m harness soak --deployment $(RELIABILITY_DEPLOYMENT) --duration $(SOAK_DURATION) $(SOAK_ARGS)
 
-faults: install ## Kill a stub, unload+reload, restart the server under verified load (embedding_cpu); report recovery
-	$(PY) -m harness faults $(FAULTS_ARGS)
+faults: install ## Kill a stub, unload+reload, restart the server under verified load (RELIABILITY_DEPLOYMENT, embedding_cpu); report recovery
+	$(PY) -m harness faults --deployment $(RELIABILITY_DEPLOYMENT) $(FAULTS_ARGS)
 
 fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py $(PYTEST_ARGS)
 
 reliability: install ## Run soak, faults and fuzz, then regenerate the figures in docs/reliability.md
-	$(PY) -m harness soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
-	$(PY) -m harness faults $(FAULTS_ARGS)
+	$(PY) -m harness soak --deployment $(RELIABILITY_DEPLOYMENT) --duration $(SOAK_DURATION) $(SOAK_ARGS)
+	$(PY) -m harness faults --deployment $(RELIABILITY_DEPLOYMENT) $(FAULTS_ARGS)
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py -q $(PYTEST_ARGS)
 	$(PY) -m harness faults --write-docs
 
@@ -160,6 +164,8 @@ test-docker: install image scaleout-tools ## Every deployment's correctness chec
 
 # --- beyond one machine: Kubernetes objects, multi-replica runs (harness/tools/scaleout/, docs/scaling.md) ---
 K8S_ARGS ?=
+# The deployment make scaleout replicates: its deployment.toml's [scaleout] names the model clients call.
+SCALEOUT_DEPLOYMENT ?= embedding_cpu
 SCALEOUT_ARGS ?=
 .PHONY: k8s scaleout scaleout-tools
 
@@ -169,14 +175,14 @@ k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into buil
 scaleout-tools: ## Install docker-compose (Debian package; root) unless it or the compose plugin is there
 	@command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y --no-install-recommends docker-compose; }
 
-scaleout: install docker-engine image scaleout-tools ## 3 embedding_cpu replicas behind nginx (Compose): 1/2/3-replica throughput, kill one under load, roll a version (results/scaleout/)
-	$(PY) -m harness scaleout run $(SCALEOUT_ARGS)
+scaleout: install docker-engine image scaleout-tools ## 3 SCALEOUT_DEPLOYMENT (embedding_cpu) replicas behind nginx (Compose): 1/2/3-replica throughput, kill one under load, roll a version (results/scaleout/)
+	$(PY) -m harness scaleout run --deployment $(SCALEOUT_DEPLOYMENT) $(SCALEOUT_ARGS)
 
 # --- front gate (harness/serving/gate): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost
-gate-cost: install ## Throughput with and without the front gate at c=8 (results/reliability/gate_cost*.json)
-	$(PY) -m harness gate-cost
-	$(PY) -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json
+gate-cost: install ## Throughput with and without the front gate at c=8 on RELIABILITY_DEPLOYMENT's [reliability] model and on echo (results/reliability/gate_cost*.json)
+	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT)
+	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT) --model echo --json results/reliability/gate_cost_echo.json
 
 # --- hostile inputs against a server you run (harness/tools/hostile/, docs/reliability.md) ---
 URL ?= 127.0.0.1:8000
@@ -202,5 +208,5 @@ $(INFINITY_VENV)/.installed: requirements/peers-infinity.txt
 
 peer-infinity: $(INFINITY_VENV)/.installed ## Create .venv-infinity: infinity-emb 0.0.78 with the pins that import (requirements/peers-infinity.txt)
 
-bench-peers: install wrk peer-infinity ## embedding_cpu vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating
-	$(PY) -m harness peers --duration $(BENCH_DURATION) $(PEERS_ARGS)
+bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu) vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating
+	$(PY) -m harness peers --deployment $(PEERS_DEPLOYMENT) --duration $(BENCH_DURATION) $(PEERS_ARGS)

@@ -50,7 +50,7 @@ class Deployment:
 
     @property
     def fixtures_path(self) -> Path:
-        return self.path / self.manifest.fixtures
+        return self.path / "fixtures"
 
     @property
     def entry_models(self) -> list[str]:
@@ -94,9 +94,7 @@ class Deployment:
             target=target,
             model_config_name=per_target.model_config_name,
             backend_config=list(per_target.backend_config),
-            extra_args=list(self.manifest.server.args) + list(per_target.server_args),
             required_models=self.entry_models,
-            env=dict(per_target.env),
             image=per_target.image,
             device_ids=per_target.device_ids,
             allow_grpc="grpc" in per_target.protocols,
@@ -189,6 +187,25 @@ def discover(root: Path | None = None) -> list[Deployment]:
     if broken:
         raise ManifestError("\n".join(broken.values()))
     return found
+
+
+def declaring(key: str, root: Path | None = None) -> Deployment:
+    """The one deployment whose manifest sets ``key`` (a table such as ``reliability``, or a
+    ``table.key`` such as ``scaleout.model``): a tool's default when no ``--deployment`` is given."""
+
+    def value(manifest: Manifest):
+        for part in key.split("."):
+            manifest = getattr(manifest, part)
+        return manifest
+
+    found = [d for d in discover(root) if value(d.manifest)]
+    if len(found) != 1:
+        table, _, name = key.partition(".")
+        names = ", ".join(d.name for d in found) or "none"
+        raise ManifestError(
+            f"{len(found)} deployments declare [{table}]{' ' + name if name else ''} ({names}): pass --deployment"
+        )
+    return found[0]
 
 
 def get_deployment(name: str, root: Path | None = None) -> Deployment:

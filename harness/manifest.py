@@ -38,20 +38,11 @@ class TestsSpec:
 
 
 @dataclass
-class ServerSpec:
-    """``[server]``: tritonserver arguments for every target."""
-
-    args: list[str] = field(default_factory=list)
-
-
-@dataclass
 class TargetSettings:
     """``[target.<name>]``: what differs on one hardware target."""
 
     model_config_name: str | None = None
     backend_config: list[str] = field(default_factory=list)
-    server_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
     image: str | None = None
     device_ids: list[int] | None = None
     protocols: list[str] = field(default_factory=lambda: ["http", "grpc"])
@@ -78,6 +69,93 @@ class Benchmark:
 
 
 @dataclass
+class ReliabilitySpec:
+    """``[reliability]``: what ``python -m harness soak`` / ``faults`` / ``gate-cost`` load by default."""
+
+    #: The entry model loaded (``--model`` overrides it).
+    model: str
+    #: ``"file.py:function"``: ``function(http_url, model)`` returns a
+    #: ``harness.tools.reliability.load.CheckedWorkload``, requests whose every answer is known
+    #: before the load (e.g. ``text_embedding_workload``: sentences, each embedded alone first).
+    workload: str
+
+
+@dataclass
+class PeerModel:
+    """``[peers.models.<model>]``: one served model of the side-by-side run."""
+
+    #: The request: ``text`` (``TEXT`` BYTES in, ``EMBEDDING`` out) or ``tokens`` (client-tokenized
+    #: ``input_ids`` + ``attention_mask`` in, ``last_hidden_state`` out).
+    request: str
+    #: The in-process ceiling it is compared with: a key of ``[peers] ceiling_onnx`` or ``sentence-transformers``.
+    ceiling: str
+    #: What it is (the records' ``variant``).
+    describe: str = ""
+
+
+@dataclass
+class PeerRatio:
+    """``[[peers.ratios]]``: one ratio of the results matrix's side-by-side table."""
+
+    label: str
+    #: A target (a model of ``[peers.models]``, ``infinity-<engine>``) or ``ceiling:<kind>``.
+    top: str
+    #: A target, ``ceiling`` (the top's own ceiling), ``best-peer`` (the faster peer, round by round) or
+    #: ``ceiling:<kind>``.
+    bottom: str
+    goal: float
+
+
+@dataclass
+class PeersSpec:
+    """``[peers]``: ``python -m harness peers``, the served models next to their in-process ceilings
+    and a peer server (infinity-emb) on the same embedding model."""
+
+    models: dict[str, PeerModel]
+    #: Served by default (``--models``).
+    default_models: list[str]
+    #: The ONNX file of each ceiling kind (``onnx-fp32`` ...), relative to the deployment folder.
+    ceiling_onnx: dict[str, str]
+    #: The served model whose config the ONNX ceiling follows (``onnx_max_batch_size``,
+    #: ``tokenizer_parallelism``).
+    ceiling_follows: str
+    #: ``"file.py:function"``: ``function()`` returns the in-process pieces of the run: ``model_dir``
+    #: (the sentence-transformers folder the peer and the torch ceiling load), ``tokenize(texts)``
+    #: (the client's ``input_ids`` / ``attention_mask``) and ``embed(run, texts, max_rows)`` (tokenize,
+    #: an onnxruntime ``session.run``, pool: the ONNX ceiling's work).
+    embedding: str
+    #: Served by a ``--variant`` server by default (``--variant-models``).
+    variant_models: list[str] = field(default_factory=list)
+    #: The ceiling kind whose ONNX file the peer's ``optimum`` engine runs.
+    peer_onnx: str = "onnx-fp32"
+    #: What the results matrix's side-by-side section compares (its heading).
+    title: str = ""
+    ratios: list[PeerRatio] = field(default_factory=list)
+
+
+@dataclass
+class ScaleoutSpec:
+    """``[scaleout]``: Kubernetes objects (``harness.tools.scaleout.k8s``; unset keys take its
+    defaults) and the multi-replica run (``python -m harness scaleout run``)."""
+
+    replicas: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    #: Mean queue wait per model execution (µs) the autoscaler holds the pods at.
+    queue_target_us: int | None = None
+    #: Requests of one replica, instead of its measured footprint.
+    memory_mib: int | None = None
+    cpu: float | None = None
+    bundle_image: str | None = None
+    storage_uri: str | None = None
+    #: The entry model the multi-replica run calls (``TEXT`` in, ``EMBEDDING`` out); each replica
+    #: loads it and the models it calls.
+    model: str | None = None
+    #: The models whose version 2 the run's roll brings.
+    rolled_models: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Manifest:
     """A whole ``deployment.toml``."""
 
@@ -85,15 +163,14 @@ class Manifest:
     entry_models: list[str]
     summary: str = ""
     model_repository: str = "model_repository"
-    fixtures: str = "fixtures"
     targets: list[str] = field(default_factory=lambda: ["cpu"])
     export: ExportSpec | None = None
     tests: TestsSpec = field(default_factory=TestsSpec)
-    server: ServerSpec = field(default_factory=ServerSpec)
     target: dict[str, TargetSettings] = field(default_factory=dict)
     benchmarks: list[Benchmark] = field(default_factory=list)
-    #: ``[scaleout]``: Kubernetes / multi-replica settings, read by ``harness.tools.scaleout``.
-    scaleout: dict[str, typing.Any] = field(default_factory=dict)
+    scaleout: ScaleoutSpec = field(default_factory=ScaleoutSpec)
+    reliability: ReliabilitySpec | None = None
+    peers: PeersSpec | None = None
 
 
 def _convert(kind, value, where: str, source: Path):
@@ -124,6 +201,8 @@ def _convert(kind, value, where: str, source: Path):
         return {k: _convert(args[1], v, f"{where}.{k}", source) for k, v in value.items()}
     if kind is str and isinstance(value, str) or kind is int and isinstance(value, int) and not isinstance(value, bool):
         return value
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     raise ManifestError(f"{source}: {where} must be {getattr(kind, '__name__', kind)}, not {value!r}")
 
 
@@ -167,4 +246,40 @@ def read_manifest(path: Path) -> Manifest:
                 f"{path}: benchmark {benchmark.id!r}: model_only = {benchmark.model_only!r} is no benchmark id "
                 f"of this manifest ({', '.join(ids)})"
             )
+    _check_tables(manifest, path)
     return manifest
+
+
+def _check_tables(manifest: Manifest, path: Path) -> None:
+    """The optional tables' names point at what the manifest declares."""
+    if manifest.reliability and manifest.reliability.model not in manifest.entry_models:
+        raise ManifestError(
+            f"{path}: [reliability] model = {manifest.reliability.model!r} is no entry model ({manifest.entry_models})"
+        )
+    scaleout = manifest.scaleout
+    if scaleout.model and scaleout.model not in manifest.entry_models:
+        raise ManifestError(
+            f"{path}: [scaleout] model = {scaleout.model!r} is no entry model ({manifest.entry_models})"
+        )
+    peers = manifest.peers
+    if peers is None:
+        return
+    kinds = set(peers.ceiling_onnx) | {"sentence-transformers"}
+    named = {
+        "default_models": peers.default_models,
+        "variant_models": peers.variant_models,
+        "ceiling_follows": [peers.ceiling_follows],
+    }
+    for key, models in named.items():
+        unknown = [m for m in models if m not in peers.models]
+        if unknown:
+            raise ManifestError(
+                f"{path}: [peers] {key}: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
+            )
+    for model, spec in peers.models.items():
+        if spec.request not in ("text", "tokens"):
+            raise ManifestError(f"{path}: [peers.models.{model}] request = {spec.request!r}: text or tokens")
+        if spec.ceiling not in kinds:
+            raise ManifestError(f"{path}: [peers.models.{model}] ceiling = {spec.ceiling!r}: one of {sorted(kinds)}")
+    if peers.peer_onnx not in peers.ceiling_onnx:
+        raise ManifestError(f"{path}: [peers] peer_onnx = {peers.peer_onnx!r} is not in ceiling_onnx")

@@ -484,3 +484,26 @@ def workload_full_pipeline_py_document(ctx) -> Workload:
 
 def workload_pipeline_orchestrator_document(ctx) -> Workload:
     return _document_workload("pipeline_orchestrator")
+
+
+def reliability_workload(http_url: str, model: str):
+    """``[reliability]`` (soak, faults, gate cost): unique sentences, each answer compared with the
+    vector the same server gave that sentence alone before the load."""
+    from harness.tools.reliability.load import text_embedding_workload
+
+    return text_embedding_workload(http_url, model)
+
+
+def peers_embedding():
+    """``[peers] embedding`` (python -m harness peers): the sentence-transformers folder the peer and
+    the torch ceiling load, the client tokenizer, and the ONNX ceiling's tokenize + run + pool."""
+    from types import SimpleNamespace
+
+    from embedding_cpu_processing.bls import embed_texts_local
+
+    info = EmbeddingModelInfo.read()
+
+    def embed(run, texts: list[str], max_rows: int):
+        return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize)
+
+    return SimpleNamespace(model_dir=info.model_dir, tokenize=tokenize, embed=embed)

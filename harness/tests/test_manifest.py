@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.manifest import Benchmark, ManifestError, TargetSettings, read_manifest
+from harness.manifest import (
+    Benchmark,
+    ManifestError,
+    PeerModel,
+    PeerRatio,
+    ReliabilitySpec,
+    ScaleoutSpec,
+    TargetSettings,
+    read_manifest,
+)
 
 GOOD = """
 name = "toy"
@@ -65,3 +74,93 @@ def test_bad_manifests_are_refused_naming_file_and_key(tmp_path, change, message
 def test_every_shipped_manifest_reads():
     for path in sorted(PROJECT_ROOT.glob("deployments/*/deployment.toml")):
         assert read_manifest(path).name == path.parent.name
+
+
+TABLES = """
+[reliability]
+model = "m"
+workload = "checks.py:reliability_workload"
+
+[scaleout]
+model = "m"
+rolled_models = ["m"]
+cpu = 2
+memory_mib = 1024
+
+[peers]
+default_models = ["m"]
+ceiling_onnx = { onnx-fp32 = "model_repository/m/1/model.onnx" }
+ceiling_follows = "m"
+embedding = "checks.py:peers_embedding"
+
+[peers.models.m]
+request = "text"
+ceiling = "onnx-fp32"
+
+[[peers.ratios]]
+label = "m / ceiling"
+top = "m"
+bottom = "ceiling"
+goal = 1
+"""
+
+
+def test_the_tools_tables_are_typed(tmp_path):
+    _, manifest = _read(tmp_path, GOOD + TABLES)
+    assert manifest.reliability == ReliabilitySpec(model="m", workload="checks.py:reliability_workload")
+    assert manifest.scaleout == ScaleoutSpec(model="m", rolled_models=["m"], cpu=2.0, memory_mib=1024)
+    assert manifest.peers.models == {"m": PeerModel(request="text", ceiling="onnx-fp32")}
+    assert manifest.peers.ratios == [PeerRatio(label="m / ceiling", top="m", bottom="ceiling", goal=1.0)]
+    assert isinstance(manifest.peers.ratios[0].goal, float) and manifest.peers.peer_onnx == "onnx-fp32"
+    _, plain = _read(tmp_path, GOOD)
+    assert plain.reliability is None and plain.peers is None and plain.scaleout == ScaleoutSpec()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('workload = "checks.py:reliability_workload"', 'workloads = "x"'), "unknown key reliability.'workloads'"),
+        (('model = "m"\nworkload', 'model = "other"\nworkload'), "[reliability] model = 'other' is no entry model"),
+        (("cpu = 2", "cpus = 2"), "unknown key scaleout.'cpus'"),
+        (("cpu = 2", 'cpu = "2"'), "scaleout.cpu must be float"),
+        (('request = "text"', 'request = "json"'), "[peers.models.m] request = 'json'"),
+        (('ceiling = "onnx-fp32"\n', 'ceiling = "onnx-int8"\n'), "ceiling = 'onnx-int8': one of"),
+        (('default_models = ["m"]', 'default_models = ["n"]'), "[peers] default_models: 'n' is not in [peers.models]"),
+        (("goal = 1", 'goal = "high"'), "peers.ratios[0].goal must be float"),
+    ],
+)
+def test_bad_tools_tables_are_refused(tmp_path, change, message):
+    path = tmp_path / "deployment.toml"
+    path.write_text((GOOD + TABLES).replace(*change, 1))
+    with pytest.raises(ManifestError) as refused:
+        read_manifest(path)
+    assert message in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ('[server]\nargs = ["--log-verbose=1"]\n', "unknown key 'server'"),
+        ('fixtures = "expected"\n', "unknown key 'fixtures'"),
+        ('[target.cpu]\nenv = { A = "1" }\n', "unknown key target.cpu.'env'"),
+        ('[target.cpu]\nserver_args = ["--x"]\n', "unknown key target.cpu.'server_args'"),
+    ],
+)
+def test_keys_nothing_reads_are_refused(tmp_path, table, message):
+    path = tmp_path / "deployment.toml"
+    path.write_text(table + GOOD if not table.startswith("[") else GOOD + table)
+    with pytest.raises(ManifestError) as refused:
+        read_manifest(path)
+    assert message in str(refused.value), str(refused.value)
+
+
+def test_a_tool_without_deployment_takes_the_one_declaring_its_table(tmp_path):
+    from harness.deployments import declaring
+
+    for name, extra in (("a", TABLES), ("b", "")):
+        (tmp_path / name / "model_repository" / "m").mkdir(parents=True)
+        (tmp_path / name / "deployment.toml").write_text(GOOD.replace('"toy"', f'"{name}"') + extra)
+    assert declaring("reliability", tmp_path).name == "a" and declaring("scaleout.model", tmp_path).name == "a"
+    (tmp_path / "b" / "deployment.toml").write_text(GOOD.replace('"toy"', '"b"') + TABLES)
+    with pytest.raises(ManifestError, match=r"2 deployments declare \[peers\] \(a, b\): pass --deployment"):
+        declaring("peers", tmp_path)

@@ -11,6 +11,7 @@ from triton_helpers.bls import plan_batches
 def _record(model, rounds, ceiling_rounds, kind="onnx-fp32", batch=1, concurrency=8, run="r1"):
     return {
         "comparison": "side-by-side",
+        "deployment": "embedding_cpu",  # its [[peers.ratios]] are the ratios taken
         "run_id": run,
         "model": model,
         "items_per_request": batch,

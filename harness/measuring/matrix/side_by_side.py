@@ -2,7 +2,8 @@
 
 Each record of a run carries every round's sentences/s; targets of one workload ran in the
 same rounds, alternating, so a ratio is the median over rounds of the per-round quotients
-(``served / ceiling`` likewise, against the ceiling worker's measurement of that round).
+(``served / ceiling`` likewise, against the ceiling worker's measurement of that round). Which
+ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (deployment.toml).
 """
 
 from __future__ import annotations
@@ -12,27 +13,36 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
-#: (label, numerator target, denominator target or "best-peer" / "ceiling", goal)
-RATIOS = [
-    ("embedding_onnx_text / ceiling", "embedding_onnx_text", "ceiling", 0.9),
-    ("embedding_py / ceiling", "embedding_py", "ceiling", 0.9),
-    ("ONNX text / Python (embedding_onnx_text / embedding_py)", "embedding_onnx_text", "embedding_py", 1.5),
-    ("INT8 / FP32 served (embedding_onnx_int8 / embedding_onnx)", "embedding_onnx_int8", "embedding_onnx", 2.0),
-    ("INT8 / FP32 in-process ceiling", "ceiling:onnx-int8", "ceiling:onnx-fp32", 2.0),
-    ("Triton / best infinity-emb (embedding_onnx_text / max peer)", "embedding_onnx_text", "best-peer", 1.2),
-]
+from harness.manifest import PeersSpec
 
 
 def side_by_side_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r.get("comparison") == "side-by-side"]
 
 
+def peers_spec(records: list[dict]) -> PeersSpec | None:
+    """The ``[peers]`` table of the deployment the records measured (None when it has none)."""
+    from harness.deployments import ManifestError, get_deployment
+
+    name = next((r["deployment"] for r in records if r.get("deployment")), None)
+    try:
+        return get_deployment(name).manifest.peers if name else None
+    except ManifestError:
+        return None
+
+
 def latest_run(records: list[dict]) -> list[dict]:
-    """The records of the latest side-by-side run that measured embedding_onnx_text."""
+    """The records of the latest side-by-side run that measured one of its deployment's
+    ``[peers.models]`` (not only peers or config variants)."""
     runs: dict[str, list[dict]] = defaultdict(list)
     for record in side_by_side_records(records):
         runs[record.get("run_id")].append(record)
-    full = [rs for rs in runs.values() if any(r.get("model") == "embedding_onnx_text" for r in rs)]
+
+    def served(run: list[dict]) -> bool:
+        spec = peers_spec(run)
+        return spec is not None and any(r.get("model") in spec.models for r in run)
+
+    full = [rs for rs in runs.values() if served(rs)]
     if not full:
         return []
     return max(full, key=lambda rs: max(str(r.get("timestamp", "")) for r in rs))
@@ -50,7 +60,11 @@ def _per_round(record: dict, key: str = "rounds_items_per_second") -> list[float
 
 
 def ratios(run: list[dict]) -> list[dict]:
-    """Per workload (batch, concurrency): each ratio of ``RATIOS`` with its per-round values."""
+    """Per workload (batch, concurrency): each ratio of the deployment's ``[[peers.ratios]]`` with
+    its per-round values."""
+    spec = peers_spec(run)
+    if spec is None:
+        return []
     workloads: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for record in run:
         workloads[(int(record["items_per_request"]), int(record["concurrency"]))][record["model"]] = record
@@ -76,17 +90,17 @@ def ratios(run: list[dict]) -> list[dict]:
                 denominator = series(bottom, keys)
             return [a / b for a, b in zip(numerator or [], denominator or []) if b]
 
-        for label, top, bottom, goal in RATIOS:
-            values = quotients(top, bottom, RATE_KEYS)
+        for ratio in spec.ratios:
+            values = quotients(ratio.top, ratio.bottom, RATE_KEYS)
             if not values:
                 continue
-            cpu = quotients(top, bottom, CPU_KEYS)
+            cpu = quotients(ratio.top, ratio.bottom, CPU_KEYS)
             rows.append(
                 {
                     "batch": batch,
                     "concurrency": concurrency,
-                    "ratio": label,
-                    "goal": goal,
+                    "ratio": ratio.label,
+                    "goal": ratio.goal,
                     "value": statistics.median(values),
                     "rounds": values,
                     "cpu_value": statistics.median(cpu) if cpu else None,
@@ -102,12 +116,13 @@ def render(records: list[dict]) -> list[str]:
     if not run:
         return []
     first = min(run, key=lambda r: str(r.get("timestamp", "")))
+    spec = peers_spec(run)
     machine = first.get("machine") or {}
     loads = [r["load_average_1m"] for r in run if r.get("load_average_1m") is not None]
     load = f"1-minute load average {min(loads):.1f}-{max(loads):.1f}" if loads else "machine load not recorded"
     lines = [
         "",
-        "## embedding_cpu side by side: served / ceiling, ONNX / Python, INT8 / FP32, Triton / infinity-emb",
+        f"## {first.get('deployment')} side by side: {spec.title}",
         "",
         f"One run (`make bench-peers`, run `{first.get('run_id')}`, {first.get('timestamp')}, "
         f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {load}). Generator: "
@@ -117,7 +132,7 @@ def render(records: list[dict]) -> list[str]:
         "column). Ceiling: the same work (tokenize + model + pool) in one process on the server's cores, at "
         "the batch the server could form (`min(batch x c, 64)`; runs whose records carry `ceiling_rule` take the "
         "better of that and the request's own batch; runs whose records carry `rounds_cpu_ms_per_item` run the "
-        "ONNX ceiling in `embedding_onnx_text`'s length buckets of `onnx_max_batch_size` rows).",
+        f"ONNX ceiling in `{spec.ceiling_follows}`'s length buckets of `onnx_max_batch_size` rows).",
         "",
     ]
     table = []

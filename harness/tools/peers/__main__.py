@@ -1,6 +1,11 @@
 """Side-by-side embedding run: Triton's embedding models, their in-process ceilings and
 infinity-emb, one workload at a time, the servers alternating within it, one wrk generator.
 
+What is served, and compared with which ceiling, is the deployment's ``[peers]`` table
+(``--deployment``; default: the one deployment whose manifest has one): ``[peers.models.<m>]``
+says each model's request (``text`` or client-made ``tokens``) and ceiling kind, ``ceiling_onnx``
+the ONNX file of each kind (``peer_onnx``'s is the one infinity's optimum engine runs).
+
 Layout on an N-core machine: the servers (tritonserver and its stubs, each peer) and the
 ceiling worker on ``--server-cores`` (default: all but core 0), wrk on ``--generator-cores``
 (default: core 0). Every (batch, concurrency) workload runs ``--rounds`` rounds; in each round
@@ -11,11 +16,13 @@ to results/records.jsonl (``comparison: side-by-side``), one per target and work
 every round's sentences/s, so ratios are taken round by round (``harness.measuring.matrix``).
 
     make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
+    python -m harness peers --deployment <d> --models <m1>,<m2> --batch 1,8 --concurrency 1,8
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -28,27 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import PROJECT_ROOT
+from harness.deployments import Deployment, ManifestError, declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
 from harness.tools.peers import workloads
 from harness.tools.peers.infinity import InfinityServer, infinity_version
 from harness.tools.peers.processes import tree_cpu_s, wait_idle
 
-DEPLOYMENT = "embedding_cpu"
-ONNX_FP32 = PROJECT_ROOT / "deployments" / DEPLOYMENT / "model_repository" / "embedding_onnx" / "1" / "model.onnx"
-ONNX_INT8 = ONNX_FP32.parents[2] / "embedding_onnx_int8" / "1" / "model.onnx"
-#: Triton models of the run: body maker, ceiling kind, what it is.
-TRITON_MODELS = {
-    "embedding_onnx_text": (workloads.triton_text_body, "onnx-fp32", "server tokenizes + pools, ONNX FP32"),
-    "embedding_py": (
-        workloads.triton_text_body,
-        "sentence-transformers",
-        "sentence-transformers in the Python backend",
-    ),
-    "embedding_onnx": (workloads.triton_tokens_body, "onnx-fp32", "client-tokenized, ONNX FP32 (model only)"),
-    "embedding_onnx_int8": (workloads.triton_tokens_body, "onnx-int8", "client-tokenized, ONNX INT8 (model only)"),
-    "embedding_onnx_text_ensemble": (workloads.triton_text_body, "onnx-fp32", "ensemble tokenize -> ONNX -> pool"),
-}
 PEER_CEILING = {"optimum": "onnx-fp32", "torch": "sentence-transformers"}
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
 INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
@@ -91,11 +84,13 @@ class Target:
 class CeilingWorker:
     """``harness.tools.peers.ceiling --serve`` pinned to the server's cores."""
 
-    def __init__(self, kind: str, cores: set[int], threads: int):
+    def __init__(self, deployment: str, kind: str, cores: set[int], threads: int):
         command = [
             sys.executable,
             "-m",
             "harness.tools.peers.ceiling",
+            "--deployment",
+            deployment,
             "--kind",
             kind,
             "--threads",
@@ -148,14 +143,14 @@ def check_peer(reply: bytes, count: int) -> None:
         raise AssertionError(f"{len(data)} embeddings, expected {count} of 384")
 
 
-def start_triton(models: list[str], cores: set[int], overrides: dict | None):
+def start_triton(deployment: Deployment, models: list[str], cores: set[int], overrides: dict | None):
+    from harness.repository import dependencies
     from harness.serving.launchers import LocalTritonServer, ServerOptions
     from harness.variants import variant_repository
 
-    folder = PROJECT_ROOT / "deployments" / DEPLOYMENT
-    if not ONNX_FP32.exists() or not ONNX_INT8.exists():
-        subprocess.run([sys.executable, "export.py"], cwd=folder, check=True)
-    repository = variant_repository(folder / "model_repository", overrides or {}, models=_with_steps(models))
+    deployment.export()
+    served = dependencies(deployment.model_repository, models)  # the models and what they call
+    repository = variant_repository(deployment.model_repository, overrides or {}, models=served)
     options = ServerOptions(str(repository), required_models=list(models))
     server = LocalTritonServer(options, gate=False)
     previous = os.sched_getaffinity(0)
@@ -168,21 +163,14 @@ def start_triton(models: list[str], cores: set[int], overrides: dict | None):
     return server
 
 
-def _with_steps(models: list[str]) -> list[str]:
-    steps = {
-        "embedding_onnx_text": ["embedding_onnx"],
-        "embedding_onnx_text_ensemble": ["tokenize", "embedding_onnx", "pool_embedding"],
-    }
-    return sorted(set(models).union(*(steps.get(m, []) for m in models)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per target per round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", default="1,8,32", help="sentences per request")
     parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--models", default="embedding_onnx_text,embedding_py,embedding_onnx,embedding_onnx_int8")
+    parser.add_argument("--models", default=None, help="comma-separated (default: [peers] default_models)")
     parser.add_argument("--peers", default="optimum,torch", help="infinity-emb engines ('' for none)")
     parser.add_argument("--server-cores", default=None, help="default: every core but 0")
     parser.add_argument("--generator-cores", default="0")
@@ -195,9 +183,26 @@ def main(argv: list[str] | None = None) -> int:
         help="one more tritonserver (same cores) with these config overrides; its "
         "--variant-models are targets named MODEL[NAME]",
     )
-    parser.add_argument("--variant-models", default="embedding_onnx_text")
+    parser.add_argument("--variant-models", default=None, help="default: [peers] variant_models")
     parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
     args = parser.parse_args(argv)
+    try:
+        deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
+    except ManifestError as exc:
+        parser.error(str(exc))
+    spec = deployment.manifest.peers
+    if spec is None:
+        parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
+    models = [m for m in args.models.split(",") if m] if args.models is not None else list(spec.default_models)
+    variant_models = (
+        [m for m in args.variant_models.split(",") if m]
+        if args.variant_models is not None
+        else list(spec.variant_models)
+    )
+    unknown = [m for m in models + variant_models if m not in spec.models]
+    if unknown:
+        parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
+    peer_onnx = deployment.path / spec.ceiling_onnx[spec.peer_onnx]
 
     all_cores = sorted(os.sched_getaffinity(0))
     generator_cores = {int(c) for c in args.generator_cores.split(",")}
@@ -207,41 +212,44 @@ def main(argv: list[str] | None = None) -> int:
     threads = len(server_cores)
     batches = [int(b) for b in args.batch.split(",")]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    models = [m for m in args.models.split(",") if m]
     engines = [e for e in args.peers.split(",") if e]
     overrides = json.loads(args.triton_config) if args.triton_config else None
     run_id = uuid.uuid4().hex[:12]
     generator = WrkGenerator(generator_cores)
     print(f"run {run_id}: servers on cores {cores_label(server_cores)}, {generator.describe()}", flush=True)
 
-    from triton_helpers.text_embedding import default_model_dir
-
-    triton = start_triton(models, server_cores, overrides) if models else None
-    variant_models = [m for m in args.variant_models.split(",") if m]
+    pieces = deployment.resolve(spec.embedding)()
+    #: The request body of each ``[peers.models.<m>] request``.
+    bodies = {
+        "text": workloads.triton_text_body,
+        "tokens": functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize),
+    }
+    triton = start_triton(deployment, models, server_cores, overrides) if models else None
     variants = []
     peers = []
     workers: dict[str, CeilingWorker] = {}
     try:
         for spec in args.variant:
             name, _, config = spec.partition("=")
-            variants.append((name, json.loads(config), start_triton(variant_models, server_cores, json.loads(config))))
+            server = start_triton(deployment, variant_models, server_cores, json.loads(config))
+            variants.append((name, json.loads(config), server))
         for engine in engines:
-            peer = InfinityServer(engine, default_model_dir(), ONNX_FP32, cores=server_cores, threads=threads)
+            peer = InfinityServer(engine, pieces.model_dir, peer_onnx, cores=server_cores, threads=threads)
             peer.start()
             peers.append(peer)
         targets = []
         if triton:
             version = triton.describe()["server_version"]
             for model in models:
-                make_body, ceiling, what = TRITON_MODELS[model]
-                check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
+                served = spec.models[model]
+                check = check_triton_text if served.request == "text" else check_triton_tokens
                 targets.append(
                     Target(
                         model,
                         f"http://{triton.http_url}/v2/models/{model}/infer",
-                        make_body,
-                        ceiling,
-                        what,
+                        bodies[served.request],
+                        served.ceiling,
+                        served.describe,
                         {"server_mode": "local (no front gate)", "server_version": version},
                         check,
                         triton.process.pid,
@@ -250,15 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, config, server in variants:
             version = server.describe()["server_version"]
             for model in variant_models:
-                make_body, ceiling, what = TRITON_MODELS[model]
-                check = check_triton_text if make_body is workloads.triton_text_body else check_triton_tokens
+                served = spec.models[model]
+                check = check_triton_text if served.request == "text" else check_triton_tokens
                 targets.append(
                     Target(
                         f"{model}[{name}]",
                         f"http://{server.http_url}/v2/models/{model}/infer",
-                        make_body,
-                        ceiling,
-                        f"{what}, config {json.dumps(config, sort_keys=True)}",
+                        bodies[served.request],
+                        served.ceiling,
+                        f"{served.describe}, config {json.dumps(config, sort_keys=True)}",
                         {"server_mode": "local (no front gate)", "server_version": version, "config_overrides": config},
                         check,
                         server.process.pid,
@@ -278,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         for kind in sorted({t.ceiling for t in targets}):
-            workers[kind] = CeilingWorker(kind, server_cores, threads)
+            workers[kind] = CeilingWorker(deployment.name, kind, server_cores, threads)
         for batch in batches:
             bodies = {t.name: workloads.bodies(t.make_body, batch) for t in targets}
             for target in targets:
@@ -323,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                     # the ceiling worker's; steadier than rates on a core shared with other jobs
                     cpu_ratios = [c / s for c, s in zip(ceiling_cpu[target.ceiling], cpu_ms[target.name]) if s]
                     record = {
-                        "deployment": DEPLOYMENT,
+                        "deployment": deployment.name,
                         "benchmark": f"side-by-side-b{batch}",
                         "comparison": "side-by-side",
                         "run_id": run_id,

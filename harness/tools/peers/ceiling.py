@@ -1,12 +1,13 @@
 """The in-process ceiling: the same work as a served request, in one process, no server.
 
-``onnx-fp32`` / ``onnx-int8``: tokenize (fast tokenizer) + the deployment's ONNX file
-(onnxruntime, ``threads`` intra-op threads) + mean pooling + normalisation, at ``batch``
-sentences per call, run in length buckets of at most ``--max-rows`` rows as
-``embedding_onnx_text`` does (default: its ``onnx_max_batch_size``; on a small-cache core
-16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there. ``sentence-transformers``: ``SentenceTransformer.encode`` (torch,
-``threads`` threads). Run pinned to the server's cores: ``taskset -c 1 python -m
-harness.tools.peers.ceiling --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
+An ONNX kind (a key of the deployment's ``[peers] ceiling_onnx``, e.g. ``onnx-fp32``): tokenize
+(fast tokenizer) + that ONNX file (onnxruntime, ``threads`` intra-op threads) + mean pooling +
+normalisation, at ``batch`` sentences per call, run in length buckets of at most ``--max-rows``
+rows as the served model ``[peers] ceiling_follows`` does (default: its ``onnx_max_batch_size``;
+on a small-cache core 16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there.
+``sentence-transformers``: ``SentenceTransformer.encode`` (torch, ``threads`` threads). Run pinned
+to the server's cores: ``taskset -c 1 python -m harness.tools.peers.ceiling --deployment <d>
+--kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
 """
 
 from __future__ import annotations
@@ -17,47 +18,40 @@ import os
 import sys
 import time
 
-from harness import PROJECT_ROOT
+from harness.deployments import Deployment, declaring, get_deployment
 
-REPOSITORY = PROJECT_ROOT / "deployments" / "embedding_cpu" / "model_repository"
-ONNX_FILES = {
-    "onnx-fp32": REPOSITORY / "embedding_onnx" / "1" / "model.onnx",
-    "onnx-int8": REPOSITORY / "embedding_onnx_int8" / "1" / "model.onnx",
-}
-KINDS = tuple(ONNX_FILES) + ("sentence-transformers",)
+TORCH_KIND = "sentence-transformers"
 
 
-def served_parameter(key: str, default: str) -> str:
-    """A parameter of the deployed ``embedding_onnx_text`` config (the ceiling does what it does)."""
+def served_parameter(deployment: Deployment, key: str, default: str) -> str:
+    """A parameter of the served model the ceiling follows (``[peers] ceiling_follows``): the
+    ceiling does what it does."""
     from harness.repository import parameter, read_config
 
-    return parameter(read_config(REPOSITORY / "embedding_onnx_text" / "config.pbtxt"), key, default)
+    config = deployment.model_repository / deployment.manifest.peers.ceiling_follows / "config.pbtxt"
+    return parameter(read_config(config), key, default)
 
 
-def encoder(kind: str, threads: int, max_rows: int = 64):
+def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64):
     """A function ``texts -> vectors`` doing a served request's whole work in this process."""
-    from triton_helpers.text_embedding import EmbeddingModelInfo
-
-    if kind == "sentence-transformers":
+    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
+    if kind == TORCH_KIND:
         import torch
         from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(threads)
-        model = SentenceTransformer(str(EmbeddingModelInfo.read().model_dir), device="cpu")
+        model = SentenceTransformer(str(pieces.model_dir), device="cpu")
         return lambda texts: model.encode(texts, batch_size=len(texts), normalize_embeddings=True)
     import onnxruntime as ort
 
-    from triton_helpers.bls import embed_texts_local
-
-    if served_parameter("tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
+    if served_parameter(deployment, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(ONNX_FILES[kind]), options, providers=["CPUExecutionProvider"])
-    normalize = EmbeddingModelInfo.read().normalize
-
-    return lambda texts: embed_texts_local(session.run, texts, max_rows=max_rows, normalize=normalize)
+    onnx_file = deployment.path / deployment.manifest.peers.ceiling_onnx[kind]
+    session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+    return lambda texts: pieces.embed(session.run, texts, max_rows)
 
 
 def measure(encode, texts: list[str], duration_s: float) -> tuple[float, float]:
@@ -78,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.tools.peers.workloads import sentences
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", choices=KINDS, required=True)
+    parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
+    parser.add_argument("--kind", required=True, help=f"a key of [peers] ceiling_onnx, or {TORCH_KIND}")
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-rows", type=int, default=None, help="rows per ONNX run (default: the served model's)")
@@ -87,7 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
     )
     args = parser.parse_args(argv)
-    encode = encoder(args.kind, args.threads, args.max_rows or int(served_parameter("onnx_max_batch_size", "64")))
+    deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
+    if deployment.manifest.peers is None:
+        parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
+    kinds = [*deployment.manifest.peers.ceiling_onnx, TORCH_KIND]
+    if args.kind not in kinds:
+        parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds)}")
+    max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
+    encode = encoder(deployment, args.kind, args.threads, max_rows)
     if args.serve:
         print(json.dumps({"ready": args.kind}), flush=True)
         for line in sys.stdin:

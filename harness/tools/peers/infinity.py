@@ -1,6 +1,6 @@
-"""infinity-emb 0.0.78 serving the same all-MiniLM-L6-v2, in its own venv (``make peer-infinity``).
+"""infinity-emb 0.0.78 serving the same sentence-transformers model, in its own venv (``make peer-infinity``).
 
-The optimum engine runs the same ONNX file as ``embedding_onnx`` (copied into a copy of the
+The optimum engine runs the same ONNX file as the served ONNX model (copied into a copy of the
 model folder; optimum 1.27 wants an ``.onnx`` inside the folder and a relative ``--model-id``,
 so the server starts inside that folder), mean-pooled as the model declares. The torch
 engine runs the safetensors weights with torch 2.8.0. Both pinned to the server's cores.
@@ -23,7 +23,8 @@ from pathlib import Path
 from harness import PROJECT_ROOT
 
 VENV = Path(os.environ.get("INFINITY_VENV") or PROJECT_ROOT / ".venv-infinity")
-SERVED_NAME = "all-MiniLM-L6-v2"
+#: The name requests ask infinity for (any: it serves one model).
+SERVED_NAME = "embedding-model"
 ENGINES = ("optimum", "torch")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-#: ~8-20-token sentences (the embedding_cpu checks' short sentences, one Chinese).
+#: ~8-20-token sentences (short sentences as a text-embedding deployment's checks send, one Chinese).
 SENTENCES = [
     "Triton batches requests on the server.",
     "A quick sentence about the weather today.",
@@ -29,12 +29,10 @@ def triton_text_body(texts: list[str]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def triton_tokens_body(texts: list[str]) -> bytes:
-    """KServe v2 JSON of the client-tokenized contract (``input_ids``, ``attention_mask``);
-    ``last_hidden_state`` asked for as binary data (a JSON float list of it would cost more
-    than the model)."""
-    from triton_helpers.text_embedding import tokenize
-
+def triton_tokens_body(texts: list[str], tokenize) -> bytes:
+    """KServe v2 JSON of the client-tokenized contract (``input_ids``, ``attention_mask``, made by
+    ``tokenize(texts)``); ``last_hidden_state`` asked for as binary data (a JSON float list of it
+    would cost more than the model)."""
     tokens = tokenize(texts)
     shape = list(tokens["input_ids"].shape)
     body = {

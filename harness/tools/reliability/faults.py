@@ -17,9 +17,12 @@ Findings on tritonserver 2.51 (measured by these scenarios; see docs/reliability
 - Stop during load: the server drains in-flight requests, refuses new ones, exits; clients
   see connection errors until the new server is ready.
 
-    python -m harness faults                 # all scenarios on embedding_cpu / embedding_onnx_text
-    python -m harness faults --scenario kill_stub --model embedding_onnx_text
-    python -m harness faults --write-docs    # only regenerate docs/reliability.md's results
+    python -m harness faults --deployment <d>   # all scenarios on the model of <d>'s [reliability] table
+    python -m harness faults --deployment <d> --scenario kill_stub --model <entry model>
+    python -m harness faults --write-docs       # only regenerate docs/reliability.md's results
+
+Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table; the
+checked workload is that table's ``workload`` (``--workload`` overrides it).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from harness.tools.reliability.load import CheckedWorkload, LoadLog, model_workload, run_checked_load
+from harness.manifest import ManifestError
+from harness.tools.reliability.load import CheckedWorkload, LoadLog, run_checked_load
 from harness.tools.reliability.memory import stub_processes
 from harness.tools.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
-from harness.tools.reliability.servers import model_server, stop_server
+from harness.tools.reliability.servers import checked_workload, defaults, model_server, stop_server
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
 
@@ -278,7 +282,12 @@ def restart_server(
 
 # -- CLI ------------------------------------------------------------------------------------------
 def run_all(
-    deployment: str, model: str, scenarios: list[str], concurrency: int, stub_model: str | None = None
+    deployment: str,
+    model: str,
+    scenarios: list[str],
+    concurrency: int,
+    stub_model: str | None = None,
+    workload_reference: str | None = None,
 ) -> list[dict]:
     """Every scenario on one server of ``deployment`` (subset: ``model`` + dependencies, explicit mode)."""
     server = model_server(deployment, model, model_control_mode="explicit")
@@ -286,7 +295,7 @@ def run_all(
     server.start()
     try:
         server.wait_ready()
-        workload = model_workload(server.http_url, model)
+        workload = checked_workload(deployment, model, server.http_url, workload_reference)
         for name in scenarios:
             began = time.monotonic()
             if name == "kill_stub":
@@ -324,8 +333,9 @@ def format_fault(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--deployment", default="embedding_cpu")
-    parser.add_argument("--model", default="embedding_onnx_text")
+    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
+    parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
+    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
     parser.add_argument("--stub-model", default=None, help="whose stub to kill (default: --model)")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -339,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             return 2
         return 0
-    reports = run_all(args.deployment, args.model, args.scenario or list(SCENARIOS), args.concurrency, args.stub_model)
+    try:
+        deployment, model = defaults(args.deployment, args.model)
+    except ManifestError as exc:
+        parser.error(str(exc))
+    scenarios = args.scenario or list(SCENARIOS)
+    reports = run_all(deployment, model, scenarios, args.concurrency, args.stub_model, args.workload)
     write_json(reports, args.json)
     print(f"report: {args.json}")
     return 0 if all(r["recovered"] and not r["wrong_answers"] for r in reports) else 1

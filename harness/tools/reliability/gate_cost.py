@@ -1,8 +1,11 @@
 """What the gate costs: the same model served with and without it, verified load at concurrency c.
 
-    python -m harness gate-cost           # embedding_cpu/embedding_onnx_text, c=8
-    python -m harness gate-cost --deployment embedding_cpu --model embedding_onnx_text --rounds 3 --duration 10
+    python -m harness gate-cost --deployment <d>    # the model of <d>'s [reliability] table, c=8
+    python -m harness gate-cost --deployment <d> --model <entry model> --rounds 3 --duration 10
     python -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json   # worst case
+
+Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table (its
+``workload`` checks every answer; ``--workload`` overrides it).
 
 Servers run one at a time (never both at once), in alternating rounds (gate, direct, gate,
 direct, ...) so that drift of a shared machine hits both; each round measures ``duration``
@@ -17,9 +20,10 @@ import statistics
 import time
 from pathlib import Path
 
-from harness.tools.reliability.load import model_workload, run_checked_load
+from harness.manifest import ManifestError
+from harness.tools.reliability.load import run_checked_load
 from harness.tools.reliability.report import RESULTS_DIR, write_json
-from harness.tools.reliability.servers import model_server, stop_server
+from harness.tools.reliability.servers import checked_workload, defaults, model_server, stop_server
 
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:
@@ -34,7 +38,15 @@ def measure(server, workload, concurrency: int, duration_s: float, warmup_s: flo
     }
 
 
-def run(deployment: str, model: str, concurrency: int, rounds: int, duration_s: float, warmup_s: float) -> dict:
+def run(
+    deployment: str,
+    model: str,
+    concurrency: int,
+    rounds: int,
+    duration_s: float,
+    warmup_s: float,
+    workload_reference: str | None = None,
+) -> dict:
     rows = []
     for index in range(rounds):
         for gated in (True, False):
@@ -42,7 +54,7 @@ def run(deployment: str, model: str, concurrency: int, rounds: int, duration_s: 
             server.start()
             try:
                 server.wait_ready()
-                workload = model_workload(server.http_url, model)
+                workload = checked_workload(deployment, model, server.http_url, workload_reference)
                 row = {"round": index, "gate": gated, **measure(server, workload, concurrency, duration_s, warmup_s)}
             finally:
                 stop_server(server)
@@ -73,15 +85,20 @@ def run(deployment: str, model: str, concurrency: int, rounds: int, duration_s: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--deployment", default="embedding_cpu")
-    parser.add_argument("--model", default="embedding_onnx_text")
+    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
+    parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
+    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "gate_cost.json")
     args = parser.parse_args(argv)
-    report = run(args.deployment, args.model, args.concurrency, args.rounds, args.duration, args.warmup)
+    try:
+        deployment, model = defaults(args.deployment, args.model)
+    except ManifestError as exc:
+        parser.error(str(exc))
+    report = run(deployment, model, args.concurrency, args.rounds, args.duration, args.warmup, args.workload)
     write_json(report, args.json)
     print(f"gate {report['gate']} | direct {report['direct']} | throughput cost {report['throughput_cost_pct']} %")
     print(f"report: {args.json}")

@@ -176,12 +176,6 @@ def bytes_workload(
     )
 
 
-def model_workload(http_url: str, model: str) -> CheckedWorkload:
-    """The checked workload of a model served at ``http_url``: ``echo`` answers its own text, any
-    other model is a TEXT -> EMBEDDING model checked against its answers alone."""
-    return echo_workload() if model == "echo" else text_embedding_workload(http_url, model)
-
-
 # -- the load ---------------------------------------------------------------------------------
 def percentiles(latencies_ms: list[float]) -> dict:
     """p50 and p99 (ms, 2 decimals) and how many latencies."""

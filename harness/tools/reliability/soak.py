@@ -11,11 +11,16 @@ text; a text-embedding model's answer is compared with the vector the same serve
 that text, alone, before the load began (and a mismatch is also matched against every other
 expected vector, so an answer that belongs to another request is named as such).
 
-    python -m harness soak          # embedding_cpu / embedding_onnx_text, 15 s, c=64
-    python -m harness soak --duration 600 --json results/reliability/soak.json
-    python -m harness soak --deployment my_dep --model my_text_model
-    python -m harness soak --deployment yolo11_ensemble --model yolo11_ensemble --input IMAGE_BYTES \
-        --output BOXES --images 'deployments/yolo11_ensemble/fixtures/images/*' --concurrency 8 --duration 1200
+    python -m harness soak --deployment <d>   # <d>'s [reliability] model and workload, 15 s, c=64
+    python -m harness soak --deployment <d> --duration 600 --json results/reliability/soak.json
+    python -m harness soak --deployment <d> --model <text model> --input TEXT --output EMBEDDING
+    python -m harness soak --deployment <d> --model <entry model> --input IMAGE_BYTES \
+        --output BOXES --images 'deployments/<d>/fixtures/images/*' --concurrency 8 --duration 1200
+
+Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table. The
+checked workload: ``--images`` files (bytes in, ``--output`` compared), else ``--input`` /
+``--output`` of a text -> vector model (unique sentences), else ``--workload`` or the table's
+``workload``.
 
 The verified load and its workloads are ``harness.tools.reliability.load``; the memory sampling is
 ``harness.tools.reliability.memory``; the fault scenarios share both.
@@ -31,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.manifest import ManifestError
 from harness.tools.reliability.load import (
     CheckedWorkload,
     LoadLog,
@@ -41,7 +47,7 @@ from harness.tools.reliability.load import (
 )
 from harness.tools.reliability.memory import memory_growth, memory_trend, process_memory, rss_sample
 from harness.tools.reliability.report import RESULTS_DIR, write_json
-from harness.tools.reliability.servers import deployment_server, stop_server
+from harness.tools.reliability.servers import checked_workload, defaults, deployment_server, stop_server
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
@@ -142,10 +148,11 @@ def check_soak(report: dict, max_growth_mib: float, max_growth_pct: float, max_p
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--deployment", default="embedding_cpu")
-    parser.add_argument("--model", default="embedding_onnx_text", help="an entry model with a TEXT -> vector contract")
-    parser.add_argument("--input", default="TEXT")
-    parser.add_argument("--output", default="EMBEDDING")
+    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
+    parser.add_argument("--model", default=None, help="an entry model (default: its [reliability] model)")
+    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    parser.add_argument("--input", default=None, help="with --output: the input of a text -> vector model")
+    parser.add_argument("--output", default=None)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--duration", type=float, default=float(os.environ.get("SOAK_DURATION", 15)))
     parser.add_argument("--warmup", type=float, default=3.0)
@@ -172,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted({Path(p) for pattern in args.images or [] for p in glob.glob(pattern)})
     if args.images and not files:
         parser.error(f"--images {args.images} matches no file")
+    if (args.images or args.input) and not (args.input and args.output):
+        parser.error("--images and --input need both --input and --output")
+    try:
+        args.deployment, args.model = defaults(args.deployment, args.model)
+    except ManifestError as exc:
+        parser.error(str(exc))
     server = deployment_server(args.deployment, [args.model])
     server.start()
     try:
@@ -185,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 output=args.output,
                 names=[f.name for f in files],
             )
-        else:
+        elif args.input:
             workload = text_embedding_workload(server.http_url, args.model, input_name=args.input, output=args.output)
+        else:
+            workload = checked_workload(args.deployment, args.model, server.http_url, args.workload)
         report = run_soak(
             server,
             workload,

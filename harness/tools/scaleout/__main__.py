@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     fp.add_argument("--image", default=None, help="tritonserver image (default: the CPU image of `make image`)")
     fp.add_argument("--duration", type=float, default=4.0, help="seconds of load per scenario")
     run = sub.add_parser("run", help="replicas behind nginx (Compose): throughput 1..N, kill one, roll a version")
-    run.add_argument("--deployment", default="embedding_cpu")
+    run.add_argument("--deployment", default=None, help="default: the one whose [scaleout] table names a model")
     run.add_argument("--replicas", type=int, default=3)
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
@@ -95,12 +95,17 @@ def main(argv: list[str] | None = None) -> int:
         measure_all(args.deployments or None, image=args.image, duration_s=args.duration)
         return 0
     if args.command == "run":
+        from harness.deployments import ManifestError, declaring
         from harness.tools.scaleout.compose import ScaleoutError
         from harness.tools.scaleout.run import run as run_stack
 
         try:
+            deployment = args.deployment or declaring("scaleout.model").name
+        except ManifestError as exc:
+            parser.error(str(exc))
+        try:
             run_stack(
-                args.deployment,
+                deployment,
                 replicas=args.replicas,
                 concurrency=args.concurrency,
                 duration_s=args.duration,

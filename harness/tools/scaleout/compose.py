@@ -35,6 +35,7 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
+from harness.repository import dependencies
 from harness.serving.gate.serve import free_port, serve_command
 from harness.serving.launchers.docker_engine import HOST_LABEL, OWNER_LABEL, OWNER_VALUE, PID_LABEL
 from harness.tools.scaleout import ScaleoutError
@@ -81,10 +82,12 @@ class Stack:
     deployment: Deployment
     replicas: int = 3
     #: Models loaded in each replica (explicit model control); the first is the one clients call.
-    models: tuple[str, ...] = ("embedding_onnx_text_ensemble", "tokenize", "embedding_onnx", "pool_embedding")
-    #: The models whose version 2 a roll brings (bundle-v2): the ONNX model (new weights, taken by the
-    #: ensemble's ``model_version: -1`` step) and the public ensemble, whose version every response names.
-    rolled_models: tuple[str, ...] = ("embedding_onnx", "embedding_onnx_text_ensemble")
+    #: Default: the manifest's ``[scaleout] model`` and the models it calls.
+    models: tuple[str, ...] = ()
+    #: The models whose version 2 a roll brings (bundle-v2; default: ``[scaleout] rolled_models``), e.g.
+    #: an ONNX model (new weights, taken by an ensemble's ``model_version: -1`` step) and the public
+    #: ensemble, whose version every response names.
+    rolled_models: tuple[str, ...] = ()
     image: str = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
     work_dir: Path | None = None
     project: str = PROJECT
@@ -101,6 +104,15 @@ class Stack:
     lb: str | None = None
 
     def __post_init__(self):
+        table = self.deployment.manifest.scaleout
+        if not self.models:
+            if not table.model:
+                raise ScaleoutError(
+                    f"{self.deployment.name}: deployment.toml sets no [scaleout] model (the one clients call)"
+                )
+            called = dependencies(self.deployment.model_repository, [table.model])
+            self.models = (table.model, *(m for m in called if m != table.model))
+        self.rolled_models = self.rolled_models or tuple(table.rolled_models)
         self.work_dir = Path(self.work_dir or PROJECT_ROOT / "build" / "scaleout" / self.deployment.name)
         self.versions = self.versions or {name: "v1" for name in self.names}
 

@@ -66,6 +66,7 @@ class RenderOptions:
     #: Serve through the front gate (``python -m harness.serving.gate serve -- tritonserver ...``): needs an
     #: image that carries ``harness.serving.gate`` (the CPU image does); the probes read its honest readiness.
     gate: bool = True
+    #: The manifest's ``memory_mib`` / ``cpu`` (requests of one replica instead of its measured footprint).
     extra: dict = field(default_factory=dict)
 
 
@@ -97,11 +98,12 @@ def metadata(deployment: Deployment, options: RenderOptions, name: str | None = 
 def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOptions:
     """The deployment's ``[scaleout]`` table over the defaults (CLI values already in ``options``)."""
     table = deployment.manifest.scaleout
-    for key, value in table.items():
-        if hasattr(options, key) and key != "extra":
-            setattr(options, key, value)
-        else:
-            options.extra[key] = value
+    for key in ("replicas", "min_replicas", "max_replicas", "queue_target_us", "bundle_image", "storage_uri"):
+        if getattr(table, key) is not None:
+            setattr(options, key, getattr(table, key))
+    for key in ("memory_mib", "cpu"):
+        if getattr(table, key) is not None:
+            options.extra[key] = getattr(table, key)
     return options
 
 

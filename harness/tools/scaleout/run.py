@@ -325,7 +325,7 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", drain_dead
 
 
 def run(
-    deployment: str = "embedding_cpu",
+    deployment: str,
     replicas: int = 3,
     concurrency: int = 8,
     duration_s: float = 10.0,
