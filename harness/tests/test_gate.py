@@ -26,6 +26,7 @@ from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import (
     DEEP_DATA,
     DEEP_PARAMETERS,
+    GATE_POLICY,
     HUGE_SHAPE,
     as_nobody,
     assert_alive,
@@ -40,7 +41,9 @@ from harness.tools.reliability.memory import stub_processes
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("gate"))
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["sink", "echo", "internal_echo"]))
+    server = LocalTritonServer(
+        ServerOptions(str(repo), required_models=["sink", "echo", "internal_echo"], gate_policy=GATE_POLICY)
+    )
     server.start()
     try:
         server.wait_ready(120)
@@ -119,7 +122,7 @@ def test_other_json_endpoints_get_the_depth_check(gated):
 def test_body_over_the_model_limit_is_refused_before_it_is_read(gated):
     began = time.monotonic()
     response = post(gated, b" " * (2 << 20))
-    assert response.status_code == 413 and "gate_max_body_bytes" in response.json()["error"], response.text
+    assert response.status_code == 413 and "1048576-byte limit of model 'sink'" in response.json()["error"]
     assert time.monotonic() - began < 1.0
 
 

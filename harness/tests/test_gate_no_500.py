@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from harness.serving.launchers import LocalTritonServer, ServerOptions
-from harness.tests.gate_cases import HUGE_SHAPE, assert_alive, make_gate_repository
+from harness.tests.gate_cases import GATE_POLICY, HUGE_SHAPE, assert_alive, make_gate_repository
 
 X = {"name": "X", "shape": [1, 1, 1], "datatype": "FP32", "data": [1]}
 
@@ -75,7 +75,8 @@ CLIENT_ERRORS = [
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("no500"))
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["sink", "echo"], allow_grpc=False))
+    options = ServerOptions(str(repo), required_models=["sink", "echo"], allow_grpc=False, gate_policy=GATE_POLICY)
+    server = LocalTritonServer(options)
     server.start()
     try:
         server.wait_ready(120)

@@ -15,6 +15,7 @@ import requests
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import (
     DEEP_PARAMETERS,
+    GATE_POLICY,
     HUGE_SHAPE,
     assert_alive,
     health_ready,
@@ -45,7 +46,9 @@ def test_triton_alone_dies_of_the_huge_shape_request(tmp_path):
 @pytest.mark.server
 @pytest.mark.timeout(60)
 def test_sigterm_drains_in_flight_requests(tmp_path):
-    server = LocalTritonServer(ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]))
+    server = LocalTritonServer(
+        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"], gate_policy=GATE_POLICY)
+    )
     server.start()
     try:
         server.wait_ready(120)
@@ -130,7 +133,8 @@ def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, 
 def test_without_isolation_the_gate_still_validates_and_keeps_the_token_off_command_lines(tmp_path):
     """What a non-root user gets (the gate logs that it is not isolated)."""
     server = LocalTritonServer(
-        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"]), isolate=False
+        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["sink"], gate_policy=GATE_POLICY),
+        isolate=False,
     )
     server.start()
     try:

@@ -14,8 +14,9 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
+from harness.serving.gate.policy import write_policy
 from harness.serving.launchers import LocalTritonServer, ServerOptions
-from harness.tests.gate_cases import DEEP_DATA, DEEP_PARAMETERS, HUGE_SHAPE, make_gate_repository
+from harness.tests.gate_cases import DEEP_DATA, DEEP_PARAMETERS, GATE_POLICY, HUGE_SHAPE, make_gate_repository
 
 
 def test_serve_rewrites_the_tritonserver_command():
@@ -65,6 +66,7 @@ def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret-token")
     token.chmod(0o600)
+    policy = write_policy(GATE_POLICY, tmp_path / "gate-policy.json")
     command = [
         sys.executable,
         "-m",
@@ -80,6 +82,8 @@ def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
         str(metrics),
         "--admin-token-file",
         str(token),
+        "--policy-file",
+        str(policy),
         "--",
         str(pytriton_root() / "bin" / "tritonserver"),
         f"--model-repository={repo}",

@@ -74,7 +74,7 @@ def test_validation_checks_binary_sections_against_the_declared_shape():
 
 
 def test_body_limit_comes_from_the_config():
-    assert body_limit({**SINK, "parameters": {"gate_max_body_bytes": {"string_value": "1000"}}}) == 1000
+    assert body_limit(SINK, explicit=1000) == 1000
     fixed = {"max_batch_size": 2, "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [3, 8, 8]}]}
     assert body_limit(fixed) == 2 * 3 * 8 * 8 * 32 + 64 * 1024
     assert body_limit(TEXT, default=123) == 123
@@ -114,14 +114,11 @@ def test_crashers_are_refused_for_every_model_of_every_deployment(model, config)
             assert info.value.status == 400, info.value.message
 
 
-def test_gate_max_dims_bounds_a_variable_input():
-    detector = {
-        "max_batch_size": 8,
-        "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}],
-        "parameters": {"gate_max_dims:images": {"string_value": "3,1280,1280"}},
-    }
+def test_policy_max_dims_bound_a_variable_input():
+    detector = {"max_batch_size": 8, "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}]}
+    bounds = {"images": [3, 1280, 1280]}
     ok = {"inputs": [{"name": "images", "shape": [1, 3, 2, 2], "datatype": "FP32", "data": [0.0] * 12}]}
-    validate_infer("yolo11_detector", detector, json.dumps(ok).encode(), None)
+    validate_infer("detector", detector, json.dumps(ok).encode(), None, bounds)
     big = {
         "inputs": [
             {
@@ -133,5 +130,5 @@ def test_gate_max_dims_bounds_a_variable_input():
         ]
     }
     header = json.dumps(big).encode()
-    with pytest.raises(GateError, match=r"over the bound \[3, 1280, 1280\].*gate_max_dims:images"):
-        validate_infer("yolo11_detector", detector, header + bytes(4 * 3 * 2048 * 2048), len(header))
+    with pytest.raises(GateError, match=r"over the bound \[3, 1280, 1280\] of model 'detector'"):
+        validate_infer("detector", detector, header + bytes(4 * 3 * 2048 * 2048), len(header), bounds)

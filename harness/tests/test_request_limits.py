@@ -1,4 +1,4 @@
-"""Per-request limits of the Python models (triton_helpers): what one request may cost.
+"""Per-request limits of the Python models (triton_helpers, embedding_cpu_processing): what one request may cost.
 
 Issue 16: limits were per element or per file, so one request of 64 texts of 1 MiB held an
 instance for over a minute and grew the stub by 1.6 GiB (the tokenizer encoded whole texts
@@ -14,12 +14,12 @@ import zlib
 
 import numpy as np
 import pytest
+from embedding_cpu_processing.document_requests import check_request_size, limits_from_config
+from embedding_cpu_processing.documents import DocumentLimits, chunk_text, extract_text, pdf_inflated_bytes
+from embedding_cpu_processing.text_batches import TextLimits, request_texts
+from embedding_cpu_processing.text_embedding import cut_for_truncation, default_model_dir, load_tokenizer, tokenize
 
-from triton_helpers.document_requests import check_request_size, limits_from_config
-from triton_helpers.documents import DocumentLimits, chunk_text, extract_text, pdf_inflated_bytes
 from triton_helpers.errors import InputError
-from triton_helpers.text_batches import TextLimits, request_texts
-from triton_helpers.text_embedding import cut_for_truncation, default_model_dir, load_tokenizer, tokenize
 
 
 def test_text_limits_per_request_are_named_in_the_error():
@@ -166,7 +166,7 @@ OVER_LIMIT = {  # case -> (model, input, items, what the error names)
         "embedding_onnx_text",
         "TEXT",
         [b"x" * (1 << 20)] * 64,
-        "gate_max_body_bytes",
+        "byte limit of model",
     ),
     "3 texts of 1 MiB": ("embedding_onnx_text", "TEXT", [b"word " * (1 << 18)] * 3, "max_request_bytes"),
     "65 texts": ("embedding_onnx_text", "TEXT", [b"a short text"] * 65, "max_batch_size"),

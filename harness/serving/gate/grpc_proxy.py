@@ -66,7 +66,7 @@ STATUS = {
 }
 
 
-def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) -> None:
+def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict, max_dims: dict | None = None) -> None:
     """Declared shape x datatype against the data actually in the message (raw or typed contents)."""
     specs = {spec["name"]: spec for spec in config.get("input") or []}
     raw = list(request.raw_input_contents)
@@ -81,7 +81,7 @@ def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict) ->
         if item.datatype != expected:
             raise GateError(400, f"{where}: datatype {item.datatype!r}, model expects {expected}")
         shape = list(item.shape)
-        check_shape(request.model_name, config, spec, shape)
+        check_shape(request.model_name, config, spec, shape, (max_dims or {}).get(item.name))
         elements = math.prod(shape)
         size = DTYPE_SIZE[expected]
         if raw:
@@ -149,7 +149,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
         except DecodeError:
             raise GateError(400, "ModelInferRequest is not a valid protobuf message") from None
         config = await self.gate.check_inference(request.model_name, admin)
-        validate_grpc_infer(request, config)
+        validate_grpc_infer(request, config, self.gate.policy.get("max_dims", {}).get(request.model_name))
         request.DiscardUnknownFields()
         return request.SerializeToString()
 

@@ -138,6 +138,7 @@ def read_token(path: str | None) -> tuple[str, str]:
 def serve_main(argv: list[str]) -> int:
     from harness.serving.gate import log
     from harness.serving.gate.isolation import raise_priority
+    from harness.serving.gate.policy import read_policy
     from harness.serving.gate.server import run_gate
 
     if "--" not in argv:
@@ -154,6 +155,11 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
     parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
+    parser.add_argument(
+        "--policy-file",
+        default=os.environ.get("TRITON_GATE_POLICY_FILE"),
+        help="the deployment's gate policy (JSON: public models, body and dimension bounds; harness.serving.gate.policy)",
+    )
     args = parser.parse_args(argv[:split])
     command = normalise(argv[split + 1 :])
     if not command:
@@ -183,6 +189,7 @@ def serve_main(argv: list[str]) -> int:
         "restricted_apis": restricted,
         "user_model_control_mode": mode,
         "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
+        "policy": read_policy(args.policy_file),
     }
     if args.max_body_bytes:
         config["max_body_bytes"] = args.max_body_bytes

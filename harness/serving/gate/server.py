@@ -11,8 +11,8 @@ HTTP, gRPC and metrics sockets already bound (their file descriptors are inherit
    namespace, so clients reach only the gate. Without root the gate says so on its log and
    falls back to tritonserver on private loopback ports.
 2. **Validation** (``validate``, ``http_front``) of every HTTP inference request before Triton
-   parses it, a body limit per model, internal models (config parameter
-   ``gate_internal: "true"``) refused to clients, and the restricted APIs (shared memory,
+   parses it, a body limit per model, internal models (every model the gate policy does not
+   name public: ``policy``) refused to clients, and the restricted APIs (shared memory,
    trace, logging, model repository) behind the admin header. The admin token reaches the
    gate in a 0600 file it deletes once read; tritonserver's own restricted-API token is a
    different random value, useless outside the namespace.
@@ -44,8 +44,9 @@ from yarl import URL
 from harness.serving.gate import log
 from harness.serving.gate.http_front import HttpFront
 from harness.serving.gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
+from harness.serving.gate.policy import check_policy, is_internal
 from harness.serving.gate.stub_watch import StubWatch
-from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError, config_parameter
+from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
 
 __all__ = ["GATE_NICE", "Gate", "log", "main", "run_gate"]
 
@@ -60,6 +61,7 @@ class Gate(HttpFront, StubWatch):
         self.admin_token = config["admin_token"]
         self.internal_token = config["internal_token"]
         self.user_mode = config["user_model_control_mode"]
+        self.policy = check_policy(config.get("policy"))
         self.upstream_http = f"http://127.0.0.1:{config['private_ports'][0]}"
         self.upstream_grpc = f"127.0.0.1:{config['private_ports'][1]}"
         self.upstream_metrics = f"http://127.0.0.1:{config['private_ports'][2]}"
@@ -138,7 +140,7 @@ class Gate(HttpFront, StubWatch):
         config = await self.model_config(model)
         if config is None:
             raise GateError(404, f"Request for unknown model: '{model}' is not found")
-        if config_parameter(config, "gate_internal") == "true" and not admin:
+        if is_internal(self.policy, model) and not admin:
             raise GateError(403, f"model '{model}' is internal to its deployment; clients call the entry models")
         if model in self.broken:
             raise GateError(503, f"model '{model}' is being reloaded after its stub process died")

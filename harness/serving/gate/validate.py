@@ -5,7 +5,7 @@ parses JSON recursively: a 193-byte request declaring ``[1,131072,131072]`` FP32
 value aborts it with ``std::bad_alloc``, and 50,000 nested ``[`` overflow its stack. These
 checks refuse such requests with a 4xx before Triton sees them:
 
-- the body size (per model: config parameter ``gate_max_body_bytes``, else a bound computed
+- the body size (per model: the gate policy's ``max_body_bytes``, else a bound computed
   from the config for fixed-size inputs, else the gate's default);
 - JSON nesting (the standard parser stops near depth 1000; ``data`` may nest no deeper
   than the declared rank; ``parameters`` values must be scalars);
@@ -65,16 +65,9 @@ def triton_datatype(config_type: str) -> str:
     return "BYTES" if name == "STRING" else name
 
 
-def config_parameter(config: dict, key: str) -> str | None:
-    value = (config.get("parameters") or {}).get(key)
-    if isinstance(value, dict):
-        return value.get("string_value")
-    return None
-
-
-def body_limit(config: dict, default: int = DEFAULT_MAX_BODY) -> int:
-    """Largest request body accepted for this model, in bytes."""
-    explicit = config_parameter(config, "gate_max_body_bytes")
+def body_limit(config: dict, default: int = DEFAULT_MAX_BODY, explicit: int | None = None) -> int:
+    """Largest request body accepted for this model, in bytes: ``explicit`` (the gate policy's
+    ``max_body_bytes``), else a bound from the config's fixed-size inputs, else ``default``."""
     if explicit:
         return int(explicit)
     batch = max(int(config.get("max_batch_size") or 0), 1)
@@ -258,9 +251,9 @@ def count_bytes_elements(section: memoryview, limit: int) -> int:
     return count
 
 
-def check_shape(model: str, config: dict, spec: dict, shape: list[int]) -> None:
+def check_shape(model: str, config: dict, spec: dict, shape: list[int], bound: list[int] | None = None) -> None:
     """The declared shape against the config: rank, fixed dims, batch within max_batch_size,
-    and the optional bound ``gate_max_dims:<input>`` (e.g. ``"3,1280,1280"``, batch dim excluded)."""
+    and the optional ``bound`` (the gate policy's ``max_dims`` of this input, batch dim excluded)."""
     name = spec["name"]
     where = f"input '{name}'"
     max_batch = int(config.get("max_batch_size") or 0)
@@ -287,30 +280,29 @@ def check_shape(model: str, config: dict, spec: dict, shape: list[int]) -> None:
                     f"{where}: shape {shape} dimension {i} is {got}, model '{model}' "
                     f"expects {want} (config dims {dims})",
                 )
-    bound = config_parameter(config, f"gate_max_dims:{name}")
     if bound:
-        limits = [int(x) for x in bound.split(",")]
         item_shape = shape[1:] if max_batch > 0 else shape
-        if any(got > limit for got, limit in zip(item_shape, limits)):
-            raise GateError(
-                400, f"{where}: shape {shape} is over the bound {limits} of model '{model}' (gate_max_dims:{name})"
-            )
+        if any(got > limit for got, limit in zip(item_shape, bound)):
+            raise GateError(400, f"{where}: shape {shape} is over the bound {list(bound)} of model '{model}'")
 
 
-def validate_infer(model: str, config: dict, body: bytes, header_length: int | None) -> tuple[bytes, int | None]:
+def validate_infer(
+    model: str, config: dict, body: bytes, header_length: int | None, max_dims: dict | None = None
+) -> tuple[bytes, int | None]:
     """Refuse (``GateError``) an inference request Triton must not see; else the body to forward:
     the validated header re-serialized (``canonical_json``) followed by the binary data unchanged,
     and the new ``Inference-Header-Content-Length`` (None when the request had none)."""
     header, binary = parse_header(body, header_length)
-    check_header(model, config, header, binary)
+    check_header(model, config, header, binary, max_dims)
     canonical = canonical_json(header)
     if header_length is None:
         return canonical, None
     return canonical + bytes(binary), len(canonical)
 
 
-def check_header(model: str, config: dict, header: dict, binary: memoryview) -> None:
-    """The checks of ``validate_infer`` on an already parsed header and its binary section."""
+def check_header(model: str, config: dict, header: dict, binary: memoryview, max_dims: dict | None = None) -> None:
+    """The checks of ``validate_infer`` on an already parsed header and its binary section
+    (``max_dims``: the policy's bounds of this model's inputs)."""
     _check_parameters(header.get("parameters"), "request")
     if "id" in header and not isinstance(header["id"], str):
         raise GateError(400, "request 'id' must be a string")
@@ -348,7 +340,7 @@ def check_header(model: str, config: dict, header: dict, binary: memoryview) -> 
         shape = item.get("shape")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise GateError(400, f"{where}: 'shape' must be a list of integers")
-        check_shape(model, config, spec, shape)
+        check_shape(model, config, spec, shape, (max_dims or {}).get(name))
         elements = math.prod(shape)
         size = DTYPE_SIZE[expected_type]
         params = item.get("parameters") or {}

@@ -75,6 +75,8 @@ class ServerOptions:
     #: Python of the image's backend stub as the deployment's manifest states it (docker mode; an
     #: image label saying otherwise wins).
     stub_python: str | None = None
+    #: What the front gate enforces per model (``harness.serving.gate.policy``); None: every model public.
+    gate_policy: dict | None = None
 
 
 def find_failure(log_text: str) -> list[str]:

@@ -33,6 +33,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from harness.serving.gate.policy import write_policy
 from harness.serving.gate.serve import ADMIN_HEADER, free_port, serve_command
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
 from harness.serving.launchers.docker_engine import (
@@ -56,6 +57,8 @@ CONTAINER_MODEL_DIR = "/models"
 CONTAINER_ENVS_DIR = "/envs"
 #: Read-only folder in the container holding the front gate's admin token file.
 CONTAINER_SECRET_DIR = "/run/triton-gate"
+#: The deployment's gate policy, beside the token in that folder.
+POLICY_FILE = "gate-policy.json"
 
 
 class DockerTritonServer(StartedTritonServer):
@@ -100,7 +103,10 @@ class DockerTritonServer(StartedTritonServer):
         ] + self.option_args()
         if not self.gate:
             return triton
-        return serve_command(triton, "--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token")
+        gate_args = ["--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token"]
+        if self.options.gate_policy:
+            gate_args += ["--policy-file", f"{CONTAINER_SECRET_DIR}/{POLICY_FILE}"]
+        return serve_command(triton, *gate_args)
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -269,6 +275,8 @@ class DockerTritonServer(StartedTritonServer):
         fd = os.open(self.secret_dir / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.admin_token)
+        if self.options.gate_policy:
+            write_policy(self.options.gate_policy, self.secret_dir / POLICY_FILE)
 
     def _cleanup_work_dir(self) -> None:
         if self.secret_dir is not None:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from harness.serving.launchers.base import ServerOptions
+from harness.serving.packenv.recipe import stub_python_of
 
 #: The image ``make image`` builds (images/cpu); ``make ... IMAGE=`` exports TRITON_CPU_IMAGE.
 CPU_IMAGE = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
@@ -29,7 +30,7 @@ class ImageProfile:
     devices: list[str] = field(default_factory=list)
     volumes: dict[str, dict] = field(default_factory=dict)
     has_grpc: bool = True
-    stub_python: str = "3.12"
+    stub_python: str = ""
     shm_size: str = "1g"
     #: ``harness.serving.packenv`` target whose envs this image's stub runs.
     pack_target: str = "ngc"
@@ -40,19 +41,25 @@ class ImageProfile:
 
 
 def cpu_image_profile(image: str | None = None) -> ImageProfile:
-    """The project's CPU image (images/cpu): Debian Python 3.11 stub, Python onnxruntime backend."""
+    """The project's CPU image (images/cpu): Debian's Python stub, Python onnxruntime backend."""
     image = image or CPU_IMAGE
     built_here = image == CPU_IMAGE or image.startswith("triton-harness/")  # else: try to pull it
-    return ImageProfile(image=image, stub_python="3.11", pack_target="cpu-image", built_here=built_here, shm_size="2g")
+    return ImageProfile(
+        image=image,
+        stub_python=stub_python_of("cpu-image"),
+        pack_target="cpu-image",
+        built_here=built_here,
+        shm_size="2g",
+    )
 
 
 def ngc_profile(image: str | None = None) -> ImageProfile:
     """NGC ``tritonserver:<ver>-py3`` on CPU (or GPU with the NVIDIA runtime)."""
-    return ImageProfile(image=image or NGC_IMAGE, stub_python="3.12", pack_target="ngc")
+    return ImageProfile(image=image or NGC_IMAGE, stub_python=stub_python_of("ngc"), pack_target="ngc")
 
 
 def ascend_profile(image: str | None = None, device_ids: list[int] | None = None) -> ImageProfile:
-    """The Ascend CANN 8.3 Triton image with the ``npu_ge`` backend (HTTP only, Python 3.10 stub)."""
+    """The Ascend CANN 8.3 Triton image with the ``npu_ge`` backend (HTTP only; stub Python: ``TARGETS``)."""
     device_ids = device_ids if device_ids is not None else [0]
     devices = [f"/dev/davinci{i}:/dev/davinci{i}:rwm" for i in device_ids]
     devices += [f"{d}:{d}:rwm" for d in ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")]
@@ -65,7 +72,7 @@ def ascend_profile(image: str | None = None, device_ids: list[int] | None = None
         devices=devices,
         volumes=volumes,
         has_grpc=False,
-        stub_python="3.10",
+        stub_python=stub_python_of("npu"),
         pack_target="npu",
     )
 

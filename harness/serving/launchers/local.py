@@ -33,7 +33,7 @@ import psutil
 
 from harness.repository import RepositoryError
 from harness.serving.gate.isolation import sigterm_when_parent_dies
-from harness.serving.gate.serve import ADMIN_HEADER, RESTRICTED_APIS, free_port
+from harness.serving.gate.serve import ADMIN_HEADER, RESTRICTED_APIS, free_port, gated_command
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
 
@@ -137,59 +137,33 @@ class LocalTritonServer(StartedTritonServer):
         return apis
 
     def command(self) -> list[str]:
-        """The full tritonserver command line (behind the gate: private ports, internal token)."""
-        if self.gate:
-            return self._gated_command()
+        """The full tritonserver command line: the options' flags (``option_args``, shared with the
+        docker launcher), this machine's binary and backends, then either the public ports or, behind
+        the gate, what ``gated_command`` makes of it (the one rewrite the container's gate uses too)."""
         opts = self.options
         cmd = [
             str(pytriton_root() / "bin" / "tritonserver"),
             f"--model-repository={Path(opts.model_repository).resolve()}",
             f"--backend-directory={self.work_dir / 'backends'}",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+        ] + self.option_args()
+        if self.gate:
+            return gated_command(cmd, self.private_ports, self.internal_token, self.restricted_apis(), opts.allow_grpc)
+        restricted = f"{','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}"
+        cmd += [
             f"--http-address={self.host}",
             f"--http-port={self.http_port}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
-            "--allow-gpu-metrics=false",
-            f"--exit-timeout-secs={self.exit_timeout_s}",
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-            f"--http-restricted-api={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}",
-        ]
-        if opts.allow_grpc:
-            cmd.append(
-                f"--grpc-restricted-protocol={','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}"
-            )
-        return cmd + self.option_args()
-
-    def _gated_command(self) -> list[str]:
-        opts = self.options
-        http, grpc, metrics = self.private_ports
-        restricted = f"{','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.internal_token}"
-        cmd = [
-            str(pytriton_root() / "bin" / "tritonserver"),
-            f"--model-repository={Path(opts.model_repository).resolve()}",
-            f"--backend-directory={self.work_dir / 'backends'}",
-            "--http-address=127.0.0.1",
-            f"--http-port={http}",
-            "--grpc-address=127.0.0.1",
-            f"--grpc-port={grpc}",
-            "--metrics-address=127.0.0.1",
-            f"--metrics-port={metrics}",
-            "--allow-gpu-metrics=false",
-            f"--exit-timeout-secs={self.exit_timeout_s}",
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--http-restricted-api={restricted}",
         ]
         if opts.allow_grpc:
             cmd.append(f"--grpc-restricted-protocol={restricted}")
-        args = self.option_args()
-        if opts.model_control_mode == "none":
-            # The gate reloads a model whose stub died: that needs explicit mode. Every model is
-            # loaded at start, and the gate refuses the load/unload API as mode none would.
-            args = [a for a in args if not a.startswith("--model-control-mode=")]
-            args = ["--model-control-mode=explicit", "--load-model=*"] + args
-        return cmd + args
+        return cmd
 
     def gate_config(self, fds: dict) -> dict:
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
@@ -207,6 +181,7 @@ class LocalTritonServer(StartedTritonServer):
             "user_model_control_mode": self.options.model_control_mode,
             "exit_timeout_s": self.exit_timeout_s,
             "isolate": self.isolate,
+            "policy": self.options.gate_policy,
             **self.gate_options,
         }
 

@@ -9,8 +9,8 @@ Python backend unpacks and runs its stub in:
 - otherwise with a venv of a Python whose minor version matches the stub of the target's
   server, ``pip install`` of the recipe and ``venv-pack``.
 
-    python -m harness pack-env yolo11_ensemble            # -> deployments/yolo11_ensemble/envs/cpu.tar.gz
-    python -m harness pack-env yolo11_ensemble --serve    # pack if needed, serve with it until Ctrl-C
+    python -m harness pack-env <deployment>            # -> deployments/<deployment>/envs/cpu.tar.gz
+    python -m harness pack-env <deployment> --serve    # pack if needed, serve with it until Ctrl-C
 
 Model repositories stay as they are, so the default run needs no packing step: serving with
 a packed env goes through a generated copy of the repository (``packed_repository``) whose

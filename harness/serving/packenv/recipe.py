@@ -22,9 +22,9 @@ ENV_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
 #: From a model folder of ``<root>/model_repository`` to ``<root>/envs``.
 ENV_REFERENCE = ENV_PLACEHOLDER + "/../../" + ENVS_DIR + "/{file}"
 
-#: Which server each pack target is for, and the Python of that server's stub when the
-#: recipe does not say. ``local`` = the interpreter running the harness (its stub is used by
-#: the local launcher). Matches the launchers' ImageProfile.stub_python.
+#: Which server each pack target is for, and the Python of that server's stub: the one table of
+#: these facts (the docker launcher's image profiles read it too). ``local`` = the interpreter
+#: running the harness (its stub is used by the local launcher).
 TARGETS = {
     "cpu": ("local tritonserver from the nvidia-pytriton wheel (stub of the harness's Python)", "local"),
     "gpu": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
@@ -32,6 +32,12 @@ TARGETS = {
     "npu": ("Ascend npu_ge tritonserver image (Python 3.10 stub)", "3.10"),
     "cpu-image": ("the project's CPU tritonserver image (images/cpu, `make image`: Debian Python 3.11 stub)", "3.11"),
 }
+
+
+def stub_python_of(target: str) -> str:
+    """The Python minor version (``"3.10"``) of ``target``'s backend stub (``TARGETS``)."""
+    return TARGETS[target][1]
+
 
 #: Where the target's server has its base Python (venv-pack envs link to it; ``--python-prefix``
 #: overrides). The CPU image runs Debian's python3.11 from /usr.
