@@ -19,6 +19,7 @@ from types import ModuleType
 
 from harness import PROJECT_ROOT
 from harness.manifest import Benchmark, Manifest, ManifestError, TargetSettings, read_manifest
+from harness.serving.gate.policy import check_policy
 from harness.serving.launchers import ServerOptions
 
 __all__ = ["Benchmark", "Deployment", "ManifestError", "discover", "discover_with_errors", "get_deployment"]
@@ -99,12 +100,25 @@ class Deployment:
             device_ids=per_target.device_ids,
             allow_grpc="grpc" in per_target.protocols,
             stub_python=per_target.stub_python,
+            gate_policy=self.gate_policy(),
         )
         if (self.path / "envs").is_dir():
             options.mounts[str(self.path / "envs")] = ENVS_MOUNT
         for key, value in overrides.items():
             setattr(options, key, value)
         return options
+
+    def gate_policy(self) -> dict:
+        """What the front gate enforces for this deployment: clients call the entry models only
+        (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds."""
+        gate = self.manifest.gate
+        return check_policy(
+            {
+                "public": list(self.entry_models),
+                "max_body_bytes": dict(gate.max_body_bytes),
+                "max_dims": dict(gate.max_dims),
+            }
+        )
 
     @cached_property
     def checks_module(self) -> ModuleType | None:

@@ -156,6 +156,17 @@ class ScaleoutSpec:
 
 
 @dataclass
+class GateSpec:
+    """``[gate]``: bounds the front gate enforces beyond what each config implies
+    (``harness.serving.gate.policy``). Clients may call the entry models only."""
+
+    #: Largest request body per model, in bytes (else computed from the config, else 64 MiB).
+    max_body_bytes: dict[str, int] = field(default_factory=dict)
+    #: Largest dims per input of a model, batch dim excluded: ``{ model = { input = [3, 1280, 1280] } }``.
+    max_dims: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+
+@dataclass
 class Manifest:
     """A whole ``deployment.toml``."""
 
@@ -171,6 +182,7 @@ class Manifest:
     scaleout: ScaleoutSpec = field(default_factory=ScaleoutSpec)
     reliability: ReliabilitySpec | None = None
     peers: PeersSpec | None = None
+    gate: GateSpec = field(default_factory=GateSpec)
 
 
 def _convert(kind, value, where: str, source: Path):
