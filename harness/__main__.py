@@ -1,8 +1,8 @@
 """Command line: ``python -m harness`` (or ``triton-harness``) ``{list,export,serve,bench,pack-env,...}``;
 the harness's other tools (matrix, soak, faults, ...) are subcommands of the same tree.
 
-    python -m harness serve embedding_cpu            # export what is missing, serve until Ctrl-C
-    python -m harness bench embedding_cpu --duration 5
+    python -m harness serve <deployment>            # export what is missing, serve until Ctrl-C
+    python -m harness bench <deployment> --duration 5
 """
 
 from __future__ import annotations

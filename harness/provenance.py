@@ -21,7 +21,7 @@ One mechanism for every deployment:
   weights saved in another container keep their identity.
 
 A model that is not served from an ONNX file (a Python backend loading installed weights, such
-as ``embedding_py`` running sentence-transformers from the installed package) has no stamp: its
+as a text-embedding model running sentence-transformers from an installed package) has no stamp: its
 check passes ``served=file_identity(...)`` computed from the very files that backend loads, by
 the same definition the export used for the ONNX files made from them.
 """

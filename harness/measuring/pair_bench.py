@@ -7,9 +7,9 @@ the CPU time each process spent (the generator, the front gate, tritonserver, ea
 stubs) read from /proc around the level: on 2 cores shared with other jobs, wall-clock ratios
 swing with the neighbours' load, CPU-ms per request much less.
 
-    .venv/bin/python -m harness.measuring.pair_bench resnet_npu \\
-        --pair checks.py:workload_efficientnet_lite0_b1 checks.py:workload_classify_efficientnet_lite0_jpeg \\
-        --variant before '{"efficientnet_lite0": {"parameters": {"session.intra_op.allow_spinning": "1"}}}' \\
+    .venv/bin/python -m harness.measuring.pair_bench <deployment> \\
+        --pair checks.py:workload_<model-only> checks.py:workload_<entry> \\
+        --variant before '{"<model>": {"parameters": {"session.intra_op.allow_spinning": "1"}}}' \\
         --variant now '{}' --concurrency 1 4 --duration 4 --rounds 2
 
 ``--manifest`` takes the pairs from the deployment's manifest instead (every benchmark naming a

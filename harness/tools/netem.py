@@ -1,8 +1,8 @@
 """Network-bound scenarios: benchmarks through a link of given bandwidth (and latency).
 
     python -m harness.tools.netem check                                  # can this machine shape a link?
-    python -m harness.tools.netem bench embedding_cpu --rate 100mbit --duration 3
-    python -m harness.tools.netem bench yolo11_ensemble --rate 100mbit --rtt-ms 20 --benchmark before after
+    python -m harness.tools.netem bench <deployment> --rate 100mbit --duration 3
+    python -m harness.tools.netem bench <deployment> --rate 100mbit --rtt-ms 20 --benchmark before after
     python -m harness.tools.netem cleanup                                # remove namespaces left by killed runs
 
 How: as root, a private network namespace is created (``ip netns add harness-netem-...``);
@@ -123,7 +123,7 @@ class ShapedNamespace:
     """A private network namespace whose loopback is shaped; removed on exit.
 
     >>> with ShapedNamespace("100mbit", rtt_ms=0) as ns:
-    ...     subprocess.run(ns.wrap(["python", "-m", "harness", "bench", "embedding_cpu"]))
+    ...     subprocess.run(ns.wrap(["python", "-m", "harness", "bench", "<deployment>"]))
     """
 
     def __init__(self, rate: str | None = "100mbit", rtt_ms: float = 0.0, name: str | None = None):

@@ -1,8 +1,8 @@
 """perf_analyzer, Triton's own load generator, as a second generator beside the harness's asyncio one.
 
     python -m harness perf-analyzer status                  # where perf_analyzer runs here, or why not
-    python -m harness perf-analyzer bench embedding_cpu --duration 3 --concurrency 1 4 \\
-        --only embedding_onnx_text-sentence --compare      # + the asyncio generator, level by level
+    python -m harness perf-analyzer bench <deployment> --duration 3 --concurrency 1 4 \\
+        --only <benchmark id> --compare                    # + the asyncio generator, level by level
     python -m harness.tools.perf_analyzer_cost          # CPU-ms per request of each generator
 
 The real perf_analyzer (the ``perf-analyzer`` 2.60 wheel) needs glibc 2.38; Debian 12 has 2.36
