@@ -11,12 +11,12 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, default_model_dir, pool, tokenize
 from tritonclient.utils import InferenceServerException
 
 from harness import provenance
 from harness.deployments import load_module
 from harness.measuring.loadgen import Workload
-from triton_helpers.text_embedding import EmbeddingModelInfo, default_model_dir, pool, tokenize
 
 HERE = Path(__file__).resolve().parent
 DOCUMENTS = HERE / "fixtures" / "documents"

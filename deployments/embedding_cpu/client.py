@@ -21,10 +21,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, pool, tokenize
 from tritonclient.utils import InferenceServerException
 
 from harness.client_cli import EXIT_USAGE, ClientError, add_subcommand, client_parser, read_file, run, server_url
-from triton_helpers.text_embedding import EmbeddingModelInfo, pool, tokenize
 
 TEXT_MODELS = ("embedding_py", "embedding_onnx_text", "embedding_onnx_text_ensemble")
 TOKEN_MODELS = ("embedding_onnx", "embedding_onnx_int8")

@@ -31,7 +31,7 @@ DEFAULT_INT8_OUTPUT = HERE / "model_repository" / "embedding_onnx_int8" / "1" / 
 
 
 def default_model_dir() -> Path:
-    from triton_helpers.text_embedding import default_model_dir as find
+    from embedding_cpu_processing.text_embedding import default_model_dir as find
 
     return find()
 

@@ -98,9 +98,8 @@ def write_encrypted_pdf(source: Path, target: Path) -> None:
 def document_fixture(model, model_dir: Path) -> dict:
     """Chunks (the pipelines' own chunker) embedded by sentence-transformers, mean, L2-normalised."""
     import numpy as np
-
-    from triton_helpers.documents import aggregate, chunk_text, extract_text
-    from triton_helpers.text_embedding import EmbeddingModelInfo
+    from embedding_cpu_processing.documents import aggregate, chunk_text, extract_text
+    from embedding_cpu_processing.text_embedding import EmbeddingModelInfo
 
     info = EmbeddingModelInfo.read(model_dir)
     cases = []
@@ -125,9 +124,8 @@ def document_fixture(model, model_dir: Path) -> dict:
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import sentence_transformers
+    from embedding_cpu_processing.text_embedding import default_model_dir
     from sentence_transformers import SentenceTransformer
-
-    from triton_helpers.text_embedding import default_model_dir
 
     model_dir = default_model_dir()
     model = SentenceTransformer(str(model_dir), device="cpu")

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from embedding_cpu_processing import documents
 from harness.tests.fuzz_tally import FUZZ, attempt, write_tally  # noqa: F401 - write_tally: autouse fixture
 from harness.tests.hostile_inputs import hostile_documents, hostile_text_bytes, json_values, small_pdf
-from triton_helpers import classification, detection, documents, images
+from triton_helpers import classification, detection, images
 from triton_helpers.errors import InputError, decode_utf8, single_bytes_items, utf8_texts
 
 
@@ -57,7 +58,7 @@ def _cn_clip_tokenizer():
 @FUZZ
 @given(data=hostile_text_bytes)
 def test_sentence_tokenizer(data):
-    from triton_helpers.text_embedding import tokenize
+    from embedding_cpu_processing.text_embedding import tokenize
 
     texts = attempt("errors.utf8_texts", utf8_texts, np.array([[data]], dtype=object), "TEXT", 1 << 20)
     if isinstance(texts, InputError):
@@ -70,7 +71,7 @@ def test_sentence_tokenizer(data):
 @FUZZ
 @given(data=hostile_documents(), chunk_tokens=st.sampled_from([8, 64, 254]))
 def test_document_extract_and_chunk(data, chunk_tokens):
-    from triton_helpers.text_embedding import default_model_dir
+    from embedding_cpu_processing.text_embedding import default_model_dir
 
     limits = documents.DocumentLimits(max_file_bytes=4 << 20, max_pdf_pages=100, max_chunks=256)
     text = attempt("documents.extract_text", documents.extract_text, data, limits)

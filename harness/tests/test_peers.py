@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from embedding_cpu_processing.bls import plan_batches
 
 from harness.measuring.matrix import side_by_side as ratios
-from triton_helpers.bls import plan_batches
 
 
 def _record(model, rounds, ceiling_rounds, kind="onnx-fp32", batch=1, concurrency=8, run="r1"):

@@ -5,12 +5,11 @@ import os
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
+from embedding_cpu_processing.bls import embed_texts, embed_texts_local
+from embedding_cpu_processing.text_batches import TextBatch, TextLimits
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, load_tokenizer
 
-from triton_helpers.bls import embed_texts, embed_texts_local
 from triton_helpers.config import parameter
-from triton_helpers.errors import output_dtypes
-from triton_helpers.text_batches import TextBatch, TextLimits
-from triton_helpers.text_embedding import EmbeddingModelInfo, load_tokenizer
 
 
 def onnx_file(repository: Path, model: str) -> Path:
@@ -54,7 +53,9 @@ class TritonPythonModel:
             os.environ["TOKENIZERS_PARALLELISM"] = "false"
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         load_tokenizer(str(self.info.model_dir))
-        self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
+        self.dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(self.config, "EMBEDDING")["data_type"]
+        )
         self.session = None
         if parameter(self.config, "onnx_in_process", "false").lower() in ("1", "true", "yes"):
             import onnxruntime as ort

@@ -4,21 +4,19 @@ import json
 import os
 
 import triton_python_backend_utils as pb_utils
+from embedding_cpu_processing.text_batches import TextBatch, TextLimits
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import output_dtypes
-from triton_helpers.text_batches import TextBatch, TextLimits
 
 
 class TritonPythonModel:
     """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), all requests of a batch in one encode()."""
 
     def initialize(self, args):
-        """Load the model on CPU with the configured torch thread count."""
+        """Read the output dtype and limits; load the model on CPU with the configured torch thread count."""
         import torch
+        from embedding_cpu_processing.text_embedding import default_model_dir, load_tokenizer
         from sentence_transformers import SentenceTransformer
-
-        from triton_helpers.text_embedding import default_model_dir, load_tokenizer
 
         self.config = json.loads(args["model_config"])
         torch.set_num_threads(parameter(self.config, "torch_threads", 1, int))
@@ -28,13 +26,15 @@ class TritonPythonModel:
         self.model_dir = model_dir
         load_tokenizer(model_dir, self.model.max_seq_length)
         self.limits = TextLimits.from_config(self.config)
-        self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
+        self.dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(self.config, "EMBEDDING")["data_type"]
+        )
 
     def execute(self, requests):
         """Validate each request, encode the valid texts together, answer each."""
         batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
         if batch.texts:
-            from triton_helpers.text_embedding import cut_texts
+            from embedding_cpu_processing.text_embedding import cut_texts
 
             # Long texts are cut where the truncated tokenization stays the same (not tokenized whole).
             texts = cut_texts(batch.texts, self.model_dir, self.model.max_seq_length)

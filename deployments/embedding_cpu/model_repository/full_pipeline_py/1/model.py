@@ -4,11 +4,10 @@ import json
 import os
 
 import triton_python_backend_utils as pb_utils
+from embedding_cpu_processing.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo
 
 from triton_helpers.config import parameter
-from triton_helpers.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
-from triton_helpers.errors import output_dtypes
-from triton_helpers.text_embedding import EmbeddingModelInfo
 
 
 class TritonPythonModel:
@@ -25,7 +24,10 @@ class TritonPythonModel:
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         self.model = SentenceTransformer(str(self.info.model_dir), device="cpu")
         self.limits = limits_from_config(self.config)
-        self.dtypes = output_dtypes(pb_utils, self.config)
+        self.dtypes = {
+            name: pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(self.config, name)["data_type"])
+            for name in ("FINAL_EMBEDDING", "CHUNK_COUNT", "CHUNK_EMBEDDINGS")
+        }
 
     def execute(self, requests):
         """Parse and chunk every file of the batch, encode all chunks at once, aggregate per file."""

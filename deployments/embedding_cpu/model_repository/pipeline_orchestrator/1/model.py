@@ -3,12 +3,11 @@
 import json
 
 import triton_python_backend_utils as pb_utils
+from embedding_cpu_processing.bls import embed_texts
+from embedding_cpu_processing.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, load_tokenizer
 
-from triton_helpers.bls import embed_texts
 from triton_helpers.config import parameter
-from triton_helpers.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
-from triton_helpers.errors import output_dtypes
-from triton_helpers.text_embedding import EmbeddingModelInfo, load_tokenizer
 
 
 class TritonPythonModel:
@@ -22,7 +21,10 @@ class TritonPythonModel:
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         load_tokenizer(str(self.info.model_dir))
         self.limits = limits_from_config(self.config)
-        self.dtypes = output_dtypes(pb_utils, self.config)
+        self.dtypes = {
+            name: pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(self.config, name)["data_type"])
+            for name in ("FINAL_EMBEDDING", "CHUNK_COUNT", "CHUNK_EMBEDDINGS")
+        }
 
     async def execute(self, requests):
         """Parse and chunk every file of the batch; embed all chunks in few BLS requests; aggregate."""

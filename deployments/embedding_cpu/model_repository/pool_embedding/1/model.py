@@ -4,29 +4,34 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, pool
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import output_dtypes
-from triton_helpers.text_embedding import EmbeddingModelInfo, pool
 
 
 class TritonPythonModel:
     """last_hidden_state + attention_mask -> EMBEDDING."""
 
     def initialize(self, args):
-        """Read whether the model folder normalises."""
+        """Read the output dtype and whether the model folder normalises."""
         self.config = json.loads(args["model_config"])
         self.normalize = EmbeddingModelInfo.read(parameter(self.config, "model_dir")).normalize
-        self.dtype = output_dtypes(pb_utils, self.config)["EMBEDDING"]
+        self.dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(self.config, "EMBEDDING")["data_type"]
+        )
 
     def execute(self, requests):
-        """Pool each request's token vectors."""
+        """Pool each request's token vectors; a request that fails gets its own error."""
         responses = []
         for request in requests:
-            hidden = pb_utils.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
-            mask = pb_utils.get_input_tensor_by_name(request, "attention_mask").as_numpy()
-            vectors = np.ascontiguousarray(pool(hidden, mask, self.normalize), dtype=self.dtype)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", vectors)]))
+            try:
+                hidden = pb_utils.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
+                mask = pb_utils.get_input_tensor_by_name(request, "attention_mask").as_numpy()
+                vectors = np.ascontiguousarray(pool(hidden, mask, self.normalize), dtype=self.dtype)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", vectors)]))
+            except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
+                message = f"internal error: {type(exc).__name__}: {exc}"
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
         return responses
 
     def finalize(self):

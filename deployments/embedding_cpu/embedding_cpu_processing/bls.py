@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_helpers.text_embedding import pool, tokenize
+from embedding_cpu_processing.text_embedding import pool, tokenize
 
 #: A bucket is closed when padding would make it this much larger than its real tokens.
 MAX_PADDING_RATIO = 1.5

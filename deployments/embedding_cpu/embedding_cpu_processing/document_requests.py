@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_helpers.documents import DocumentLimits, PipelineOptions, aggregate, chunk_text, extract_text
+from embedding_cpu_processing.documents import DocumentLimits, PipelineOptions, aggregate, chunk_text, extract_text
 from triton_helpers.errors import InputError, input_error_response, single_bytes_items
 
 
