@@ -5,7 +5,7 @@
 #   . "$(dirname "$0")/../debian-base.sh"
 #   debian_minbase IMAGE SUITE INCLUDE [MIRROR] [--hook=CMD ...] [--change=INSTRUCTION ...]
 #
-# MIRROR empty: mmdebstrap takes the host's apt sources (PLATFORM.md); name one for another
+# MIRROR empty: mmdebstrap takes the host's apt sources; name one for another
 # suite than the host's. The apt lists and caches are removed inside; every image gets
 # ENV LANG=C.UTF-8. The caller decides whether IMAGE must be made (its tag names the recipe).
 

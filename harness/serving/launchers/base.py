@@ -31,7 +31,7 @@ FAILURE_PATTERNS = [
     )
 ]
 
-#: Error-looking lines that are harmless on CPU-only machines (PLATFORM.md).
+#: Error-looking lines that are harmless on CPU-only machines (docs/troubleshooting.md).
 HARMLESS_PATTERNS = [
     re.compile(p, re.IGNORECASE)
     for p in (r"cuda", r"nvml", r"dcgm", r"unable to create stream", r"gpu metrics", r"pinned memory")
