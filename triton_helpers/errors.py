@@ -17,6 +17,15 @@ def input_error_response(pb_utils: Any, message: str):
     return pb_utils.InferenceResponse(error=error)
 
 
+def error_response(pb_utils: Any, exc: Exception):
+    """The error response for an exception raised while answering one request: an ``InputError``
+    is the client's (INVALID_ARG, its message verbatim), anything else an internal error."""
+    if isinstance(exc, InputError):
+        return input_error_response(pb_utils, str(exc))
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+
+
 def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any], Any]) -> list:
     """Run ``handle(request) -> InferenceResponse`` for every request, one response each.
 
@@ -27,11 +36,8 @@ def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any],
     for request in requests:
         try:
             responses.append(handle(request))
-        except InputError as exc:
-            responses.append(input_error_response(pb_utils, str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bug must not take the stub down
-            message = f"internal error: {type(exc).__name__}: {exc}"
-            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+            responses.append(error_response(pb_utils, exc))
     return responses
 
 

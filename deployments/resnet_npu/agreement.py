@@ -3,9 +3,9 @@
 The server's preprocess models have config options that change pixels for speed: ``decode:
 "reduced"`` (large JPEGs decoded at 1/2, 1/4 or 1/8 scale, libjpeg-turbo DCT scaling,
 triton_helpers.images) and ``reducing_gap: "<x>"`` (Pillow's integer box reduction before the
-resize filter, triton_helpers.classification). Each ``--candidate`` (config parameters as
+resize filter, resnet_npu_processing.classification). Each ``--candidate`` (config parameters as
 ``key=value,key=value``; default: ``decode=reduced``) is run next to the exact pipeline
-(triton_helpers.classification, exactly what the preprocess models run) through the served ONNX
+(resnet_npu_processing.classification, exactly what the preprocess models run) through the served ONNX
 classifiers in-process (onnxruntime); reported: images whose pixels changed, top-1 agreement,
 top-5 overlap, the largest probability and pixel differences. It also runs the full-decode pixels through ``<model>_uint8``
 (normalisation folded into the graph, what the ensembles serve) and reports the largest logit
@@ -13,7 +13,8 @@ difference to the FP32 model fed the Python-normalised tensor (0 means bit-ident
 
 Held-out photos: every real photograph installed with the project's packages (matplotlib's
 grace_hopper.jpg, scikit-learn's china.jpg / flower.jpg, ultralytics' bus.jpg / zidane.jpg) plus
-yolo11_ensemble's fixture photos, none used to make resnet_npu's fixtures except bus.jpg. Each is
+four made from the last two (very wide, CMYK, EXIF-rotated, gray), none used to make resnet_npu's
+fixtures except bus.jpg. Each is
 also cropped and rescaled into ``--variants`` re-encoded JPEGs (quality 90, fixed seed) so that
 different content and sizes reach the classifier (``--scale-max`` above 1.5 adds larger images,
 upscaled, so that options that act only on large images are exercised).
@@ -32,8 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from resnet_npu_processing.classification import ImageTransform, decode_min_side, softmax
 
-from triton_helpers.classification import ImageTransform, decode_min_side, softmax
 from triton_helpers.images import open_image
 
 HERE = Path(__file__).resolve().parent
@@ -45,7 +46,31 @@ PACKAGE_PHOTOS = [
     ("ultralytics", "assets/bus.jpg"),
     ("ultralytics", "assets/zidane.jpg"),
 ]
-FIXTURE_PHOTOS = ["wide.jpg", "zidane_cmyk.jpg", "bus_exif_rotated.jpg", "bus_gray.jpg"]
+
+
+def derived_photos(bus: bytes, zidane: bytes) -> dict[str, bytes]:
+    """Four harder photos made from ultralytics' bus.jpg / zidane.jpg: very wide, CMYK, EXIF-rotated, gray."""
+    from PIL import Image
+
+    def jpeg(image, **options) -> bytes:
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=85, **options)
+        return buffer.getvalue()
+
+    bus_image = Image.open(io.BytesIO(bus)).convert("RGB")  # 810x1080
+    zidane_image = Image.open(io.BytesIO(zidane)).convert("RGB")  # 1280x720
+    wide = Image.new("RGB", (810 + 1280 + 810, 1080), (40, 40, 40))
+    wide.paste(bus_image, (0, 0))
+    wide.paste(zidane_image, (810, 180))
+    wide.paste(bus_image.transpose(Image.FLIP_LEFT_RIGHT), (810 + 1280, 0))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored rotated 90 degrees; Orientation 6 makes it upright
+    return {
+        "derived/wide.jpg": jpeg(wide.resize((1450, 540), Image.BILINEAR)),
+        "derived/zidane_cmyk.jpg": jpeg(zidane_image.convert("CMYK")),
+        "derived/bus_exif_rotated.jpg": jpeg(bus_image.transpose(Image.ROTATE_90), exif=exif.tobytes()),
+        "derived/bus_gray.jpg": jpeg(bus_image.convert("L")),
+    }
 
 
 def source_photos() -> dict[str, bytes]:
@@ -56,10 +81,8 @@ def source_photos() -> dict[str, bytes]:
             path = Path(list(spec.submodule_search_locations)[0]) / relative
             if path.exists():
                 found[f"{package}/{path.name}"] = path.read_bytes()
-    fixtures = HERE.parent / "yolo11_ensemble" / "fixtures" / "images"
-    for name in FIXTURE_PHOTOS:
-        if (fixtures / name).exists():
-            found[f"yolo11_ensemble/{name}"] = (fixtures / name).read_bytes()
+    if "ultralytics/bus.jpg" in found and "ultralytics/zidane.jpg" in found:
+        found.update(derived_photos(found["ultralytics/bus.jpg"], found["ultralytics/zidane.jpg"]))
     return found
 
 

@@ -15,10 +15,10 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from resnet_npu_processing.classification import ImageTransform, top_k
 from tritonclient.utils import InferenceServerException
 
 from harness import provenance
-from triton_helpers.classification import ImageTransform, top_k
 
 HERE = Path(__file__).resolve().parent
 PROB_TOL = 1e-3

@@ -173,15 +173,14 @@ def fold_pixels(name: str) -> Path:
 
     The new input ``PIXELS`` is RGB ``uint8`` ``(batch, h, w, 3)`` as the preprocess model resizes
     it; Transpose to NCHW, Cast, ``/ 255``, ``- mean``, ``/ std`` (the constants of the eval
-    transform in triton_helpers.classification, the same float32 operations in the same order)
+    transform in resnet_npu_processing.classification, the same float32 operations in the same order)
     feed the original graph, whose weights and metadata stay as they are. The ensemble sends a
     quarter of the bytes and the Python step makes no float copy.
     """
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-
-    from triton_helpers.classification import ImageTransform
+    from resnet_npu_processing.classification import ImageTransform
 
     transform = (
         ImageTransform.efficientnet_lite() if name == "efficientnet_lite0" else ImageTransform.torchvision_imagenet()

@@ -113,11 +113,11 @@ def main() -> int:
     from export import folded_name, load_exported
     from PIL import Image
 
-    from triton_helpers.classification import imagenet_class_names
-
     if not IMAGES.exists() or not any(IMAGES.iterdir()):
         make_images()
-    names = imagenet_class_names()
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    names = list(_IMAGENET_CATEGORIES)  # torchvision's ImageNet-1k order
     paths = image_paths()
     expected = {
         "generated_by": "make_fixtures.py (torch + torchvision reference)",

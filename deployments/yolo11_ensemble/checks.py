@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 from tritonclient.utils import InferenceServerException
+from yolo11_ensemble_processing.detection import box_iou
 
 from harness import provenance
 from harness.deployments import load_module
-from triton_helpers.detection import box_iou
 
 HERE = Path(__file__).resolve().parent
 

@@ -114,7 +114,7 @@ def _decode(data: bytes) -> np.ndarray:
 
 def tensor_request_640(data: bytes, size: int = 640) -> tuple[dict, dict]:
     """Client-side preprocessing as ultralytics does it: ({'images': (1, 3, 640, 640)}, geometry)."""
-    from triton_helpers.detection import letterbox, to_model_input
+    from yolo11_ensemble_processing.detection import letterbox, to_model_input
 
     bgr = _decode(data)
     tensor = to_model_input(letterbox(bgr, (size, size)))[None]
@@ -123,7 +123,7 @@ def tensor_request_640(data: bytes, size: int = 640) -> tuple[dict, dict]:
 
 def tensor_request_naive(data: bytes, size: int = NAIVE_SIZE) -> tuple[dict, dict]:
     """The naive client: stretch the image to ``size`` x ``size`` (aspect ignored), float32."""
-    from triton_helpers.detection import stretch, to_model_input
+    from yolo11_ensemble_processing.detection import stretch, to_model_input
 
     bgr = _decode(data)
     tensor = to_model_input(stretch(bgr, (size, size)))[None]
@@ -134,7 +134,7 @@ def finish_tensor(
     head: np.ndarray, geometry: dict, class_names: list[str], conf=0.25, iou=0.7, max_det=300
 ) -> Detections:
     """Client-side postprocessing of the detector's ``output0`` for one image."""
-    from triton_helpers.detection import decode_head, scale_boxes
+    from yolo11_ensemble_processing.detection import decode_head, scale_boxes
 
     boxes, scores, class_ids = decode_head(np.asarray(head)[0], conf=conf, iou=iou, max_det=max_det)
     (h, w), (mh, mw) = geometry["orig_hw"], geometry["model_hw"]

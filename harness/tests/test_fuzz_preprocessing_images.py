@@ -1,5 +1,5 @@
-"""Hostile images, generated: every image pre-processing function of ``triton_helpers`` (generic
-decode, YOLO letterbox, CN-CLIP, the classification preprocess model) and the YOLO head decoding
+"""Hostile images, generated: every image pre-processing function of the Python models (generic
+decode in ``triton_helpers``, YOLO decode and letterbox, CN-CLIP, the classification preprocess model) and the YOLO head decoding
 end in a result or a clear ``InputError`` within the time bound; the image findings of this fuzzing
 kept as regression tests."""
 
@@ -11,15 +11,21 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from resnet_npu_processing import classification
+from yolo11_ensemble_processing import detection
 
 from harness import PROJECT_ROOT
 from harness.deployments import load_module
+from harness.testing.python_models import load_model
 from harness.tests.fuzz_tally import FUZZ, attempt, write_tally  # noqa: F401 - write_tally: autouse fixture
 from harness.tests.hostile_inputs import PNG_MAGIC, hostile_images
-from triton_helpers import classification, detection, images
+from triton_helpers import images
 from triton_helpers.errors import InputError
 
 SMALL_LIMIT = {"max_pixels": 1_000_000, "max_bytes": 1 << 20}
+RESNET = PROJECT_ROOT / "deployments" / "resnet_npu"
+YOLO = PROJECT_ROOT / "deployments" / "yolo11_ensemble"
+yolo_preprocess = load_model(YOLO / "model_repository" / "preprocess" / "1" / "model.py")
 
 
 @pytest.mark.timeout(300)
@@ -38,12 +44,11 @@ def test_open_image_and_decode_rgb(data, small):
 @given(data=hostile_images(), small=st.booleans())
 def test_detection_decode_and_letterbox(data, small):
     limits = SMALL_LIMIT if small else {}
-    result = attempt("detection.decode_bgr", detection.decode_bgr, data, **limits)
+    result = attempt("yolo preprocess.decode_bgr", yolo_preprocess.decode_bgr, data, **limits)
     if not isinstance(result, InputError):
         assert result.ndim == 3 and result.shape[2] == 3 and result.dtype == np.uint8
-    tensor = attempt("detection.preprocess_image", detection.preprocess_image, data, (64, 64), **limits)
-    if not isinstance(tensor, InputError):
-        assert tensor[0].shape == (3, 64, 64) and np.isfinite(tensor[0]).all()
+        tensor = detection.to_model_input(detection.letterbox(result, (64, 64)))
+        assert tensor.shape == (3, 64, 64) and np.isfinite(tensor).all()
 
 
 @pytest.mark.timeout(300)
@@ -57,14 +62,13 @@ def test_cn_clip_image_preprocess(data, small):
         assert out.shape == (3, 32, 32) and np.isfinite(out).all()
 
 
-class _Preprocess(classification.PreprocessModel):
-    """The classification preprocess model's own code path, without a Triton stub around it."""
-
-    def __init__(self, transform):
-        self.transform = transform
-        self.limits = {"max_pixels": 1_000_000, "max_bytes": 1 << 20}
-        self.input_name = "IMAGE_BYTES"
-        self.dtype = np.float32
+def _preprocess(transform):
+    """resnet_npu's preprocess model (model.py, as the stub loads it) set to ``transform``, without a stub."""
+    model = load_model(RESNET / "model_repository" / "resnet50_preprocess" / "1" / "model.py").TritonPythonModel()
+    model.transform = transform
+    model.limits = {"max_pixels": 1_000_000, "max_bytes": 1 << 20}
+    model.raw_pixels, model.dtype = False, np.float32
+    return model
 
 
 @pytest.mark.timeout(300)
@@ -76,7 +80,7 @@ def test_classification_preprocess(items, lite):
         if lite
         else classification.ImageTransform.torchvision_imagenet(40, 32)
     )
-    out = attempt("classification.PreprocessModel.preprocess", _Preprocess(transform).preprocess, items)
+    out = attempt("resnet preprocess model.preprocess", _preprocess(transform).preprocess, items)
     if not isinstance(out, InputError):
         assert out.shape == (len(items), 3, 32, 32) and np.isfinite(out).all()
 
@@ -117,5 +121,5 @@ def test_open_image_turns_truncated_headers_into_input_errors(data):
 def test_decode_bgr_refuses_a_12_byte_png_quickly():
     began = time.perf_counter()
     with pytest.raises(InputError):
-        detection.decode_bgr(PNG_MAGIC + b"\x7f\xff\xff\xff")
+        yolo_preprocess.decode_bgr(PNG_MAGIC + b"\x7f\xff\xff\xff")
     assert time.perf_counter() - began < 0.5

@@ -8,13 +8,15 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
+from embedding_cpu_processing import documents
 from hypothesis import given
 from hypothesis import strategies as st
 
-from embedding_cpu_processing import documents
+from harness import PROJECT_ROOT
+from harness.testing.python_models import Request, load_model
 from harness.tests.fuzz_tally import FUZZ, attempt, write_tally  # noqa: F401 - write_tally: autouse fixture
 from harness.tests.hostile_inputs import hostile_documents, hostile_text_bytes, json_values, small_pdf
-from triton_helpers import classification, detection, images
+from triton_helpers import images
 from triton_helpers.errors import InputError, decode_utf8, single_bytes_items, utf8_texts
 
 
@@ -95,12 +97,27 @@ def test_request_parameters(parameters):
     attempt(
         "documents.PipelineOptions.from_parameters", documents.PipelineOptions.from_parameters, parameters, 254, 254
     )
-    attempt("classification.parse_top_k", classification.parse_top_k, parameters.get("top_k"), 5, 1000)
+    postprocess = _classification_postprocess()
+    attempt("classification_postprocess.requested_k", postprocess.requested_k, Request({}, parameters), 1000)
+
+
+@lru_cache(maxsize=1)
+def _classification_postprocess():
+    """resnet_npu's postprocess model (its top_k parameter parsing), without a stub around it."""
+    path = PROJECT_ROOT / "deployments/resnet_npu/model_repository/classification_postprocess/1/model.py"
+    model = load_model(path).TritonPythonModel()
+    model.default_top_k = 5
+    return model
 
 
 def test_pdf_with_a_corrupt_page_tree_is_an_input_error():
     with pytest.raises(InputError):
         documents.extract_text(small_pdf().replace(b"/Count 2", b"/Count 9"))
+
+
+@lru_cache(maxsize=1)
+def _yolo_preprocess():
+    return load_model(PROJECT_ROOT / "deployments/yolo11_ensemble/model_repository/preprocess/1/model.py")
 
 
 def test_client_bytes_never_name_a_file():
@@ -110,5 +127,5 @@ def test_client_bytes_never_name_a_file():
         with pytest.raises(InputError):
             images.open_image(path)
         with pytest.raises(InputError):
-            detection.decode_bgr(path)
+            _yolo_preprocess().decode_bgr(path)
     assert utf8_texts(np.array([[b"/etc/passwd"]], dtype=object), "TEXT", 64) == ["/etc/passwd"]

@@ -17,7 +17,7 @@ PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["projec
 #: Imported by the code but installed --no-deps (requirements/no-deps.txt) or only inside the stub.
 NOT_FROM_PYPROJECT = {"cn_clip", "triton_python_backend_utils", "harness", "triton_helpers"}
 #: Imported by serving code only inside a function that export scripts call.
-EXPORT_ONLY = {"torchvision": "triton_helpers.classification.imagenet_class_names (export.py)"}
+EXPORT_ONLY = {"torchvision": "make_fixtures.py and the tests (the reference transforms)"}
 
 
 def _declared(*extras: str) -> set[str]:
@@ -30,7 +30,9 @@ def _declared(*extras: str) -> set[str]:
 def _imports(folders: list[str], skip: tuple[str, ...] = ()) -> dict[str, str]:
     """Top-level third-party modules imported by the code under ``folders``: module -> first file."""
     found = {}
-    local = {p.stem for p in (PROJECT_ROOT / "deployments").rglob("*.py")}
+    deployments = PROJECT_ROOT / "deployments"
+    # the deployments' own modules and packages (deployments/<d>/<package>/, installed from their folders)
+    local = {p.stem for p in deployments.rglob("*.py")} | {p.parent.name for p in deployments.glob("*/*/__init__.py")}
     for folder in folders:
         root = PROJECT_ROOT / folder
         for path in [root] if root.is_file() else sorted(root.rglob("*.py")):

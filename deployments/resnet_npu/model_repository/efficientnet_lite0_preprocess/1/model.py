@@ -1,19 +1,77 @@
-"""EfficientNet-Lite0 preprocessing: the TensorFlow EfficientNet-Lite eval transform.
+"""EfficientNet-Lite0 preprocessing: the TensorFlow EfficientNet-Lite eval transform, encoded image in, RGB pixels out.
 
-Centre crop of 224/256 of the shorter side, bicubic resize to 224x224 ((x - 127) / 128 in the graph).
-
-Input IMAGE_BYTES (encoded JPEG/PNG/... bytes, one per batch item); output PIXELS, RGB uint8
-(224, 224, 3): the normalisation and the channel-first layout run inside efficientnet_lite0_uint8's graph
-(export.py fold_pixels). The transform is set by this model's config.pbtxt parameters and
-implemented in triton_helpers.classification (numpy + PIL, no torch).
+Centre crop of 224/256 of the shorter side, bicubic resize to 224x224; (x - 127) / 128 runs inside
+efficientnet_lite0_uint8's graph (export.py folds it in). config.pbtxt's parameters choose the
+transform (resnet_npu_processing.classification.ImageTransform) and the limits; this code is the
+same as resnet50_preprocess's (a test keeps them equal).
 """
 
+import json
+
+import numpy as np
 import triton_python_backend_utils as pb_utils
+from resnet_npu_processing.classification import ImageTransform, decode_min_side
 
-from triton_helpers.classification import PreprocessModel
+from triton_helpers.config import parameter
+from triton_helpers.errors import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    InputError,
+    check_request_bytes,
+    error_response,
+    single_bytes_items,
+)
+from triton_helpers.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, open_image
 
 
-class TritonPythonModel(PreprocessModel):
-    """Decode + resize + crop + normalise, one response per request."""
+class TritonPythonModel:
+    """IMAGE_BYTES (one encoded image per batch item) in, PIXELS out; one response per request."""
 
-    pb_utils = pb_utils
+    def initialize(self, args):
+        """The transform and the decoder's limits from the config's parameters; the output layout from PIXELS."""
+        config = json.loads(args["model_config"])
+        strings = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        self.transform = ImageTransform.from_parameters(strings)  # mode, resize, crop, interpolation, mean, std
+        self.limits = {
+            "max_pixels": parameter(config, "max_pixels", DEFAULT_MAX_PIXELS, int),
+            "max_bytes": parameter(config, "max_bytes", DEFAULT_MAX_BYTES, int),
+            "min_shorter_side": decode_min_side(parameter(config, "decode"), self.transform),
+        }
+        self.max_request_bytes = parameter(config, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, int)
+        output = pb_utils.get_output_config_by_name(config, "PIXELS")
+        self.dtype = pb_utils.triton_string_to_numpy(output["data_type"])
+        # TYPE_UINT8 [crop, crop, 3]: the resized RGB pixels (the classifier's graph normalises them);
+        # a float [3, crop, crop]: normalised here, channel-first, as torchvision's tensor.
+        self.raw_pixels = np.dtype(self.dtype) == np.uint8
+        crop = self.transform.crop
+        want = [crop, crop, 3] if self.raw_pixels else [3, crop, crop]
+        if [int(d) for d in output["dims"]] != want:
+            raise ValueError(
+                f"output PIXELS dims {output['dims']} do not match the transform's crop {crop}: want {want}"
+            )
+
+    def execute(self, requests):
+        """One response per request: a bad image fails its own request (INVALID_ARG), not the batch."""
+        responses = []
+        for request in requests:
+            try:
+                tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES")
+                if tensor is None:
+                    raise InputError("input 'IMAGE_BYTES' is missing")
+                items = single_bytes_items(tensor.as_numpy(), "IMAGE_BYTES")
+                check_request_bytes(items, "IMAGE_BYTES", self.max_request_bytes)
+                pixels = self.preprocess(items)
+                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("PIXELS", pixels)]))
+            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
+                responses.append(error_response(pb_utils, exc))
+        return responses
+
+    def preprocess(self, items: list[bytes]) -> np.ndarray:
+        """Decode (size limits checked from the header first), resize, crop [, normalise] each image."""
+        convert = self.transform.pixels if self.raw_pixels else self.transform
+        batch = []
+        for index, data in enumerate(items):
+            try:
+                batch.append(convert(open_image(data, **self.limits)))
+            except InputError as exc:
+                raise InputError(f"IMAGE_BYTES[{index}]: {exc}" if len(items) > 1 else str(exc)) from None
+        return np.stack(batch).astype(self.dtype, copy=False)

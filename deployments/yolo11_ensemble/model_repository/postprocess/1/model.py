@@ -1,27 +1,51 @@
-"""postprocess: raw YOLO head output -> final detections in original image pixels (+ JSON text)."""
+"""postprocess: raw YOLO head output -> final detections in original image pixels (+ JSON text).
+
+Per image: confidence filter + class-aware NMS (yolo11_ensemble_processing.detection.decode_head,
+ultralytics' non_max_suppression in numpy), boxes mapped back through the letterbox
+(scale_boxes), class names from the file export.py writes. ``conf`` / ``iou`` / ``max_det``:
+config parameters, overridable per request.
+"""
 
 import json
 import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from yolo11_ensemble_processing.detection import decode_head, scale_boxes
 
-from triton_helpers.detection import decode_head, detections_json, scale_boxes
-from triton_helpers.errors import InputError, output_dtypes, respond_each
+from triton_helpers.config import parameter
+from triton_helpers.errors import InputError, error_response
 
 LIMITS = {"conf": (0.0, 1.0), "iou": (0.0, 1.0), "max_det": (1, 30000)}
+OUTPUTS = ("BOXES", "SCORES", "CLASS_IDS", "CLASS_NAMES", "DETECTIONS_JSON")
+
+
+def detections_json(boxes, scores, class_ids, class_names, orig_hw) -> str:
+    """The compact text answer: one object per detection, boxes in original pixels."""
+    dets = [
+        {
+            "box": [round(float(v), 1) for v in box],
+            "score": round(float(score), 4),
+            "class_id": int(cid),
+            "class_name": class_names[int(cid)] if 0 <= int(cid) < len(class_names) else str(int(cid)),
+        }
+        for box, score, cid in zip(boxes, scores, class_ids)
+    ]
+    return json.dumps({"image_size": [int(orig_hw[1]), int(orig_hw[0])], "detections": dets}, separators=(",", ":"))
 
 
 class TritonPythonModel:
     """Confidence filter + class-aware NMS (numpy, vectorised) + un-letterbox, per request."""
 
     def initialize(self, args):
-        """Load the class names written by export.py and the default thresholds."""
+        """Output dtypes, the class names written by export.py and the default thresholds, from config.pbtxt."""
         config = json.loads(args["model_config"])
-        self.dtypes = output_dtypes(pb_utils, config)
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.dtypes = {
+            name: pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, name)["data_type"])
+            for name in OUTPUTS
+        }
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        names_path = os.path.join(version_dir, params.get("class_names_file", "assets/class_names.json"))
+        names_path = os.path.join(version_dir, parameter(config, "class_names_file", "assets/class_names.json"))
         if not os.path.exists(names_path):
             raise pb_utils.TritonModelException(
                 f"postprocess: {names_path} is missing; run `python export.py` in the deployment folder"
@@ -30,16 +54,23 @@ class TritonPythonModel:
             self.class_names = list(json.load(handle))
         self.names_array = np.array([n.encode("utf-8") for n in self.class_names] + [b""], dtype=object)
         self.defaults = {
-            "conf": float(params.get("conf", 0.25)),
-            "iou": float(params.get("iou", 0.7)),
-            "max_det": int(params.get("max_det", 300)),
+            "conf": parameter(config, "conf", 0.25, float),
+            "iou": parameter(config, "iou", 0.7, float),
+            "max_det": parameter(config, "max_det", 300, int),
         }
 
     def execute(self, requests):
-        """One response per request; bad parameters fail only their own request."""
-        return respond_each(pb_utils, requests, self._handle)
+        """One response per request: bad parameters or tensors fail their own request (INVALID_ARG), not the batch."""
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self.postprocess(request))
+            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
+                responses.append(error_response(pb_utils, exc))
+        return responses
 
     def _options(self, request):
+        """``conf`` / ``iou`` / ``max_det``: the config's, or the request's within LIMITS."""
         try:
             given = json.loads(request.parameters() or "{}")
         except ValueError:
@@ -57,7 +88,8 @@ class TritonPythonModel:
             options[key] = value
         return options
 
-    def _handle(self, request):
+    def postprocess(self, request):
+        """Decode each image's head output, undo its letterbox, pad the batch to one shape."""
         options = self._options(request)
         heads = pb_utils.get_input_tensor_by_name(request, "HEAD_OUTPUT").as_numpy()
         sizes = pb_utils.get_input_tensor_by_name(request, "IMAGE_SIZES").as_numpy()
@@ -91,6 +123,3 @@ class TritonPythonModel:
                 pb_utils.Tensor("DETECTIONS_JSON", texts.astype(self.dtypes["DETECTIONS_JSON"], copy=False)),
             ]
         )
-
-    def finalize(self):
-        """Nothing to release."""

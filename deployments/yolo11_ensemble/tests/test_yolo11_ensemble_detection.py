@@ -1,16 +1,23 @@
-"""Unit tests of triton_helpers.detection against ultralytics / torchvision themselves (no server)."""
+"""Unit tests of yolo11_ensemble's processing (its package and its models' model.py) against
+ultralytics / torchvision themselves (no server)."""
 
 from __future__ import annotations
 
 import io
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
+from yolo11_ensemble_processing import detection as det
 
-from triton_helpers import detection as det
+from harness.testing.python_models import Request, load_model, model_config
 from triton_helpers.errors import InputError
+
+REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+preprocess = load_model(REPOSITORY / "preprocess" / "1" / "model.py")
+postprocess = load_model(REPOSITORY / "postprocess" / "1" / "model.py")
 
 cv2 = pytest.importorskip("cv2")
 
@@ -110,11 +117,13 @@ def test_decode_bgr_matches_cv2_imread_and_refuses_bad_input(tmp_path):
     rng = np.random.default_rng(4)
     image = rng.integers(0, 256, size=(60, 90, 3), dtype=np.uint8)
     data = _jpeg(image)
-    np.testing.assert_array_equal(det.decode_bgr(data), cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+    np.testing.assert_array_equal(
+        preprocess.decode_bgr(data), cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    )
 
     gray = io.BytesIO()
     Image.fromarray(image[..., 0]).save(gray, format="PNG")
-    decoded = det.decode_bgr(gray.getvalue())
+    decoded = preprocess.decode_bgr(gray.getvalue())
     assert decoded.shape == (60, 90, 3)
 
     rotated = io.BytesIO()  # EXIF orientation 6: displayed rotated 90 degrees clockwise
@@ -123,7 +132,7 @@ def test_decode_bgr_matches_cv2_imread_and_refuses_bad_input(tmp_path):
     Image.fromarray(image[..., ::-1]).save(rotated, format="JPEG", exif=exif.tobytes())
     path = tmp_path / "rot.jpg"
     path.write_bytes(rotated.getvalue())
-    decoded = det.decode_bgr(rotated.getvalue())
+    decoded = preprocess.decode_bgr(rotated.getvalue())
     assert decoded.shape == (90, 60, 3)
     np.testing.assert_array_equal(decoded, cv2.imread(str(path), cv2.IMREAD_COLOR))
 
@@ -134,14 +143,42 @@ def test_decode_bgr_matches_cv2_imread_and_refuses_bad_input(tmp_path):
         (_png_header_only_bomb(), "over the limit"),
     ]:
         with pytest.raises(InputError, match=needle):
-            det.decode_bgr(bad)
+            preprocess.decode_bgr(bad)
 
 
 def test_detections_json_is_compact():
     import json
 
-    text = det.detections_json(np.array([[1.23, 2, 3, 4]]), np.array([0.912345]), np.array([1]), ["a", "b"], (10, 20))
+    text = postprocess.detections_json(
+        np.array([[1.23, 2, 3, 4]]), np.array([0.912345]), np.array([1]), ["a", "b"], (10, 20)
+    )
     assert json.loads(text) == {
         "image_size": [20, 10],
         "detections": [{"box": [1.2, 2.0, 3.0, 4.0], "score": 0.9123, "class_id": 1, "class_name": "b"}],
     }
+
+
+def test_preprocess_model_answers_each_request_of_a_batch():
+    """A bad image fails its own request with INVALID_ARG; the others of the same execute are answered."""
+    import json
+
+    model = preprocess.TritonPythonModel()
+    config = model_config(
+        [("IMAGE_BYTES", "TYPE_STRING", [1])],
+        [("IMAGE_TENSOR", "TYPE_FP32", [3, 64, 64]), ("IMAGE_SIZES", "TYPE_INT32", [4])],
+        {"max_pixels": 1_000_000},
+    )
+    model.initialize({"model_config": json.dumps(config)})
+    good = _jpeg(np.full((48, 80, 3), 200, np.uint8))
+    requests = [
+        Request({"IMAGE_BYTES": np.array([[good]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[good], [_png_header_only_bomb()]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[good], [good]], dtype=object)}),
+    ]
+    first, bad, last = model.execute(requests)
+    assert first.output("IMAGE_TENSOR").shape == (1, 3, 64, 64) and first.output("IMAGE_SIZES").tolist() == [
+        [48, 80, 64, 64]
+    ]
+    assert bad.error().code() == bad.error().INVALID_ARG and "IMAGE_BYTES[1]" in bad.error().message()
+    assert "over the limit" in bad.error().message()
+    assert last.output("IMAGE_TENSOR").shape == (2, 3, 64, 64)

@@ -1,4 +1,4 @@
-"""Image classification pre/post-processing in numpy + PIL, equal to the reference transforms.
+"""The classification math both preprocess models, the postprocess model, the checks and export.py share.
 
 ``ImageTransform`` reproduces, without torch, the two eval transforms of the classifiers
 served here:
@@ -14,18 +14,19 @@ served here:
 Both produce float32 ``(3, crop, crop)`` arrays, channel-first RGB, bit-identical to the
 torchvision pipeline on the same PIL image; ``ImageTransform.pixels`` stops before the
 normalisation (``uint8`` channel-last), for graphs that normalise themselves. ``top_k`` turns
-logits into class ids, softmax probabilities and labels.
+logits into class ids and softmax probabilities.
 
 ``reducing_gap`` (off by default) is Pillow's fast path for a large downscale: an integer box
 reduction (``Image.reduce``) first, then the filter over the last ``>= reducing_gap`` times. It
-changes pixels (agreement measured by deployments/resnet_npu/agreement.py, docs/tuning.md).
+changes pixels (agreement measured by agreement.py, docs/tuning.md).
+
+numpy + PIL only, no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -196,62 +197,7 @@ def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids.astype(np.int64), probs[ids]
 
 
-def parse_top_k(value, default: int = 5, maximum: int = 1000) -> int:
-    """A request's ``top_k`` parameter (int or numeric string) checked against ``1..maximum``."""
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise InputError(f"parameter top_k must be an integer, got {value!r}")
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"parameter top_k must be an integer, got {value!r}") from None
-    if not 1 <= k <= maximum:
-        raise InputError(f"parameter top_k must be between 1 and {maximum}, got {k}")
-    return k
-
-
-# -- class names -------------------------------------------------------------------------
-def load_class_names(path: str | Path) -> list[str]:
-    """Class names from a text file, one per line, in class-id order (blank lines ignored)."""
-    names = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    names = [n for n in names if n]
-    if not names:
-        raise ValueError(f"{path}: no class names")
-    return names
-
-
-def write_class_names(path: str | Path, names: Iterable[str]) -> None:
-    """Write class names one per line (the format ``load_class_names`` reads)."""
-    Path(path).write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
-
-
-def imagenet_class_names() -> list[str]:
-    """The 1000 ImageNet-1k class names in torchvision's order (needs torchvision)."""
-    from torchvision.models._meta import _IMAGENET_CATEGORIES
-
-    return list(_IMAGENET_CATEGORIES)
-
-
-def labels_for(ids: Sequence[int], names: Sequence[str]) -> list[str]:
-    """Names for class ids; an id outside the list becomes ``class_<id>``."""
-    return [names[i] if 0 <= i < len(names) else f"class_{i}" for i in ids]
-
-
-# -- Triton Python-backend models (pb_utils is given by the subclass in each model.py) ---
-def config_parameters(model_config: dict) -> dict[str, str]:
-    """A Triton model config's ``parameters`` as a plain ``{key: string_value}`` dict."""
-    return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
-
-
-def request_parameters(request) -> dict:
-    """A Python-backend request's parameters (a JSON string in Triton 2.51) as a dict."""
-    import json
-
-    raw = request.parameters() if hasattr(request, "parameters") else "{}"
-    return json.loads(raw) if isinstance(raw, str) and raw else (raw or {})
-
-
+# -- decoding ------------------------------------------------------------------------
 DECODE_MODES = ("full", "reduced")
 
 
@@ -266,150 +212,3 @@ def decode_min_side(mode: str | None, transform: ImageTransform) -> int | None:
     if mode not in DECODE_MODES:
         raise ValueError(f"decode must be one of {DECODE_MODES}, got {mode!r}")
     return transform.min_source_side() if mode == "reduced" else None
-
-
-#: Fallback for a PreprocessModel built without initialize() (tests).
-DEFAULT_REQUEST_BYTES = 64 * 1024 * 1024
-
-
-class PreprocessModel:
-    """Encoded image bytes in, one image batch out, in the form the config's output declares.
-
-    - output dims ``[3, crop, crop]`` (float): normalised channel-first, as the reference's tensor;
-    - output ``TYPE_UINT8`` dims ``[crop, crop, 3]``: the resized RGB pixels only, for a model whose
-      graph casts, normalises and transposes itself (export.py folds that in), so no float copy
-      is made here and a quarter of the bytes cross to the next step.
-
-    The transform comes from the config's ``parameters`` (see ``ImageTransform.from_parameters``)
-    plus ``max_pixels`` / ``max_bytes`` for the decoder. A bad image fails its own request only.
-    """
-
-    pb_utils = None  # the model.py subclass sets ``pb_utils = triton_python_backend_utils``
-    raw_pixels = False
-
-    def initialize(self, args):
-        import json
-
-        from triton_helpers.errors import output_dtypes
-        from triton_helpers.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
-
-        config = json.loads(args["model_config"])
-        params = config_parameters(config)
-        self.transform = ImageTransform.from_parameters(params)
-        self.limits = {
-            "max_pixels": int(params.get("max_pixels") or DEFAULT_MAX_PIXELS),
-            "max_bytes": int(params.get("max_bytes") or DEFAULT_MAX_BYTES),
-        }
-        from triton_helpers.errors import DEFAULT_MAX_REQUEST_BYTES
-
-        self.max_request_bytes = int(params.get("max_request_bytes") or DEFAULT_MAX_REQUEST_BYTES)
-        self.limits["min_shorter_side"] = decode_min_side(params.get("decode"), self.transform)
-        self.input_name = config["input"][0]["name"]
-        self.output_name = config["output"][0]["name"]
-        self.dtype = output_dtypes(self.pb_utils, config)[self.output_name]
-        dims = [int(d) for d in config["output"][0]["dims"]]
-        crop = self.transform.crop
-        self.raw_pixels = np.dtype(self.dtype) == np.uint8
-        want = [crop, crop, 3] if self.raw_pixels else [3, crop, crop]
-        if dims != want:
-            layout = "uint8 (crop, crop, 3)" if self.raw_pixels else "(3, crop, crop)"
-            raise ValueError(
-                f"output dims {dims} do not match the transform's crop {crop}: a {layout} output needs {want}"
-            )
-
-    def preprocess(self, items: list[bytes]) -> np.ndarray:
-        """Decode and transform every image of one request (an error names the bad item)."""
-        from triton_helpers.images import open_image
-
-        convert = self.transform.pixels if self.raw_pixels else self.transform
-        batch = []
-        for index, data in enumerate(items):
-            try:
-                image = open_image(data, **self.limits)
-                batch.append(convert(image))
-            except InputError as exc:
-                where = f"{self.input_name}[{index}]: " if len(items) > 1 else ""
-                raise InputError(f"{where}{exc}") from None
-        return np.stack(batch).astype(self.dtype, copy=False)
-
-    def _handle(self, request):
-        from triton_helpers.errors import single_bytes_items
-
-        pb = self.pb_utils
-        tensor = pb.get_input_tensor_by_name(request, self.input_name)
-        if tensor is None:
-            raise InputError(f"input '{self.input_name}' is missing")
-        from triton_helpers.errors import check_request_bytes
-
-        items = single_bytes_items(tensor.as_numpy(), self.input_name)
-        check_request_bytes(items, self.input_name, getattr(self, "max_request_bytes", DEFAULT_REQUEST_BYTES))
-        images = self.preprocess(items)
-        return pb.InferenceResponse(output_tensors=[pb.Tensor(self.output_name, images)])
-
-    def execute(self, requests):
-        from triton_helpers.errors import respond_each
-
-        return respond_each(self.pb_utils, requests, self._handle)
-
-
-class TopKPostprocessModel:
-    """Logits ``(n, classes)`` in; the ``top_k`` best ``LABELS`` / ``PROBABILITIES`` / ``CLASS_IDS`` out.
-
-    ``top_k`` is a request parameter (default from the config's ``default_top_k``, else 5).
-    Class names come from the file named by the config's ``class_names`` parameter, relative
-    to the model directory.
-    """
-
-    pb_utils = None
-
-    def initialize(self, args):
-        import json
-        import os
-
-        from triton_helpers.errors import output_dtypes
-
-        config = json.loads(args["model_config"])
-        params = config_parameters(config)
-        self.default_top_k = int(params.get("default_top_k") or 5)
-        names_file = params.get("class_names") or "imagenet_classes.txt"
-        self.names = load_class_names(os.path.join(args["model_repository"], names_file))
-        self.input_name = config["input"][0]["name"]
-        self.dtypes = output_dtypes(self.pb_utils, config)
-        for needed in ("LABELS", "PROBABILITIES", "CLASS_IDS"):
-            if needed not in self.dtypes:
-                raise ValueError(f"config has no output {needed}")
-
-    def postprocess(self, logits: np.ndarray, k: int) -> dict[str, np.ndarray]:
-        """``{LABELS, PROBABILITIES, CLASS_IDS}`` arrays of shape ``(n, k)``."""
-        logits = np.asarray(logits, dtype=np.float32)
-        if logits.ndim != 2:
-            raise InputError(f"input '{self.input_name}' must be (batch, classes), got shape {logits.shape}")
-        ids = np.empty((len(logits), k), dtype=np.int64)
-        probs = np.empty((len(logits), k), dtype=np.float32)
-        for row, vector in enumerate(logits):
-            ids[row], probs[row] = top_k(vector, k)
-        labels = np.array([[n.encode("utf-8") for n in labels_for(r, self.names)] for r in ids], dtype=object)
-        return {
-            "LABELS": labels.astype(self.dtypes["LABELS"]),
-            "PROBABILITIES": probs.astype(self.dtypes["PROBABILITIES"]),
-            "CLASS_IDS": ids.astype(self.dtypes["CLASS_IDS"]),
-        }
-
-    def _handle(self, request):
-        pb = self.pb_utils
-        tensor = pb.get_input_tensor_by_name(request, self.input_name)
-        if tensor is None:
-            raise InputError(f"input '{self.input_name}' is missing")
-        logits = tensor.as_numpy()
-        k = parse_top_k(
-            request_parameters(request).get("top_k"),
-            self.default_top_k,
-            maximum=min(logits.shape[-1], len(self.names)) if logits.ndim else 1,
-        )
-        outputs = self.postprocess(logits, k)
-        return pb.InferenceResponse(output_tensors=[pb.Tensor(n, a) for n, a in outputs.items()])
-
-    def execute(self, requests):
-        from triton_helpers.errors import respond_each
-
-        return respond_each(self.pb_utils, requests, self._handle)

@@ -1,97 +1,33 @@
-"""Object-detection pre/post-processing that matches ultralytics' ``predict`` step for step.
+"""The letterbox geometry and YOLO head decoding that yolo11_ensemble's preprocess and
+postprocess models share with client.py and checks.py, matching ultralytics' ``predict`` step for step.
 
-- ``decode_bgr``: encoded bytes -> BGR ``uint8`` array, decoded the way ultralytics reads an
-  image file (``cv2.imdecode(..., IMREAD_COLOR)``: EXIF orientation applied, grayscale and
-  CMYK converted to 3 channels, alpha dropped), with the size limits checked from the header
-  before any pixel is decoded (decompression bombs) and truncated JPEGs refused.
 - ``letterbox`` / ``to_model_input``: ultralytics' ``LetterBox(auto=False)`` (the fixed-size
   exported model) followed by BGR->RGB, HWC->CHW and ``/255`` in float32.
 - ``decode_head`` / ``nms`` / ``scale_boxes``: the raw YOLO head output ``(4 + nc, anchors)``
   -> confidence filter -> class-aware NMS (the ``max_wh`` class-offset trick, same as
   ``ultralytics.utils.nms.non_max_suppression``) -> boxes in original image pixels.
 
-numpy only, except OpenCV for decoding and resizing (the exact functions ultralytics uses).
+numpy only, except OpenCV for resizing (the exact functions ultralytics uses). Decoding is the
+preprocess model's own (model_repository/preprocess/1/model.py).
 """
 
 from __future__ import annotations
 
-import io
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from triton_helpers.errors import InputError
 
-DEFAULT_MAX_PIXELS = 40_000_000
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 PAD_VALUE = 114
 MAX_WH = 7680  # ultralytics' per-class coordinate offset for class-aware NMS
 MAX_NMS = 30000  # ultralytics' cap on boxes entering NMS
-
-# OpenCV's own decode limit (read once, at the first decode): a second line of defence for
-# formats whose header PIL cannot read.
-os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(DEFAULT_MAX_PIXELS))
 
 
 def _cv2():
     import cv2  # imported lazily: the NMS half of this module is numpy only
 
     return cv2
-
-
-def image_header_size(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[str | None, int, int] | None:
-    """(format, width, height) read from the header with PIL, or None if PIL does not know it."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            return image.format, image.size[0], image.size[1]
-    except Image.DecompressionBombError as exc:
-        raise InputError(
-            f"image is over the limit of {max_pixels} pixels (max_pixels; decompression bomb): {exc}"
-        ) from None
-    except (UnidentifiedImageError, ImportError):
-        # ImportError: ultralytics, when imported in the same process, patches Image.open to
-        # try an optional HEIF plugin on unknown data.
-        return None
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise InputError(f"cannot read image header: {exc}") from None
-
-
-def decode_bgr(
-    data: bytes,
-    *,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> np.ndarray:
-    """Decode encoded image bytes to a BGR ``uint8`` array ``(h, w, 3)`` like ultralytics' imread."""
-    if not data:
-        raise InputError("image is empty (0 bytes)")
-    if len(data) > max_bytes:
-        raise InputError(f"image is {len(data)} bytes, over the limit of {max_bytes} (max_bytes)")
-    header = image_header_size(data, max_pixels)
-    if header is None:
-        # Only bytes whose size is known from the header reach the decoder: OpenCV spends seconds
-        # and gigabytes on a 12-byte PNG signature with a forged chunk length.
-        raise InputError(f"cannot decode image: not a known image format (first bytes {data[:8]!r})")
-    fmt, width, height = header
-    if width <= 0 or height <= 0:
-        raise InputError(f"image has an empty size {width}x{height}")
-    if width * height > max_pixels:
-        raise InputError(
-            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} (max_pixels)"
-        )
-    if fmt == "JPEG" and data.rstrip(b"\x00\r\n ")[-2:] != b"\xff\xd9":
-        raise InputError(f"truncated JPEG: no end-of-image marker in its {len(data)} bytes")
-    cv2 = _cv2()
-    try:
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    except cv2.error as exc:
-        raise InputError(f"cannot decode image: {str(exc).strip().splitlines()[-1]}") from None
-    if image is None:
-        raise InputError(f"cannot decode {fmt} image")
-    return image
 
 
 @dataclass(frozen=True)
@@ -138,12 +74,6 @@ def to_model_input(bgr: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     for k, plane in enumerate(reversed(_cv2().split(bgr))):
         np.divide(plane, np.float32(255.0), out=out[k], dtype=np.float32)
     return out
-
-
-def preprocess_image(data: bytes, new_hw: tuple[int, int] = (640, 640), **limits) -> tuple[np.ndarray, tuple[int, int]]:
-    """Encoded bytes -> (model tensor ``(3, H, W)`` float32, original (height, width))."""
-    bgr = decode_bgr(data, **limits)
-    return to_model_input(letterbox(bgr, new_hw)), bgr.shape[:2]
 
 
 def stretch(image: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
@@ -236,19 +166,3 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     area_b = np.prod(b[:, 2:] - b[:, :2], axis=1)
     union = area_a[:, None] + area_b[None, :] - inter
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-
-
-def detections_json(boxes, scores, class_ids, class_names, orig_hw) -> str:
-    """The compact text answer: one object per detection, boxes in original pixels."""
-    import json
-
-    dets = [
-        {
-            "box": [round(float(v), 1) for v in box],
-            "score": round(float(score), 4),
-            "class_id": int(cid),
-            "class_name": class_names[int(cid)] if 0 <= int(cid) < len(class_names) else str(int(cid)),
-        }
-        for box, score, cid in zip(boxes, scores, class_ids)
-    ]
-    return json.dumps({"image_size": [int(orig_hw[1]), int(orig_hw[0])], "detections": dets}, separators=(",", ":"))

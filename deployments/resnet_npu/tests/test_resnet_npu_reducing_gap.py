@@ -4,6 +4,7 @@ off by default, the documented two-step resize when on, bounded pixel change, ba
 
 from __future__ import annotations
 
+import importlib.util
 import io
 from dataclasses import replace
 from pathlib import Path
@@ -11,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from resnet_npu_processing import classification as cls
+from test_resnet_npu_classification import preprocess_model  # beside this file
 
-from triton_helpers import classification as cls
+from harness.testing.python_models import Request
 from triton_helpers.images import open_image
-from triton_helpers.tests.test_classification import _Request, preprocess_model
 
-BUS = Path(__file__).resolve().parents[2] / "deployments" / "yolo11_ensemble" / "fixtures" / "images" / "bus.jpg"
+# ultralytics' bus.jpg, a fixture image of make_fixtures.py (found without importing ultralytics)
+BUS = Path(importlib.util.find_spec("ultralytics").submodule_search_locations[0]) / "assets" / "bus.jpg"
 BICUBIC = Image.Resampling.BICUBIC
 
 
@@ -81,12 +84,13 @@ def _model(parameters: dict):
     return preprocess_model(
         ("PIXELS", "TYPE_UINT8", [224, 224, 3]),
         {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic", **parameters},
+        model="efficientnet_lite0_preprocess",
     )
 
 
 def test_preprocess_model_takes_it_from_the_config():
     data = BUS.read_bytes()
-    request = _Request({"IMAGE_BYTES": np.array([[data]], dtype=object)})
+    request = Request({"IMAGE_BYTES": np.array([[data]], dtype=object)})
     [fast] = _model({"reducing_gap": "1.5"}).execute([request])
     [exact] = _model({}).execute([request])
     image = Image.open(io.BytesIO(data)).convert("RGB")

@@ -1,4 +1,5 @@
-"""Unit tests of triton_helpers.classification against torchvision / torch themselves (no server)."""
+"""Unit tests of resnet_npu's processing (its package and its Python models' model.py) against
+torchvision / torch themselves, and of its NPU configs (no server)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import io
 import json
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from resnet_npu_processing import classification as cls
 
-from triton_helpers import classification as cls
+from harness.testing.python_models import Request, load_model, model_config
 from triton_helpers.errors import InputError
+
+REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("torchvision.transforms")
@@ -96,76 +101,23 @@ def test_top_k_matches_torch():
     assert cls.softmax(np.array([1000.0, 0.0], np.float32)).tolist() == [1.0, 0.0]  # no overflow
 
 
-def test_top_k_and_parameter_bounds():
+def test_top_k_bounds():
+    with pytest.raises(InputError):
+        cls.top_k(np.zeros(10, np.float32), 0)
     with pytest.raises(InputError):
         cls.top_k(np.zeros(10, np.float32), 11)
-    assert cls.parse_top_k(None) == 5 and cls.parse_top_k("3") == 3 and cls.parse_top_k(7, maximum=10) == 7
-    for bad in (0, -1, 1001, "x", True, 2.5j):
-        with pytest.raises(InputError):
-            cls.parse_top_k(bad)
 
 
-def test_class_names_round_trip(tmp_path):
-    path = tmp_path / "names.txt"
-    cls.write_class_names(path, ["tench", "goldfish", "great white shark"])
-    assert cls.load_class_names(path) == ["tench", "goldfish", "great white shark"]
-    assert cls.labels_for([1, 5], ["a", "b"]) == ["b", "class_5"]
-    names = cls.imagenet_class_names()
-    assert len(names) == 1000 and names[654] == "minibus"
+def test_class_names_file_is_torchvisions_imagenet_order():
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    names = (REPOSITORY / "classification_postprocess" / "imagenet_classes.txt").read_text(encoding="utf-8")
+    assert names.splitlines() == list(_IMAGENET_CATEGORIES) and names.splitlines()[654] == "minibus"
 
 
-# -- the Triton model classes, with a stand-in for triton_python_backend_utils ----------
-class _Tensor:
-    def __init__(self, name, array):
-        self._name, self._array = name, np.asarray(array)
-
-    def name(self):
-        return self._name
-
-    def as_numpy(self):
-        return self._array
-
-
-class _Response:
-    def __init__(self, output_tensors=None, error=None):
-        self.output_tensors, self.error = output_tensors or [], error
-
-    def output(self, name):
-        return next(t.as_numpy() for t in self.output_tensors if t.name() == name)
-
-
-class _Request:
-    def __init__(self, tensors, parameters=None):
-        self.tensors, self._parameters = tensors, json.dumps(parameters or {})
-
-    def parameters(self):
-        return self._parameters
-
-
-class FakePbUtils:
-    Tensor = _Tensor
-    InferenceResponse = _Response
-    TritonError = staticmethod(lambda message: message)
-
-    @staticmethod
-    def get_input_tensor_by_name(request, name):
-        return _Tensor(name, request.tensors[name]) if name in request.tensors else None
-
-    @staticmethod
-    def triton_string_to_numpy(name):
-        return {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_STRING": np.object_, "TYPE_UINT8": np.uint8}[
-            name
-        ]
-
-
-def _config(inputs, outputs, parameters):
-    return json.dumps(
-        {
-            "input": [{"name": n, "data_type": t, "dims": d} for n, t, d in inputs],
-            "output": [{"name": n, "data_type": t, "dims": d} for n, t, d in outputs],
-            "parameters": {k: {"string_value": v} for k, v in parameters.items()},
-        }
-    )
+# -- the models' model.py, loaded as the stub loads them, with a stand-in for pb_utils -----
+def _error(response) -> str:
+    return response.error().message() if response.has_error() else ""
 
 
 def _png_bomb(width=50_000, height=50_000) -> bytes:
@@ -184,54 +136,66 @@ def _jpeg(width=320, height=240) -> bytes:
     return buffer.getvalue()
 
 
-def preprocess_model(output: tuple, parameters: dict):
-    """A ``PreprocessModel`` initialised on IMAGE_BYTES in and ``output`` = (name, type, dims) out."""
+def preprocess_model(output: tuple, parameters: dict, model: str = "resnet50_preprocess"):
+    """``model``'s TritonPythonModel initialised on IMAGE_BYTES in and ``output`` = (name, type, dims) out."""
+    instance = load_model(REPOSITORY / model / "1" / "model.py").TritonPythonModel()
+    config = model_config([("IMAGE_BYTES", "TYPE_STRING", [1])], [output], parameters)
+    instance.initialize({"model_config": json.dumps(config)})
+    return instance
 
-    class Model(cls.PreprocessModel):
-        pb_utils = FakePbUtils
 
-    model = Model()
-    model.initialize({"model_config": _config([("IMAGE_BYTES", "TYPE_STRING", [1])], [output], parameters)})
-    return model
+def test_both_preprocess_models_run_the_same_code():
+    """Their configs choose the transform; below the docstring the two model.py files are one."""
+
+    def code(model):
+        text = (REPOSITORY / model / "1" / "model.py").read_text()
+        return text[text.index('"""', 3) + 3 :]
+
+    assert code("resnet50_preprocess") == code("efficientnet_lite0_preprocess")
 
 
 def test_preprocess_model_answers_each_request_and_names_bad_items():
-    model = preprocess_model(("IMAGE", "TYPE_FP32", [3, 224, 224]), {"mode": "resize_crop", "max_pixels": "1000000"})
+    model = preprocess_model(("PIXELS", "TYPE_FP32", [3, 224, 224]), {"mode": "resize_crop", "max_pixels": "1000000"})
     good = _jpeg()
     requests = [
-        _Request({"IMAGE_BYTES": np.array([[good], [good]], dtype=object)}),
-        _Request({"IMAGE_BYTES": np.array([[good], [b"junk"]], dtype=object)}),
-        _Request({"IMAGE_BYTES": np.array([[_png_bomb()]], dtype=object)}),
-        _Request({"IMAGE_BYTES": np.array([[_jpeg(1200, 1000)]], dtype=object)}),
-        _Request({"IMAGE_BYTES": np.array([[b""]], dtype=object)}),
-        _Request({}),
+        Request({"IMAGE_BYTES": np.array([[good], [good]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[good], [b"junk"]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[_png_bomb()]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[_jpeg(1200, 1000)]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[b""]], dtype=object)}),
+        Request({}),
     ]
     responses = model.execute(requests)
     assert len(responses) == len(requests)
-    image = responses[0].output("IMAGE")
+    assert not responses[0].has_error()
+    errors = [_error(r) for r in responses]
+    assert all(r.error().code() == r.error().INVALID_ARG for r in responses[1:]), "bad input is INVALID_ARG (400)"
+    image = responses[0].output("PIXELS")
     assert image.shape == (2, 3, 224, 224) and image.dtype == np.float32
     expected = cls.ImageTransform.torchvision_imagenet()(Image.open(io.BytesIO(good)).convert("RGB"))
     np.testing.assert_array_equal(image[1], expected)
-    assert "IMAGE_BYTES[1]" in responses[1].error and "cannot decode" in responses[1].error
-    assert "over the limit" in responses[2].error  # PIL's own bomb error becomes an input error
-    assert "over the limit" in responses[3].error  # 1.2 MP > max_pixels from the config
-    assert "empty" in responses[4].error
-    assert "missing" in responses[5].error
+    assert "IMAGE_BYTES[1]" in errors[1] and "cannot decode" in errors[1]
+    assert "over the limit" in errors[2]  # PIL's own bomb error becomes an input error
+    assert "over the limit" in errors[3] and "max_pixels" in errors[3]  # 1.2 MP > max_pixels from the config
+    assert "empty" in errors[4]
+    assert "missing" in errors[5]
 
 
 def test_preprocess_model_checks_output_dims_against_crop():
     with pytest.raises(ValueError, match="crop"):
-        preprocess_model(("IMAGE", "TYPE_FP32", [3, 256, 256]), {})
+        preprocess_model(("PIXELS", "TYPE_FP32", [3, 256, 256]), {})
 
 
 def test_preprocess_model_uint8_output_is_the_reference_tensor_before_normalisation():
     """A TYPE_UINT8 (crop, crop, 3) output: the resized pixels; normalising them channel-first (what
     the folded graph does) gives the reference tensor bit for bit."""
     model = preprocess_model(
-        ("PIXELS", "TYPE_UINT8", [224, 224, 3]), {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic"}
+        ("PIXELS", "TYPE_UINT8", [224, 224, 3]),
+        {"mode": "crop_resize", "crop": "224", "interpolation": "bicubic"},
+        model="efficientnet_lite0_preprocess",
     )
     data = [_jpeg(640, 480), _jpeg(200, 300)]
-    [response] = model.execute([_Request({"IMAGE_BYTES": np.array([[d] for d in data], dtype=object)})])
+    [response] = model.execute([Request({"IMAGE_BYTES": np.array([[d] for d in data], dtype=object)})])
     pixels = response.output("PIXELS")
     assert pixels.shape == (2, 224, 224, 3) and pixels.dtype == np.uint8
     transform = cls.ImageTransform.efficientnet_lite()
@@ -245,39 +209,44 @@ def test_preprocess_model_uint8_output_needs_channels_last():
         preprocess_model(("PIXELS", "TYPE_UINT8", [3, 224, 224]), {})
 
 
-def test_postprocess_model_top_k_per_request(tmp_path):
-    class Model(cls.TopKPostprocessModel):
-        pb_utils = FakePbUtils
-
-    cls.write_class_names(tmp_path / "names.txt", [f"c{i}" for i in range(10)])
-    model = Model()
-    model.initialize(
-        {
-            "model_repository": str(tmp_path),
-            "model_config": _config(
-                [("LOGITS", "TYPE_FP32", [10])],
-                [
-                    ("LABELS", "TYPE_STRING", [-1]),
-                    ("PROBABILITIES", "TYPE_FP32", [-1]),
-                    ("CLASS_IDS", "TYPE_INT64", [-1]),
-                ],
-                {"class_names": "names.txt", "default_top_k": "3"},
-            ),
-        }
+def postprocess_model(tmp_path, classes: int = 10, default_top_k: int = 3):
+    (tmp_path / "names.txt").write_text("".join(f"c{i}\n" for i in range(classes)))
+    instance = load_model(REPOSITORY / "classification_postprocess" / "1" / "model.py").TritonPythonModel()
+    config = model_config(
+        [("LOGITS", "TYPE_FP32", [classes])],
+        [("LABELS", "TYPE_STRING", [-1]), ("PROBABILITIES", "TYPE_FP32", [-1]), ("CLASS_IDS", "TYPE_INT64", [-1])],
+        {"class_names": "names.txt", "default_top_k": default_top_k},
     )
+    instance.initialize({"model_repository": str(tmp_path), "model_config": json.dumps(config)})
+    return instance
+
+
+def test_postprocess_model_top_k_per_request(tmp_path):
+    model = postprocess_model(tmp_path)
     logits = np.tile(np.arange(10, dtype=np.float32), (2, 1))
     responses = model.execute(
         [
-            _Request({"LOGITS": logits}),
-            _Request({"LOGITS": logits[:1]}, {"top_k": 1}),
-            _Request({"LOGITS": logits[:1]}, {"top_k": 11}),
+            Request({"LOGITS": logits}),
+            Request({"LOGITS": logits[:1]}, {"top_k": 1}),
+            Request({"LOGITS": logits[:1]}, {"top_k": 11}),
+            Request({"LOGITS": logits[:1]}, {"top_k": "2"}),
         ]
     )
     assert responses[0].output("CLASS_IDS").tolist() == [[9, 8, 7]] * 2
     assert responses[0].output("LABELS").tolist() == [[b"c9", b"c8", b"c7"]] * 2
     np.testing.assert_allclose(responses[0].output("PROBABILITIES").sum(axis=1) < 1, True)
     assert responses[1].output("CLASS_IDS").tolist() == [[9]]
-    assert "top_k" in responses[2].error
+    assert "top_k" in _error(responses[2]) and responses[2].error().code() == responses[2].error().INVALID_ARG
+    assert responses[3].output("CLASS_IDS").tolist() == [[9, 8]]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 11, "x", True, "2.5", [3]])
+def test_postprocess_model_refuses_a_bad_top_k(tmp_path, bad):
+    model = postprocess_model(tmp_path)
+    good = Request({"LOGITS": np.zeros((1, 10), np.float32)})
+    responses = model.execute([good, Request({"LOGITS": np.zeros((1, 10), np.float32)}, {"top_k": bad}), good])
+    assert not responses[0].has_error() and not responses[2].has_error(), "the rest of the batch is answered"
+    assert "top_k" in _error(responses[1])
 
 
 # -- the resnet_npu deployment that uses these helpers: its NPU variant and launch spec ---
@@ -313,9 +282,14 @@ def test_resnet_npu_every_model_has_a_consistent_npu_config():
             assert params["device_ids"].replace(",", "").isdigit() and params["static_model"] in ("0", "1")
         else:
             assert npu.backend == cpu.backend == "python", folder.name
-            assert params["EXECUTION_ENV_PATH"] == "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz", (
+            assert params.pop("EXECUTION_ENV_PATH") == "$$TRITON_MODEL_DIRECTORY/../../envs/npu.tar.gz", (
                 "the NPU configs use the env `make pack-env DEPLOYMENT=resnet_npu TARGET=npu` packs (Python 3.10)"
             )
+            # The model's own parameters (transform, limits, class names) may not drift; batching,
+            # instances and the env may differ (gate_* keys are the front gate's, not the model's).
+            cpu_params = {k: v.string_value for k, v in cpu.parameters.items() if not k.startswith("gate_")}
+            params = {k: v for k, v in params.items() if not k.startswith("gate_")}
+            assert params == cpu_params, f"{folder.name}: configs/npu.pbtxt parameters differ from config.pbtxt"
 
 
 def test_resnet_npu_docker_launch_spec():
