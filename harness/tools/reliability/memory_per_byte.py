@@ -1,0 +1,703 @@
+"""How much tritonserver memory an accepted request byte costs, per entry model, and the body
+limits that follow.
+
+    python -m harness memory-per-byte                       # every deployment the harness finds
+    python -m harness memory-per-byte <deployment> ... --budget-fraction 0.5 --budget-concurrency 4
+
+Each deployment is served by the local launcher behind the front gate. For each entry model the
+tool takes a real request (the deployment's benchmark workload for that model; else one made
+from the config), warms the model with it, then grows it toward the gate's body limit for that
+model, one way at a time: the batch (up to ``max_batch_size``), the number of elements of a
+variable BYTES or tensor dim, the length of one BYTES element (text repeated, a noise JPEG/PNG
+of more pixels, other bytes repeated), and for images a flat picture of many pixels (small file,
+large decode). Every body is checked with the gate's own ``validate_infer`` first: only requests
+the gate accepts are sent (the model may still refuse them with a 4xx). Each size is sent alone,
+then ``--concurrency`` at once; a sampler thread reads the RSS of tritonserver and of every
+Python-backend stub every ``--interval`` seconds, and the peak of their sum over the idle value
+just before, divided by the bytes in flight, is the growth per request byte.
+
+Per model: the worst ratio (over bodies of at least ``--min-bytes``; smaller ones are within the
+sampling noise), the worst growth of one request, the gate's current limit, and the limit that
+keeps ``--budget-concurrency`` worst-case requests within ``--budget-fraction`` of this machine's
+memory: ``budget / (concurrency x ratio)``. A model whose growth passes ``--abort-mib`` has its
+tritonserver killed and is reported aborted. Results: results/memory-per-byte.json and a
+Markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import io
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import psutil
+
+from harness import PROJECT_ROOT
+
+MIB = 2**20
+RESULTS = PROJECT_ROOT / "results" / "memory-per-byte.json"
+
+
+# ---------------------------------------------------------------- arithmetic (no server)
+
+
+def peak_growth(samples: list[float], baseline: float) -> float:
+    """Largest rise of ``samples`` over ``baseline`` (0 when none rose above it)."""
+    return max([0.0, *(s - baseline for s in samples)])
+
+
+def bytes_per_byte(growth_bytes: float, request_bytes: int, concurrency: int = 1) -> float:
+    """Memory growth per request byte in flight (``concurrency`` requests of ``request_bytes``)."""
+    return growth_bytes / (concurrency * request_bytes) if request_bytes > 0 else 0.0
+
+
+def safe_limit(budget_bytes: float, concurrency: int, ratio: float) -> int | None:
+    """Largest body such that ``concurrency`` requests growing ``ratio`` bytes per byte fit the
+    budget; None when nothing grew (no bound follows from the measurement)."""
+    return int(budget_bytes / (concurrency * ratio)) if ratio > 0 else None
+
+
+def target_sizes(base: int, limit: int, steps: int = 4, headroom: float = 0.95) -> list[int]:
+    """Geometric body sizes above ``base`` up to ``headroom`` x ``limit`` (that last one included)."""
+    top = int(limit * headroom)
+    if top <= base:
+        return []
+    ratio = (top / base) ** (1 / steps)
+    return sorted({int(base * ratio**k) for k in range(1, steps)} | {top})
+
+
+def batch_sizes(max_batch: int, steps: int = 3) -> list[int]:
+    """Batch sizes 2 .. ``max_batch``, geometric."""
+    if max_batch < 2:
+        return []
+    return sorted({max(2, round(max_batch ** (k / steps))) for k in range(1, steps + 1)})
+
+
+def summarize(rows: list[dict], current_limit: int, *, budget_bytes: float, concurrency: int, min_bytes: int) -> dict:
+    """A model's worst ratio (rows of at least ``min_bytes``), worst single-request growth, the
+    limit that follows and whether the current one is within it."""
+    measured = [r for r in rows if r.get("peak_growth_mib") is not None]
+    counted = [r for r in measured if r["request_bytes"] >= min_bytes]
+    worst = max(counted, key=lambda r: r["bytes_per_byte"], default=None)
+    single = max((r for r in measured if r["concurrency"] == 1), key=lambda r: r["peak_growth_mib"], default=None)
+    ratio = worst["bytes_per_byte"] if worst else 0.0
+    limit = safe_limit(budget_bytes, concurrency, ratio)
+    # Small requests that grow a lot (a flat image of many pixels) are bounded by the models' own
+    # limits, not by the body size: the budget must hold ``concurrency`` of those too.
+    heavy = single is not None and concurrency * single["peak_growth_mib"] * MIB > budget_bytes
+    return {
+        "worst_bytes_per_byte": round(ratio, 2),
+        "worst_at": {k: worst[k] for k in ("mode", "request_bytes", "concurrency")} if worst else None,
+        "worst_request_growth_mib": single["peak_growth_mib"] if single else None,
+        "worst_request_at": {k: single[k] for k in ("mode", "request_bytes")} if single else None,
+        "largest_accepted_bytes": max((r["request_bytes"] for r in measured), default=0),
+        "current_limit_bytes": current_limit,
+        "safe_limit_bytes": limit,
+        "current_limit_safe": None if not counted else (limit is None or current_limit <= limit) and not heavy,
+    }
+
+
+# ---------------------------------------------------------------- RSS sampling
+
+
+def served_processes(root_pid: int) -> dict[str, list[psutil.Process]]:
+    """tritonserver, its Python-backend stubs and the gate under the launcher's ``root_pid``."""
+    out = {"server": [], "stubs": [], "gate": []}
+    try:
+        root = psutil.Process(root_pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for process in tree:
+        try:
+            cmdline = process.cmdline()
+        except psutil.Error:
+            continue
+        if cmdline and Path(cmdline[0]).name == "tritonserver":
+            out["server"].append(process)
+        elif cmdline and cmdline[0].endswith("triton_python_backend_stub"):
+            out["stubs"].append(process)
+        elif "harness.serving.gate" in cmdline:
+            out["gate"].append(process)
+    return out
+
+
+def _rss(processes: list[psutil.Process]) -> float:
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            pass
+    return float(total)
+
+
+class RssSampler(threading.Thread):
+    """Samples RSS of tritonserver + stubs (and, apart, the gate) every ``interval_s``; keeps the
+    peaks since ``reset``; calls ``on_over`` once when tritonserver + stubs pass ``bound_bytes``."""
+
+    def __init__(self, root_pid: int, interval_s: float, bound_bytes: float | None = None, on_over=None):
+        super().__init__(daemon=True)
+        self.root_pid, self.interval_s = root_pid, interval_s
+        self.bound_bytes, self.on_over = bound_bytes, on_over
+        self.lock = threading.Lock()
+        self.halt = threading.Event()
+        self.refresh()
+        self.reset()
+
+    def refresh(self) -> None:
+        """Find the processes again (a stub restarted, a model loaded)."""
+        with self.lock:
+            self.processes = served_processes(self.root_pid)
+
+    def read(self) -> dict[str, float]:
+        with self.lock:
+            server, stubs, gate = (_rss(self.processes[k]) for k in ("server", "stubs", "gate"))
+        return {"total": server + stubs, "server": server, "stubs": stubs, "gate": gate}
+
+    def reset(self) -> None:
+        self.peaks = self.read()
+        self.samples = 1
+
+    def idle(self, seconds: float = 0.3) -> dict[str, float]:
+        """Median of each series over ``seconds`` of (presumed) idle."""
+        points = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            points.append(self.read())
+            time.sleep(self.interval_s)
+        return {k: float(np.median([p[k] for p in points])) for k in points[0]}
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval_s):
+            now = self.read()
+            self.peaks = {k: max(v, self.peaks.get(k, 0.0)) for k, v in now.items()}
+            self.samples += 1
+            if self.bound_bytes and self.on_over and now["total"] > self.bound_bytes:
+                callback, self.on_over = self.on_over, None
+                callback(now["total"])
+
+
+# ---------------------------------------------------------------- requests
+
+
+def request_body(inputs: dict[str, np.ndarray], outputs: list[str] | None, parameters: dict | None = None):
+    """(body, header length) of a binary-tensor HTTP inference request, as tritonclient sends it."""
+    import tritonclient.http as httpclient
+
+    from harness.tensors import make_inputs
+
+    infer_inputs = make_inputs("http", inputs)
+    requested = [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs or []]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(
+        infer_inputs, outputs=requested or None, parameters=parameters
+    )
+    return body, json_size
+
+
+def post(url: str, path: str, body: bytes, header_length: int | None, headers: dict, timeout_s: float) -> dict:
+    """POST one request; its status, the first bytes of an error and seconds taken."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    began = time.monotonic()
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    try:
+        sent = {"Content-Type": "application/octet-stream", **(headers or {})}
+        if header_length is not None:
+            sent["Inference-Header-Content-Length"] = str(header_length)
+        connection.request("POST", path, body=body, headers=sent)
+        response = connection.getresponse()
+        payload = response.read()
+        error = None if response.status == 200 else payload[:300].decode("utf-8", "replace")
+        return {"status": response.status, "error": error, "seconds": round(time.monotonic() - began, 2)}
+    except (OSError, http.client.HTTPException) as exc:
+        return {"status": None, "error": f"{type(exc).__name__}: {exc}", "seconds": round(time.monotonic() - began, 2)}
+    finally:
+        connection.close()
+
+
+# ---------------------------------------------------------------- growing a real request
+
+
+def _image_kind(data: bytes) -> str | None:
+    if data[:3] == b"\xff\xd8\xff":
+        return "JPEG"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "PNG"
+    return None
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def noise_image(kind: str, target_bytes: int, seed: int = 0) -> bytes:
+    """A valid image of random pixels whose file is about ``target_bytes`` (more pixels, not padding)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+
+    def encode(side: int) -> bytes:
+        pixels = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, kind, **({"quality": 95} if kind == "JPEG" else {}))
+        return out.getvalue()
+
+    per_pixel = len(encode(256)) / 256**2
+    return encode(max(16, int(math.sqrt(target_bytes / per_pixel))))
+
+
+def flat_image(kind: str, pixels: int) -> bytes:
+    """A valid image of ``pixels`` pixels (square) that compresses to little: large decode, small body."""
+    from PIL import Image
+
+    side = max(16, int(math.sqrt(pixels)))
+    gradient = np.linspace(0, 255, side, dtype=np.uint8)
+    image = np.stack([np.broadcast_to(gradient, (side, side))] * 3, axis=-1)
+    out = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image)).save(out, kind, **({"quality": 90} if kind == "JPEG" else {}))
+    return out.getvalue()
+
+
+def longer_element(data: bytes, target_bytes: int) -> bytes:
+    """``data`` grown to about ``target_bytes``: an image with more (noise) pixels, text repeated
+    (whole copies, space-separated: still valid UTF-8 text), other bytes repeated."""
+    kind = _image_kind(data)
+    if kind:
+        return noise_image(kind, target_bytes)
+    glue = b" " if _is_text(data) else b""
+    copies = max(1, target_bytes // max(1, len(data) + len(glue)))
+    return glue.join([data] * copies)
+
+
+@dataclass
+class Grower:
+    """One way of growing a request: ``make(target_bytes)`` -> inputs, and the sizes to try."""
+
+    mode: str
+    make: object
+    targets: list[int] = field(default_factory=list)
+
+
+def _variable_axis(spec: dict, batched: bool) -> int | None:
+    dims = [int(d) for d in spec.get("dims") or []]
+    for index, dim in enumerate(dims):
+        if dim < 0:
+            return index + (1 if batched else 0)
+    return None
+
+
+def growers(config: dict, base: dict[str, np.ndarray], base_bytes: int, limit: int, steps: int) -> list[Grower]:
+    """The ways to grow ``base`` for this model's config, each with its target sizes."""
+    max_batch = int(config.get("max_batch_size") or 0)
+    batched = max_batch > 0
+    specs = {s["name"]: s for s in config.get("input") or []}
+    out = []
+    if batched and all(a.shape and a.shape[0] == 1 for a in base.values()):
+        per_item = max(1, base_bytes)
+        sizes = [n for n in batch_sizes(max_batch, steps) if n * per_item < limit]
+        grower = Grower("batch", lambda n: {k: np.repeat(v, n, axis=0) for k, v in base.items()})
+        grower.targets = sizes  # batch counts, not bytes
+        out.append(grower)
+    targets = target_sizes(base_bytes, limit, steps)
+    tensors = {k: _variable_axis(specs.get(k, {}), batched) for k, v in base.items() if v.dtype != np.object_}
+    tensors = {k: a for k, a in tensors.items() if a is not None and base[k].shape[a] > 0}
+    if tensors:
+
+        def tile_tensors(target: int, tensors=tensors) -> dict:
+            factor = max(2, target // max(1, base_bytes))
+            return {k: (np.concatenate([v] * factor, axis=tensors[k]) if k in tensors else v) for k, v in base.items()}
+
+        out.append(Grower("length:" + ",".join(sorted(tensors)), tile_tensors, targets))
+    for name, array in base.items():
+        if array.dtype != np.object_ or array.size == 0:
+            continue
+        first = array.flat[0]
+        first = first if isinstance(first, bytes) else str(first).encode()
+        other = base_bytes - len(first)
+        axis = _variable_axis(specs.get(name, {}), batched)
+        if axis is not None:
+
+            def more_elements(target: int, name=name, array=array, axis=axis) -> dict:
+                factor = max(2, target // max(1, base_bytes))
+                return {**base, name: np.concatenate([array] * factor, axis=axis)}
+
+            out.append(Grower(f"elements:{name}", more_elements, targets))
+
+        def longer(target: int, name=name, array=array, first=first, other=other) -> dict:
+            grown = array.copy()
+            grown.flat[0] = longer_element(first, max(1, target - other))
+            return {**base, name: grown}
+
+        out.append(Grower(f"long:{name}", longer, targets))
+        kind = _image_kind(first)
+        if kind:
+            from triton_helpers.images import DEFAULT_MAX_PIXELS
+
+            def many_pixels(pixels: int, name=name, array=array, kind=kind) -> dict:
+                grown = array.copy()
+                grown.flat[0] = flat_image(kind, pixels)
+                return {**base, name: grown}
+
+            pixel_steps = [int(DEFAULT_MAX_PIXELS * f) for f in (0.1, 0.4, 0.95)]
+            out.append(Grower(f"pixels:{name}", many_pixels, pixel_steps))
+    return out
+
+
+def synthetic_inputs(config: dict) -> dict[str, np.ndarray]:
+    """A minimal request from the config alone (for a model no workload covers): text for BYTES,
+    ones for tensors, variable dims 1."""
+    batched = int(config.get("max_batch_size") or 0) > 0
+    out = {}
+    for spec in config.get("input") or []:
+        dims = [max(1, int(d)) for d in spec.get("dims") or []]
+        shape = ([1] if batched else []) + dims
+        datatype = spec.get("data_type", "TYPE_FP32")[5:]
+        if datatype == "STRING":
+            out[spec["name"]] = np.full(shape, b"memory per byte", dtype=np.object_)
+        else:
+            named = {"BOOL": "bool", "FP16": "float16", "FP32": "float32", "FP64": "float64"}
+            out[spec["name"]] = np.ones(shape, dtype=np.dtype(named.get(datatype, datatype.lower())))
+    return out
+
+
+def model_workload(deployment, server, model: str):
+    """(inputs, outputs, parameters, headers, source) of a real request to ``model``: the first of
+    the deployment's benchmark workloads (default config) that calls it, else one from its config."""
+    from harness.context import DeploymentContext
+
+    ctx = DeploymentContext(deployment, server)
+    for benchmark in deployment.benchmarks:
+        if benchmark.config or benchmark.models or "cpu" not in (benchmark.targets or ["cpu"]):
+            continue
+        try:
+            workload = deployment.resolve(benchmark.workload)(ctx)
+        except Exception:  # noqa: BLE001 - a workload that cannot be built here: try the next one
+            continue
+        if workload.model == model:
+            inputs = workload.request_inputs()
+            return inputs, workload.outputs, workload.parameters, workload.headers, benchmark.workload
+    return None
+
+
+# ---------------------------------------------------------------- measuring one model
+
+
+class Measurement:
+    """Sends requests to one model of a running gated server and measures RSS growth."""
+
+    def __init__(self, server, sampler: RssSampler, model: str, args):
+        self.server, self.sampler, self.model, self.args = server, sampler, model, args
+        self.path = f"/v2/models/{model}/infer"
+
+    def send(self, body: bytes, header_length: int | None, headers: dict, concurrency: int) -> dict:
+        self.sampler.refresh()
+        before = self.sampler.idle(self.args.idle)
+        self.sampler.reset()
+        results = [None] * concurrency
+        barrier = threading.Barrier(concurrency)
+
+        def one(index: int) -> None:
+            barrier.wait()
+            results[index] = post(self.server.http_url, self.path, body, header_length, headers, self.args.timeout)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        time.sleep(2 * self.args.interval)
+        peaks = dict(self.sampler.peaks)
+        statuses = sorted({str(r["status"]) for r in results})
+        errors = [r["error"] for r in results if r["error"]]
+        growth = peak_growth([peaks["total"]], before["total"])
+        return {
+            "concurrency": concurrency,
+            "request_bytes": len(body),
+            "statuses": statuses,
+            "error": errors[0][:200] if errors else None,
+            "seconds_max": max(r["seconds"] for r in results),
+            "baseline_mib": round(before["total"] / MIB, 1),
+            "peak_growth_mib": round(growth / MIB, 1),
+            "server_growth_mib": round(peak_growth([peaks["server"]], before["server"]) / MIB, 1),
+            "stubs_growth_mib": round(peak_growth([peaks["stubs"]], before["stubs"]) / MIB, 1),
+            "gate_growth_mib": round(peak_growth([peaks["gate"]], before["gate"]) / MIB, 1),
+            "bytes_per_byte": round(bytes_per_byte(growth, len(body), concurrency), 3),
+            "samples": self.sampler.samples,
+        }
+
+
+def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: int, max_dims: dict | None):
+    """The body and header length if the gate would accept it, else (None, the gate's reason)."""
+    from harness.serving.gate.validate import GateError, validate_infer
+
+    body, header_length = request_body(inputs, outputs, parameters)
+    if len(body) > limit:
+        return None, f"{len(body)} bytes over the gate's limit {limit}"
+    try:
+        validate_infer(model, config, body, header_length, max_dims)
+    except GateError as exc:
+        return None, f"gate {exc.status}: {exc.message}"
+    return (body, header_length), None
+
+
+# ---------------------------------------------------------------- a deployment
+
+
+def _current_limit(server, model: str, config: dict) -> tuple[int, dict | None]:
+    from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
+
+    policy = server.options.gate_policy or {}
+    default = int(getattr(server, "gate_options", {}).get("max_body_bytes") or DEFAULT_MAX_BODY)
+    explicit = (policy.get("max_body_bytes") or {}).get(model)
+    return body_limit(config, default, explicit), (policy.get("max_dims") or {}).get(model)
+
+
+def _config(server, model: str) -> dict:
+    parts = urlsplit(f"http://{server.http_url}" if "://" not in server.http_url else server.http_url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        connection.request("GET", f"/v2/models/{model}/config")
+        response = connection.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"config of {model}: HTTP {response.status} {payload[:200]!r}")
+        return json.loads(payload)
+    finally:
+        connection.close()
+
+
+class Aborted(Exception):
+    pass
+
+
+def measure_model(server, deployment, model: str, args, budget_bytes: float) -> dict:
+    """Every grower of ``model`` at its sizes, alone then ``args.concurrency`` at once."""
+    config = _config(server, model)
+    limit, max_dims = _current_limit(server, model, config)
+    found = model_workload(deployment, server, model) if deployment is not None else None
+    if found:
+        inputs, outputs, parameters, headers, source = found
+    else:
+        inputs, outputs, parameters, headers, source = synthetic_inputs(config), None, None, None, "config"
+    headers = dict(headers or {})
+    rows: list[dict] = []
+    report = {"model": model, "workload": source, "max_batch_size": int(config.get("max_batch_size") or 0)}
+    over = threading.Event()
+
+    def on_over(total: float) -> None:
+        over.set()
+        for process in served_processes(server.process.pid)["server"]:
+            os.kill(process.pid, signal.SIGKILL)  # our own tritonserver, past the bound
+
+    sampler = RssSampler(server.process.pid, args.interval, None, None)
+    sampler.start()
+    try:
+        base, reason = accepted_body(model, config, inputs, outputs, parameters, limit, max_dims)
+        if base is None:
+            return {**report, "error": f"the workload's own request is refused: {reason}", "rows": rows}
+        for _ in range(args.warmup):
+            post(server.http_url, f"/v2/models/{model}/infer", *base, headers, args.timeout)
+        baseline = sampler.idle(args.idle)
+        sampler.bound_bytes, sampler.on_over = baseline["total"] + args.abort_mib * MIB, on_over
+        measurement = Measurement(server, sampler, model, args)
+        rows.append({"mode": "base", **measurement.send(*base, headers, 1)})
+        print(f"  {model} base {rows[-1]['request_bytes']} B: +{rows[-1]['peak_growth_mib']} MiB", flush=True)
+        began = time.monotonic()
+        top = min(limit, args.max_bytes or limit)
+        for grower in growers(config, inputs, len(base[0]), top, args.steps):
+            for target in grower.targets:
+                if time.monotonic() - began > args.model_budget_s:
+                    rows.append({"mode": grower.mode, "skipped": f"model time budget {args.model_budget_s} s spent"})
+                    break
+                made, reason = accepted_body(model, config, grower.make(target), outputs, parameters, limit, max_dims)
+                if made is None:
+                    rows.append({"mode": grower.mode, "target": target, "refused_by_gate": reason})
+                    break
+                slow = False
+                for concurrency in (1, args.concurrency):
+                    if concurrency * len(made[0]) > args.max_in_flight_mib * MIB:
+                        continue
+                    row = {"mode": grower.mode, "target": target, **measurement.send(*made, headers, concurrency)}
+                    rows.append(row)
+                    print(
+                        f"  {model} {grower.mode} {row['request_bytes']} B x{concurrency}: "
+                        f"+{row['peak_growth_mib']} MiB ({row['bytes_per_byte']} B/B) {row['statuses']} "
+                        f"{row['seconds_max']} s {(row['error'] or '')[:80]}",
+                        flush=True,
+                    )
+                    if over.is_set():
+                        raise Aborted(f"RSS growth passed {args.abort_mib} MiB at {grower.mode} {len(made[0])} B")
+                    if row["statuses"] == ["None"]:
+                        raise Aborted(f"no answer ({row['error']}) at {grower.mode} {len(made[0])} B")
+                    slow = row["seconds_max"] > args.slow_s
+                    if slow:
+                        break
+                if slow:
+                    rows.append({"mode": grower.mode, "skipped": f"larger sizes: a request took > {args.slow_s} s"})
+                    break
+        report["retained_mib"] = round((sampler.idle(args.idle)["total"] - baseline["total"]) / MIB, 1)
+    except Aborted as exc:
+        report["aborted"] = str(exc)
+    finally:
+        sampler.halt.set()
+    report["rows"] = rows
+    report.update(
+        summarize(rows, limit, budget_bytes=budget_bytes, concurrency=args.budget_concurrency, min_bytes=args.min_bytes)
+    )
+    return report
+
+
+def start_server(deployment):
+    from harness.serving.launchers import LocalTritonServer
+
+    deployment.export()
+    server = LocalTritonServer(deployment.server_options("cpu"), gate=True)
+    server.start()
+    try:
+        server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+def measure_deployment(deployment, args, budget_bytes: float, models: list[str] | None = None) -> list[dict]:
+    """Every entry model of ``deployment`` (or those of ``models``; a fresh server after a model
+    that was aborted)."""
+    reports = []
+    server = None
+    try:
+        for model in [m for m in deployment.entry_models if not models or m in models]:
+            if server is None or not server.is_running():
+                if server is not None:
+                    server.stop()
+                server = start_server(deployment)
+            print(f"{deployment.name}/{model}", flush=True)
+            try:
+                report = measure_model(server, deployment, model, args, budget_bytes)
+            except Exception as exc:  # noqa: BLE001 - one model's failure must not hide the others
+                report = {"model": model, "error": f"{type(exc).__name__}: {exc}", "rows": []}
+            reports.append({"deployment": deployment.name, **report})
+            if report.get("aborted"):
+                server.stop()
+                server = None
+    finally:
+        if server is not None:
+            server.stop()
+    return reports
+
+
+# ---------------------------------------------------------------- report
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / MIB:,.1f}"
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"Budget: {report['budget_fraction']:.0%} of {report['machine_memory_gib']} GiB = "
+        f"{report['budget_gib']} GiB for {report['budget_concurrency']} concurrent worst-case requests; "
+        f"ratio over bodies >= {report['min_bytes'] // 1024} KiB.",
+        "",
+        "| deployment | model | worst MiB per MiB (at) | worst one request | largest accepted MiB "
+        "| current limit MiB | safe limit MiB | safe? |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in report["models"]:
+        if m.get("error") and not m.get("rows"):
+            lines.append(f"| {m['deployment']} | {m['model']} | error: {m['error'][:80]} | | | | | |")
+            continue
+        at = m.get("worst_at") or {}
+        where = f" ({at['mode']}, {_mb(at['request_bytes'])} MiB x{at['concurrency']})" if at else ""
+        one = m.get("worst_request_at") or {}
+        single = (
+            f"+{m['worst_request_growth_mib']:,.0f} MiB ({one['mode']}, {_mb(one['request_bytes'])} MiB)"
+            if one
+            else "-"
+        )
+        safe = {True: "yes", False: "**no**", None: "n/a"}[m.get("current_limit_safe")]
+        if m.get("aborted"):
+            safe += f" (aborted: {m['aborted']})"
+        lines.append(
+            f"| {m['deployment']} | {m['model']} | {m.get('worst_bytes_per_byte', 0):.2f}{where} | {single} "
+            f"| {_mb(m.get('largest_accepted_bytes'))} | {_mb(m.get('current_limit_bytes'))} "
+            f"| {_mb(m.get('safe_limit_bytes'))} | {safe} |"
+        )
+    return "\n".join(lines)
+
+
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness memory-per-byte", description=__doc__.split("\n\n")[0])
+    parser.add_argument("deployments", nargs="*", help="default: every deployment the harness finds")
+    parser.add_argument("--models", nargs="*", help="only these entry models")
+    parser.add_argument("--concurrency", type=int, default=4, help="requests at once after each single one")
+    parser.add_argument("--steps", type=int, default=4, help="sizes per way of growing")
+    parser.add_argument("--interval", type=float, default=0.01, help="RSS sampling interval, s")
+    parser.add_argument("--idle", type=float, default=0.3, help="idle seconds read before each request")
+    parser.add_argument("--warmup", type=int, default=3, help="base requests before the baseline")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per request, s")
+    parser.add_argument("--slow-s", type=float, default=30.0, help="stop growing a way once a request takes longer")
+    parser.add_argument("--model-budget-s", type=float, default=180.0, help="seconds of growing per model")
+    parser.add_argument("--max-in-flight-mib", type=float, default=1024.0, help="skip a level over this many MiB")
+    parser.add_argument("--abort-mib", type=float, default=6144.0, help="kill tritonserver past this growth")
+    parser.add_argument("--max-bytes", type=int, default=None, help="grow no further (default: the gate's limit)")
+    parser.add_argument("--min-bytes", type=int, default=1 << 20, help="smallest body counted in the ratio")
+    parser.add_argument("--budget-fraction", type=float, default=0.5, help="share of machine memory for requests")
+    parser.add_argument("--budget-concurrency", type=int, default=4, help="worst-case requests at once")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
+
+    from harness.deployments import discover, get_deployment
+
+    chosen = [get_deployment(name) for name in args.deployments] if args.deployments else discover()
+    memory = psutil.virtual_memory().total
+    budget = memory * args.budget_fraction
+    models = []
+    for deployment in chosen:
+        try:
+            models += measure_deployment(deployment, args, budget, args.models)
+        except Exception as exc:  # noqa: BLE001 - a deployment that does not serve now: the others still run
+            models.append({"deployment": deployment.name, "model": "*", "error": f"{type(exc).__name__}: {exc}"})
+        print(f"{deployment.name}: done", flush=True)
+    report = {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "machine": f"{os.uname().nodename}, {psutil.cpu_count()} cores, {memory / 2**30:.1f} GiB",
+        "command": "python -m harness memory-per-byte " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine_memory_gib": round(memory / 2**30, 1),
+        "budget_fraction": args.budget_fraction,
+        "budget_gib": round(budget / 2**30, 1),
+        "budget_concurrency": args.budget_concurrency,
+        "concurrency": args.concurrency,
+        "min_bytes": args.min_bytes,
+        "interval_s": args.interval,
+        "models": models,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    print(markdown(report))
+    print(f"report: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
