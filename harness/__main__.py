@@ -137,6 +137,7 @@ TOOLS = {
     "soak": ("harness.tools.reliability.soak", "hold a load: errors, latency drift, memory"),
     "faults": ("harness.tools.reliability.faults", "kill a stub, reload, restart under verified load"),
     "gate-cost": ("harness.tools.reliability.gate_cost", "throughput with and without the front gate"),
+    "memory-per-byte": ("harness.tools.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
     "hostile": ("harness.tools.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
     "scaleout": ("harness.tools.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
 }
