@@ -117,3 +117,62 @@ def test_the_checker_catches_rot(tmp_path):
     assert "deployments/embedding_cpu/nope.py" in mentions["paths"]
     assert mentions["modules"] == {"harness.nope", "harness"} and "frobnicate" in mentions["commands"]
     assert mentions["links"] == {"missing.md"}
+
+
+#: Files whose comments and strings name paths a reader follows: code, configs, recipes, deployment READMEs.
+SOURCE_SUFFIXES = (".py", ".pbtxt", ".yml", ".yaml", ".toml", ".txt", ".sh", ".md")
+#: Notes a user does not have: never cited from the repository.
+NOT_SHIPPED = ("PLATFORM.md", "SPEC.md", "requirements/base.txt")
+
+
+def _tracked_sources() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.split()
+    if not listed:
+        pytest.skip("not a git checkout")
+    return [
+        PROJECT_ROOT / f
+        for f in listed
+        if (f.endswith(SOURCE_SUFFIXES) or f.endswith("Makefile") or f.endswith("Dockerfile"))
+        and not f.startswith("docs/results")  # generated
+        and "/tests/" not in f  # tests name made-up paths on purpose
+        and (PROJECT_ROOT / f).exists()
+    ]
+
+
+def _named_paths(text: str) -> set[str]:
+    """Tokens that name a file or folder of this repository from its root (``harness/x.py``)."""
+    found = set()
+    for token in re.split(r"[\s`'\"(),;\[\]]+", text):
+        token = token.split("::", 1)[0].split("#", 1)[0].rstrip(".:")
+        last = token.rstrip("/").rsplit("/", 1)[-1]
+        named = token.endswith("/") or "." in last  # a folder or a file, not a unit such as images/s
+        if named and token.startswith(TOP_LEVEL + ("images/",)) and not any(c in token for c in "<>*{}$|=\\%"):
+            found.add(token)
+    return found
+
+
+def test_every_path_that_code_configs_and_readmes_name_exists():
+    """Comments, docstrings, configs and deployment READMEs name only paths that exist (or that a
+    documented command generates, git-ignored), and cite no note a user does not have."""
+    problems = []
+    for source in _tracked_sources():
+        text = source.read_text(errors="replace")
+        where = source.relative_to(PROJECT_ROOT)
+        for note in NOT_SHIPPED:
+            if note in text and source.name != "test_docs.py":
+                problems.append(f"{where}: cites {note}, which a user of the repository does not have")
+        for path in sorted(_named_paths(text)):
+            clean = path.rstrip("/")
+            if (source.parent / clean).exists() and source.suffix == ".md":
+                continue  # a link relative to the page
+            if not (PROJECT_ROOT / clean).exists() and not _ignored(clean) and not _ignored(clean + "/"):
+                problems.append(f"{where}: names `{path}`, which does not exist")
+    assert not problems, "\n  ".join(["missing paths:"] + problems)
+
+
+def test_the_path_finder_reads_comments():
+    assert _named_paths("# see harness/nope.py (docs/x.md#part), 3 images/s, deployments/d/ here.") == {
+        "harness/nope.py",
+        "docs/x.md",
+        "deployments/d/",
+    }
