@@ -92,12 +92,17 @@ def summarize(rows: list[dict], current_limit: int, *, budget_bytes: float, conc
     worst = max(counted, key=lambda r: r["bytes_per_byte"], default=None)
     single = max((r for r in measured if r["concurrency"] == 1), key=lambda r: r["peak_growth_mib"], default=None)
     ratio = worst["bytes_per_byte"] if worst else 0.0
+    server_ratio = max(
+        (bytes_per_byte(r["server_growth_mib"] * MIB, r["request_bytes"], r["concurrency"]) for r in counted),
+        default=0.0,
+    )
     limit = safe_limit(budget_bytes, concurrency, ratio)
     # Small requests that grow a lot (a flat image of many pixels) are bounded by the models' own
     # limits, not by the body size: the budget must hold ``concurrency`` of those too.
     heavy = single is not None and concurrency * single["peak_growth_mib"] * MIB > budget_bytes
     return {
         "worst_bytes_per_byte": round(ratio, 2),
+        "worst_server_bytes_per_byte": round(server_ratio, 2),
         "worst_at": {k: worst[k] for k in ("mode", "request_bytes", "concurrency")} if worst else None,
         "worst_request_growth_mib": single["peak_growth_mib"] if single else None,
         "worst_request_at": {k: single[k] for k in ("mode", "request_bytes")} if single else None,
@@ -615,13 +620,13 @@ def markdown(report: dict) -> str:
         f"{report['budget_gib']} GiB for {report['budget_concurrency']} concurrent worst-case requests; "
         f"ratio over bodies >= {report['min_bytes'] // 1024} KiB.",
         "",
-        "| deployment | model | worst MiB per MiB (at) | worst one request | largest accepted MiB "
-        "| current limit MiB | safe limit MiB | safe? |",
-        "|---|---|---|---|---|---|---|---|",
+        "| deployment | model | worst MiB per MiB (at) | tritonserver alone | worst one request "
+        "| largest accepted MiB | current limit MiB | safe limit MiB | safe? |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in report["models"]:
         if m.get("error") and not m.get("rows"):
-            lines.append(f"| {m['deployment']} | {m['model']} | error: {m['error'][:80]} | | | | | |")
+            lines.append(f"| {m['deployment']} | {m['model']} | error: {m['error'][:80]} | | | | | | |")
             continue
         at = m.get("worst_at") or {}
         where = f" ({at['mode']}, {_mb(at['request_bytes'])} MiB x{at['concurrency']})" if at else ""
@@ -635,7 +640,8 @@ def markdown(report: dict) -> str:
         if m.get("aborted"):
             safe += f" (aborted: {m['aborted']})"
         lines.append(
-            f"| {m['deployment']} | {m['model']} | {m.get('worst_bytes_per_byte', 0):.2f}{where} | {single} "
+            f"| {m['deployment']} | {m['model']} | {m.get('worst_bytes_per_byte', 0):.2f}{where} "
+            f"| {m.get('worst_server_bytes_per_byte', 0):.2f} | {single} "
             f"| {_mb(m.get('largest_accepted_bytes'))} | {_mb(m.get('current_limit_bytes'))} "
             f"| {_mb(m.get('safe_limit_bytes'))} | {safe} |"
         )
@@ -661,11 +667,32 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--budget-fraction", type=float, default=0.5, help="share of machine memory for requests")
     parser.add_argument("--budget-concurrency", type=int, default=4, help="worst-case requests at once")
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--report", type=Path, default=None, help="print the table of a JSON written earlier; no run")
     return parser
+
+
+def resummarize(report: dict) -> dict:
+    """``report`` (a JSON this tool wrote) with each model's summary computed again from its rows."""
+    budget = report["budget_gib"] * 2**30
+    for m in report["models"]:
+        if "rows" in m and "current_limit_bytes" in m:
+            m.update(
+                summarize(
+                    m["rows"],
+                    m["current_limit_bytes"],
+                    budget_bytes=budget,
+                    concurrency=report["budget_concurrency"],
+                    min_bytes=report["min_bytes"],
+                )
+            )
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments().parse_args(argv)
+    if args.report:
+        print(markdown(resummarize(json.loads(args.report.read_text()))))
+        return 0
 
     from harness.deployments import discover, get_deployment
 
