@@ -120,7 +120,8 @@ class PeersSpec:
     #: ``tokenizer_parallelism``).
     ceiling_follows: str
     #: ``"file.py:function"``: ``function()`` returns the in-process pieces of the run: ``model_dir``
-    #: (the sentence-transformers folder the peer and the torch ceiling load), ``tokenize(texts)``
+    #: (the sentence-transformers folder the peer and the torch ceiling load), ``dimension`` (of a
+    #: vector), ``tokenize(texts)``
     #: (the client's ``input_ids`` / ``attention_mask``) and ``embed(run, texts, max_rows)`` (tokenize,
     #: an onnxruntime ``session.run``, pool: the ONNX ceiling's work).
     embedding: str

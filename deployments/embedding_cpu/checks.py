@@ -496,7 +496,8 @@ def reliability_workload(http_url: str, model: str):
 
 def peers_embedding():
     """``[peers] embedding`` (python -m harness peers): the sentence-transformers folder the peer and
-    the torch ceiling load, the client tokenizer, and the ONNX ceiling's tokenize + run + pool."""
+    the torch ceiling load, its vector size, the client tokenizer, and the ONNX ceiling's tokenize +
+    run + pool."""
     from types import SimpleNamespace
 
     from embedding_cpu_processing.bls import embed_texts_local
@@ -506,4 +507,4 @@ def peers_embedding():
     def embed(run, texts: list[str], max_rows: int):
         return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize)
 
-    return SimpleNamespace(model_dir=info.model_dir, tokenize=tokenize, embed=embed)
+    return SimpleNamespace(model_dir=info.model_dir, dimension=info.dimension, tokenize=tokenize, embed=embed)

@@ -39,10 +39,10 @@ from harness.deployments import Deployment, ManifestError, declaring, get_deploy
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
 from harness.tools.peers import workloads
+from harness.tools.peers.ceiling import TORCH_KIND
 from harness.tools.peers.infinity import InfinityServer, infinity_version
 from harness.tools.peers.processes import tree_cpu_s, wait_idle
 
-PEER_CEILING = {"optimum": "onnx-fp32", "torch": "sentence-transformers"}
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
 INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
 
@@ -126,21 +126,21 @@ def _post(url: str, body: bytes) -> bytes:
         return reply.read()
 
 
-def check_triton_text(reply: bytes, count: int) -> None:
+def check_triton_text(reply: bytes, count: int, dimension: int) -> None:
     output = next(o for o in json.loads(reply)["outputs"] if o["name"] == "EMBEDDING")
-    if output["shape"] != [count, 384]:
-        raise AssertionError(f"EMBEDDING shape {output['shape']}, expected [{count}, 384]")
+    if output["shape"] != [count, dimension]:
+        raise AssertionError(f"EMBEDDING shape {output['shape']}, expected [{count}, {dimension}]")
 
 
-def check_triton_tokens(reply: bytes, count: int) -> None:
+def check_triton_tokens(reply: bytes, count: int, dimension: int) -> None:
     if b'"last_hidden_state"' not in reply[:2000]:
         raise AssertionError(f"no last_hidden_state in {reply[:200]!r}")
 
 
-def check_peer(reply: bytes, count: int) -> None:
+def check_peer(reply: bytes, count: int, dimension: int) -> None:
     data = json.loads(reply)["data"]
-    if len(data) != count or len(data[0]["embedding"]) != 384:
-        raise AssertionError(f"{len(data)} embeddings, expected {count} of 384")
+    if len(data) != count or len(data[0]["embedding"]) != dimension:
+        raise AssertionError(f"{len(data)} embeddings, expected {count} of {dimension}")
 
 
 def start_triton(deployment: Deployment, models: list[str], cores: set[int], overrides: dict | None):
@@ -224,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         "text": workloads.triton_text_body,
         "tokens": functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize),
     }
+    checks = {
+        name: functools.partial(check, dimension=pieces.dimension)
+        for name, check in (("text", check_triton_text), ("tokens", check_triton_tokens), ("peer", check_peer))
+    }
+    #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
+    peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
     triton = start_triton(deployment, models, server_cores, overrides) if models else None
     variants = []
     peers = []
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             version = triton.describe()["server_version"]
             for model in models:
                 served = spec.models[model]
-                check = check_triton_text if served.request == "text" else check_triton_tokens
+                check = checks[served.request]
                 targets.append(
                     Target(
                         model,
@@ -259,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             version = server.describe()["server_version"]
             for model in variant_models:
                 served = spec.models[model]
-                check = check_triton_text if served.request == "text" else check_triton_tokens
+                check = checks[served.request]
                 targets.append(
                     Target(
                         f"{model}[{name}]",
@@ -278,10 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"infinity-{peer.engine}",
                     peer.url,
                     peer.body,
-                    PEER_CEILING[peer.engine],
+                    peer_ceiling[peer.engine],
                     peer.describe(),
                     {"server_mode": "peer", "server_version": infinity_version()},
-                    check_peer,
+                    checks["peer"],
                     peer.process.pid,
                 )
             )

@@ -2,7 +2,7 @@
 load, and a new model version rolled across the replicas under load, through nginx.
 
 Load: an asyncio client (aiohttp) holding ``concurrency`` HTTP/JSON inference requests in flight
-against nginx, every response checked (an embedding of the right size, equal to the first one).
+against nginx, every response checked (an embedding of the first one's size, equal to it).
 Client retry policy (``RETRY``): a request is tried up to 3 times; it is retried on a connection
 error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or any other answer is final. A
 request is *lost* when all its tries fail. nginx itself retries a request on the next replica when
@@ -67,10 +67,11 @@ def infer_body(text: str = SENTENCE) -> bytes:
 class Load:
     """``concurrency`` requests in flight against ``url`` in a background thread until ``stop()``."""
 
-    def __init__(self, url: str, model: str, concurrency: int, body: bytes | None = None, dims: int = 384):
+    def __init__(self, url: str, model: str, concurrency: int, body: bytes | None = None, dims: int | None = None):
         self.url = f"{url}/v2/models/{model}/infer"
         self.concurrency = concurrency
         self.body = body or infer_body()
+        #: The vector size every answer must have (default: the first answer's).
         self.dims = dims
         self.outcomes: list[Outcome] = []
         self.reference: np.ndarray | None = None
@@ -83,6 +84,10 @@ class Load:
         if "EMBEDDING" not in outputs:
             return f"no EMBEDDING in {list(outputs)}"
         vector = np.asarray(outputs["EMBEDDING"]["data"], dtype=np.float32)
+        if not vector.size:
+            return "EMBEDDING is empty"
+        if self.dims is None:
+            self.dims = vector.size
         if vector.shape != (self.dims,) or not np.all(np.isfinite(vector)):
             return f"EMBEDDING of shape {vector.shape} or not finite"
         if self.reference is None:
