@@ -167,7 +167,7 @@ def error_message(data: bytes) -> str:
 
 
 def judge_http(case: Case, status: int, data: bytes) -> tuple[str, str]:
-    message = error_message(data)
+    message = "" if 200 <= status < 300 else "".join(ch if ch.isprintable() else " " for ch in error_message(data))
     if case.restricted:
         return (REFUSED if status in (401, 403) else ACCEPTED), message
     if 200 <= status < 300:
