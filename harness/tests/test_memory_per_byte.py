@@ -58,6 +58,7 @@ def row(mode, request_bytes, concurrency, growth_mib):
         "request_bytes": request_bytes,
         "concurrency": concurrency,
         "peak_growth_mib": growth_mib,
+        "server_growth_mib": growth_mib / 2,
         "bytes_per_byte": ratio,
     }
 
@@ -71,7 +72,7 @@ def test_summary_takes_the_worst_ratio_over_large_bodies_and_judges_the_limit():
         {"mode": "long:TEXT", "refused_by_gate": "over the limit"},
     ]
     summary = summarize(rows, 64 * MIB, budget_bytes=12 * GIB, concurrency=4, min_bytes=MIB)
-    assert summary["worst_bytes_per_byte"] == 5.0
+    assert summary["worst_bytes_per_byte"] == 5.0 and summary["worst_server_bytes_per_byte"] == 2.5
     assert summary["worst_at"] == {"mode": "long:TEXT", "request_bytes": 60 * MIB, "concurrency": 1}
     assert summary["safe_limit_bytes"] == int(12 * GIB / 20)
     assert summary["current_limit_safe"] is True
