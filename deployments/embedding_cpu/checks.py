@@ -281,6 +281,8 @@ def _expect_error(ctx, model, inputs, *fragments, parameters=None, within_s: flo
     except InferenceServerException as exc:
         message = str(exc)
         assert any(f.lower() in message.lower() for f in fragments), f"{model}: unclear error {message!r}"
+        # The client's fault, so a 4xx (400 from the models and Triton, 403 / 413 from the gate); never a 500.
+        assert str(exc.status()).startswith("4"), f"{model}: bad input answered {exc.status()}: {message}"
         if within_s is not None:
             assert time.monotonic() - began < within_s, f"{model}: error took {time.monotonic() - began:.1f} s"
         return message
