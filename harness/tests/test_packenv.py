@@ -13,6 +13,7 @@ import json
 import sys
 import tarfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -348,3 +349,18 @@ def test_cli_reports_a_target_whose_python_is_absent(capsys):
     )
     err = capsys.readouterr().err
     assert "Python 3.10 is needed for target npu" in err and "/nonexistent/python3.10" in err
+
+
+def test_local_folders_are_installed_from_copies_without_build_outputs(tmp_path):
+    """pip builds a local folder in place and setuptools packs an older build/lib too: the env
+    must get the folder's current files only."""
+    from harness.serving.packenv.pack import _clean_copies
+
+    source = tmp_path / "helpers"
+    (source / "build" / "lib" / "helpers").mkdir(parents=True)
+    (source / "build" / "lib" / "helpers" / "removed_module.py").write_text("")
+    (source / "helpers.egg-info").mkdir()
+    (source / "a.py").write_text("X = 1\n")
+    [copy, requirement] = _clean_copies([str(source), "numpy<2"], tmp_path / "copies")
+    assert requirement == "numpy<2"
+    assert sorted(p.name for p in Path(copy).iterdir()) == ["a.py"]

@@ -11,7 +11,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -75,6 +75,22 @@ def _run(command: list[str], log, **kwargs) -> None:
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
         raise PackEnvError(f"command failed ({result.returncode}): {' '.join(command)}\n{tail}")
+
+
+def _clean_copies(requirements: list[str], into: Path) -> list[str]:
+    """Local folders among ``requirements`` copied without build outputs (``build/``, ``*.egg-info``,
+    bytecode): pip builds a local project in place, and setuptools packs whatever an older build
+    left in its ``build/lib``, so an env would ship modules the source no longer has."""
+    copies = []
+    for index, entry in enumerate(requirements):
+        source = Path(entry)
+        if not source.is_dir():
+            copies.append(entry)
+            continue
+        target = into / f"{index}-{source.name}"
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.pyc"))
+        copies.append(str(target))
+    return copies
 
 
 def conda_plan(recipe: Recipe, version: str, prefix: Path, output: Path, env_file: Path) -> list[list[str]]:
@@ -155,6 +171,7 @@ def pack(
     prefix = work / "env"
     partial = output.with_name(output.name + ".partial.tar.gz")
     try:
+        recipe = replace(recipe, pip_no_deps=_clean_copies(recipe.pip_no_deps, work / "sources"))
         if tool == "conda":
             log(f"packing {recipe.path} for target {target} with conda + conda-pack (Python {version})")
             env_file = work / "environment.yml"
