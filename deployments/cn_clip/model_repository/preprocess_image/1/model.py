@@ -9,9 +9,8 @@ from cn_clip_transform import transform_image  # beside this file (the stub puts
 from triton_helpers.config import parameter
 from triton_helpers.errors import (
     DEFAULT_MAX_REQUEST_BYTES,
-    InputError,
     check_request_bytes,
-    input_error_response,
+    error_response,
     single_bytes_items,
 )
 from triton_helpers.images import open_image
@@ -45,11 +44,8 @@ class TritonPythonModel:
                     pixels.append(transform_image(image, self.image_size))
                 out = pb_utils.Tensor("PIXEL_VALUES", np.stack(pixels).astype(self.dtype, copy=False))
                 responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-            except InputError as exc:
-                responses.append(input_error_response(pb_utils, str(exc)))
-            except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
-                message = f"internal error: {type(exc).__name__}: {exc}"
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
+                responses.append(error_response(pb_utils, exc))
         return responses
 
     def finalize(self):

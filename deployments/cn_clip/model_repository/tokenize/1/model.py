@@ -7,7 +7,7 @@ import triton_python_backend_utils as pb_utils
 from cn_clip_tokenizer import CnClipTokenizer  # beside this file (the stub puts 1/ on sys.path)
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import InputError, input_error_response, utf8_texts
+from triton_helpers.errors import error_response, utf8_texts
 
 
 class TritonPythonModel:
@@ -37,11 +37,8 @@ class TritonPythonModel:
                 )
                 out = pb_utils.Tensor("INPUT_IDS", np.ascontiguousarray(ids, dtype=self.dtype))
                 responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-            except InputError as exc:
-                responses.append(input_error_response(pb_utils, str(exc)))
-            except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
-                message = f"internal error: {type(exc).__name__}: {exc}"
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
+                responses.append(error_response(pb_utils, exc))
         return responses
 
     def finalize(self):

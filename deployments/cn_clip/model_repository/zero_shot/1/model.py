@@ -12,7 +12,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import InputError, input_error_response, single_bytes_items
+from triton_helpers.errors import InputError, error_response, single_bytes_items
 
 TEXT_BATCH = 64  # text_embedding's max_batch_size
 
@@ -64,12 +64,8 @@ class TritonPythonModel:
     async def _respond(self, request):
         try:
             return await self._handle(request)
-        except InputError as exc:
-            return input_error_response(pb_utils, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
-            return pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(f"internal error: {type(exc).__name__}: {exc}")
-            )
+        except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
+            return error_response(pb_utils, exc)
 
     async def _handle(self, request):
         images = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES").as_numpy(), "IMAGE_BYTES")

@@ -7,6 +7,7 @@ import triton_python_backend_utils as pb_utils
 from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, pool
 
 from triton_helpers.config import parameter
+from triton_helpers.errors import error_response
 
 
 class TritonPythonModel:
@@ -29,9 +30,8 @@ class TritonPythonModel:
                 mask = pb_utils.get_input_tensor_by_name(request, "attention_mask").as_numpy()
                 vectors = np.ascontiguousarray(pool(hidden, mask, self.normalize), dtype=self.dtype)
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", vectors)]))
-            except Exception as exc:  # noqa: BLE001 - a bug: a 500 for this request, the others answered
-                message = f"internal error: {type(exc).__name__}: {exc}"
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
+                responses.append(error_response(pb_utils, exc))
         return responses
 
     def finalize(self):
