@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, local) -> int:
+    args.url, args.grpc_url = (u.removeprefix("http://").rstrip("/") if u else u for u in (args.url, args.grpc_url))
     for url in filter(None, (args.url, args.grpc_url)):
         if not args.allow_remote and not is_loopback(url):
             print(
