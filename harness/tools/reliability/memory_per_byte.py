@@ -549,11 +549,13 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
                         raise Aborted(f"RSS growth passed {args.abort_mib} MiB at {grower.mode} {len(made[0])} B")
                     if row["statuses"] == ["None"]:
                         raise Aborted(f"no answer ({row['error']}) at {grower.mode} {len(made[0])} B")
-                    slow = row["seconds_max"] > args.slow_s
+                    slow = row["seconds_max"] * (args.concurrency if concurrency == 1 else 1) > 2 * args.slow_s
                     if slow:
                         break
                 if slow:
-                    rows.append({"mode": grower.mode, "skipped": f"larger sizes: a request took > {args.slow_s} s"})
+                    rows.append(
+                        {"mode": grower.mode, "skipped": f"larger sizes: requests would take > {2 * args.slow_s} s"}
+                    )
                     break
         report["retained_mib"] = round((sampler.idle(args.idle)["total"] - baseline["total"]) / MIB, 1)
     except Aborted as exc:
@@ -588,6 +590,9 @@ def measure_deployment(deployment, args, budget_bytes: float, models: list[str] 
     server = None
     try:
         for model in [m for m in deployment.entry_models if not models or m in models]:
+            if server is not None and args.fresh_server:
+                server.stop()  # a server of its own: no memory held from an earlier model's requests
+                server = None
             if server is None or not server.is_running():
                 if server is not None:
                     server.stop()
@@ -658,10 +663,18 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--idle", type=float, default=0.3, help="idle seconds read before each request")
     parser.add_argument("--warmup", type=int, default=3, help="base requests before the baseline")
     parser.add_argument("--timeout", type=float, default=120.0, help="per request, s")
-    parser.add_argument("--slow-s", type=float, default=30.0, help="stop growing a way once a request takes longer")
+    parser.add_argument(
+        "--slow-s", type=float, default=30.0, help="stop growing a way once its requests at once would take 2x longer"
+    )
     parser.add_argument("--model-budget-s", type=float, default=180.0, help="seconds of growing per model")
     parser.add_argument("--max-in-flight-mib", type=float, default=1024.0, help="skip a level over this many MiB")
     parser.add_argument("--abort-mib", type=float, default=6144.0, help="kill tritonserver past this growth")
+    parser.add_argument(
+        "--shared-server",
+        dest="fresh_server",
+        action="store_false",
+        help="one server per deployment (default: a fresh server per model, no memory held from another model)",
+    )
     parser.add_argument("--max-bytes", type=int, default=None, help="grow no further (default: the gate's limit)")
     parser.add_argument("--min-bytes", type=int, default=1 << 20, help="smallest body counted in the ratio")
     parser.add_argument("--budget-fraction", type=float, default=0.5, help="share of machine memory for requests")
