@@ -6,11 +6,16 @@ throughput tests against a real server.
 
 from __future__ import annotations
 
+import http.client
+import json
+
 import pytest
 
 from harness.deployments import discover_with_errors
 from harness.measuring.bench import run_benchmark
+from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
 from harness.session import variant_key
+from harness.testing.standard_checks import KINDS, bad_requests
 
 DEPLOYMENTS, BROKEN = discover_with_errors()
 
@@ -67,3 +72,48 @@ def test_benchmark(server_pool, deployment, benchmark, request):
     for row in records:
         assert row["errors"] == 0, f"{benchmark.id} at concurrency {row['concurrency']}: {row['first_error']}"
         assert row["requests"] > 0, f"{benchmark.id} at concurrency {row['concurrency']}: no request completed"
+
+
+STANDARD = [
+    pytest.param(deployment, model, kind, id=f"{deployment.name}-{model}-{kind}")
+    for deployment in DEPLOYMENTS
+    for model in deployment.entry_models
+    for kind in KINDS
+]
+
+
+@pytest.mark.parametrize(("deployment", "model", "kind"), STANDARD)
+def test_standard_bad_input(server_pool, deployment, model, kind, request):
+    """Empty, undecodable and oversized requests to every entry model (harness.testing.standard_checks):
+    a 4xx that says what is wrong (``empty`` may also be answered), never a 5xx; the server stays ready."""
+    ctx = _context(server_pool, deployment, request)
+    with ctx.http_client() as client:
+        config = client.get_model_config(model)
+    cases = {case.kind: case for case in bad_requests(config)}
+    if kind not in cases:
+        pytest.skip(f"{model} has no input that can be {kind}")
+    case = cases[kind]
+    host, port = ctx.server.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        connection.putrequest("POST", f"/v2/models/{model}/infer")
+        if case.body is None:
+            if not getattr(ctx.server, "gate", False):
+                pytest.skip("no front gate in front of this server: nothing bounds the body")
+            policy = ctx.server.options.gate_policy or {}
+            limit = body_limit(config, DEFAULT_MAX_BODY, policy.get("max_body_bytes", {}).get(model))
+            connection.putheader("Content-Length", str(limit + 1))
+            connection.endheaders(b"{")
+        else:
+            connection.putheader("Content-Length", str(len(case.body)))
+            if case.header_length is not None:
+                connection.putheader("Inference-Header-Content-Length", str(case.header_length))
+            connection.endheaders(case.body)
+        response = connection.getresponse()
+        status, text = response.status, response.read().decode(errors="replace")
+    finally:
+        connection.close()
+    assert status in case.statuses, f"{model} {kind}: HTTP {status} {text[:300]}"
+    if status != 200:
+        assert json.loads(text).get("error"), f"{model} {kind}: no error message in {text[:300]}"
+    ctx.assert_healthy()
