@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from triton_helpers import classification as cls
-from triton_helpers.images import open_image
+from triton_helpers.errors import InputError
+from triton_helpers.images import open_checked, open_image
 
 
 def _photo(width, height, mode="RGB", fmt="JPEG", orientation=None) -> bytes:
@@ -76,20 +76,13 @@ def test_reduced_decode_applies_exif_and_leaves_other_formats_alone():
     np.testing.assert_array_equal(np.asarray(open_image(png, min_shorter_side=256)), _pil_reference(png))
 
 
-def test_reduced_decode_is_close_to_the_full_decode_after_the_transform():
-    data = _photo(1600, 1200)
-    transform = cls.ImageTransform.efficientnet_lite()
-    full = transform(open_image(data))
-    reduced = transform(open_image(data, min_shorter_side=cls.decode_min_side("reduced", transform)))
-    assert full.shape == reduced.shape == (3, 224, 224)
-    assert not np.array_equal(full, reduced)  # it does change pixels: hence a config choice
-    assert np.abs(full - reduced).mean() < 0.02  # about 1.3 levels of 255 on a smooth image
-
-
-def test_decode_modes():
-    transform = cls.ImageTransform.torchvision_imagenet()
-    assert cls.decode_min_side(None, transform) is None and cls.decode_min_side("full", transform) is None
-    assert cls.decode_min_side("reduced", transform) == 256
-    assert cls.decode_min_side("reduced", cls.ImageTransform.efficientnet_lite()) == 256
-    with pytest.raises(ValueError, match="decode"):
-        cls.decode_min_side("fast", transform)
+def test_open_checked_reads_the_header_only_and_names_the_limit():
+    """The check a model that decodes with another library (OpenCV) runs first: nothing decoded."""
+    header = open_checked(_photo(1200, 800), max_pixels=1_000_000)
+    assert header.size == (1200, 800) and header.format == "JPEG"
+    with pytest.raises(InputError, match=r"over the limit of 900000 \(max_pixels\)"):
+        open_checked(_photo(1200, 800), max_pixels=900_000)
+    with pytest.raises(InputError, match=r"over the limit of 100 \(max_bytes\)"):
+        open_checked(_photo(64, 64), max_bytes=100)
+    with pytest.raises(InputError, match="not a known image format"):
+        open_checked(b"plain text, not an image")
