@@ -142,15 +142,9 @@ def gated_report(tmp_path_factory):
     return {klass: [o for o in outcomes if o["class"] == klass] for klass in CLASSES}
 
 
-GATE_FIX_PENDING = pytest.mark.xfail(strict=False, reason="gate fix pending")
-
-
 @pytest.mark.server
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(
-    "klass",
-    [pytest.param(k, marks=GATE_FIX_PENDING) if k in ("duplicate_keys", "repeated_header") else k for k in CLASSES],
-)
+@pytest.mark.parametrize("klass", CLASSES)
 def test_the_gated_server_refuses_every_class_cleanly(gated_report, klass):
     outcomes = gated_report[klass]
     assert outcomes, f"no case of {klass} ran"

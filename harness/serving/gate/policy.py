@@ -5,9 +5,9 @@ the manifest's entry models and ``[gate]`` table) and handed to the gate whereve
 in the local gate's start-up file, as ``--policy-file`` to ``python -m harness.serving.gate serve``
 (the CPU image, Compose replicas, Kubernetes pods). ::
 
-    {"public": ["image_embedding", "image_encoder"],        # every other model is internal
-     "max_body_bytes": {"image_embedding": 33554432},       # else computed from the config
-     "max_dims": {"yolo11_detector": {"images": [3, 1280, 1280]}}}   # batch dim excluded
+    {"public": ["classify", "classifier"],                  # every other model is internal
+     "max_body_bytes": {"classify": 33554432},              # else computed from the config
+     "max_dims": {"classifier": {"images": [3, 1280, 1280]}}}   # batch dim excluded
 
 Without a policy (``None``, or ``"public"`` absent) every model is public and the limits are the
 ones computed from each config (``validate.body_limit``).
