@@ -93,7 +93,10 @@ LAYERS = [
         ),
     ),
     ("serving", ("harness.serving",)),
-    ("deployments", ("harness.deployments", "harness.context", "harness.session", "harness.packed_serving")),
+    (
+        "deployments",
+        ("harness.deployments", "harness.context", "harness.session", "harness.packed_serving", "harness.new"),
+    ),
     ("measuring", ("harness.measuring", "harness.testing")),
     ("tools", ("harness.tools",)),
     ("results", ("harness.measuring.matrix", "harness.__main__", "harness.conftest")),
@@ -119,3 +122,17 @@ def test_every_import_points_down_the_layers():
         if layer_of(target) > layer_of(module)
     ]
     assert upward == []
+
+
+def test_the_gate_imports_nothing_else_of_the_harness():
+    """The CPU image copies harness/serving/gate/*.py alone (images/cpu/build.sh): the gate may import
+    only its own package (and the two ``__init__`` modules above it)."""
+    allowed = {"harness", "harness.serving"}
+    outside = {
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith("harness.serving.gate")
+        for target in targets
+        if not target.startswith("harness.serving.gate") and target not in allowed
+    }
+    assert outside == set()

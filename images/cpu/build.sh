@@ -16,7 +16,8 @@ TRITON_VERSION=2.51.0            # the server inside nvidia-pytriton 0.7.0 (requ
 CA=/etc/ssl/certs/ca-certificates.crt
 ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
 # The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
-GATE_FILES=(__init__.py __main__.py server.py serve.py validate.py grpc_proxy.py http_front.py stub_watch.py isolation.py)
+# Every module of the package (it imports nothing else of the harness; test_layers keeps it so).
+mapfile -t GATE_FILES < <(cd "$ROOT/harness/serving/gate" && ls -- *.py | sort)
 
 # shellcheck source=../debian-base.sh
 . "$HERE/../debian-base.sh"
