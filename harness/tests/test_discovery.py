@@ -43,7 +43,8 @@ def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path
     """What a user does: copy a folder, keep the models they want, edit the manifest, run."""
     get_deployment("embedding_cpu").export()
     target = _copy_as(tmp_path, "my_embedding")
-    keep = {"embedding_onnx", "embedding_onnx_text"}
+    # the ensemble and its steps stay: the manifest's [scaleout] names it
+    keep = {"embedding_onnx", "embedding_onnx_text", "embedding_onnx_text_ensemble", "tokenize", "pool_embedding"}
     for model in (target / "model_repository").iterdir():
         if model.name not in keep:
             shutil.rmtree(model)
@@ -51,7 +52,9 @@ def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path
     text = manifest.read_text()
     start = text.index("entry_models = [")
     manifest.write_text(
-        text[:start] + 'entry_models = ["embedding_onnx_text", "embedding_onnx"]' + text[text.index("]", start) + 1 :]
+        text[:start]
+        + 'entry_models = ["embedding_onnx_text", "embedding_onnx", "embedding_onnx_text_ensemble"]'
+        + text[text.index("]", start) + 1 :]
     )
     copies = discover(tmp_path)
     assert [d.name for d in copies] == ["my_embedding"]
