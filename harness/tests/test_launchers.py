@@ -24,6 +24,7 @@ from harness.serving.launchers import (
     create_server,
 )
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
+from harness.serving.packenv.recipe import stub_python_of
 from harness.tests.repositories import make_repository, ready_server
 
 
@@ -219,7 +220,7 @@ def test_npu_target_of_a_manifest_reaches_the_container_spec():
     assert [d.split(":")[0] for d in spec["devices"]][: len(table.device_ids)] == [
         f"/dev/davinci{i}" for i in table.device_ids
     ]
-    assert server.profile.stub_python == table.stub_python == "3.10"
+    assert server.profile.stub_python == stub_python_of("npu")  # the one table of stub Pythons
     assert "--allow-grpc=false" in spec["command"]
     assert spec["volumes"][str(deployment.model_repository)] == {"bind": "/models", "mode": "ro"}
 

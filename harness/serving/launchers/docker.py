@@ -8,7 +8,7 @@ Images and what they carry:
   (``org.triton-harness.*``) say the stub's Python, the pack target of its envs and which
   implementation serves each backend; the launcher reads them.
 - ``gpu`` target, or an ``nvcr.io/nvidia/tritonserver`` image: NGC (Python 3.12 stub, native backends).
-- ``npu`` target: the Ascend CANN image with ``npu_ge`` (HTTP only, Python 3.10 stub, device nodes).
+- ``npu`` target: the Ascend CANN image with ``npu_ge`` (HTTP only, its own stub Python, device nodes).
 
 Python-backend models get their packages as in production: the deployment's packed env
 (``options.python_env``, see ``docker_envs``) is put beside a generated copy of the

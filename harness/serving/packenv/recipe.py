@@ -27,10 +27,10 @@ ENV_REFERENCE = ENV_PLACEHOLDER + "/../../" + ENVS_DIR + "/{file}"
 #: running the harness (its stub is used by the local launcher).
 TARGETS = {
     "cpu": ("local tritonserver from the nvidia-pytriton wheel (stub of the harness's Python)", "local"),
-    "gpu": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
-    "ngc": ("NGC tritonserver image (Python 3.12 stub)", "3.12"),
-    "npu": ("Ascend npu_ge tritonserver image (Python 3.10 stub)", "3.10"),
-    "cpu-image": ("the project's CPU tritonserver image (images/cpu, `make image`: Debian Python 3.11 stub)", "3.11"),
+    "gpu": ("NGC tritonserver image (Ubuntu 24.04's Python)", "3.12"),
+    "ngc": ("NGC tritonserver image (Ubuntu 24.04's Python)", "3.12"),
+    "npu": ("Ascend npu_ge tritonserver image (CANN 8.3's Python)", "3.10"),
+    "cpu-image": ("the project's CPU tritonserver image (images/cpu, `make image`: Debian's Python)", "3.11"),
 }
 
 
