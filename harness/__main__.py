@@ -3,6 +3,7 @@ the harness's other tools (matrix, soak, faults, ...) are subcommands of the sam
 
     python -m harness serve <deployment>            # export what is missing, serve until Ctrl-C
     python -m harness bench <deployment> --duration 5
+    python -m harness new my_model --from <deployment>   # your own copy (docs/adding-a-deployment.md)
 """
 
 from __future__ import annotations
@@ -189,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     packed_serving.add_arguments(pack_env)
     pack_env.set_defaults(func=packed_serving.pack_command)
+
+    from harness import new
+
+    new_parser = sub.add_parser("new", help="copy a deployment as the template of a new one (NAME --from DEPLOYMENT)")
+    new.add_arguments(new_parser)
+    new_parser.set_defaults(func=new.new_command)
 
     for name, (module, summary) in TOOLS.items():
         sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")

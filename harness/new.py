@@ -1,0 +1,249 @@
+"""``python -m harness new NAME --from DEPLOYMENT``: copy a deployment as a template under a new name.
+
+The copy owns every name that would clash with its original's when both are installed or
+collected at once, and nothing else changes:
+
+- the manifest's ``name`` (and the conda env name of ``environment.yml``);
+- the deployment's own packages, any ``<old>_*`` folder with a ``pyproject.toml`` (folder,
+  imports and distribution name become ``<new>_*``), installed with ``pip install --no-deps -e``
+  into the running interpreter's environment, as ``make install`` does for the originals;
+- its test modules ``tests/test_<old>*.py`` (pytest needs unique basenames);
+- paths and commands that name the deployment (``deployments/<old>/``, ``DEPLOYMENT=<old>``,
+  ``python -m harness <command> <old>``, ``-k <old>``, ``get_deployment("<old>")``).
+
+Model and tensor names stay: each deployment is its own server. Exported model files (files of
+1 MiB or more) are hard links where the file system allows, so the copy does not re-export;
+a file linked so must be replaced (``rm`` it, then write the new one), never written into.
+Packed envs (``envs/``), ``__pycache__``, ``*.egg-info`` and ``build/`` are not copied.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import keyword
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.deployments import MANIFEST, Deployment, ManifestError, deployments_root, get_deployment, load_deployment
+
+__all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
+
+SKIPPED_DIRS = frozenset({"envs", "__pycache__", "build", ".pytest_cache"})
+#: Files this large (exported models, weights) are linked, not copied; every tracked file is smaller.
+LINK_MIN_BYTES = 1 << 20
+_WORD = r"[A-Za-z0-9_]"
+
+
+@dataclass
+class NewDeployment:
+    """What :func:`copy_deployment` made."""
+
+    deployment: Deployment
+    source: Deployment
+    renamed: dict[str, str]
+    packages: list[Path] = field(default_factory=list)
+    linked: list[Path] = field(default_factory=list)
+
+
+def _skipped(path: Path) -> bool:
+    return path.name in SKIPPED_DIRS or path.name.endswith(".egg-info")
+
+
+def _distribution_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def owned_names(source: Path, old: str, new: str) -> dict[str, str]:
+    """``{old name: new name}`` of what the copy must own: its packages' import and distribution
+    names and its test modules' names."""
+    names = {}
+    for pyproject in sorted(source.glob(f"{old}_*/pyproject.toml")):
+        package = pyproject.parent.name
+        names[package] = new + package[len(old) :]
+        distribution = tomllib.loads(pyproject.read_text()).get("project", {}).get("name")
+        if distribution and _distribution_name(distribution).startswith(_distribution_name(old) + "-"):
+            names[distribution] = _distribution_name(new) + _distribution_name(distribution)[len(old) :]
+    for test in sorted(source.rglob(f"test_{old}*.py")):
+        if not any(_skipped(p) for p in test.relative_to(source).parents):
+            names[test.stem] = f"test_{new}" + test.stem[len(f"test_{old}") :]
+    return names
+
+
+def _rewrite_rules(old: str, new: str, names: dict[str, str]) -> list[tuple[re.Pattern, str]]:
+    """(pattern, replacement) pairs applied to every copied text file and to each path part."""
+    rules = [(re.compile(rf"(?<!{_WORD}){re.escape(a)}(?!{_WORD})"), b) for a, b in names.items()]
+    named = re.escape(old)
+    for context in (
+        r"deployments/",
+        r"DEPLOYMENT=",
+        r"-k ",
+        r"python -m harness [a-z][a-z-]* (?:--[a-z-]+ )*",
+        r"get_deployment\([\"']",
+    ):
+        rules.append((re.compile(rf"(?<!{_WORD})({context}){named}(?!{_WORD})"), rf"\g<1>{new}"))
+    return rules
+
+
+def _rewrite(text: str, rules) -> str:
+    for pattern, replacement in rules:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _text(path: Path) -> str | None:
+    """The file's text when it is a small UTF-8 text file, else None."""
+    if path.stat().st_size >= LINK_MIN_BYTES:
+        return None
+    data = path.read_bytes()
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _link_or_copy(source: Path, target: Path, link: bool) -> bool:
+    """Hard-link ``source`` at ``target`` (True), or copy it where linking is refused."""
+    if link:
+        try:
+            os.link(source, target)
+            return True
+        except OSError:
+            pass
+    shutil.copy2(source, target)
+    return False
+
+
+def check_name(name: str) -> None:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(
+            f"{name!r} is not a valid deployment name: use a Python identifier (letters, digits, _), "
+            "e.g. my_model; it names the folder and the deployment's own package"
+        )
+
+
+def copy_deployment(
+    name: str,
+    source: str,
+    root: Path | None = None,
+    link_models: bool = True,
+) -> NewDeployment:
+    """Copy deployment ``source`` to ``<root>/<name>`` (root: the deployments root) under ``name``."""
+    check_name(name)
+    original = get_deployment(source)
+    root = deployments_root(root)
+    target = root / name
+    if target.exists():
+        raise ValueError(f"{target} already exists: pick another NAME or remove that folder")
+    old = original.name
+    names = owned_names(original.path, old, name)
+    taken = [n for n in names.values() if "-" not in n and not n.startswith("test_") and importlib.util.find_spec(n)]
+    if taken:
+        raise ValueError(
+            f"a package {', '.join(taken)} is already importable here (an earlier copy?): "
+            f"pick another NAME or `pip uninstall` it"
+        )
+    rules = _rewrite_rules(old, name, names)
+    linked = []
+    staging = root / f".{name}.partial"
+    if staging.exists():
+        shutil.rmtree(staging)
+    try:
+        for folder, dirs, files in os.walk(original.path):
+            here = Path(folder)
+            dirs[:] = sorted(d for d in dirs if not _skipped(here / d))
+            relative = here.relative_to(original.path)
+            into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
+            into.mkdir(parents=True, exist_ok=True)
+            for file_name in sorted(files):
+                path = here / file_name
+                destination = into / _rewrite(file_name, rules)
+                if path.is_symlink():
+                    os.symlink(os.readlink(path), destination)
+                    continue
+                text = _text(path)
+                if text is None:
+                    if _link_or_copy(path, destination, link_models and path.stat().st_size >= LINK_MIN_BYTES):
+                        linked.append(destination.relative_to(staging))
+                    continue
+                rewritten = _rewrite(text, rules)
+                if path.name == MANIFEST and relative == Path("."):
+                    rewritten, count = re.subn(
+                        rf'^name\s*=\s*"{re.escape(old)}"', f'name = "{name}"', rewritten, count=1, flags=re.M
+                    )
+                    if not count:
+                        raise ManifestError(f"{path}: no top-level name = {old!r} line to rename")
+                if path.name == "environment.yml" and relative == Path("."):
+                    rewritten = re.sub(rf"^name:\s*{re.escape(old)}\s*$", f"name: {name}", rewritten, flags=re.M)
+                if rewritten == text:
+                    shutil.copy2(path, destination)
+                else:
+                    destination.write_text(rewritten)
+                    shutil.copystat(path, destination)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return NewDeployment(
+        deployment=load_deployment(target),
+        source=original,
+        renamed=names,
+        packages=[target / names[p.parent.name] for p in sorted(original.path.glob(f"{old}_*/pyproject.toml"))],
+        linked=[target / p for p in linked],
+    )
+
+
+def install_packages(packages: list[Path], python: str | None = None) -> None:
+    """``pip install --no-deps -e`` each package into ``python``'s environment (the running one);
+    with the interpreter's setuptools when it has one, so no index is needed."""
+    if not packages:
+        return
+    python = python or sys.executable
+    command = [python, "-m", "pip", "install", "--quiet", "--no-deps"]
+    if importlib.util.find_spec("setuptools") is not None:
+        command.append("--no-build-isolation")
+    for package in packages:
+        command += ["-e", str(package)]
+    subprocess.run(command, check=True)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("name", help="the new deployment's name (a Python identifier, e.g. my_model)")
+    parser.add_argument("--from", dest="source", required=True, metavar="DEPLOYMENT", help="the deployment to copy")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="deployments folder to create it in (default: $HARNESS_DEPLOYMENTS_DIR or ./deployments)",
+    )
+    parser.add_argument(
+        "--no-install", action="store_true", help="do not pip-install the copy's own packages (editable)"
+    )
+    parser.add_argument(
+        "--copy-models", action="store_true", help="copy exported model files instead of hard-linking them"
+    )
+
+
+def new_command(args) -> int:
+    made = copy_deployment(args.name, args.source, root=args.root, link_models=not args.copy_models)
+    copy = made.deployment
+    print(f"{copy.name}: copied from {made.source.name} into {copy.path}")
+    for old, new in made.renamed.items():
+        print(f"  renamed {old} -> {new}")
+    if made.linked:
+        print(
+            f"  {len(made.linked)} model file(s) hard-linked to {made.source.name}'s: replace one with "
+            "`rm` then a new file, never write into it (`harness export --force` would)"
+        )
+    if made.packages and not args.no_install:
+        install_packages(made.packages)
+        print(f"  installed (editable) into {sys.prefix}: {', '.join(p.name for p in made.packages)}")
+    print(f"next: pytest harness/ -k {copy.name}   (docs/adding-a-deployment.md)")
+    return 0
