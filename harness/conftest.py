@@ -7,7 +7,7 @@ import os
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.serving.launchers import MODES
+from harness.serving.launchers import MODES, default_mode
 from harness.session import ServerPool
 from harness.testing import markers
 from harness.testing import outcomes as pytest_outcomes
@@ -22,7 +22,7 @@ def pytest_addoption(parser):
         "--mode",
         dest="server_mode",
         choices=MODES,
-        default=os.environ.get("TRITON_SERVER_MODE", "local"),
+        default=default_mode(),
         help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)",
     )
     group.addoption(

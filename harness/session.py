@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment, discover, get_deployment
-from harness.serving.launchers import ServerStartError, create_server
+from harness.serving.launchers import ServerStartError, create_server, default_mode
 from harness.variants import describe, variant_repository
 
 
@@ -55,7 +54,7 @@ class ServerPool:
         if key in self._failures:
             raise ServerStartError(f"{key}: its server failed to start earlier in this session:\n{self._failures[key]}")
         if key not in self._contexts:
-            if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) in ("local", "docker"):
+            if (self.mode or default_mode()) in ("local", "docker"):
                 try:
                     deployment.export()
                 except Exception as exc:
@@ -72,7 +71,7 @@ class ServerPool:
                 options.model_repository = str(repository)
                 if models:
                     options.required_models = [m for m in options.required_models if m in models]
-            if (self.mode or os.environ.get("TRITON_SERVER_MODE", "local")) == "docker":
+            if (self.mode or default_mode()) == "docker":
                 from harness.serving.launchers.docker_envs import attach_packed_env
 
                 try:

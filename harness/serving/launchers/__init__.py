@@ -12,11 +12,16 @@ from harness.serving.launchers.local import LocalTritonServer
 MODES = ("local", "docker", "external")
 
 
+def default_mode() -> str:
+    """The server mode when none is asked for: ``$TRITON_SERVER_MODE``, else ``local`` (the one place)."""
+    return os.environ.get("TRITON_SERVER_MODE") or "local"
+
+
 def create_server(
     mode: str | None, options: ServerOptions, url: str | None = None, grpc_url: str | None = None
 ) -> TritonServer:
     """A server of the given mode (default: $TRITON_SERVER_MODE, else ``local``)."""
-    mode = mode or os.environ.get("TRITON_SERVER_MODE", "local")
+    mode = mode or default_mode()
     if mode == "local":
         return LocalTritonServer(options)
     if mode == "docker":
@@ -31,6 +36,7 @@ def create_server(
 
 __all__ = [
     "MODES",
+    "default_mode",
     "ServerOptions",
     "ServerStartError",
     "TritonServer",
