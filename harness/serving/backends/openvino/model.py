@@ -1,0 +1,336 @@
+"""A Python-based ``openvino`` backend for the pip-installed tritonserver.
+
+The local launcher places this file at ``<backend-dir>/openvino/model.py``: a ``config.pbtxt`` with
+``backend: "openvino"`` then runs here unchanged, and does the same on the native openvino_backend
+of NGC's images. It reads the native backend's keys (its README), with their semantics:
+
+- ``default_model_filename``: the file in the version folder; default ``model.xml`` (IR), as the
+  native backend; ``model.onnx`` is read directly.
+- parameters ``PERFORMANCE_HINT`` (LATENCY / THROUGHPUT / CUMULATIVE_THROUGHPUT), ``NUM_STREAMS``
+  (AUTO / NUMA / n), ``INFERENCE_NUM_THREADS``, ``COMPILATION_NUM_THREADS``, ``HINT_BF16`` (YES),
+  ``CPU_EXTENSION_PATH``, ``TARGET_DEVICE`` (default CPU), ``RESHAPE_IO_LAYERS``,
+  ``SKIP_OV_DYNAMIC_BATCHSIZE``, ``ENABLE_BATCH_PADDING`` (YES); other keys are ignored, as there.
+- precision: the native backend has no key for FP32, so on a CPU with BF16 (AVX512-BF16, AMX)
+  OpenVINO's default runs BF16; so does this backend. ``INFERENCE_PRECISION_HINT`` (f32 / bf16 /
+  f16) is OURS ONLY: the native backend ignores it (and then runs its default precision).
+- batching (``max_batch_size`` > 0): as the native backend, the model is compiled for a batch of
+  exactly ``max_batch_size`` (``ov::set_batch``); an execution whose requests hold fewer rows fails,
+  unless ``ENABLE_BATCH_PADDING`` is YES: then zero rows pad it to ``max_batch_size`` (the cost of
+  a full batch, as there). A dynamically batched set of requests runs as ONE infer call
+  (concatenate, pad, run, split); requests whose non-batch shapes differ run apart; a failed batched
+  run runs again one request at a time, so a bad request fails alone. Dynamic shapes: the model's own
+  dynamic dimensions (``max_batch_size: 0`` with ``-1`` dims for the batch), or the config's ``-1``
+  dims with ``RESHAPE_IO_LAYERS``.
+
+Unlike the native backend (one compiled model shared by all instances of a model, one infer request
+each), each instance here is its own stub process with its own compiled model and thread pool.
+"""
+
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+import openvino as ov
+import triton_python_backend_utils as pb_utils
+
+ENGINE_VERSION = ov.__version__.split("-")[0]
+IMPLEMENTATION = f"harness-python-openvino/{ENGINE_VERSION}"
+
+#: The native backend's device keys, in the order it sets them on the core.
+DEVICE_KEYS = ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS", "HINT_BF16", "NUM_STREAMS", "PERFORMANCE_HINT")
+MODEL_KEYS = (
+    "CPU_EXTENSION_PATH",
+    "SKIP_OV_DYNAMIC_BATCHSIZE",
+    "ENABLE_BATCH_PADDING",
+    "RESHAPE_IO_LAYERS",
+    "TARGET_DEVICE",
+)
+#: Ours only (the native backend ignores it): an explicit inference precision.
+OUR_KEYS = ("INFERENCE_PRECISION_HINT",)
+PRECISIONS = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
+
+CONFIG_TYPES = {
+    "TYPE_BOOL": ov.Type.boolean,
+    "TYPE_UINT8": ov.Type.u8,
+    "TYPE_UINT16": ov.Type.u16,
+    "TYPE_UINT32": ov.Type.u32,
+    "TYPE_UINT64": ov.Type.u64,
+    "TYPE_INT8": ov.Type.i8,
+    "TYPE_INT16": ov.Type.i16,
+    "TYPE_INT32": ov.Type.i32,
+    "TYPE_INT64": ov.Type.i64,
+    "TYPE_FP16": ov.Type.f16,
+    "TYPE_FP32": ov.Type.f32,
+    "TYPE_FP64": ov.Type.f64,
+    "TYPE_BF16": ov.Type.bf16,
+}
+
+
+class ConfigError(ValueError):
+    """A parameter value the native backend refuses too (it fails the model load)."""
+
+
+def parameter(config, key):
+    """The string value of parameter ``key`` ('' when absent), as the native backend reads it."""
+    return str(config.get("parameters", {}).get(key, {}).get("string_value", "")).strip()
+
+
+def is_yes(config, key):
+    return parameter(config, key).lower() == "yes"
+
+
+def device_properties(config):
+    """``{OpenVINO property: value}`` for the device, from the native keys (and ours), validated
+    as the native backend validates them (lower-cased values)."""
+    properties = {}
+    for key in DEVICE_KEYS + OUR_KEYS:
+        value = parameter(config, key).lower()
+        if not value:
+            continue
+        if key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
+            if not value.isdigit():
+                raise ConfigError(f"expected the parameter '{key}' to be a non-negative number, got {value}")
+            properties[key] = int(value)
+        elif key == "HINT_BF16":
+            if value != "yes":
+                raise ConfigError(f"expected the parameter '{key}' to be YES, got {value}")
+            properties["INFERENCE_PRECISION_HINT"] = "bf16"
+        elif key == "NUM_STREAMS":
+            if value in ("auto", "numa"):
+                properties[key] = value.upper()
+            elif value.isdigit():
+                properties[key] = int(value)
+            else:
+                raise ConfigError(f"expected the parameter '{key}' to be either AUTO/NUMA/<int_value>, got {value}")
+        elif key == "PERFORMANCE_HINT":
+            if value not in ("latency", "throughput", "cumulative_throughput"):
+                raise ConfigError(
+                    f"expected the parameter '{key}' to be LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got {value}"
+                )
+            properties[key] = value.upper()
+        elif key == "INFERENCE_PRECISION_HINT":
+            if value not in PRECISIONS:
+                raise ConfigError(f"expected the parameter '{key}' (ours) to be f32/bf16/f16, got {value}")
+            properties[key] = PRECISIONS[value]
+    return properties
+
+
+def ignored_keys(config):
+    """Parameters neither backend reads (e.g. onnxruntime's, kept by a config variant)."""
+    known = set(DEVICE_KEYS + MODEL_KEYS + OUR_KEYS)
+    return sorted(k for k in config.get("parameters", {}) if k not in known)
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The instruction-set extensions that decide OpenVINO's kernels and default precision."""
+    try:
+        with open(path) as f:
+            line = next((l for l in f if l.startswith("flags")), "")
+    except OSError:
+        return []
+    flags = set(line.split(":", 1)[-1].split())
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_fp16")
+    return [f for f in wanted if f in flags]
+
+
+def plan_runs(arrays, batching):
+    """Which requests share one infer call: with batching, those whose non-batch input shapes agree
+    (concatenated on axis 0, in arrival order); without batching, every request runs alone."""
+    if not batching:
+        return [[index] for index in range(len(arrays))]
+    groups = defaultdict(list)
+    for index, tensors in enumerate(arrays):
+        groups[tuple((n, a.shape[1:]) for n, a in sorted(tensors.items()))].append(index)
+    return list(groups.values())
+
+
+class RunError(str):
+    """A request's error message, and whether its input caused it (INVALID_ARG, HTTP 400)."""
+
+    input_fault = False
+
+
+#: OpenVINO failures that a request's own tensors cause (a shape the compiled model refuses).
+INPUT_FAULTS = ("shape", "size is not equal", "dimension", "out of bounds", "Batch of")
+
+
+def run_error(exc, input_fault=None):
+    error = RunError(
+        f"openvino backend: {exc}" if isinstance(exc, str) else f"openvino backend: {type(exc).__name__}: {exc}"
+    )
+    error.input_fault = input_fault if input_fault is not None else any(m in str(exc) for m in INPUT_FAULTS)
+    return error
+
+
+def fit_batch(feed, rows, max_batch_size, pad):
+    """``feed`` with exactly ``max_batch_size`` rows (zero rows appended when ``pad``), as the native
+    backend's fixed batch requires; a ``RunError`` when it cannot be."""
+    if rows == max_batch_size:
+        return feed
+    if not pad or rows > max_batch_size:
+        return run_error(
+            f"expected requests with batch size '{max_batch_size}', got '{rows}'... this error can be "
+            "avoided by setting 'ENABLE_BATCH_PADDING' parameter in model configuration to 'YES' at a "
+            "performance cost.",
+            input_fault=True,
+        )
+    return {n: np.concatenate([a, np.zeros((max_batch_size - rows, *a.shape[1:]), a.dtype)]) for n, a in feed.items()}
+
+
+def run_requests(run, arrays, requested, max_batch_size=0, pad=False):
+    """Per request, ``{output name: array}`` of its own rows, or a ``RunError`` message.
+
+    ``run(feed)`` runs one infer call and returns ``{output name: array}``; ``arrays`` the input
+    arrays of each request; ``requested`` the output names each request asked for. With
+    ``max_batch_size`` > 0 a run holds exactly that many rows (padded with zero rows when ``pad``).
+    When a batched run fails, its requests run again one by one, so one bad request fails alone."""
+    results = [None] * len(arrays)
+    groups = plan_runs(arrays, max_batch_size > 0)
+    while groups:
+        indices = groups.pop(0)
+        sizes = [len(next(iter(arrays[i].values()))) for i in indices] if max_batch_size > 0 else None
+        if len(indices) > 1:
+            feed = {n: np.concatenate([arrays[i][n] for i in indices]) for n in arrays[indices[0]]}
+        else:
+            feed = arrays[indices[0]]
+        if max_batch_size > 0:
+            feed = fit_batch(feed, sum(sizes), max_batch_size, pad)
+            if isinstance(feed, RunError):
+                if len(indices) > 1:
+                    groups[:0] = [[i] for i in indices]
+                else:
+                    results[indices[0]] = feed
+                continue
+        try:
+            outputs = run(feed)
+        except Exception as exc:  # noqa: BLE001 - report per request, keep serving
+            if len(indices) > 1:
+                groups[:0] = [[i] for i in indices]
+            else:
+                results[indices[0]] = run_error(exc)
+            continue
+        offset = 0
+        for k, i in enumerate(indices):
+            rows = slice(offset, offset + sizes[k]) if sizes is not None else slice(None)
+            results[i] = {name: outputs[name][rows] for name in requested[i]}
+            offset += sizes[k] if sizes is not None else 0
+    return results
+
+
+def prepare_model(model, config):
+    """The native backend's model preparation: element types and layout from the config, the
+    config's dims when ``RESHAPE_IO_LAYERS``, and the batch fixed to ``max_batch_size``."""
+    max_batch_size = int(config.get("max_batch_size", 0))
+    inputs = {i.get_any_name(): i for i in model.inputs}
+    if len(inputs) != len(config.get("input", [])):
+        raise ConfigError(f"configuration expects {len(config.get('input', []))} inputs, model provides {len(inputs)}")
+    outputs = {o.get_any_name() for o in model.outputs}
+    ppp = ov.preprocess.PrePostProcessor(model)
+    for io in config.get("input", []):
+        name = io["name"]
+        if name not in inputs:
+            raise ConfigError(f"config input '{name}' is not an input of the model (it has {sorted(inputs)})")
+        tensor = ppp.input(name).tensor()
+        tensor.set_element_type(CONFIG_TYPES[io["data_type"]])
+        if is_yes(config, "RESHAPE_IO_LAYERS"):
+            shape = inputs[name].get_partial_shape()
+            dims = [int(d) for d in io.get("reshape", {}).get("shape", io["dims"])]
+            for index, dim in enumerate(dims, start=1 if max_batch_size else 0):
+                shape[index] = ov.Dimension(dim) if dim > 0 else ov.Dimension()
+            tensor.set_shape(shape)
+        if max_batch_size:
+            tensor.set_layout(ov.Layout("N..."))
+    for io in config.get("output", []):
+        if io["name"] not in outputs:
+            raise ConfigError(f"config output '{io['name']}' is not an output of the model (it has {sorted(outputs)})")
+        ppp.output(io["name"]).tensor().set_element_type(CONFIG_TYPES[io["data_type"]])
+    model = ppp.build()
+    if max_batch_size:
+        ov.set_batch(model, max_batch_size)
+    return model
+
+
+class TritonPythonModel:
+    """Serve one OpenVINO-readable file (IR or ONNX), batching requests into one infer call."""
+
+    def initialize(self, args):
+        """Read, prepare and compile the model with the config's properties."""
+        self.config = json.loads(args["model_config"])
+        name = self.config["name"]
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        filename = self.config.get("default_model_filename") or "model.xml"
+        path = os.path.join(version_dir, filename)
+        if not os.path.exists(path):
+            raise pb_utils.TritonModelException(f"openvino backend: unable to find '{path}' for model '{name}'")
+        device = parameter(self.config, "TARGET_DEVICE").upper() or "CPU"
+        core = ov.Core()
+        try:
+            if parameter(self.config, "CPU_EXTENSION_PATH"):
+                core.add_extension(parameter(self.config, "CPU_EXTENSION_PATH"))
+            properties = device_properties(self.config)
+            model = prepare_model(core.read_model(path), self.config)
+            if properties:
+                core.set_property(device, properties)
+            self.max_batch_size = int(self.config.get("max_batch_size", 0))
+            auto_batching = self.max_batch_size != 0 and not is_yes(self.config, "SKIP_OV_DYNAMIC_BATCHSIZE")
+            self.compiled = core.compile_model(model, device, {"ALLOW_AUTO_BATCHING": auto_batching})
+        except Exception as exc:  # noqa: BLE001 - a load failure names the model and the cause
+            raise pb_utils.TritonModelException(f"openvino backend: unable to load model '{name}': {exc}") from exc
+        self.request = self.compiled.create_infer_request()
+        self.pad = is_yes(self.config, "ENABLE_BATCH_PADDING")
+        self.input_names = [i["name"] for i in self.config["input"]]
+        self.output_dtypes = {o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in self.config["output"]}
+        self.ports = {n: self.compiled.output(n) for n in self.output_dtypes}
+        ran = {"INFERENCE_PRECISION_HINT": self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()}
+        ran["PERFORMANCE_HINT"] = self.compiled.get_property("PERFORMANCE_HINT")
+        ran.update({key: self.compiled.get_property(key) for key in ("NUM_STREAMS", "INFERENCE_NUM_THREADS")})
+        ignored = ignored_keys(self.config)
+        pb_utils.Logger.log_info(
+            f"{name}: served by {IMPLEMENTATION}, file {filename}, device {device}, "
+            f"precision={ran['INFERENCE_PRECISION_HINT']} "
+            f"PERFORMANCE_HINT={ran['PERFORMANCE_HINT']} NUM_STREAMS={ran['NUM_STREAMS']} "
+            f"INFERENCE_NUM_THREADS={ran['INFERENCE_NUM_THREADS']} "
+            f"batch={'fixed ' + str(self.max_batch_size) + (' padded' if self.pad else '') if self.max_batch_size else 'none'} "
+            f"cpu_flags={','.join(cpu_flags()) or 'none'}"
+            + (f" ignored_parameters={','.join(ignored)}" if ignored else "")
+        )
+
+    def _run(self, feed):
+        result = self.request.infer(feed)
+        return {n: np.array(result[port]) for n, port in self.ports.items()}
+
+    def execute(self, requests):
+        """Run the requests (a batched group as one infer call) and answer each with its own rows."""
+        arrays = [self._inputs(request) for request in requests]
+        requested = [self._requested_outputs(request) for request in requests]
+        responses = []
+        for result in run_requests(self._run, arrays, requested, self.max_batch_size, self.pad):
+            if isinstance(result, str):
+                code = pb_utils.TritonError.INVALID_ARG if getattr(result, "input_fault", False) else None
+                error = pb_utils.TritonError(result, code) if code is not None else pb_utils.TritonError(result)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            outputs = [
+                pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
+                for name, value in result.items()
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+
+    def _inputs(self, request):
+        tensors = {}
+        for name in self.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                tensors[name] = tensor.as_numpy()
+        return tensors
+
+    def _requested_outputs(self, request):
+        wanted = [n for n in request.requested_output_names() if n in self.output_dtypes]
+        return wanted or list(self.output_dtypes)
+
+    def finalize(self):
+        """Release the compiled model."""
+        self.request = None
+        self.compiled = None
