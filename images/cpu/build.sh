@@ -3,7 +3,7 @@
 #   1. a Debian bookworm minbase with python3.11 (mmdebstrap | docker import), tagged by its recipe;
 #   2. docker build of images/cpu/Dockerfile on it.
 # Skipped when an image of that name already carries the content hash of everything that goes
-# into it (this folder, the harness's onnxruntime backend, the CA bundle). FORCE=1 rebuilds.
+# into it (this folder, the harness's onnxruntime and openvino backends, the CA bundle). FORCE=1 rebuilds.
 #
 #   images/cpu/build.sh [IMAGE]      (make image [IMAGE=...])
 set -euo pipefail
@@ -15,6 +15,7 @@ INCLUDE=python3.11,python3.11-venv,libpython3.11
 TRITON_VERSION=2.51.0            # the server inside nvidia-pytriton 0.7.0 (requirements-no-deps.txt)
 CA=/etc/ssl/certs/ca-certificates.crt
 ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
+OV_BACKEND="$ROOT/harness/serving/backends/openvino/model.py"
 # The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
 # Every module of the package (it imports nothing else of the harness; test_layers keeps it so).
 mapfile -t GATE_FILES < <(cd "$ROOT/harness/serving/gate" && ls -- *.py | sort)
@@ -31,12 +32,15 @@ timeout 10 docker info >/dev/null 2>&1 || die "no Docker engine answers: start o
 ORT_VERSION=$(sed -n 's/^onnxruntime==\([^ ]*\).*/\1/p' "$HERE/requirements.txt")
 [ -n "$ORT_VERSION" ] || die "requirements.txt must pin onnxruntime==<version> (the image label names it)"
 ORT_IMPLEMENTATION="onnxruntime via harness Python backend (onnxruntime $ORT_VERSION)"
+OV_VERSION=$(sed -n 's/^openvino==\([^ ]*\).*/\1/p' "$HERE/requirements.txt")
+[ -n "$OV_VERSION" ] || die "requirements.txt must pin openvino==<version> (the image label names it)"
+OV_IMPLEMENTATION="openvino via harness Python backend (openvino $OV_VERSION)"
 
 BASE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
 BASE="triton-harness/debian-$SUITE-python3.11:$BASE_HASH"
-CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$CA";
+CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$OV_BACKEND" "$CA";
                  cat "$ROOT/harness/__init__.py" "$ROOT/harness/serving/__init__.py"; for f in "${GATE_FILES[@]}"; do cat "$ROOT/harness/serving/gate/$f"; done;
-                 echo "$BASE $TRITON_VERSION $ORT_IMPLEMENTATION") | sha256sum | cut -c1-16)
+                 echo "$BASE $TRITON_VERSION $ORT_IMPLEMENTATION $OV_IMPLEMENTATION") | sha256sum | cut -c1-16)
 
 current=$(docker image inspect "$IMAGE" --format '{{ index .Config.Labels "org.triton-harness.content-hash" }}' 2>/dev/null || true)
 if [ "$current" = "$CONTENT_HASH" ] && [ -z "${FORCE:-}" ]; then
@@ -55,6 +59,8 @@ cp "$HERE/Dockerfile" "$HERE/requirements.txt" "$HERE/requirements-no-deps.txt" 
 cp "$CA" "$CONTEXT/ca-certificates.crt"
 mkdir -p "$CONTEXT/onnxruntime"
 cp "$ORT_BACKEND" "$CONTEXT/onnxruntime/model.py"
+mkdir -p "$CONTEXT/openvino"
+cp "$OV_BACKEND" "$CONTEXT/openvino/model.py"
 mkdir -p "$CONTEXT/gate/serving/gate"
 cp "$ROOT/harness/__init__.py" "$CONTEXT/gate/__init__.py"
 cp "$ROOT/harness/serving/__init__.py" "$CONTEXT/gate/serving/__init__.py"
@@ -65,6 +71,7 @@ docker build --quiet --network host -t "$IMAGE" \
     --build-arg BASE="$BASE" \
     --build-arg TRITON_VERSION="$TRITON_VERSION" \
     --build-arg ONNXRUNTIME_IMPLEMENTATION="$ORT_IMPLEMENTATION" \
+    --build-arg OPENVINO_IMPLEMENTATION="$OV_IMPLEMENTATION" \
     --build-arg CONTENT_HASH="$CONTENT_HASH" \
     "$CONTEXT" >/dev/null
 say "docker build in $((SECONDS - t)) s"
@@ -72,7 +79,7 @@ say "docker build in $((SECONDS - t)) s"
 docker run --rm --network none "$IMAGE" bash -c \
     'set -e; missing=$(ldd "$(readlink -f "$(command -v tritonserver)")" /opt/tritonserver/backends/python/triton_python_backend_stub \
          /opt/tritonserver/backends/python/libtriton_python.so | grep "not found" || true); [ -z "$missing" ] || { echo "$missing"; exit 1; }
-     python -c "import numpy, onnxruntime, harness.serving.gate.server, harness.serving.gate.serve, harness.serving.gate.grpc_proxy"' \
-    || die "$IMAGE was built but does not run (tritonserver, the 3.11 stub's libraries, numpy/onnxruntime, or the gate)"
+     python -c "import numpy, onnxruntime, openvino, harness.serving.gate.server, harness.serving.gate.serve, harness.serving.gate.grpc_proxy"' \
+    || die "$IMAGE was built but does not run (tritonserver, the 3.11 stub's libraries, numpy/onnxruntime/openvino, or the gate)"
 size=$(docker image inspect "$IMAGE" --format '{{.Size}}')
 say "$IMAGE built in $((SECONDS - began)) s, $((size / 1000000)) MB"

@@ -57,7 +57,8 @@ def stub_for(python_version: str) -> Path:
 
 
 def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
-    """Lay out ``dest/python`` (backend + matching stub) and ``dest/onnxruntime/model.py``."""
+    """Lay out ``dest/python`` (backend + matching stub) and each harness backend's
+    ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: harness/serving/backends)."""
     python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     source = pytriton_root() / "backends" / "python"
     python_dir = dest / "python"
