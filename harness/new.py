@@ -67,8 +67,13 @@ def owned_names(source: Path, old: str, new: str) -> dict[str, str]:
         package = pyproject.parent.name
         names[package] = new + package[len(old) :]
         distribution = tomllib.loads(pyproject.read_text()).get("project", {}).get("name")
-        if distribution and _distribution_name(distribution).startswith(_distribution_name(old) + "-"):
-            names[distribution] = _distribution_name(new) + _distribution_name(distribution)[len(old) :]
+        if (
+            distribution
+            and distribution != package
+            and _distribution_name(distribution).startswith(_distribution_name(old) + "-")
+        ):
+            separator = "-" if "-" in distribution else "_"  # kept as the original spells it
+            names[distribution] = new.replace("_", separator) + distribution[len(old) :]
     for test in sorted(source.rglob(f"test_{old}*.py")):
         if not any(_skipped(p) for p in test.relative_to(source).parents):
             names[test.stem] = f"test_{new}" + test.stem[len(f"test_{old}") :]

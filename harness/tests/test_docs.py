@@ -16,7 +16,7 @@ from harness.__main__ import TOOLS
 DOCS = [PROJECT_ROOT / "README.md"] + sorted((PROJECT_ROOT / "docs").rglob("*.md"))
 TOP_LEVEL = ("deployments/", "harness/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
 PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
-HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", *TOOLS)
+HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", *TOOLS)
 
 
 def _code(text: str) -> list[str]:
@@ -32,7 +32,14 @@ def _make_targets() -> set[str]:
     return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile, flags=re.M))
 
 
+#: The copy that docs/adding-a-deployment.md's walk makes (`make new NAME=my_model`) and fills; a
+#: generated path like a git-ignored one (harness/tests/test_new.py follows the walk).
+MADE_BY_DOCS = ("deployments/my_model/",)
+
+
 def _ignored(relative: str) -> bool:
+    if relative.startswith(MADE_BY_DOCS):
+        return True
     done = subprocess.run(["git", "check-ignore", "-q", "--no-index", relative], cwd=PROJECT_ROOT, capture_output=True)
     return done.returncode == 0
 

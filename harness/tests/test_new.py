@@ -1,0 +1,211 @@
+"""``python -m harness new NAME --from DEPLOYMENT``: the copy owns its names and passes its checks.
+
+The server tests run ``pytest harness/ -k NAME`` on fresh copies, in a temporary project layout
+(``<tmp>/deployments/NAME`` beside links to this project's other top-level entries, so the
+copy's ``../../triton_helpers`` resolves as in the repository). The default suite follows
+docs/adding-a-deployment.md's walk: ``make new`` from ``DEFAULT_SOURCE``, the copy's checks as
+they are, then the copy serving its own ONNX file. ``HARNESS_NEW_ALL=1`` also copies and
+checks every deployment of this project (CI).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.__main__ import main
+from harness.deployments import discover, get_deployment
+from harness.new import LINK_MIN_BYTES, copy_deployment, install_packages
+
+#: The deployment the doc walk copies: one ONNX model to keep and three to drop.
+DEFAULT_SOURCE = "yolo11_ensemble"
+#: Parametrized from the project's own folder, never $HARNESS_DEPLOYMENTS_DIR: inside the nested
+#: run (which points there at the copy) these ids stay the originals' and `-k <copy>` skips them.
+SOURCES = [d.name for d in discover(PROJECT_ROOT / "deployments")]
+ALL = os.environ.get("HARNESS_NEW_ALL") == "1"
+
+
+def _project_layout(tmp_path: Path) -> Path:
+    """``tmp_path/deployments`` with this project's other top-level entries linked beside it."""
+    for entry in PROJECT_ROOT.iterdir():
+        if entry.name != "deployments" and not entry.name.startswith("."):
+            (tmp_path / entry.name).symlink_to(entry)
+    root = tmp_path / "deployments"
+    root.mkdir()
+    return root
+
+
+def _text_files(folder: Path):
+    for path in folder.rglob("*"):
+        if path.is_file() and path.stat().st_size < LINK_MIN_BYTES:
+            try:
+                yield path, path.read_text()
+            except UnicodeDecodeError:
+                continue
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_copy_owns_its_names_and_links_exported_files(tmp_path, source):
+    name = f"{source}_copy{os.getpid()}"
+    made = copy_deployment(name, source, root=tmp_path)
+    original, copy = made.source, made.deployment
+    assert copy.name == name and copy.path == (tmp_path / name).resolve()
+    assert copy.entry_models == original.entry_models, "model names are the public contract: unchanged"
+    packages = [p.parent.name for p in original.path.glob(f"{source}_*/pyproject.toml")]
+    assert [p.name for p in made.packages] == [name + p[len(source) :] for p in packages]
+    for package in made.packages:
+        assert (package / "pyproject.toml").is_file()
+    for path, text in _text_files(copy.path):
+        for package in packages:
+            assert not re.search(rf"(?<![\w]){package}(?![\w])", text), f"{path} still names {package}"
+        assert f"deployments/{source}/" not in text, f"{path} names the original's folder"
+    tests = {p.name for p in original.path.rglob("test_*.py")}
+    assert not tests & {p.name for p in copy.path.rglob("test_*.py")}, "pytest needs unique test basenames"
+    for skipped in ("envs", "__pycache__", "build"):
+        assert not list(copy.path.rglob(skipped)), f"{skipped} copied"
+    assert not list(copy.path.rglob("*.egg-info"))
+    for output in original.export_outputs():
+        if output.exists():
+            copied = copy.path / output.relative_to(original.path)
+            assert copied.exists(), f"{copied}: exported file not copied"
+            if output.stat().st_size >= LINK_MIN_BYTES:
+                assert copied.stat().st_ino == output.stat().st_ino, f"{copied} is not a hard link"
+    assert not copy.missing_exports(), "the copy has what it serves: no export needed"
+
+
+def test_refusals_name_what_is_wrong(tmp_path, capsys):
+    source = SOURCES[0]
+    (tmp_path / "taken").mkdir()
+    cases = [
+        (["new", "taken", "--from", source], "taken already exists"),
+        (["new", "my-model", "--from", source], "'my-model' is not a valid deployment name"),
+        (["new", "class", "--from", source], "'class' is not a valid deployment name"),
+        (["new", "my_model", "--from", "no_such_deployment"], "no deployment 'no_such_deployment'; known:"),
+    ]
+    for argv, message in cases:
+        assert main([*argv, "--root", str(tmp_path), "--no-install"]) == 2
+        assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"], "nothing left behind"
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("source", SOURCES)
+def test_copy_passes_pytest_harness_k_name(tmp_path, source):
+    """What a user runs: ``harness new``, then ``pytest harness/ -k NAME``, with no edit."""
+    if not ALL:
+        pytest.skip(f"HARNESS_NEW_ALL=1 runs it (1.5-3.5 min each); the doc walk checks a {DEFAULT_SOURCE} copy")
+    name = f"{source}_copy{os.getpid()}"  # the venv is shared: no clash with another run's copy
+    root = _project_layout(tmp_path)
+    made = copy_deployment(name, source, root=root)
+    distributions = [tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in made.packages]
+    try:
+        install_packages(made.packages)
+        # Both installed at once: each package name imports from its own deployment's folder.
+        originals = [made.source.path / (source + p.name[len(name) :]) for p in made.packages]
+        folders = [*made.packages, *originals]
+        where = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys, importlib.util as u; print(*(u.find_spec(n).origin for n in sys.argv[1:]))",
+            ]
+            + [f.name for f in folders],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert [Path(w).parent for w in where] == folders, where
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "harness/", "-k", name, "-q", "-p", "no:cacheprovider"]
+            + ["--bench-duration", "0.5", "-o", "addopts="],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    finally:
+        if distributions:
+            subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *distributions], check=False)
+    summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    assert run.returncode == 0, f"pytest harness/ -k {name}: {summary}\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
+    assert re.search(r"\d+ passed", summary) and "failed" not in summary and "error" not in summary, summary
+
+
+DOC = PROJECT_ROOT / "docs" / "adding-a-deployment.md"
+WALK = "## From a copy to serving your own ONNX file"
+DOC_NAME = "my_model"
+
+
+def doc_walk() -> list[tuple[str, str]]:
+    """The walk of docs/adding-a-deployment.md in order: ``("run", command)`` for each line of a
+    bash block, ``("write", path)`` + text for a block that a backticked path introduces."""
+    text = DOC.read_text()
+    section = text[text.index(WALK) :]
+    steps, end = [], 0
+    for block in re.finditer(r"^```(\w*)\n(.*?)^```", section, flags=re.S | re.M):
+        before = section[end : block.start()]
+        end = block.end()
+        if block.group(1) == "bash":
+            steps += [("run", line) for line in block.group(2).splitlines() if line and not line.startswith("#")]
+        else:
+            paths = re.findall(rf"`(deployments/{DOC_NAME}/[^`]+)`", before)
+            assert paths, f"{DOC.name}: a block with no `deployments/{DOC_NAME}/...` file before it:\n{before}"
+            steps.append(("write", paths[0], block.group(2)))
+    return steps
+
+
+def test_doc_walk_is_parsed():
+    steps = doc_walk()
+    assert steps[0] == ("run", f"make new NAME={DOC_NAME} FROM={DEFAULT_SOURCE}")
+    assert [s[1] for s in steps if s[0] == "run"].count(f".venv/bin/pytest harness/ -k {DOC_NAME}") == 2
+    written = {s[1] for s in steps if s[0] == "write"}
+    assert {f"deployments/{DOC_NAME}/{f}" for f in ("deployment.toml", "checks.py", "export.py")} <= written
+
+
+@pytest.mark.server
+def test_doc_walk_from_make_new_to_your_own_onnx_file(tmp_path):
+    """docs/adding-a-deployment.md as a reader follows it, from the project root: `make new`, the
+    copy's checks, then its own ONNX model's export, fixtures and checks. In a temporary project
+    layout (the source linked into its deployments root), under a name of this run's own."""
+    root = _project_layout(tmp_path)
+    (root / DEFAULT_SOURCE).symlink_to(PROJECT_ROOT / "deployments" / DEFAULT_SOURCE)
+    name = f"{DOC_NAME}{os.getpid()}"  # the venv is shared: never another run's (or your) my_model
+
+    def local(text: str) -> str:
+        text = text.replace(f"deployments/{DOC_NAME}", f"{root}/{DOC_NAME}")
+        return text.replace(DOC_NAME, name).replace(DOC_NAME.replace("_", "-"), name.replace("_", "-"))
+
+    env = {**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)}
+    made_from = get_deployment(DEFAULT_SOURCE, PROJECT_ROOT / "deployments")
+    before = [(p, p.stat().st_mtime_ns) for p in made_from.export_outputs() if p.exists()]
+    try:
+        for kind, what, *content in doc_walk():
+            if kind == "write":
+                Path(local(what)).write_text(local(content[0]))
+                continue
+            done = subprocess.run(
+                ["bash", "-c", local(what)], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1800
+            )
+            tail = (done.stdout + done.stderr).strip().splitlines()[-30:]
+            assert done.returncode == 0, f"`{what}` failed ({done.returncode}):\n" + "\n".join(tail)
+            if "pytest" in what:
+                assert re.search(r"\d+ passed", tail[-1]) and "failed" not in tail[-1], tail[-1]
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "uninstall", "-y", "-q", f"{name.replace('_', '-')}-processing"],
+            capture_output=True,
+            check=False,
+        )
+    served = root / name / "model_repository" / "my_onnx" / "1" / "model.onnx"
+    assert not any(served.samefile(p) for p in made_from.export_outputs() if p.exists())
+    assert [(p, p.stat().st_mtime_ns) for p in made_from.export_outputs() if p.exists()] == before, (
+        "the original's exported files were written into"
+    )
