@@ -157,7 +157,8 @@ def copy_deployment(
         )
     rules = _rewrite_rules(old, name, names)
     linked = []
-    staging = root / f".{name}.partial"
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root.parent / f".{name}.partial"  # outside the root: discovery never sees it half made
     if staging.exists():
         shutil.rmtree(staging)
     try:
