@@ -3,7 +3,7 @@ the harness's other tools (matrix, soak, faults, ...) are subcommands of the sam
 
     python -m harness serve <deployment>            # export what is missing, serve until Ctrl-C
     python -m harness bench <deployment> --duration 5
-    python -m harness new my_model --from <deployment>   # your own copy (docs/adding-a-deployment.md)
+    python -m harness new <name> --from <deployment>     # your own copy (docs/adding-a-deployment.md)
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ def _link_or_copy(source: Path, target: Path, link: bool) -> bool:
 def check_name(name: str) -> None:
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(
-            f"{name!r} is not a valid deployment name: use a Python identifier (letters, digits, _), "
-            "e.g. my_model; it names the folder and the deployment's own package"
+            f"{name!r} is not a valid deployment name: use a Python identifier (letters, digits and _, "
+            "no leading digit, not a keyword); it names the folder and the deployment's own package"
         )
 
 
@@ -221,7 +221,7 @@ def install_packages(packages: list[Path], python: str | None = None) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("name", help="the new deployment's name (a Python identifier, e.g. my_model)")
+    parser.add_argument("name", help="the new deployment's name (a Python identifier)")
     parser.add_argument("--from", dest="source", required=True, metavar="DEPLOYMENT", help="the deployment to copy")
     parser.add_argument(
         "--root",
