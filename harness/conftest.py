@@ -53,6 +53,14 @@ def pytest_addoption(parser):
         "(default: results/test-runs/, which the matrix does not read)",
     )
     group.addoption(
+        "--config-variant",
+        default=None,
+        metavar="BENCHMARK",
+        help="run the checks and bad-input tests on the config variant of the deployment's benchmark "
+        "BENCHMARK ([benchmarks.config.*]: e.g. a model on the openvino backend), all models loaded; "
+        "deployments without that benchmark are skipped",
+    )
+    group.addoption(
         "--bench-duration",
         type=float,
         default=float(os.environ.get("BENCH_DURATION", "2")),

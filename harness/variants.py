@@ -1,7 +1,7 @@
 """Config variants: a copy of a model repository with some ``config.pbtxt`` fields changed.
 
 Benchmarks use them to measure the tuning levers (instance count, threads, dynamic batching,
-queue delay, batch size, graph version) side by side without keeping copies of repositories
+queue delay, batch size, graph version, the backend that runs the file) side by side without keeping copies of repositories
 in git. Configs are edited as ``ModelConfig`` protobufs (tritonclient's ``model_config_pb2``
 with protobuf ``text_format``), never as text.
 """
@@ -23,6 +23,8 @@ KNOWN_KEYS = {
     "max_batch_size",
     "parameters",
     "version",
+    "backend",
+    "default_model_filename",
 }
 
 
@@ -46,7 +48,17 @@ def apply_overrides(config: model_config_pb2.ModelConfig, overrides: dict) -> mo
         del config.dynamic_batching.preferred_batch_size[:]
         config.dynamic_batching.preferred_batch_size.extend(int(b) for b in overrides["preferred_batch_size"])
     if "max_batch_size" in overrides:
+        if int(overrides["max_batch_size"]) == 0 and config.max_batch_size > 0:
+            # No batching: the batch becomes the first dim of every tensor, and no batcher can run.
+            for tensor in list(config.input) + list(config.output):
+                tensor.dims.insert(0, -1)
+            config.ClearField("dynamic_batching")
         config.max_batch_size = int(overrides["max_batch_size"])
+    if "backend" in overrides:
+        config.ClearField("platform")
+        config.backend = str(overrides["backend"])
+    if "default_model_filename" in overrides:
+        config.default_model_filename = str(overrides["default_model_filename"])
     for key, value in overrides.get("parameters", {}).items():
         config.parameters[key].string_value = str(value)
     if "version" in overrides:

@@ -37,6 +37,8 @@ class OutcomeRecorder:
                 "target": self._option("--target", "cpu"),
                 "server_mode": self._option("--server-mode", "local"),
             }
+            if self._option("--config-variant", ""):
+                row["config_variant"] = self._option("--config-variant", "")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as handle:
                 handle.write(json.dumps(row) + "\n")

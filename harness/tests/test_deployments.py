@@ -46,10 +46,22 @@ def _context(server_pool, deployment, request, config=None, models=()):
     return server_pool.context(deployment, config, models)
 
 
+def _checked_config(deployment, request) -> dict | None:
+    """The config overrides ``--config-variant`` names for this deployment (None: its own configs)."""
+    variant = request.config.getoption("--config-variant")
+    if not variant:
+        return None
+    found = [b for b in deployment.benchmarks if b.id == variant]
+    if not found or not found[0].config:
+        pytest.skip(f"{deployment.name} has no config variant {variant!r}")
+    return found[0].config
+
+
 @pytest.mark.parametrize(("deployment", "check"), CHECKS)
 def test_check(server_pool, deployment, check, request):
-    """One correctness or bad-input check of a deployment, on its real server."""
-    ctx = _context(server_pool, deployment, request)
+    """One correctness or bad-input check of a deployment, on its real server (or on the config
+    variant ``--config-variant`` names, every model loaded)."""
+    ctx = _context(server_pool, deployment, request, _checked_config(deployment, request))
     deployment.checks()[check](ctx)
 
 
@@ -86,7 +98,7 @@ STANDARD = [
 def test_standard_bad_input(server_pool, deployment, model, kind, request):
     """Empty, undecodable and oversized requests to every entry model (harness.testing.standard_checks):
     a 4xx that says what is wrong (``empty`` may also be answered), never a 5xx; the server stays ready."""
-    ctx = _context(server_pool, deployment, request)
+    ctx = _context(server_pool, deployment, request, _checked_config(deployment, request))
     with ctx.http_client() as client:
         config = client.get_model_config(model)
     cases = {case.kind: case for case in bad_requests(config)}

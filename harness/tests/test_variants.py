@@ -36,6 +36,16 @@ def test_dynamic_batching_can_be_switched_off():
     assert not config.HasField("dynamic_batching")
 
 
+def test_a_variant_can_move_a_model_to_another_backend_without_batching():
+    config = apply_overrides(
+        read_config(REPOSITORY / "embedding_onnx" / "config.pbtxt"),
+        {"backend": "openvino", "default_model_filename": "model.onnx", "max_batch_size": 0},
+    )
+    assert (config.backend, config.default_model_filename, config.max_batch_size) == ("openvino", "model.onnx", 0)
+    assert [list(i.dims) for i in config.input] == [[-1, -1], [-1, -1]]  # the batch moved into the dims
+    assert list(config.output[0].dims) == [-1, -1, 384] and not config.HasField("dynamic_batching")
+
+
 def test_unknown_override_is_refused():
     with pytest.raises(ValueError, match="unknown config override"):
         apply_overrides(read_config(REPOSITORY / "embedding_py" / "config.pbtxt"), {"instances": 3})

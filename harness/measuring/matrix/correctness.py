@@ -50,9 +50,12 @@ def read_outcomes(folder: Path) -> list[dict]:
 
 
 def correctness_by_deployment(outcomes: list[dict], names: list[str]) -> dict[str, dict]:
-    """``{deployment: {(target, mode): {check: latest outcome row}}}``."""
+    """``{deployment: {(target, mode): {check: latest outcome row}}}`` (of the default configs: rows
+    of a ``--config-variant`` run are left out)."""
     found: dict[str, dict] = defaultdict(lambda: defaultdict(dict))
     for row in sorted(outcomes, key=stamp):
+        if row.get("config_variant"):
+            continue
         for name in sorted(names, key=len, reverse=True):
             if row["param"].startswith(name + "-"):
                 check = row["param"][len(name) + 1 :]
