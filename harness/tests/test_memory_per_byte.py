@@ -75,10 +75,12 @@ def test_summary_takes_the_worst_ratio_over_large_bodies_and_judges_the_limit():
     assert summary["worst_bytes_per_byte"] == 5.0 and summary["worst_server_bytes_per_byte"] == 2.5
     assert summary["worst_at"] == {"mode": "long:TEXT", "request_bytes": 60 * MIB, "concurrency": 1}
     assert summary["safe_limit_bytes"] == int(12 * GIB / 20)
-    assert summary["current_limit_safe"] is True
+    assert summary["current_limit_safe"] is True and summary["safe_basis"] == "measured up to the limit"
+    aborted = summarize(rows, 64 * MIB, budget_bytes=12 * GIB, concurrency=4, min_bytes=MIB, aborted=True)
+    assert aborted["current_limit_safe"] is False and aborted["safe_basis"] == "aborted"
     assert summary["worst_request_growth_mib"] == 300.0
     assert summary["largest_accepted_bytes"] == 60 * MIB
-    # A 1 GiB limit would let 4 requests of 5 B/B take 20 GiB: not safe.
+    # A 1 GiB limit (not measured up to it) would let 4 requests of 5 B/B take 20 GiB: not safe.
     assert summarize(rows, GIB, budget_bytes=12 * GIB, concurrency=4, min_bytes=MIB)["current_limit_safe"] is False
     # A small request that grows 4 GiB: 4 of them exceed the budget whatever the body limit.
     heavy = [*rows, row("pixels:IMAGE", 900_000, 1, 4096.0)]

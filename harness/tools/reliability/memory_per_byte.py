@@ -84,9 +84,23 @@ def batch_sizes(max_batch: int, steps: int = 3) -> list[int]:
     return sorted({max(2, round(max_batch ** (k / steps))) for k in range(1, steps + 1)})
 
 
-def summarize(rows: list[dict], current_limit: int, *, budget_bytes: float, concurrency: int, min_bytes: int) -> dict:
+#: A model measured up to this share of its body limit is judged on what it measured.
+COVERED = 0.5
+
+
+def summarize(
+    rows: list[dict],
+    current_limit: int,
+    *,
+    budget_bytes: float,
+    concurrency: int,
+    min_bytes: int,
+    aborted: bool = False,
+) -> dict:
     """A model's worst ratio (rows of at least ``min_bytes``), worst single-request growth, the
-    limit that follows and whether the current one is within it."""
+    limit that follows, and whether the current limit is safe: no abort; ``concurrency`` times
+    the worst request fits the budget; and, where the sizes sent stayed below ``COVERED`` x the
+    limit, the limit within the one that follows from the ratio."""
     measured = [r for r in rows if r.get("peak_growth_mib") is not None]
     counted = [r for r in measured if r["request_bytes"] >= min_bytes]
     worst = max(counted, key=lambda r: r["bytes_per_byte"], default=None)
@@ -97,19 +111,29 @@ def summarize(rows: list[dict], current_limit: int, *, budget_bytes: float, conc
         default=0.0,
     )
     limit = safe_limit(budget_bytes, concurrency, ratio)
+    largest = max((r["request_bytes"] for r in measured), default=0)
     # Small requests that grow a lot (a flat image of many pixels) are bounded by the models' own
     # limits, not by the body size: the budget must hold ``concurrency`` of those too.
     heavy = single is not None and concurrency * single["peak_growth_mib"] * MIB > budget_bytes
+    if aborted or heavy:
+        safe, basis = False, "aborted" if aborted else f"{concurrency} x the worst request pass the budget"
+    elif largest >= COVERED * current_limit:
+        safe, basis = True, "measured up to the limit"
+    elif counted:
+        safe, basis = limit is None or current_limit <= limit, "ratio x limit"
+    else:
+        safe, basis = None, "not measured near the limit"
     return {
         "worst_bytes_per_byte": round(ratio, 2),
         "worst_server_bytes_per_byte": round(server_ratio, 2),
         "worst_at": {k: worst[k] for k in ("mode", "request_bytes", "concurrency")} if worst else None,
         "worst_request_growth_mib": single["peak_growth_mib"] if single else None,
         "worst_request_at": {k: single[k] for k in ("mode", "request_bytes")} if single else None,
-        "largest_accepted_bytes": max((r["request_bytes"] for r in measured), default=0),
+        "largest_accepted_bytes": largest,
         "current_limit_bytes": current_limit,
         "safe_limit_bytes": limit,
-        "current_limit_safe": None if not counted else (limit is None or current_limit <= limit) and not heavy,
+        "current_limit_safe": safe,
+        "safe_basis": basis,
     }
 
 
@@ -525,7 +549,9 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
         began = time.monotonic()
         top = min(limit, args.max_bytes or limit)
         for grower in growers(config, inputs, len(base[0]), top, args.steps):
-            for target in grower.targets:
+            targets, single_only = list(grower.targets), False
+            while targets:
+                target = targets.pop(0)
                 if time.monotonic() - began > args.model_budget_s:
                     rows.append({"mode": grower.mode, "skipped": f"model time budget {args.model_budget_s} s spent"})
                     break
@@ -534,7 +560,7 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
                     rows.append({"mode": grower.mode, "target": target, "refused_by_gate": reason})
                     break
                 slow = False
-                for concurrency in (1, args.concurrency):
+                for concurrency in (1,) if single_only else (1, args.concurrency):
                     if concurrency * len(made[0]) > args.max_in_flight_mib * MIB:
                         continue
                     row = {"mode": grower.mode, "target": target, **measurement.send(*made, headers, concurrency)}
@@ -552,10 +578,12 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
                     slow = row["seconds_max"] * (args.concurrency if concurrency == 1 else 1) > 2 * args.slow_s
                     if slow:
                         break
-                if slow:
-                    rows.append(
-                        {"mode": grower.mode, "skipped": f"larger sizes: requests would take > {2 * args.slow_s} s"}
-                    )
+                if slow and not single_only and targets:
+                    # The sizes between would take long; the largest (often refused by the model's
+                    # own limits, after the gate accepted it) is still sent, alone.
+                    rows.append({"mode": grower.mode, "skipped": f"sizes {targets[:-1]}: too slow; the largest alone"})
+                    targets, single_only = targets[-1:], True
+                elif slow:
                     break
         report["retained_mib"] = round((sampler.idle(args.idle)["total"] - baseline["total"]) / MIB, 1)
     except Aborted as exc:
@@ -564,7 +592,14 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
         sampler.halt.set()
     report["rows"] = rows
     report.update(
-        summarize(rows, limit, budget_bytes=budget_bytes, concurrency=args.budget_concurrency, min_bytes=args.min_bytes)
+        summarize(
+            rows,
+            limit,
+            budget_bytes=budget_bytes,
+            concurrency=args.budget_concurrency,
+            min_bytes=args.min_bytes,
+            aborted=bool(report.get("aborted")),
+        )
     )
     return report
 
@@ -584,26 +619,24 @@ def start_server(deployment):
 
 
 def measure_deployment(deployment, args, budget_bytes: float, models: list[str] | None = None) -> list[dict]:
-    """Every entry model of ``deployment`` (or those of ``models``; a fresh server after a model
-    that was aborted)."""
+    """Every entry model of ``deployment`` (or those of ``models``), each on a fresh server unless
+    ``--shared-server`` (then a fresh one after a model that was aborted); a server that does not
+    start fails that model only."""
     reports = []
     server = None
     try:
         for model in [m for m in deployment.entry_models if not models or m in models]:
-            if server is not None and args.fresh_server:
+            if server is not None and (args.fresh_server or not server.is_running()):
                 server.stop()  # a server of its own: no memory held from an earlier model's requests
                 server = None
-            if server is None or not server.is_running():
-                if server is not None:
-                    server.stop()
-                server = start_server(deployment)
             print(f"{deployment.name}/{model}", flush=True)
             try:
+                server = server or start_server(deployment)
                 report = measure_model(server, deployment, model, args, budget_bytes)
             except Exception as exc:  # noqa: BLE001 - one model's failure must not hide the others
-                report = {"model": model, "error": f"{type(exc).__name__}: {exc}", "rows": []}
+                report = {"model": model, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "rows": []}
             reports.append({"deployment": deployment.name, **report})
-            if report.get("aborted"):
+            if report.get("aborted") and server is not None:
                 server.stop()
                 server = None
     finally:
@@ -626,12 +659,12 @@ def markdown(report: dict) -> str:
         f"ratio over bodies >= {report['min_bytes'] // 1024} KiB.",
         "",
         "| deployment | model | worst MiB per MiB (at) | tritonserver alone | worst one request "
-        "| largest accepted MiB | current limit MiB | safe limit MiB | safe? |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| held after | largest accepted MiB | current limit MiB | safe limit MiB | current limit safe? |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in report["models"]:
         if m.get("error") and not m.get("rows"):
-            lines.append(f"| {m['deployment']} | {m['model']} | error: {m['error'][:80]} | | | | | | |")
+            lines.append(f"| {m['deployment']} | {m['model']} | error: {m['error'][:80]} | | | | | | | |")
             continue
         at = m.get("worst_at") or {}
         where = f" ({at['mode']}, {_mb(at['request_bytes'])} MiB x{at['concurrency']})" if at else ""
@@ -642,11 +675,11 @@ def markdown(report: dict) -> str:
             else "-"
         )
         safe = {True: "yes", False: "**no**", None: "n/a"}[m.get("current_limit_safe")]
-        if m.get("aborted"):
-            safe += f" (aborted: {m['aborted']})"
+        safe += f" ({m['aborted'] if m.get('aborted') else m.get('safe_basis')})"
+        held = "-" if m.get("retained_mib") is None else f"{m['retained_mib']:,.0f} MiB"
         lines.append(
             f"| {m['deployment']} | {m['model']} | {m.get('worst_bytes_per_byte', 0):.2f}{where} "
-            f"| {m.get('worst_server_bytes_per_byte', 0):.2f} | {single} "
+            f"| {m.get('worst_server_bytes_per_byte', 0):.2f} | {single} | {held} "
             f"| {_mb(m.get('largest_accepted_bytes'))} | {_mb(m.get('current_limit_bytes'))} "
             f"| {_mb(m.get('safe_limit_bytes'))} | {safe} |"
         )
@@ -680,6 +713,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--budget-fraction", type=float, default=0.5, help="share of machine memory for requests")
     parser.add_argument("--budget-concurrency", type=int, default=4, help="worst-case requests at once")
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--update", action="store_true", help="replace only the models measured now in an existing --json"
+    )
     parser.add_argument("--report", type=Path, default=None, help="print the table of a JSON written earlier; no run")
     return parser
 
@@ -696,6 +732,7 @@ def resummarize(report: dict) -> dict:
                     budget_bytes=budget,
                     concurrency=report["budget_concurrency"],
                     min_bytes=report["min_bytes"],
+                    aborted=bool(m.get("aborted")),
                 )
             )
     return report
@@ -732,6 +769,17 @@ def main(argv: list[str] | None = None) -> int:
         "interval_s": args.interval,
         "models": models,
     }
+    if args.update and args.json.exists():
+        earlier = json.loads(args.json.read_text())
+        measured = {(m["deployment"], m["model"]) for m in models}
+        redone = {d.name for d in chosen}
+        kept = [
+            m
+            for m in earlier["models"]
+            if (m["deployment"], m["model"]) not in measured and not (m["model"] == "*" and m["deployment"] in redone)
+        ]
+        report["models"] = kept + models
+        report["runs"] = [*earlier.get("runs", [earlier["measured_at"]]), report["measured_at"]]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")
     print(markdown(report))
