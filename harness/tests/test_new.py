@@ -100,7 +100,7 @@ def test_refusals_name_what_is_wrong(tmp_path, capsys):
 def test_copy_passes_pytest_harness_k_name(tmp_path, source):
     """What a user runs: ``harness new``, then ``pytest harness/ -k NAME``, with no edit."""
     if not ALL:
-        pytest.skip(f"HARNESS_NEW_ALL=1 runs it (1.5-3.5 min each); the doc walk checks a {DEFAULT_SOURCE} copy")
+        pytest.skip(f"HARNESS_NEW_ALL=1 runs it (1-4 min each); the doc walk checks a {DEFAULT_SOURCE} copy")
     name = f"{source}_copy{os.getpid()}"  # the venv is shared: no clash with another run's copy
     root = _project_layout(tmp_path)
     made = copy_deployment(name, source, root=root)
