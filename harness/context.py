@@ -76,12 +76,13 @@ class DeploymentContext:
         parameters: dict | None = None,
         protocol: str = "http",
         within_s: float | None = None,
+        outputs: list[str] | None = None,
     ) -> str:
         """Send bad input; it must be refused with a client error (HTTP 4xx / gRPC INVALID_ARGUMENT
         and kin) whose message names one of ``fragments`` and is no internal error. Returns it."""
         began = time.monotonic()
         try:
-            self.infer(model, inputs, parameters=parameters, protocol=protocol)
+            self.infer(model, inputs, outputs, parameters=parameters, protocol=protocol)
         except InferenceServerException as exc:
             message, status = str(exc), str(exc.status())
             assert any(f.lower() in message.lower() for f in fragments), (

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import struct
 import sys
-import zlib
 from functools import cache
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from resnet_npu_processing.classification import ImageTransform, top_k
 from tritonclient.utils import InferenceServerException
 
 from harness import provenance
+from harness.testing.hostile_images import png_header_bomb
 
 HERE = Path(__file__).resolve().parent
 PROB_TOL = 1e-3
@@ -111,34 +110,6 @@ def _assert_matches(model: str, image_name: str, ids, probs, labels=None) -> Non
     if labels is not None:
         got = [x.decode() if isinstance(x, bytes) else str(x) for x in labels]
         assert got == want["top5_labels"], f"{model} on {image_name}: labels {got} != {want['top5_labels']}"
-
-
-def _expect_error(fn, *fragments: str) -> str:
-    """Run ``fn``; it must raise InferenceServerException whose message has one of ``fragments``."""
-    try:
-        fn()
-    except InferenceServerException as exc:
-        message = str(exc)
-        assert any(f.lower() in message.lower() for f in fragments), (
-            f"error message {message!r} names none of {fragments}"
-        )
-        return message
-    raise AssertionError(f"expected an error mentioning one of {fragments}, got a result")
-
-
-def png_bomb(width: int = 50_000, height: int = 50_000) -> bytes:
-    """A PNG whose header claims ``width x height`` pixels, a few hundred bytes on disk."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grayscale
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\x00" * 1024))
-        + chunk(b"IEND", b"")
-    )
 
 
 # -- correctness -------------------------------------------------------------------------
@@ -234,7 +205,9 @@ def check_top_k_parameter(ctx):
     assert many["CLASS_IDS"].shape == (1, 20) and many["CLASS_IDS"][0, :5].tolist() == want["top5_ids"]
     assert np.all(np.diff(many["PROBABILITIES"][0]) <= 0), "probabilities are not sorted"
     for bad in (0, 1001, "five"):
-        _expect_error(lambda: _classify(ctx, "classify_efficientnet_lite0", [bus], parameters={"top_k": bad}), "top_k")
+        ctx.expect_error(
+            "classify_efficientnet_lite0", {"IMAGE_BYTES": _bytes_tensor([bus])}, "top_k", parameters={"top_k": bad}
+        )
     ctx.assert_healthy()
 
 
@@ -246,19 +219,14 @@ def check_bad_images_are_refused(ctx):
         "empty": (b"", ("empty",)),
         "truncated": (jpeg[: len(jpeg) // 3], ("cannot decode", "truncated")),
         "not an image": (b"this is plain text, not a picture" * 4, ("cannot decode", "not a known image")),
-        "bomb": (png_bomb(), ("over the limit",)),
+        "bomb": (png_header_bomb(), ("over the limit",)),
     }
     for ensemble in ("classify_resnet50", "classify_efficientnet_lite0"):
         for label, (data, fragments) in cases.items():
-            message = _expect_error(lambda: _classify(ctx, ensemble, [data]), *fragments)
+            message = ctx.expect_error(ensemble, {"IMAGE_BYTES": _bytes_tensor([data])}, *fragments)
             assert "internal error" not in message, f"{label}: reported as an internal error: {message}"
     # an empty tensor (zero items) is refused before any model runs
-    _expect_error(
-        lambda: ctx.infer("classify_resnet50", {"IMAGE_BYTES": np.empty((0, 1), dtype=object)}),
-        "empty",
-        "elements",
-        "shape",
-    )
+    ctx.expect_error("classify_resnet50", {"IMAGE_BYTES": np.empty((0, 1), dtype=object)}, "empty", "elements", "shape")
     ctx.assert_healthy()
     _assert_ok(ctx)
 
@@ -274,13 +242,8 @@ def check_bare_model_wrong_dtype_and_shape(ctx):
         "rank 3": np.zeros((3, 224, 224), np.float32),
     }.items():
         for model in CLASSIFIERS:
-            _expect_error(
-                lambda: ctx.infer(model, {"IMAGE": tensor}, ["LOGITS"]),
-                "data-type",
-                "datatype",
-                "shape",
-                "dims",
-                "expected",
+            ctx.expect_error(
+                model, {"IMAGE": tensor}, "data-type", "datatype", "shape", "dims", "expected", outputs=["LOGITS"]
             )
     ctx.assert_healthy()
     _assert_ok(ctx)
@@ -291,7 +254,7 @@ def check_mixed_good_and_bad_requests(ctx):
     import tritonclient.http as httpclient
 
     images = fixture_images()
-    bad = {"empty": b"", "text": b"no image here", "bomb": png_bomb()}
+    bad = {"empty": b"", "text": b"no image here", "bomb": png_header_bomb()}
     plan = [("good", n, d) for n, d in images.items()] + [("bad", n, d) for n, d in bad.items()]
     plan = plan[::2] + plan[1::2]  # interleave
     client = httpclient.InferenceServerClient(ctx.server.http_url, concurrency=len(plan))
@@ -315,7 +278,9 @@ def check_mixed_good_and_bad_requests(ctx):
     finally:
         client.close()
     # one request holding a good and a bad image fails as a whole and names the bad item
-    message = _expect_error(lambda: _classify(ctx, "classify_resnet50", [images["bus.jpg"], b"junk"]), "IMAGE_BYTES[1]")
+    message = ctx.expect_error(
+        "classify_resnet50", {"IMAGE_BYTES": _bytes_tensor([images["bus.jpg"], b"junk"])}, "IMAGE_BYTES[1]"
+    )
     assert "cannot decode" in message, message
     ctx.assert_healthy()
     _assert_ok(ctx)

@@ -7,9 +7,7 @@ own ``predict`` (make_fixtures.py), never by this deployment.
 from __future__ import annotations
 
 import json
-import struct
 import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache, lru_cache
 from pathlib import Path
@@ -20,6 +18,7 @@ from yolo11_ensemble_processing.detection import box_iou
 
 from harness import provenance
 from harness.deployments import load_module
+from harness.testing.hostile_images import png_zip_bomb
 
 HERE = Path(__file__).resolve().parent
 
@@ -82,19 +81,6 @@ def match_detections(got: client.Detections, expected: list[dict], where: str) -
         )
 
 
-def bomb_png(width: int = 40000, height: int = 40000) -> bytes:
-    """A complete, valid 1-bit PNG of width x height pixels that is ~200 kB on disk."""
-
-    def chunk(kind: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
-
-    row = b"\x00" * (1 + (width + 7) // 8)
-    compressor = zlib.compressobj(9)
-    body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
-    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
-
-
 def _bad_inputs(ctx) -> list[tuple[str, bytes, str]]:
     jpeg = _image(ctx, "bus.jpg")
     png = _image(ctx, "bus_small.png")
@@ -103,7 +89,7 @@ def _bad_inputs(ctx) -> list[tuple[str, bytes, str]]:
         ("truncated JPEG", jpeg[: len(jpeg) // 2], "truncated JPEG"),
         ("truncated PNG", png[: len(png) // 3], "cannot decode"),
         ("non-image bytes", b"%PDF-1.4 this is not an image " * 20, "not a known image format"),
-        ("40000x40000 PNG bomb", bomb_png(), "over the limit"),
+        ("40000x40000 PNG bomb", png_zip_bomb(40000), "over the limit"),
     ]
 
 
@@ -115,16 +101,6 @@ def _counts(ctx, model: str) -> tuple[int, int]:
         sum(int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"]) for s in stats),
         sum(int(s.get("execution_count", 0)) for s in stats),
     )
-
-
-def _expect_error(call, needle: str, what: str) -> str:
-    try:
-        call()
-    except InferenceServerException as exc:
-        message = str(exc)
-        assert needle.lower() in message.lower(), f"{what}: error does not say {needle!r}: {message}"
-        return message
-    raise AssertionError(f"{what}: the server answered instead of refusing it")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -180,17 +156,15 @@ def check_request_parameters(ctx):
     assert len(strict.scores) == 1, f"conf={threshold}: {strict.as_dicts()}"
     (loose,) = _infer_ensemble(ctx, data, parameters={"conf": 0.05, "iou": 0.3})
     assert len(loose.scores) >= len(default.scores) - 1, loose.as_dicts()
-    _expect_error(lambda: _infer_ensemble(ctx, data, parameters={"conf": 2.5}), "parameter 'conf'", "conf=2.5")
-    _expect_error(
-        lambda: _infer_ensemble(ctx, data, parameters={"max_det": "many"}), "parameter 'max_det'", "max_det=many"
-    )
+    ctx.expect_error(ENSEMBLE, _bytes_input(data), "parameter 'conf'", parameters={"conf": 2.5})
+    ctx.expect_error(ENSEMBLE, _bytes_input(data), "parameter 'max_det'", parameters={"max_det": "many"})
     ctx.assert_healthy()
 
 
 def check_bad_inputs_are_refused(ctx):
     """Empty, truncated, non-image and bomb inputs: a clear error each, server healthy after."""
-    for what, data, needle in _bad_inputs(ctx):
-        _expect_error(lambda data=data: _infer_ensemble(ctx, data), needle, what)
+    for _what, data, needle in _bad_inputs(ctx):
+        ctx.expect_error(ENSEMBLE, _bytes_input(data), needle)
     ctx.assert_healthy(models=[ENSEMBLE, "preprocess", DETECTOR, "postprocess"])
     (got,) = _infer_ensemble(ctx, _image(ctx, "zidane.jpg"))
     match_detections(
@@ -237,11 +211,7 @@ def check_batch_mixing_good_and_bad(ctx):
             match_detections(got, expected[name]["detections"], f"{name} (mixed batch)")
         else:
             assert error is not None and needle.lower() in error.lower(), f"{name}: expected {needle!r}, got {error}"
-    message = _expect_error(
-        lambda: _infer_ensemble(ctx, _image(ctx, "bus.jpg"), b"not an image"),
-        "IMAGE_BYTES[1]",
-        "batch [good, bad] in one request",
-    )
+    message = ctx.expect_error(ENSEMBLE, _bytes_input(_image(ctx, "bus.jpg"), b"not an image"), "IMAGE_BYTES[1]")
     assert "not a known image format" in message, message
     ctx.assert_healthy(models=[ENSEMBLE, "preprocess", DETECTOR, "postprocess"])
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import struct
-import zlib
 from functools import lru_cache
 
 import numpy as np
@@ -14,7 +13,10 @@ import pypdfium2 as pdfium
 from hypothesis import strategies as st
 from PIL import Image
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+from harness.testing.hostile_images import PNG_MAGIC, png_header_bomb, png_zip_bomb
+
+__all__ = ["PNG_MAGIC", "png_header_bomb", "png_zip_bomb"]
+
 FORMATS = ["PNG", "JPEG", "GIF", "BMP", "TIFF", "WEBP", "ICO", "PPM"]
 
 
@@ -23,28 +25,6 @@ def encode(image: Image.Image, fmt: str) -> bytes:
     save = image if fmt in ("PNG", "TIFF", "WEBP", "GIF", "ICO") else image.convert("RGB")
     save.save(buffer, format=fmt)
     return buffer.getvalue()
-
-
-def _chunk(kind: bytes, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
-
-
-def png_header_bomb(width: int, height: int, pixel_rows: int = 1) -> bytes:
-    """A PNG whose header declares width x height but which carries only a few rows of data."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    body = zlib.compress(b"\x00" * (1 + min(width, 1 << 16)) * pixel_rows, 9)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", body) + _chunk(b"IEND", b"")
-
-
-@lru_cache(maxsize=1)
-def png_zip_bomb() -> bytes:
-    """A complete, valid 1-bit PNG of 8000 x 8000 (64 M pixels) that is ~10 kB on disk."""
-    width = height = 8000
-    row = b"\x00" * (1 + width // 8)
-    comp = zlib.compressobj(9)
-    body = b"".join(comp.compress(row) for _ in range(height)) + comp.flush()
-    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", body) + _chunk(b"IEND", b"")
 
 
 def header_bomb(fmt: str, width: int, height: int) -> bytes:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 from PIL import Image
 from resnet_npu_processing import classification as cls
 
+from harness.testing.hostile_images import png_header_bomb
 from harness.testing.python_models import Request, load_model, model_config
 from triton_helpers.errors import InputError
 
@@ -120,16 +119,6 @@ def _error(response) -> str:
     return response.error().message() if response.has_error() else ""
 
 
-def _png_bomb(width=50_000, height=50_000) -> bytes:
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
-    )
-
-
 def _jpeg(width=320, height=240) -> bytes:
     buffer = io.BytesIO()
     _image(width, height).save(buffer, format="JPEG")
@@ -160,7 +149,7 @@ def test_preprocess_model_answers_each_request_and_names_bad_items():
     requests = [
         Request({"IMAGE_BYTES": np.array([[good], [good]], dtype=object)}),
         Request({"IMAGE_BYTES": np.array([[good], [b"junk"]], dtype=object)}),
-        Request({"IMAGE_BYTES": np.array([[_png_bomb()]], dtype=object)}),
+        Request({"IMAGE_BYTES": np.array([[png_header_bomb()]], dtype=object)}),
         Request({"IMAGE_BYTES": np.array([[_jpeg(1200, 1000)]], dtype=object)}),
         Request({"IMAGE_BYTES": np.array([[b""]], dtype=object)}),
         Request({}),
