@@ -42,3 +42,84 @@ def test_deployment_readmes_are_short():
     """A README a user reads in minutes: what it shows, which model for what, commands, headline numbers."""
     long = {d.name: n for d in discover() if (n := len((d.path / "README.md").read_text().splitlines())) > 120}
     assert long == {}, f"READMEs over 120 lines (lab notes go to docs/tuning.md): {long}"
+
+
+#: Fields a model's configs for different hardware (config.pbtxt and configs/<target>.pbtxt) may differ in.
+MAY_DIFFER = (
+    "backend",
+    "platform",
+    "default_model_filename",
+    "version_policy",  # which model file (a static-shape export is another version)
+    "max_batch_size",
+    "dynamic_batching",
+    "instance_group",
+)
+#: Parameters of an engine or a packed environment, not of the model.
+ENGINE_PARAMETERS = re.compile(
+    r"^(device_ids|static_model|profiling|dump_graph|plog|dump_data|EXECUTION_ENV_PATH|intra_op_thread_count"
+    r"|inter_op_thread_count|execution_mode|enable_mem_arena|enable_mem_pattern|session\..*"
+    r"|PERFORMANCE_HINT|NUM_STREAMS|INFERENCE_NUM_THREADS)$"
+)
+
+
+def _tensor(spec: dict, batched: bool) -> tuple:
+    """(name, datatype, dims without the batch dim); a static graph may fix what is -1 elsewhere."""
+    dims = [int(d) for d in spec.get("dims") or []]
+    if not batched and dims and dims[0] == -1:
+        dims = dims[1:]  # static_model: no max_batch_size, the batch is the first dim
+    return spec["name"], spec.get("data_type", "TYPE_FP32"), len(dims)
+
+
+def _dims(spec: dict, batched: bool) -> list[int]:
+    dims = [int(d) for d in spec.get("dims") or []]
+    return dims[1:] if not batched and dims and dims[0] == -1 else dims
+
+
+def _dims_agree(base, variant) -> list[str]:
+    """Fixed dims of one config must be fixed the same in the other (-1 may become a size)."""
+    from google.protobuf import json_format
+
+    from harness.repository import read_config
+
+    found = []
+    configs = [json_format.MessageToDict(read_config(p), preserving_proto_field_name=True) for p in (base, variant)]
+    for field in ("input", "output"):
+        for a, b in zip(*(c.get(field) or [] for c in configs)):
+            batched = [int(c.get("max_batch_size") or 0) > 0 for c in configs]
+            for x, y in zip(_dims(a, batched[0]), _dims(b, batched[1])):
+                if x != y and -1 not in (x, y):
+                    found.append(f"{field} {a['name']}: dims {a.get('dims')} vs {b.get('dims')}")
+    return found
+
+
+def _comparable(path):
+    from google.protobuf import json_format
+
+    from harness.repository import read_config
+
+    config = json_format.MessageToDict(read_config(path), preserving_proto_field_name=True)
+    batched = int(config.get("max_batch_size") or 0) > 0
+    for field in ("input", "output"):
+        config[field] = [_tensor(t, batched) for t in config.get(field) or []]
+    for field in MAY_DIFFER + ("optimization",):
+        config.pop(field, None)
+    params = {k: v for k, v in (config.pop("parameters", None) or {}).items() if not ENGINE_PARAMETERS.match(k)}
+    return config, params
+
+
+def test_a_models_configs_for_other_hardware_differ_only_where_they_may():
+    """configs/npu.pbtxt and its CPU twin: backend/platform, model file, batching, instances and the
+    engine's parameters may differ; names, inputs, outputs and the model's own parameters may not."""
+    drift = []
+    for deployment in discover():
+        for variant in sorted(deployment.model_repository.glob("*/configs/*.pbtxt")):
+            base = variant.parent.parent / "config.pbtxt"
+            (config, params), (other, other_params) = _comparable(base), _comparable(variant)
+            if config != other:
+                keys = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
+                drift.append(f"{variant.relative_to(PROJECT_ROOT)}: {keys} differ")
+            drift += [f"{variant.relative_to(PROJECT_ROOT)}: {d}" for d in _dims_agree(base, variant)]
+            if params != other_params:
+                keys = sorted(k for k in set(params) | set(other_params) if params.get(k) != other_params.get(k))
+                drift.append(f"{variant.relative_to(PROJECT_ROOT)}: the model's parameters {keys} differ")
+    assert drift == [], "configs drifted from their CPU twin:\n  " + "\n  ".join(drift)
