@@ -96,11 +96,13 @@ def summarize(
     concurrency: int,
     min_bytes: int,
     aborted: bool = False,
+    complete: bool = False,
 ) -> dict:
     """A model's worst ratio (rows of at least ``min_bytes``), worst single-request growth, the
     limit that follows, and whether the current limit is safe: no abort; ``concurrency`` times
-    the worst request fits the budget; and, where the sizes sent stayed below ``COVERED`` x the
-    limit, the limit within the one that follows from the ratio."""
+    the worst request fits the budget; and, unless the sizes sent reached ``COVERED`` x the limit
+    or every way of growing ran to its end (``complete``: its largest size, or a gate refusal),
+    the limit within the one that follows from the ratio."""
     measured = [r for r in rows if r.get("peak_growth_mib") is not None]
     counted = [r for r in measured if r["request_bytes"] >= min_bytes]
     worst = max(counted, key=lambda r: r["bytes_per_byte"], default=None)
@@ -119,6 +121,8 @@ def summarize(
         safe, basis = False, "aborted" if aborted else f"{concurrency} x the worst request pass the budget"
     elif largest >= COVERED * current_limit:
         safe, basis = True, "measured up to the limit"
+    elif complete:
+        safe, basis = True, "its largest accepted requests measured"
     elif counted:
         safe, basis = limit is None or current_limit <= limit, "ratio x limit"
     else:
@@ -599,6 +603,7 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
             concurrency=args.budget_concurrency,
             min_bytes=args.min_bytes,
             aborted=bool(report.get("aborted")),
+            complete="retained_mib" in report and not any("skipped" in r for r in rows),
         )
     )
     return report
@@ -722,7 +727,7 @@ def arguments() -> argparse.ArgumentParser:
 
 def resummarize(report: dict) -> dict:
     """``report`` (a JSON this tool wrote) with each model's summary computed again from its rows."""
-    budget = report["budget_gib"] * 2**30
+    budget = report.get("budget_bytes") or report["budget_gib"] * 2**30
     for m in report["models"]:
         if "rows" in m and "current_limit_bytes" in m:
             m.update(
@@ -733,6 +738,7 @@ def resummarize(report: dict) -> dict:
                     concurrency=report["budget_concurrency"],
                     min_bytes=report["min_bytes"],
                     aborted=bool(m.get("aborted")),
+                    complete="retained_mib" in m and not any("skipped" in r for r in m["rows"]),
                 )
             )
     return report
@@ -763,6 +769,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine_memory_gib": round(memory / 2**30, 1),
         "budget_fraction": args.budget_fraction,
         "budget_gib": round(budget / 2**30, 1),
+        "budget_bytes": budget,
         "budget_concurrency": args.budget_concurrency,
         "concurrency": args.concurrency,
         "min_bytes": args.min_bytes,
@@ -782,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
         report["runs"] = [*earlier.get("runs", [earlier["measured_at"]]), report["measured_at"]]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")
-    print(markdown(report))
+    print(markdown(resummarize(report)))
     print(f"report: {args.json}")
     return 0
 
