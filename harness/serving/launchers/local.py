@@ -290,6 +290,10 @@ class LocalTritonServer(StartedTritonServer):
     def backend_implementation(self, backend: str) -> str:
         if backend == "onnxruntime":
             return f"onnxruntime via harness Python backend (onnxruntime {onnxruntime.__version__})"
+        if backend == "openvino":
+            from importlib.metadata import version
+
+            return f"openvino via harness Python backend (openvino {version('openvino')})"
         return backend
 
     def unpacked_envs(self) -> set[str]:
