@@ -14,7 +14,7 @@ from harness.tests.repositories import ready_server
 
 pytestmark = pytest.mark.server
 
-MODEL = '''
+MODEL = """
 import json
 import sys
 
@@ -27,7 +27,7 @@ class TritonPythonModel:
     def execute(self, requests):
         text = json.dumps({"helper": WHERE, "path": sys.path}).encode()
         return [pb_utils.InferenceResponse([pb_utils.Tensor("INFO", np.array([text], dtype=object))]) for _ in requests]
-'''
+"""
 
 CONFIG = """
 name: "folders"
