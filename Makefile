@@ -212,5 +212,5 @@ $(INFINITY_VENV)/.installed: requirements/peers-infinity.txt
 
 peer-infinity: $(INFINITY_VENV)/.installed ## Create .venv-infinity: infinity-emb 0.0.78 with the pins that import (requirements/peers-infinity.txt)
 
-bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu) vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating
+bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu), native and /v1/embeddings behind the gate, vs its in-process ceiling, infinity-emb and a naive FastAPI server: wrk, pinned cores, servers alternating (PEERS_ARGS='--no-gate ...')
 	$(PY) -m harness peers --deployment $(PEERS_DEPLOYMENT) --duration $(BENCH_DURATION) $(PEERS_ARGS)

@@ -104,6 +104,9 @@ class PeerRatio:
     #: ``ceiling:<kind>``.
     bottom: str
     goal: float
+    #: A target: the goal holds only at workloads where it, too, is ahead of ``bottom`` (elsewhere
+    #: the row reads ``n/a``), e.g. the OpenAI path ahead of a peer wherever the native path is.
+    only_where_ahead: str = ""
 
 
 @dataclass
@@ -132,6 +135,9 @@ class PeersSpec:
     #: What the results matrix's side-by-side section compares (its heading).
     title: str = ""
     ratios: list[PeerRatio] = field(default_factory=list)
+    #: ``{ <[peers.models] model> = "<OpenAI model name>" }``: also served through the front gate's
+    #: ``POST /v1/embeddings`` asking for that name (target ``openai:<model>``, the model's ceiling).
+    openai_models: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -296,3 +302,8 @@ def _check_tables(manifest: Manifest, path: Path) -> None:
             raise ManifestError(f"{path}: [peers.models.{model}] ceiling = {spec.ceiling!r}: one of {sorted(kinds)}")
     if peers.peer_onnx not in peers.ceiling_onnx:
         raise ManifestError(f"{path}: [peers] peer_onnx = {peers.peer_onnx!r} is not in ceiling_onnx")
+    unknown = [m for m in peers.openai_models if m not in peers.models]
+    if unknown:
+        raise ManifestError(
+            f"{path}: [peers] openai_models: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
+        )

@@ -4,6 +4,9 @@ Each record of a run carries every round's sentences/s; targets of one workload 
 same rounds, alternating, so a ratio is the median over rounds of the per-round quotients
 (``served / ceiling`` likewise, against the ceiling worker's measurement of that round). Which
 ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (deployment.toml).
+Records since the OpenAI path name their ``path`` (``native``, ``openai``, ``peer``) and ``gate``;
+the paths table shows, per workload, each ``[peers] openai_models`` model's native and OpenAI
+paths beside the best infinity-emb engine and the naive FastAPI server.
 """
 
 from __future__ import annotations
@@ -59,17 +62,27 @@ def _per_round(record: dict, key: str = "rounds_items_per_second") -> list[float
     return [1e3 / v if v else 0.0 for v in values] if "cpu_ms" in key else values
 
 
-def ratios(run: list[dict]) -> list[dict]:
-    """Per workload (batch, concurrency): each ratio of the deployment's ``[[peers.ratios]]`` with
-    its per-round values."""
-    spec = peers_spec(run)
-    if spec is None:
-        return []
+def _workloads(run: list[dict]) -> dict[tuple[int, int], dict[str, dict]]:
+    """(batch, concurrency) -> target name -> record."""
     workloads: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for record in run:
         workloads[(int(record["items_per_request"]), int(record["concurrency"]))][record["model"]] = record
+    return workloads
+
+
+def _is_infinity(name: str, record: dict) -> bool:
+    return record.get("peer") == "infinity-emb" or name.startswith("infinity-")
+
+
+def ratios(run: list[dict]) -> list[dict]:
+    """Per workload (batch, concurrency): each ratio of the deployment's ``[[peers.ratios]]`` with
+    its per-round values; ``applies`` is False where its ``only_where_ahead`` target is not ahead
+    of the bottom (``condition``: that quotient's median)."""
+    spec = peers_spec(run)
+    if spec is None:
+        return []
     rows = []
-    for (batch, concurrency), targets in sorted(workloads.items()):
+    for (batch, concurrency), targets in sorted(_workloads(run).items()):
 
         def series(name: str, keys: tuple[str, str]) -> list[float] | None:
             served, ceiling = keys
@@ -78,7 +91,7 @@ def ratios(run: list[dict]) -> list[dict]:
                 found = next((r for r in targets.values() if r.get("ceiling_kind") == kind), None)
                 return _per_round(found, ceiling) if found else None
             if name == "best-peer":
-                peers = [_per_round(r, served) for n, r in targets.items() if n.startswith("infinity-")]
+                peers = [_per_round(r, served) for n, r in targets.items() if _is_infinity(n, r)]
                 return [max(values) for values in zip(*peers)] if all(peers) and peers else None
             return _per_round(targets[name], served) if name in targets else None
 
@@ -95,6 +108,7 @@ def ratios(run: list[dict]) -> list[dict]:
             if not values:
                 continue
             cpu = quotients(ratio.top, ratio.bottom, CPU_KEYS)
+            condition = quotients(ratio.only_where_ahead, ratio.bottom, RATE_KEYS) if ratio.only_where_ahead else []
             rows.append(
                 {
                     "batch": batch,
@@ -105,9 +119,75 @@ def ratios(run: list[dict]) -> list[dict]:
                     "rounds": values,
                     "cpu_value": statistics.median(cpu) if cpu else None,
                     "generator": next(iter(targets.values())).get("generator"),
+                    "applies": not condition or statistics.median(condition) >= 1.0,
+                    "condition": statistics.median(condition) if condition else None,
+                    "only_where_ahead": ratio.only_where_ahead,
                 }
             )
     return rows
+
+
+def _median_rate(record: dict | None) -> float | None:
+    values = _per_round(record) if record else []
+    return statistics.median(values) if values else None
+
+
+def paths(run: list[dict]) -> list[dict]:
+    """Per workload and ``[peers] openai_models`` model served natively: sentences/s (median over
+    rounds) of its native path, its OpenAI path, the best infinity-emb engine and the naive server,
+    with OpenAI / native and OpenAI / best infinity taken round by round."""
+    spec = peers_spec(run)
+    if spec is None:
+        return []
+    rows = []
+    for (batch, concurrency), targets in sorted(_workloads(run).items()):
+        infinity = {n: r for n, r in targets.items() if _is_infinity(n, r)}
+        best = max(infinity, key=lambda n: _median_rate(infinity[n]) or 0.0, default=None)
+        per_round_best = [max(v) for v in zip(*(_per_round(r) for r in infinity.values()))] if infinity else []
+        naive = next((r for n, r in targets.items() if r.get("peer") == "naive" or n.startswith("naive-")), None)
+        for model in spec.openai_models:
+            native, openai = targets.get(model), targets.get(f"openai:{model}")
+            if native is None:
+                continue
+
+            def quotient(top: dict | None, bottom: list[float]) -> float | None:
+                values = [a / b for a, b in zip(_per_round(top) if top else [], bottom) if b]
+                return statistics.median(values) if values else None
+
+            rows.append(
+                {
+                    "batch": batch,
+                    "concurrency": concurrency,
+                    "model": model,
+                    "native": _median_rate(native),
+                    "openai": _median_rate(openai),
+                    "best_infinity": best,
+                    "infinity": _median_rate(infinity.get(best)),
+                    "naive": _median_rate(naive),
+                    "openai_over_native": quotient(openai, _per_round(native)),
+                    "openai_over_infinity": quotient(openai, per_round_best),
+                    "native_over_infinity": quotient(native, per_round_best),
+                    "gate": native.get("gate"),
+                }
+            )
+    return rows
+
+
+def _gate_phrase(run: list[dict]) -> str:
+    """How tritonserver was served in the run: behind the front gate, or not (records before the
+    ``gate`` field ran without it)."""
+    gates = {r.get("gate") for r in run if r.get("server_mode") != "peer"}
+    if gates == {True}:
+        return "tritonserver behind the front gate as users run it, native and OpenAI paths alike"
+    if True in gates:
+        return "tritonserver with and without the front gate (each record's `gate`)"
+    return "tritonserver without the front gate"
+
+
+def _verdict(row: dict) -> str:
+    if not row.get("applies", True):
+        return f"n/a ({row['only_where_ahead']} behind: {row['condition']:.2f})"
+    return "met" if row["value"] >= row["goal"] else "NOT met"
 
 
 def render(records: list[dict]) -> list[str]:
@@ -126,7 +206,7 @@ def render(records: list[dict]) -> list[str]:
         "",
         f"One run (`make bench-peers`, run `{first.get('run_id')}`, {first.get('timestamp')}, "
         f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {load}). Generator: "
-        f"{first.get('generator')}; servers (tritonserver without the front gate, its stubs, infinity-emb) and the "
+        f"{first.get('generator')}; servers ({_gate_phrase(run)}, its stubs, the peers) and the "
         f"in-process ceiling on cores {first.get('server_cores')}. Every workload ran its targets in turn, "
         "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
         "column). Ceiling: the same work (tokenize + model + pool) in one process on the server's cores, at "
@@ -172,9 +252,58 @@ def render(records: list[dict]) -> list[str]:
             disable_numparse=True,
         )
     )
+    path_rows = paths(run)
+    if path_rows:
+
+        def rate(value: float | None) -> str:
+            return f"{value:.1f}" if value is not None else "–"
+
+        def quotient(value: float | None) -> str:
+            return f"{value:.2f}" if value is not None else "–"
+
+        lines += [
+            "",
+            "Serving paths side by side (sentences/s, median over rounds; quotients round by round): our "
+            "native KServe request and our OpenAI-style `/v1/embeddings` on the same server, infinity-emb's "
+            "`/embeddings` (its faster engine) and the naive FastAPI + sentence-transformers server, all "
+            'OpenAI-style bodies alike (`{"input": [...], "model": ...}`):',
+            "",
+            tabulate(
+                [
+                    [
+                        r["batch"],
+                        r["concurrency"],
+                        r["model"],
+                        rate(r["native"]),
+                        rate(r["openai"]),
+                        f"{rate(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
+                        rate(r["naive"]),
+                        quotient(r["openai_over_native"]),
+                        quotient(r["openai_over_infinity"]),
+                        quotient(r["native_over_infinity"]),
+                    ]
+                    for r in path_rows
+                ],
+                headers=[
+                    "batch",
+                    "c",
+                    "model",
+                    "native",
+                    "OpenAI path",
+                    "best infinity-emb",
+                    "naive FastAPI",
+                    "OpenAI / native",
+                    "OpenAI / infinity",
+                    "native / infinity",
+                ],
+                tablefmt="github",
+                disable_numparse=True,
+            ),
+        ]
     lines += [
         "",
-        "Ratios (goal from issue 17; `met` when the median reaches it). CPU-time ratio: the same quotient "
+        "Ratios (goals: the deployment's `[[peers.ratios]]`; `met` when the median reaches it, `n/a` where the "
+        "goal holds only where another target is ahead and it is not). CPU-time ratio: the same quotient "
         "from CPU seconds per sentence (the server's process tree, counted until idle after each window, "
         "against the ceiling worker's), steadier than wall-clock rates when other jobs share the core:",
         "",
@@ -187,8 +316,8 @@ def render(records: list[dict]) -> list[str]:
             f"{r['value']:.2f}",
             ", ".join(f"{v:.2f}" for v in r["rounds"]),
             f"{r['cpu_value']:.2f}" if r.get("cpu_value") else "–",
-            f">= {r['goal']:g}",
-            "met" if r["value"] >= r["goal"] else "NOT met",
+            f">= {r['goal']:g}" + (f" where {r['only_where_ahead']} is ahead" if r.get("only_where_ahead") else ""),
+            _verdict(r),
         ]
         for r in ratios(run)
     ]

@@ -1,10 +1,19 @@
-"""Side-by-side embedding run: Triton's embedding models, their in-process ceilings and
-infinity-emb, one workload at a time, the servers alternating within it, one wrk generator.
+"""Side-by-side embedding run: Triton's embedding models (native and OpenAI-style requests), their
+in-process ceilings, infinity-emb and a naive FastAPI server, one workload at a time, the servers
+alternating within it, one wrk generator.
 
 What is served, and compared with which ceiling, is the deployment's ``[peers]`` table
 (``--deployment``; default: the one deployment whose manifest has one): ``[peers.models.<m>]``
 says each model's request (``text`` or client-made ``tokens``) and ceiling kind, ``ceiling_onnx``
-the ONNX file of each kind (``peer_onnx``'s is the one infinity's optimum engine runs).
+the ONNX file of each kind (``peer_onnx``'s is the one infinity's optimum engine runs),
+``openai_models`` the models also asked for through the front gate's ``POST /v1/embeddings``
+(target ``openai:<model>``, the same body as the peers get: ``{"input": [...], "model": ...}``).
+
+Paths (each record's ``path``): ``native`` (KServe v2 ``/v2/models/<m>/infer``), ``openai``
+(``/v1/embeddings`` of the same server) and ``peer`` (``peer``: ``infinity-emb``, its
+``/embeddings``, or ``naive``: ``harness.tools.peers.naive_app``, FastAPI + uvicorn +
+sentence-transformers). tritonserver runs behind the front gate, as users run it (``gate: true``;
+``--no-gate``: directly on its port, the native path only).
 
 Layout on an N-core machine: the servers (tritonserver and its stubs, each peer) and the
 ceiling worker on ``--server-cores`` (default: all but core 0), wrk on ``--generator-cores``
@@ -17,17 +26,20 @@ every round's sentences/s, so ratios are taken round by round (``harness.measuri
 
     make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
     python -m harness peers --deployment <d> --models <m1>,<m2> --batch 1,8 --concurrency 1,8
+    python -m harness peers --models <m> --peers optimum,naive --encoding-format base64
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -41,6 +53,7 @@ from harness.measuring.records import append_record
 from harness.tools.peers import workloads
 from harness.tools.peers.ceiling import TORCH_KIND
 from harness.tools.peers.infinity import InfinityServer, infinity_version
+from harness.tools.peers.naive import NaiveServer
 from harness.tools.peers.processes import tree_cpu_s, wait_idle
 
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
@@ -126,6 +139,15 @@ def _post(url: str, body: bytes) -> bytes:
         return reply.read()
 
 
+def _route_exists(url: str) -> bool:
+    """Whether ``url`` is served (a 404 / 405 to an empty JSON object: not; any other answer: yes)."""
+    try:
+        _post(url, b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code not in (404, 405)
+    return True
+
+
 def check_triton_text(reply: bytes, count: int, dimension: int) -> None:
     output = next(o for o in json.loads(reply)["outputs"] if o["name"] == "EMBEDDING")
     if output["shape"] != [count, dimension]:
@@ -137,13 +159,19 @@ def check_triton_tokens(reply: bytes, count: int, dimension: int) -> None:
         raise AssertionError(f"no last_hidden_state in {reply[:200]!r}")
 
 
-def check_peer(reply: bytes, count: int, dimension: int) -> None:
+def check_openai(reply: bytes, count: int, dimension: int) -> None:
+    """OpenAI's reply shape: ``count`` embeddings of ``dimension`` (floats, or base64 of float32)."""
     data = json.loads(reply)["data"]
-    if len(data) != count or len(data[0]["embedding"]) != dimension:
-        raise AssertionError(f"{len(data)} embeddings, expected {count} of {dimension}")
+    if [d["index"] for d in data] != list(range(count)):
+        raise AssertionError(f"indexes {[d['index'] for d in data]}, expected 0..{count - 1}")
+    for item in data:
+        embedding = item["embedding"]
+        size = len(base64.b64decode(embedding)) // 4 if isinstance(embedding, str) else len(embedding)
+        if size != dimension:
+            raise AssertionError(f"an embedding of {size} values, expected {dimension}")
 
 
-def start_triton(deployment: Deployment, models: list[str], cores: set[int], overrides: dict | None):
+def start_triton(deployment: Deployment, models: list[str], cores: set[int], overrides: dict | None, gate: bool):
     from harness.repository import dependencies
     from harness.serving.launchers import LocalTritonServer, ServerOptions
     from harness.variants import variant_repository
@@ -152,7 +180,7 @@ def start_triton(deployment: Deployment, models: list[str], cores: set[int], ove
     served = dependencies(deployment.model_repository, models)  # the models and what they call
     repository = variant_repository(deployment.model_repository, overrides or {}, models=served)
     options = ServerOptions(str(repository), required_models=list(models))
-    server = LocalTritonServer(options, gate=False)
+    server = LocalTritonServer(options, gate=gate)
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
     try:
@@ -171,7 +199,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", default="1,8,32", help="sentences per request")
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--models", default=None, help="comma-separated (default: [peers] default_models)")
-    parser.add_argument("--peers", default="optimum,torch", help="infinity-emb engines ('' for none)")
+    parser.add_argument(
+        "--peers", default="optimum,torch,naive", help="infinity-emb engines and/or naive (FastAPI; '' for none)"
+    )
+    parser.add_argument(
+        "--openai-models", default=None, help="served through /v1/embeddings too (default: [peers] openai_models)"
+    )
+    parser.add_argument(
+        "--gate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="tritonserver behind the front gate, as users run it (--no-gate: native requests only)",
+    )
+    parser.add_argument(
+        "--encoding-format",
+        choices=("float", "base64"),
+        default=None,
+        help="of every OpenAI-style body (default: none: float)",
+    )
     parser.add_argument("--server-cores", default=None, help="default: every core but 0")
     parser.add_argument("--generator-cores", default="0")
     parser.add_argument("--triton-config", default=None, help="JSON config overrides (harness.variants)")
@@ -199,7 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.variant_models is not None
         else list(spec.variant_models)
     )
-    unknown = [m for m in models + variant_models if m not in spec.models]
+    openai_models = (
+        [m for m in args.openai_models.split(",") if m] if args.openai_models is not None else list(spec.openai_models)
+    )
+    if openai_models and not args.gate:
+        print(f"--no-gate: no /v1/embeddings without the front gate; {openai_models} native only", flush=True)
+        openai_models = []
+    unknown = [m for m in models + variant_models + openai_models if m not in spec.models]
     if unknown:
         parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
     peer_onnx = deployment.path / spec.ceiling_onnx[spec.peer_onnx]
@@ -212,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     threads = len(server_cores)
     batches = [int(b) for b in args.batch.split(",")]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    engines = [e for e in args.peers.split(",") if e]
+    engines = [e for e in args.peers.split(",") if e and e != "naive"]
+    naive = "naive" in args.peers.split(",")
     overrides = json.loads(args.triton_config) if args.triton_config else None
     run_id = uuid.uuid4().hex[:12]
     generator = WrkGenerator(generator_cores)
@@ -226,21 +278,28 @@ def main(argv: list[str] | None = None) -> int:
     }
     checks = {
         name: functools.partial(check, dimension=pieces.dimension)
-        for name, check in (("text", check_triton_text), ("tokens", check_triton_tokens), ("peer", check_peer))
+        for name, check in (("text", check_triton_text), ("tokens", check_triton_tokens), ("openai", check_openai))
     }
     #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
     peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
-    triton = start_triton(deployment, models, server_cores, overrides) if models else None
+    served_models = list(dict.fromkeys(models + openai_models))
+    triton = start_triton(deployment, served_models, server_cores, overrides, args.gate) if served_models else None
+    #: What a record of our server says about it (``gate``: behind the front gate).
+    ours = {"server_mode": "local", "gate": args.gate}
     variants = []
     peers = []
     workers: dict[str, CeilingWorker] = {}
     try:
-        for spec in args.variant:
-            name, _, config = spec.partition("=")
-            server = start_triton(deployment, variant_models, server_cores, json.loads(config))
+        for variant in args.variant:
+            name, _, config = variant.partition("=")
+            server = start_triton(deployment, variant_models, server_cores, json.loads(config), args.gate)
             variants.append((name, json.loads(config), server))
         for engine in engines:
             peer = InfinityServer(engine, pieces.model_dir, peer_onnx, cores=server_cores, threads=threads)
+            peer.start()
+            peers.append(peer)
+        if naive:
+            peer = NaiveServer(pieces.model_dir, cores=server_cores, threads=threads)
             peer.start()
             peers.append(peer)
         targets = []
@@ -256,8 +315,31 @@ def main(argv: list[str] | None = None) -> int:
                         bodies[served.request],
                         served.ceiling,
                         served.describe,
-                        {"server_mode": "local (no front gate)", "server_version": version},
+                        {**ours, "server_version": version, "path": "native", "endpoint": f"/v2/models/{model}/infer"},
                         check,
+                        triton.process.pid,
+                    )
+                )
+            for model in openai_models:
+                served = spec.models[model]
+                name = spec.openai_models.get(model, model)
+                targets.append(
+                    Target(
+                        f"openai:{model}",
+                        f"http://{triton.http_url}/v1/embeddings",
+                        functools.partial(workloads.openai_body, model=name, encoding_format=args.encoding_format),
+                        served.ceiling,
+                        f"{served.describe}, OpenAI-style request (model {name!r}"
+                        f"{', ' + args.encoding_format if args.encoding_format else ''}) through the front gate",
+                        {
+                            **ours,
+                            "server_version": version,
+                            "path": "openai",
+                            "endpoint": "/v1/embeddings",
+                            "openai_model": name,
+                            "encoding_format": args.encoding_format or "float",
+                        },
+                        checks["openai"],
                         triton.process.pid,
                     )
                 )
@@ -273,24 +355,43 @@ def main(argv: list[str] | None = None) -> int:
                         bodies[served.request],
                         served.ceiling,
                         f"{served.describe}, config {json.dumps(config, sort_keys=True)}",
-                        {"server_mode": "local (no front gate)", "server_version": version, "config_overrides": config},
+                        {
+                            **ours,
+                            "server_version": version,
+                            "config_overrides": config,
+                            "path": "native",
+                            "endpoint": f"/v2/models/{model}/infer",
+                        },
                         check,
                         server.process.pid,
                     )
                 )
         for peer in peers:
+            infinity = isinstance(peer, InfinityServer)
             targets.append(
                 Target(
-                    f"infinity-{peer.engine}",
+                    peer.name,
                     peer.url,
-                    peer.body,
-                    peer_ceiling[peer.engine],
+                    functools.partial(peer.body, encoding_format=args.encoding_format),
+                    peer_ceiling[peer.engine] if infinity else TORCH_KIND,
                     peer.describe(),
-                    {"server_mode": "peer", "server_version": infinity_version()},
-                    checks["peer"],
+                    {
+                        "server_mode": "peer",
+                        "server_version": infinity_version() if infinity else peer.describe(),
+                        "gate": None,
+                        "path": "peer",
+                        "peer": "infinity-emb" if infinity else "naive",
+                        "endpoint": peer.url.split(str(peer.port), 1)[1],
+                        "encoding_format": args.encoding_format or "float",
+                    },
+                    checks["openai"],
                     peer.process.pid,
                 )
             )
+        missing = [t for t in targets if t.server.get("path") == "openai" and not _route_exists(t.url)]
+        if missing:
+            print(f"no {missing[0].url} on this server: {', '.join(t.name for t in missing)} not measured", flush=True)
+            targets = [t for t in targets if t not in missing]
         for kind in sorted({t.ceiling for t in targets}):
             workers[kind] = CeilingWorker(deployment.name, kind, server_cores, threads)
         for batch in batches:
@@ -351,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                         "items_per_request": batch,
                         "config_overrides": overrides,
                         "label": args.label,
-                        "base_model": target.name.split("[")[0],
+                        "base_model": target.name.split("[")[0].removeprefix("openai:"),
                         **target.server,
                         **median_run.metrics(batch),
                         "items_per_second": round(served, 2),

@@ -1,9 +1,17 @@
-"""A served target's process tree: its CPU time, and waiting until it is idle."""
+"""A served target's process tree (its CPU time, waiting until it is idle) and a peer server's process."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -40,3 +48,74 @@ def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
         if (after - before) / 0.25 < busy_share:
             return
     print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PeerStartError(RuntimeError):
+    """The peer server did not become ready."""
+
+
+class PeerServer:
+    """A peer HTTP server process on a free loopback port, in its own session (killed as a group),
+    logging to ``work_dir``, ready when ``GET health_path`` answers 200."""
+
+    name = "peer"
+    health_path = "/health"
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], work_dir: Path, port: int):
+        self.command, self.cwd, self.env, self.work_dir, self.port = command, cwd, env, work_dir, port
+        self.process: subprocess.Popen | None = None
+        self.log_path = work_dir / f"{self.name}.log"
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        """Start the server; poll its health route until it answers or ``timeout_s`` passes."""
+        self.process = subprocess.Popen(
+            self.command,
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise PeerStartError(f"{self.name} exited {self.process.returncode}:\n{self.logs()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{self.health_path}", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise PeerStartError(f"{self.name} not ready after {timeout_s:.0f} s:\n{self.logs()[-3000:]}")
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
