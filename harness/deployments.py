@@ -7,6 +7,7 @@ so a copied folder with an edited manifest is picked up with no harness change.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -112,13 +113,23 @@ class Deployment:
         """What the front gate enforces for this deployment: clients call the entry models only
         (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds."""
         gate = self.manifest.gate
-        return check_policy(
-            {
-                "public": list(self.entry_models),
-                "max_body_bytes": dict(gate.max_body_bytes),
-                "max_dims": dict(gate.max_dims),
+        policy = {
+            "public": list(self.entry_models),
+            "max_body_bytes": dict(gate.max_body_bytes),
+            "max_dims": dict(gate.max_dims),
+        }
+        openai = self.manifest.openai
+        if openai is not None:
+            # [openai]: the /v1 routes' mapping, unset optional keys left out (harness.serving.gate.openai_api).
+            def part(table) -> dict:
+                return {k: v for k, v in dataclasses.asdict(table).items() if v is not None}
+
+            models = {
+                name: {key: part(getattr(spec, key)) for key in ("text", "tokenizer", "tokens") if getattr(spec, key)}
+                for name, spec in openai.models.items()
             }
-        )
+            policy["openai"] = {"models": models, **({"default": openai.default} if openai.default else {})}
+        return check_policy(policy)
 
     @cached_property
     def checks_module(self) -> ModuleType | None:

@@ -174,6 +174,63 @@ class GateSpec:
 
 
 @dataclass
+class OpenAIText:
+    """``[openai.models.<name>.text]``: a text-in entry model (BYTES in, one vector per text out)."""
+
+    model: str
+    input: str = "TEXT"
+    output: str = "EMBEDDING"
+
+
+@dataclass
+class OpenAITokenizer:
+    """``[openai.models.<name>.tokenizer]``: the server model that tokenizes as the text path does
+    (``usage`` counts its non-padding tokens; without ``text`` it feeds ``tokens``)."""
+
+    model: str
+    ids: str
+    input: str = "TEXT"
+    #: Its attention-mask output; without one, tokens are the ids other than ``pad_id``.
+    mask: str | None = None
+    pad_id: int | None = None
+
+
+@dataclass
+class OpenAITokens:
+    """``[openai.models.<name>.tokens]``: a token-in entry model for ``input`` given as token ids."""
+
+    model: str
+    output: str
+    ids: str = "input_ids"
+    mask: str | None = None
+    #: ``mean`` (over the mask, for a ``[batch, tokens, dim]`` output) or ``none``.
+    pooling: str = "mean"
+    normalize: bool = False
+    pad_id: int | None = None
+    #: Ids outside ``0..vocab_size-1`` are refused with 400 before the model sees them.
+    vocab_size: int | None = None
+
+
+@dataclass
+class OpenAIModel:
+    """``[openai.models.<name>]``: what one OpenAI model name runs."""
+
+    text: OpenAIText | None = None
+    tokenizer: OpenAITokenizer | None = None
+    tokens: OpenAITokens | None = None
+
+
+@dataclass
+class OpenAISpec:
+    """``[openai]``: ``POST /v1/embeddings`` and ``GET /v1/models`` on the gate's HTTP port
+    (``harness.serving.gate.openai_api``), by OpenAI model name."""
+
+    models: dict[str, OpenAIModel]
+    #: The model of a request that names none.
+    default: str | None = None
+
+
+@dataclass
 class Manifest:
     """A whole ``deployment.toml``."""
 
@@ -190,6 +247,7 @@ class Manifest:
     reliability: ReliabilitySpec | None = None
     peers: PeersSpec | None = None
     gate: GateSpec = field(default_factory=GateSpec)
+    openai: OpenAISpec | None = None
 
 
 def _convert(kind, value, where: str, source: Path):
@@ -219,6 +277,8 @@ def _convert(kind, value, where: str, source: Path):
             raise ManifestError(f"{source}: {where} must be a table, not {type(value).__name__}")
         return {k: _convert(args[1], v, f"{where}.{k}", source) for k, v in value.items()}
     if kind is str and isinstance(value, str) or kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind is bool and isinstance(value, bool):
         return value
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
@@ -280,6 +340,7 @@ def _check_tables(manifest: Manifest, path: Path) -> None:
         raise ManifestError(
             f"{path}: [scaleout] model = {scaleout.model!r} is no entry model ({manifest.entry_models})"
         )
+    _check_openai(manifest, path)
     peers = manifest.peers
     if peers is None:
         return

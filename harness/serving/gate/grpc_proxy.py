@@ -24,6 +24,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
+from harness.serving.gate.auth import PROBE_METHODS, bearer_ok
 from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, triton_datatype
 
 SERVICE = "/inference.GRPCInferenceService/"
@@ -57,8 +58,10 @@ TYPED_FIELD = {
     "BYTES": "bytes_contents",
 }
 DROP_METADATA = {"user-agent", "content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"}
+UNAUTHENTICATED = "a valid API key is required: send the metadata 'authorization: Bearer <key>'"
 STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
     403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -125,21 +128,26 @@ class ProxyHandler(grpc.GenericRpcHandler):
             return grpc.stream_stream_rpc_method_handler(self._stream(method))
         return grpc.unary_unary_rpc_method_handler(self._unary(method, name))
 
-    def _metadata(self, context) -> tuple[list, bool]:
+    def _metadata(self, context) -> tuple[list, bool, bool]:
+        """(metadata to forward, admin?, authorized? (no API key set, a valid one, or admin))"""
         gate = self.gate
         admin = False
         out = []
         keys = (gate.admin_header, GRPC_PREFIX + gate.admin_header)
+        self_authorized = not gate.api_keys
         for key, value in context.invocation_metadata() or ():
             if key in keys:
                 admin = admin or value == gate.admin_token
+                continue
+            if key == "authorization":  # the API key (auth): checked here, not forwarded
+                self_authorized = self_authorized or bearer_ok(value, gate.api_keys)
                 continue
             if key.startswith(":") or key in DROP_METADATA:
                 continue
             out.append((key, value))
         if admin:
             out.append((GRPC_PREFIX + gate.admin_header, gate.internal_token))
-        return out, admin
+        return out, admin, self_authorized or admin
 
     async def _check_infer(self, request_bytes: bytes, admin: bool) -> bytes:
         """The request re-serialized from what was checked (unknown fields dropped): a field sent
@@ -157,8 +165,10 @@ class ProxyHandler(grpc.GenericRpcHandler):
         gate = self.gate
 
         async def call(request_bytes: bytes, context):
-            metadata, admin = self._metadata(context)
+            metadata, admin, authorized = self._metadata(context)
             try:
+                if not authorized and name not in PROBE_METHODS:
+                    raise GateError(401, UNAUTHENTICATED)
                 load = name in ("RepositoryModelLoad", "RepositoryModelUnload")
                 gate.check_restricted(RESTRICTED.get(name), load, admin, GRPC_PREFIX + gate.admin_header)
                 if name == "ServerReady":
@@ -186,7 +196,9 @@ class ProxyHandler(grpc.GenericRpcHandler):
 
     def _stream(self, method: str):
         async def call(request_iterator, context):
-            metadata, admin = self._metadata(context)
+            metadata, admin, authorized = self._metadata(context)
+            if not authorized:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED)
 
             async def checked():
                 async for request_bytes in request_iterator:

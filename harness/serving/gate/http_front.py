@@ -13,6 +13,8 @@ from urllib.parse import unquote
 
 from yarl import URL
 
+from harness.serving.gate.auth import PROBE_PATHS, bearer_ok
+from harness.serving.gate.openai_api import error_body as openai_error
 from harness.serving.gate.validate import GateError, body_limit, parse_json, validate_infer
 
 HOP_BY_HOP = {
@@ -99,6 +101,12 @@ class HttpFront:
     def is_admin(self, headers) -> bool:
         return headers.get(self.admin_header) == self.admin_token
 
+    def authorized(self, headers, path: str) -> bool:
+        """No API key set, a health probe, the admin header, or ``Authorization: Bearer <key>`` (``auth``)."""
+        if not self.api_keys or path in PROBE_PATHS or self.is_admin(headers):
+            return True
+        return bearer_ok(headers.get("Authorization"), self.api_keys)
+
     async def handle(self, request):
         from aiohttp import web
 
@@ -108,6 +116,17 @@ class HttpFront:
         # Classified as decoded too, so that an escaped path Triton would route as inference
         # (``/v2/models/m/inf%65r``) is checked as inference.
         path = unquote(raw) if "%" in raw else raw
+        openai = path == "/v1" or path.startswith("/v1/")
+        if not self.authorized(request.headers, path):
+            message = "a valid API key is required: send 'Authorization: Bearer <key>'"
+            body = openai_error(401, message) if openai else {"error": message}
+            return web.json_response(body, status=401, headers={"WWW-Authenticate": 'Bearer realm="triton"'})
+        if openai:
+            try:
+                check_framing(request.headers)
+            except GateError as exc:
+                return web.json_response(openai_error(exc.status, exc.message), status=exc.status)
+            return await self.handle_openai(request, path, read_limited)
         try:
             check_framing(request.headers)
             admin = self.is_admin(request.headers)

@@ -1,7 +1,8 @@
 """The gate on its own, in front of a tritonserver command line: the CPU image's entry point.
 
     python -m harness.serving.gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
-        [--metrics-port 8002] [--admin-token-file PATH] -- tritonserver --model-repository=/models ...
+        [--metrics-port 8002] [--admin-token-file PATH] [--policy-file PATH] [--api-key-file PATH]
+        -- tritonserver --model-repository=/models ...
 
 The gate binds the public ports itself, starts the given tritonserver command on private
 loopback ports (the address / port flags of the command are replaced), and serves exactly
@@ -137,6 +138,7 @@ def read_token(path: str | None) -> tuple[str, str]:
 
 def serve_main(argv: list[str]) -> int:
     from harness.serving.gate import log
+    from harness.serving.gate.auth import read_keys
     from harness.serving.gate.isolation import raise_priority
     from harness.serving.gate.policy import read_policy
     from harness.serving.gate.server import run_gate
@@ -154,6 +156,12 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
+    parser.add_argument(
+        "--api-key-file",
+        default=os.environ.get("TRITON_GATE_API_KEY_FILE"),
+        help="API keys, one per line: every route but the health probes then needs 'Authorization: Bearer <key>' "
+        "(harness.serving.gate.auth; default: off)",
+    )
     parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
     parser.add_argument(
         "--policy-file",
@@ -190,6 +198,7 @@ def serve_main(argv: list[str]) -> int:
         "user_model_control_mode": mode,
         "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
         "policy": read_policy(args.policy_file),
+        "api_keys": read_keys(args.api_key_file),
     }
     if args.max_body_bytes:
         config["max_body_bytes"] = args.max_body_bytes
@@ -198,7 +207,7 @@ def serve_main(argv: list[str]) -> int:
         + (f", :{args.grpc_port} (gRPC)" if grpc else "")
         + (f", :{args.metrics_port} (metrics)" if metrics else "")
         + f"; tritonserver on 127.0.0.1:{private[0]}"
-        f" behind it; {token_note}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
+        f" behind it; {token_note}; API keys {'on' if config['api_keys'] else 'off'}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")

@@ -44,6 +44,7 @@ from yarl import URL
 from harness.serving.gate import log
 from harness.serving.gate.http_front import HttpFront
 from harness.serving.gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
+from harness.serving.gate.openai_api import OpenAIFront
 from harness.serving.gate.policy import check_policy, is_internal
 from harness.serving.gate.stub_watch import StubWatch
 from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
@@ -51,9 +52,10 @@ from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
 __all__ = ["GATE_NICE", "Gate", "log", "main", "run_gate"]
 
 
-class Gate(HttpFront, StubWatch):
-    """The gate's state, its tritonserver child and the calls to it; HTTP handlers and the stub
-    watch come from ``HttpFront`` and ``StubWatch``, gRPC from ``grpc_proxy``."""
+class Gate(HttpFront, OpenAIFront, StubWatch):
+    """The gate's state, its tritonserver child and the calls to it; HTTP handlers, the OpenAI
+    routes and the stub watch come from ``HttpFront``, ``OpenAIFront`` and ``StubWatch``, gRPC
+    from ``grpc_proxy``."""
 
     def __init__(self, config: dict):
         self.cfg = config
@@ -62,6 +64,7 @@ class Gate(HttpFront, StubWatch):
         self.internal_token = config["internal_token"]
         self.user_mode = config["user_model_control_mode"]
         self.policy = check_policy(config.get("policy"))
+        self.api_keys = list(config.get("api_keys") or [])  # bearer-token auth when set (auth)
         self.upstream_http = f"http://127.0.0.1:{config['private_ports'][0]}"
         self.upstream_grpc = f"127.0.0.1:{config['private_ports'][1]}"
         self.upstream_metrics = f"http://127.0.0.1:{config['private_ports'][2]}"

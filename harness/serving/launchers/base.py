@@ -77,6 +77,8 @@ class ServerOptions:
     stub_python: str | None = None
     #: What the front gate enforces per model (``harness.serving.gate.policy``); None: every model public.
     gate_policy: dict | None = None
+    #: API keys of the gate's bearer-token auth (``harness.serving.gate.auth``); empty: off.
+    api_keys: list[str] = field(default_factory=list)
 
 
 def find_failure(log_text: str) -> list[str]:

@@ -59,6 +59,7 @@ CONTAINER_ENVS_DIR = "/envs"
 CONTAINER_SECRET_DIR = "/run/triton-gate"
 #: The deployment's gate policy, beside the token in that folder.
 POLICY_FILE = "gate-policy.json"
+API_KEY_FILE = "api-keys"
 
 
 class DockerTritonServer(StartedTritonServer):
@@ -106,6 +107,8 @@ class DockerTritonServer(StartedTritonServer):
         gate_args = ["--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token"]
         if self.options.gate_policy:
             gate_args += ["--policy-file", f"{CONTAINER_SECRET_DIR}/{POLICY_FILE}"]
+        if self.options.api_keys:
+            gate_args += ["--api-key-file", f"{CONTAINER_SECRET_DIR}/{API_KEY_FILE}"]
         return serve_command(triton, *gate_args)
 
     @property
@@ -277,6 +280,10 @@ class DockerTritonServer(StartedTritonServer):
             f.write(self.admin_token)
         if self.options.gate_policy:
             write_policy(self.options.gate_policy, self.secret_dir / POLICY_FILE)
+        if self.options.api_keys:
+            fd = os.open(self.secret_dir / API_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("\n".join(self.options.api_keys) + "\n")
 
     def _cleanup_work_dir(self) -> None:
         if self.secret_dir is not None:

@@ -183,6 +183,7 @@ class LocalTritonServer(StartedTritonServer):
             "exit_timeout_s": self.exit_timeout_s,
             "isolate": self.isolate,
             "policy": self.options.gate_policy,
+            "api_keys": list(self.options.api_keys),
             **self.gate_options,
         }
 

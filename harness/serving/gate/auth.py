@@ -1,0 +1,43 @@
+"""Optional bearer-token auth of the gate's public routes (off by default), as TEI and infinity offer it.
+
+With API keys set (``--api-key-file`` of ``python -m harness.serving.gate serve``, or
+``api_keys`` in the local gate's start-up file; one key per line, several for a rotation), every
+HTTP request (``/v1`` and ``/v2``) and every gRPC call needs ``Authorization: Bearer <key>``
+(gRPC: the ``authorization`` metadata) or the admin header, else 401 / UNAUTHENTICATED.
+Not guarded: the health probes (HTTP ``/v2/health/live`` and ``/v2/health/ready``, gRPC
+``ServerLive`` / ``ServerReady``), which Kubernetes and Compose call without credentials and which
+reveal nothing but up/ready, and the metrics port (its own socket, scraped by Prometheus).
+"""
+
+from __future__ import annotations
+
+import hmac
+from pathlib import Path
+
+PROBE_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+PROBE_METHODS = frozenset({"ServerLive", "ServerReady"})
+
+
+def read_keys(path: str | Path | None) -> list[str]:
+    """The API keys of a key file (one per line, blank lines and ``#`` comments skipped)."""
+    if not path:
+        return []
+    keys = [line.strip() for line in Path(path).read_text().splitlines()]
+    keys = [k for k in keys if k and not k.startswith("#")]
+    if not keys:
+        raise SystemExit(f"gate: API key file {path} holds no key")
+    return keys
+
+
+def bearer_ok(value: str | None, keys: list[str]) -> bool:
+    """``value`` (an Authorization header) is ``Bearer <one of keys>``; compared in constant time."""
+    if not value:
+        return False
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    token = token.strip().encode()
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(token, key.encode())
+    return found

@@ -1,0 +1,423 @@
+"""OpenAI-compatible embeddings on the gate's public HTTP port: ``POST /v1/embeddings``, ``GET /v1/models``.
+
+What the ``openai`` client, langchain-openai's ``OpenAIEmbeddings`` and LlamaIndex's
+``OpenAILikeEmbedding`` send is answered from the deployment's own models, mapped by the gate
+policy's ``openai`` key (``policy``; built from the manifest's ``[openai]`` table)::
+
+    {"default": "fast",
+     "models": {"fast": {"text": {"model": "m_text", "input": "TEXT", "output": "EMBEDDING"},
+                         "tokenizer": {"model": "tok", "input": "TEXT", "ids": "input_ids", "mask": "attention_mask"},
+                         "tokens": {"model": "m_ids", "ids": "input_ids", "mask": "attention_mask",
+                                    "output": "last_hidden_state", "pooling": "mean", "normalize": true,
+                                    "vocab_size": 30522}}}}
+
+- ``text``: a text-in model (BYTES in, one vector per text out);
+- ``tokenizer``: the server model that tokenizes exactly as the text path does: its ids (or
+  mask) give ``usage`` (non-padding tokens per text, after the model's own truncation), and
+  without ``text`` it feeds ``tokens`` (text -> tokenizer -> token-in model -> pooling here);
+- ``tokens``: a token-in model for ``input`` given as token ids (a list of ints, a list of
+  lists); its output is mean-pooled over the mask (``pooling = "mean"``, rank-3 output) and
+  L2-normalised when ``normalize``, or taken as it is (``"none"``). Ids are padded to the
+  longest row (``pad_id``) or to the config's fixed length; longer rows than the config or the
+  gate policy's ``max_dims`` allow, and ids outside ``0..vocab_size-1``, are refused with 400.
+
+Requests are parsed as OpenAI documents them: ``input`` (a non-empty string, a list of 1..2048
+non-empty strings, a list of ints, a list of lists of ints), ``model`` (the default when
+absent), ``encoding_format`` (``float`` | ``base64``: little-endian float32, what the openai
+client decodes), ``dimensions`` (accepted only equal to the model's size), ``user`` (ignored);
+any other field is refused with 400 (as OpenAI refuses an unrecognized argument). Inputs above
+the model's ``max_batch_size`` go as several Triton requests at once, reassembled in order.
+Tensors travel as binary data over the gate's upstream session. Errors come in OpenAI's error
+object, ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 401 no or a wrong
+API key (``auth``), 404 unknown model, 413 over the body limit, 503 while not ready / draining.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import struct
+import time
+
+import numpy as np
+
+from harness.serving.gate.validate import GateError, parse_json, triton_datatype
+
+#: OpenAI's bound on the number of inputs of one embeddings request.
+MAX_INPUTS = 2048
+FIELDS = {"input", "model", "encoding_format", "dimensions", "user"}
+ERROR_TYPES = {401: "invalid_request_error", 404: "invalid_request_error", 503: "server_error"}
+ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 413: "request_too_large", 503: "service_unavailable"}
+CREATED = int(time.time())
+
+
+class OpenAIError(GateError):
+    """A refusal on a /v1 route: the HTTP status, a message, and the request field it is about."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(status, message)
+        self.param = param
+        self.code = code
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error object."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code or ERROR_CODES.get(status)}}
+
+
+def parse_input(value) -> tuple[str, list]:
+    """(``"text"``, [str, ...]) or (``"tokens"``, [[int, ...], ...]) from OpenAI's ``input`` forms."""
+    if isinstance(value, str):
+        value = [value]
+    elif not isinstance(value, list):
+        raise OpenAIError(400, "'input' must be a string, a list of strings or token ids", "input")
+    if not value:
+        raise OpenAIError(400, "'input' is an empty list: give at least one text", "input")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        value = [value]  # one text as token ids
+    if len(value) > MAX_INPUTS:
+        raise OpenAIError(400, f"'input' has {len(value)} items, more than the {MAX_INPUTS} allowed", "input")
+    if all(isinstance(v, str) for v in value):
+        for i, text in enumerate(value):
+            if not text:
+                raise OpenAIError(400, f"'input[{i}]' is an empty string", "input")
+        return "text", value
+    if all(isinstance(v, list) for v in value):
+        for i, ids in enumerate(value):
+            if not ids:
+                raise OpenAIError(400, f"'input[{i}]' is an empty list of token ids", "input")
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise OpenAIError(400, f"'input[{i}]' must hold integers only (token ids)", "input")
+        return "tokens", value
+    raise OpenAIError(
+        400, "'input' must be a string, a list of strings, a list of ints or a list of lists of ints", "input"
+    )
+
+
+def parse_request(body: bytes, policy: dict) -> dict:
+    """The checked fields of an embeddings request (``OpenAIError`` 400/404)."""
+    try:
+        request = parse_json(body)
+    except GateError as exc:
+        raise OpenAIError(400, exc.message) from None
+    if not isinstance(request, dict):
+        raise OpenAIError(400, "the request body must be a JSON object")
+    unknown = sorted(set(request) - FIELDS)
+    if unknown:
+        raise OpenAIError(400, f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
+    if "input" not in request:
+        raise OpenAIError(400, "'input' is a required property", "input")
+    name = request.get("model", policy.get("default"))
+    if not isinstance(name, str):
+        raise OpenAIError(400, "'model' must be a string", "model")
+    if name not in policy["models"]:
+        raise OpenAIError(
+            404, f"The model '{name}' does not exist; this server has {sorted(policy['models'])}", "model"
+        )
+    encoding = request.get("encoding_format", "float")
+    if encoding is None:
+        encoding = "float"
+    if encoding not in ("float", "base64"):
+        raise OpenAIError(
+            400, f"'encoding_format' must be 'float' or 'base64', not {json.dumps(encoding)}", "encoding_format"
+        )
+    dimensions = request.get("dimensions")
+    if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1):
+        raise OpenAIError(400, "'dimensions' must be a positive integer", "dimensions")
+    user = request.get("user")
+    if user is not None and not isinstance(user, str):
+        raise OpenAIError(400, "'user' must be a string", "user")
+    kind, items = parse_input(request["input"])
+    return {"model": name, "kind": kind, "items": items, "encoding": encoding, "dimensions": dimensions}
+
+
+def bytes_tensor(texts: list[str]) -> bytes:
+    """Triton's binary BYTES layout: a 4-byte little-endian length before each element."""
+    parts = []
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def infer_body(inputs: list[tuple[str, str, list[int], bytes]], outputs: list[str]) -> tuple[bytes, int]:
+    """A binary-data inference request: (body, its JSON header's length)."""
+    header = {
+        "inputs": [
+            {"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": len(data)}}
+            for name, datatype, shape, data in inputs
+        ],
+        "outputs": [{"name": name, "parameters": {"binary_data": True}} for name in outputs],
+    }
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return text + b"".join(data for *_, data in inputs), len(text)
+
+
+def parse_infer_response(payload: bytes, header_length: int | None) -> dict[str, np.ndarray]:
+    """The outputs of a (binary-data) inference response as arrays."""
+    header = json.loads(payload[:header_length] if header_length is not None else payload)
+    offset = header_length or len(payload)
+    out = {}
+    for item in header.get("outputs") or []:
+        dtype = np.dtype(DTYPES[item["datatype"]])
+        size = (item.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            array = np.asarray(item["data"], dtype=dtype)
+        else:
+            array = np.frombuffer(payload, dtype=dtype, count=size // dtype.itemsize, offset=offset)
+            offset += size
+        out[item["name"]] = array.reshape(item["shape"])
+    return out
+
+
+DTYPES = {"FP32": "<f4", "FP16": "<f2", "FP64": "<f8", "INT64": "<i8", "INT32": "<i4", "BOOL": "?"}
+
+
+def _last_dim(config: dict, output: str) -> int | None:
+    for spec in config.get("output") or []:
+        if spec["name"] == output:
+            dims = [int(d) for d in spec.get("dims") or []]
+            return dims[-1] if dims and dims[-1] > 0 else None
+    return None
+
+
+def _input_spec(config: dict, name: str) -> dict:
+    for spec in config.get("input") or []:
+        if spec["name"] == name:
+            return spec
+    raise OpenAIError(503, f"model '{config.get('name')}' has no input '{name}' (the deployment's [openai] table)")
+
+
+class OpenAIFront:
+    """The /v1 handlers; a part of ``harness.serving.gate.server.Gate`` (its session, configs, limits)."""
+
+    @property
+    def openai(self) -> dict:
+        return self.policy.get("openai") or {}
+
+    def openai_limit(self) -> int:
+        """Body limit of ``/v1/embeddings``: the largest of the mapped models' (else the gate's default)."""
+        limits = self.policy.get("max_body_bytes") or {}
+        found = [
+            limits[spec[part]["model"]]
+            for spec in self.openai.get("models", {}).values()
+            for part in ("text", "tokens")
+            if part in spec and spec[part]["model"] in limits
+        ]
+        return max(found) if found else self.default_max_body
+
+    async def handle_openai(self, request, path: str, read_limited):
+        from aiohttp import web
+
+        try:
+            if not self.openai.get("models"):
+                raise OpenAIError(
+                    404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)"
+                )
+            if path == "/v1/models":
+                if request.method != "GET":
+                    raise OpenAIError(405, f"{request.method} {path}: use GET")
+                return web.json_response(self.models_list())
+            if path.startswith("/v1/models/"):
+                name = path[len("/v1/models/") :]
+                if name not in self.openai["models"]:
+                    raise OpenAIError(404, f"The model '{name}' does not exist", "model")
+                return web.json_response(self.model_entry(name))
+            if path != "/v1/embeddings":
+                raise OpenAIError(404, f"{path}: this server answers /v1/embeddings and /v1/models only")
+            if request.method != "POST":
+                raise OpenAIError(405, f"{request.method} {path}: use POST")
+            if self.draining:
+                raise OpenAIError(503, "server is shutting down")
+            try:
+                body = await read_limited(request, self.openai_limit(), "/v1/embeddings")
+            except GateError as exc:
+                raise OpenAIError(exc.status, exc.message) from None
+            parsed = parse_request(body, self.openai)
+            self.in_flight += 1
+            try:
+                answer = await self.embeddings(parsed)
+            finally:
+                self.in_flight -= 1
+            return web.Response(body=json.dumps(answer, separators=(",", ":")), content_type="application/json")
+        except OpenAIError as exc:
+            return web.json_response(error_body(exc.status, exc.message, exc.param, exc.code), status=exc.status)
+        except GateError as exc:
+            return web.json_response(error_body(exc.status, exc.message), status=exc.status)
+        except Exception as exc:  # noqa: BLE001 - a bug here: logged, answered in OpenAI's shape
+            import traceback
+
+            from harness.serving.gate import log
+
+            log(f"/v1 handler failed: {traceback.format_exc()}")
+            return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
+
+    def models_list(self) -> dict:
+        return {"object": "list", "data": [self.model_entry(name) for name in self.openai["models"]]}
+
+    def model_entry(self, name: str) -> dict:
+        return {"id": name, "object": "model", "created": CREATED, "owned_by": "triton"}
+
+    # -- upstream ---------------------------------------------------------------------------
+    async def _config(self, model: str) -> dict:
+        if self.draining:
+            raise OpenAIError(503, "server is shutting down")
+        if model in self.broken:
+            raise OpenAIError(503, f"model '{model}' is being reloaded after its stub process died")
+        config = await self.model_config(model)
+        if config is None:
+            raise OpenAIError(503, f"model '{model}' is not ready")
+        return config
+
+    async def _infer(self, model: str, inputs: list, outputs: list[str]) -> dict[str, np.ndarray]:
+        import aiohttp
+
+        body, header_length = infer_body(inputs, outputs)
+        url = f"{self.upstream_http}/v2/models/{model}/infer"
+        headers = {
+            "Inference-Header-Content-Length": str(header_length),
+            "Content-Type": "application/octet-stream",
+            "Accept-Encoding": "identity",  # the session does not inflate; Triton would gzip
+        }
+        try:
+            async with self.session.post(url, data=body, headers=headers) as resp:
+                payload = await resp.read()
+                if resp.status != 200:
+                    try:
+                        message = json.loads(payload).get("error") or payload.decode(errors="replace")
+                    except (ValueError, AttributeError):
+                        message = payload[:500].decode(errors="replace")
+                    status = resp.status if resp.status in (400, 404, 413, 503) else 500
+                    if status == 404:
+                        status = 503  # a mapped model that is not loaded
+                    raise OpenAIError(status, f"model '{model}': {message}", "input" if status == 400 else None)
+                length = resp.headers.get("Inference-Header-Content-Length")
+                return parse_infer_response(payload, int(length) if length else None)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # upstream gone (stopping, crashed)
+            raise OpenAIError(503, f"tritonserver unavailable: {type(exc).__name__}") from None
+
+    def _text_input(self, config: dict, name: str, texts: list[str]) -> tuple:
+        spec = _input_spec(config, name)
+        dims = [int(d) for d in spec.get("dims") or []]
+        return (name, triton_datatype(spec.get("data_type", "")), [len(texts)] + [1] * len(dims), bytes_tensor(texts))
+
+    async def _tokenize(self, spec: dict, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, mask) of ``texts`` from the tokenizer model (mask: ids != pad where it has none)."""
+        config = await self._config(spec["model"])
+        outputs = [spec["ids"]] + ([spec["mask"]] if spec.get("mask") else [])
+        out = await self._infer(spec["model"], [self._text_input(config, spec["input"], texts)], outputs)
+        ids = out[spec["ids"]]
+        mask = out[spec["mask"]] if spec.get("mask") else (ids != int(spec.get("pad_id", 0))).astype(np.int64)
+        return ids, mask
+
+    async def _tokens_model(self, spec: dict, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        config = await self._config(spec["model"])
+        ids_spec = _input_spec(config, spec["ids"])
+        inputs = [(spec["ids"], triton_datatype(ids_spec["data_type"]), list(ids.shape), ids.astype("<i8").tobytes())]
+        if spec.get("mask"):
+            inputs.append((spec["mask"], "INT64", list(mask.shape), mask.astype("<i8").tobytes()))
+        hidden = (await self._infer(spec["model"], inputs, [spec["output"]]))[spec["output"]]
+        if spec.get("pooling", "mean") == "mean" and hidden.ndim == 3:
+            weights = mask[..., None].astype(np.float32)
+            vectors = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        else:
+            vectors = hidden.reshape(hidden.shape[0], -1)
+        if spec.get("normalize"):
+            vectors = vectors / np.clip(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12, None)
+        return vectors.astype(np.float32)
+
+    async def _pad_ids(self, spec: dict, rows: list[list[int]], offset: int) -> tuple[np.ndarray, np.ndarray]:
+        """Client token ids as a padded INT64 batch and its mask (400 for ids the model cannot take)."""
+        config = await self._config(spec["model"])
+        dims = [int(d) for d in _input_spec(config, spec["ids"]).get("dims") or []]
+        fixed = dims[-1] if dims and dims[-1] > 0 else None
+        bound = (self.policy.get("max_dims", {}).get(spec["model"], {}).get(spec["ids"]) or [None])[-1]
+        longest = max(len(r) for r in rows)
+        limit = fixed or bound
+        if limit and longest > limit:
+            i = next(i for i, r in enumerate(rows) if len(r) > limit)
+            raise OpenAIError(
+                400, f"'input[{offset + i}]' has {len(rows[i])} tokens, more than the model's {limit}", "input"
+            )
+        vocab = spec.get("vocab_size")
+        for i, row in enumerate(rows):
+            if min(row) < 0 or (vocab and max(row) >= vocab):
+                raise OpenAIError(
+                    400, f"'input[{offset + i}]' holds a token id outside 0..{(vocab or 2**63) - 1}", "input"
+                )
+        width = fixed or longest
+        ids = np.full((len(rows), width), int(spec.get("pad_id", 0)), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        return ids, mask
+
+    async def _chunk(self, spec: dict, kind: str, items: list, offset: int) -> tuple[np.ndarray, int]:
+        """(vectors, prompt tokens) of one Triton-sized chunk of inputs."""
+        if kind == "tokens":
+            ids, mask = await self._pad_ids(spec["tokens"], items, offset)
+            return await self._tokens_model(spec["tokens"], ids, mask), sum(len(r) for r in items)
+        tokenizer = spec.get("tokenizer")
+        if "text" in spec:
+            text = spec["text"]
+            config = await self._config(text["model"])
+            run = self._infer(text["model"], [self._text_input(config, text["input"], items)], [text["output"]])
+            if tokenizer:
+                out, (_, mask) = await asyncio.gather(run, self._tokenize(tokenizer, items))
+                tokens = int(mask.sum())
+            else:
+                out, tokens = await run, 0
+            return out[text["output"]].reshape(len(items), -1).astype(np.float32, copy=False), tokens
+        ids, mask = await self._tokenize(tokenizer, items)
+        return await self._tokens_model(spec["tokens"], ids, mask), int(mask.sum())
+
+    async def _batch_size(self, spec: dict, kind: str) -> int:
+        parts = ["tokens"] if kind == "tokens" else [p for p in ("text", "tokenizer", "tokens") if p in spec]
+        if kind == "text" and "text" in spec:
+            parts = [p for p in parts if p != "tokens"]
+        sizes = []
+        for part in parts:
+            config = await self._config(spec[part]["model"])
+            sizes.append(int(config.get("max_batch_size") or 0) or 1)
+        return min(sizes)
+
+    async def _dimension(self, spec: dict, kind: str) -> int | None:
+        part = "text" if kind == "text" and "text" in spec else "tokens"
+        return _last_dim(await self._config(spec[part]["model"]), spec[part]["output"])
+
+    async def embeddings(self, parsed: dict) -> dict:
+        name, kind, items = parsed["model"], parsed["kind"], parsed["items"]
+        spec = self.openai["models"][name]
+        if kind == "tokens" and "tokens" not in spec:
+            raise OpenAIError(400, f"model '{name}' takes text only: it maps no token-in model for token ids", "input")
+        if kind == "text" and "text" not in spec and not ("tokenizer" in spec and "tokens" in spec):
+            raise OpenAIError(400, f"model '{name}' takes token ids only: it maps no text-in model", "input")
+        dimension = await self._dimension(spec, kind)
+        if parsed["dimensions"] is not None and parsed["dimensions"] != dimension:
+            raise OpenAIError(
+                400,
+                f"model '{name}' gives {dimension}-dimensional vectors; 'dimensions' = {parsed['dimensions']} "
+                "is not supported (no shortening)",
+                "dimensions",
+            )
+        size = await self._batch_size(spec, kind)
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        results = await asyncio.gather(*(self._chunk(spec, kind, c, i * size) for i, c in enumerate(chunks)))
+        data, index, tokens = [], 0, 0
+        as_base64 = parsed["encoding"] == "base64"
+        for vectors, count in results:
+            tokens += count
+            for row in vectors:
+                embedding = base64.b64encode(row.astype("<f4").tobytes()).decode() if as_base64 else row.tolist()
+                data.append({"object": "embedding", "index": index, "embedding": embedding})
+                index += 1
+        return {
+            "object": "list",
+            "data": data,
+            "model": name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
