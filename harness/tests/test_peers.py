@@ -80,3 +80,148 @@ def test_length_buckets_cover_every_text_once_within_row_and_padding_bounds(leng
 def test_short_and_long_texts_do_not_share_a_bucket():
     batches = plan_batches([8, 9, 10, 200, 210], 64)
     assert sorted(map(sorted, batches)) == [[0, 1, 2], [3, 4]]
+
+
+def _path_run(native, openai, optimum, torch, naive, batch=1, concurrency=8):
+    """One workload of native, OpenAI-path, infinity and naive records (what ``harness peers`` writes)."""
+    fields = {"batch": batch, "concurrency": concurrency}
+    return [
+        dict(_record("embedding_onnx_text", native, [200] * len(native), **fields), path="native", gate=True),
+        dict(_record("openai:embedding_onnx_text", openai, [200] * len(openai), **fields), path="openai", gate=True),
+        dict(_record("infinity-optimum", optimum, [200] * len(optimum), **fields), path="peer", peer="infinity-emb"),
+        dict(
+            _record("infinity-torch", torch, [10] * len(torch), kind="sentence-transformers", **fields),
+            path="peer",
+            peer="infinity-emb",
+        ),
+        dict(
+            _record("naive-fastapi", naive, [10] * len(naive), kind="sentence-transformers", **fields),
+            path="peer",
+            peer="naive",
+        ),
+    ]
+
+
+OPENAI_OVER_NATIVE = "OpenAI path / native (openai:embedding_onnx_text / embedding_onnx_text)"
+OPENAI_OVER_INFINITY = "OpenAI path / best infinity-emb (openai:embedding_onnx_text / max peer)"
+OPENAI_OVER_NAIVE = "OpenAI path / naive FastAPI (openai:embedding_onnx_text / naive-fastapi)"
+
+
+def test_openai_path_ratios_are_per_round_and_the_infinity_goal_holds_only_where_native_is_ahead():
+    ahead = _path_run([100, 100], [95, 125], [80, 120], [50, 50], [20, 30], batch=1)
+    behind = _path_run([100, 100], [90, 90], [150, 160], [50, 50], [20, 30], batch=32)
+    found = {(r["batch"], r["ratio"]): r for r in ratios.ratios(ahead + behind)}
+    assert found[1, OPENAI_OVER_NATIVE]["rounds"] == [0.95, 1.25]
+    assert found[1, OPENAI_OVER_NATIVE]["value"] == pytest.approx(1.1)
+    assert ratios._verdict(found[1, OPENAI_OVER_NATIVE]) == "met"
+    assert ratios._verdict(found[32, OPENAI_OVER_NATIVE]) == "NOT met"
+    infinity = found[1, OPENAI_OVER_INFINITY]
+    assert infinity["rounds"] == [95 / 80, 125 / 120]  # the faster engine of each round; naive is no infinity
+    assert infinity["applies"] and infinity["condition"] == pytest.approx((100 / 80 + 100 / 120) / 2)
+    assert ratios._verdict(infinity) == "met"
+    behind_row = found[32, OPENAI_OVER_INFINITY]
+    assert not behind_row["applies"] and ratios._verdict(behind_row).startswith("n/a (embedding_onnx_text behind")
+    assert found[1, OPENAI_OVER_NAIVE]["rounds"] == [95 / 20, 125 / 30]
+
+
+def test_paths_table_shows_native_openai_best_infinity_and_naive_per_workload():
+    run = _path_run([100, 120], [95, 110], [80, 130], [50, 50], [20, 30])
+    (row,) = ratios.paths(run)
+    assert (row["native"], row["openai"], row["naive"]) == (110, 102.5, 25)
+    assert row["best_infinity"] == "infinity-optimum" and row["infinity"] == 105
+    assert row["openai_over_native"] == pytest.approx((0.95 + 110 / 120) / 2)
+    assert row["openai_over_infinity"] == pytest.approx((95 / 80 + 110 / 130) / 2)
+    text = "\n".join(ratios.render(run))
+    assert "behind the front gate" in text and "without the front gate" not in text
+    line = next(l for l in text.splitlines() if l.startswith("| 1 ") and "105.0 (infinity-optimum)" in l)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:7] == ["110.0", "102.5", "105.0 (infinity-optimum)", "25.0"], cells
+    assert cells[7] == f"{row['openai_over_native']:.2f}"
+
+
+def test_a_run_without_the_gate_or_the_openai_path_says_so():
+    run = [dict(r, gate=False) for r in _path_run([100], [95], [80], [50], [20]) if r["path"] != "openai"]
+    text = "\n".join(ratios.render(run))
+    assert "tritonserver without the front gate" in text
+    (row,) = ratios.paths(run)
+    assert row["openai"] is None and row["openai_over_native"] is None
+    assert OPENAI_OVER_NATIVE not in text
+
+
+def test_check_openai_accepts_floats_and_base64_of_the_dimension_in_order():
+    import base64
+    import json
+
+    import numpy as np
+
+    from harness.tools.peers.__main__ import check_openai
+
+    vectors = np.arange(6, dtype="<f4").reshape(2, 3)
+    floats = {"data": [{"embedding": v.tolist(), "index": i} for i, v in enumerate(vectors)]}
+    encoded = {
+        "data": [{"embedding": base64.b64encode(v.tobytes()).decode(), "index": i} for i, v in enumerate(vectors)]
+    }
+    for reply in (floats, encoded):
+        check_openai(json.dumps(reply).encode(), 2, 3)
+        with pytest.raises(AssertionError):
+            check_openai(json.dumps(reply).encode(), 2, 4)
+        with pytest.raises(AssertionError):
+            check_openai(json.dumps(reply).encode(), 3, 3)
+    swapped = {"data": floats["data"][::-1]}
+    with pytest.raises(AssertionError, match="indexes"):
+        check_openai(json.dumps(swapped).encode(), 2, 3)
+
+
+def test_every_openai_style_target_gets_the_same_body_shape(tmp_path):
+    import json
+
+    from harness.tools.peers import workloads
+    from harness.tools.peers.naive import NaiveServer
+
+    ours = json.loads(workloads.openai_body(["a", "b"], "m"))
+    naive = NaiveServer(tmp_path)
+    try:
+        theirs = json.loads(naive.body(["a", "b"]))
+        assert set(ours) == set(theirs) == {"input", "model"} and ours["input"] == theirs["input"] == ["a", "b"]
+        assert json.loads(naive.body(["a"], "base64"))["encoding_format"] == "base64"
+    finally:
+        naive.work_dir.rmdir()
+
+
+def test_openai_models_must_be_peers_models(tmp_path):
+    from harness import PROJECT_ROOT
+    from harness.deployments import ManifestError
+    from harness.manifest import read_manifest
+
+    text = (PROJECT_ROOT / "deployments/embedding_cpu/deployment.toml").read_text()
+    assert "openai_models = { embedding_onnx_text =" in text
+    bad = tmp_path / "deployment.toml"
+    bad.write_text(text.replace("openai_models = { embedding_onnx_text =", "openai_models = { no_such_model ="))
+    with pytest.raises(ManifestError, match="openai_models: 'no_such_model' is not in"):
+        read_manifest(bad)
+
+
+def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors():
+    """The naive server is a real OpenAI-compatible peer: the official client (asking for base64
+    and decoding it by default; floats on request) gets sentence-transformers' own vectors, in order; empty input is a 400."""
+    import numpy as np
+    import openai
+    from sentence_transformers import SentenceTransformer
+
+    from harness.deployments import get_deployment
+    from harness.tools.peers import workloads
+    from harness.tools.peers.naive import SERVED_NAME, NaiveServer
+
+    deployment = get_deployment("embedding_cpu")
+    model_dir = deployment.resolve(deployment.manifest.peers.embedding)().model_dir
+    texts = workloads.sentences(5)
+    expected = SentenceTransformer(str(model_dir), device="cpu").encode(texts)
+    with NaiveServer(model_dir, threads=1) as server:
+        client = openai.OpenAI(base_url=server.url.removesuffix("/embeddings"), api_key="unused", max_retries=0)
+        for encoding in (openai.NOT_GIVEN, "float"):
+            reply = client.embeddings.create(model=SERVED_NAME, input=texts, encoding_format=encoding)
+            got = np.array([d.embedding for d in sorted(reply.data, key=lambda d: d.index)])
+            cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+            assert cosine.min() >= 0.9999, (encoding, cosine)
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model=SERVED_NAME, input=[])

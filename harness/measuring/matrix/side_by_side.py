@@ -176,7 +176,7 @@ def paths(run: list[dict]) -> list[dict]:
 def _gate_phrase(run: list[dict]) -> str:
     """How tritonserver was served in the run: behind the front gate, or not (records before the
     ``gate`` field ran without it)."""
-    gates = {r.get("gate") for r in run if r.get("server_mode") != "peer"}
+    gates = {r.get("gate") for r in run if "peer" not in (r.get("server_mode"), r.get("path"))}
     if gates == {True}:
         return "tritonserver behind the front gate as users run it, native and OpenAI paths alike"
     if True in gates:

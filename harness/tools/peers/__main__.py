@@ -173,13 +173,14 @@ def check_openai(reply: bytes, count: int, dimension: int) -> None:
 
 def start_triton(deployment: Deployment, models: list[str], cores: set[int], overrides: dict | None, gate: bool):
     from harness.repository import dependencies
-    from harness.serving.launchers import LocalTritonServer, ServerOptions
+    from harness.serving.launchers import LocalTritonServer
     from harness.variants import variant_repository
 
     deployment.export()
     served = dependencies(deployment.model_repository, models)  # the models and what they call
     repository = variant_repository(deployment.model_repository, overrides or {}, models=served)
-    options = ServerOptions(str(repository), required_models=list(models))
+    # as users serve it (``harness serve``): the deployment's cpu options and gate policy, this repository
+    options = deployment.server_options("cpu", model_repository=str(repository), required_models=list(models))
     server = LocalTritonServer(options, gate=gate)
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
@@ -189,6 +190,14 @@ def start_triton(deployment: Deployment, models: list[str], cores: set[int], ove
         os.sched_setaffinity(0, previous)
     server.wait_ready()
     return server
+
+
+def openai_calls(deployment: Deployment, models: list[str], spec) -> list[str]:
+    """The models the gate's ``/v1/embeddings`` calls for these models' OpenAI names (the text model
+    and the one ``usage`` is counted with: the deployment's ``[openai]`` table)."""
+    table = getattr(deployment.manifest, "openai", None)
+    mapped = [table.models.get(spec.openai_models[m]) for m in models] if table else []
+    return [part.model for entry in mapped if entry for part in (entry.text, entry.tokenizer) if part]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
     peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
-    served_models = list(dict.fromkeys(models + openai_models))
+    served_models = list(dict.fromkeys(models + openai_models + openai_calls(deployment, openai_models, spec)))
     triton = start_triton(deployment, served_models, server_cores, overrides, args.gate) if served_models else None
     #: What a record of our server says about it (``gate``: behind the front gate).
     ours = {"server_mode": "local", "gate": args.gate}
