@@ -29,6 +29,7 @@ the same definition the export used for the ONNX files made from them.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +45,7 @@ __all__ = [
     "fixtures_identity",
     "fixtures_record",
     "read_stamp",
+    "repository_commit",
     "served_onnx_files",
     "stamp_onnx",
     "tensors_identity",
@@ -207,3 +209,31 @@ def assert_served_weights(
             f"  fixtures: {fixtures_identity.describe()}\n"
             f"export and fixtures must come from the same weights; regenerate both: {regenerate}"
         )
+
+
+# --- which code a benchmark measured ---------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def repository_commit(path: str | Path) -> str | None:
+    """The short hash of the last git commit that changed ``path`` (a deployment's model repository),
+    ``+dirty`` when tracked files under it differ from that commit; None outside a git checkout.
+    Records carry it (``model_repository_commit``) so the results matrix can say when a section was
+    measured on other code than is there now."""
+    path = Path(path)
+    try:
+        commit = subprocess.run(
+            ["git", "log", "-1", "--format=%h", "--", "."], cwd=path, capture_output=True, text=True, timeout=20
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if commit.returncode != 0 or not commit.stdout.strip():
+        return None
+    return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

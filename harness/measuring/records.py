@@ -119,6 +119,19 @@ class RecordError(ValueError):
     pass
 
 
+@lru_cache(maxsize=32)
+def model_repository_commit(deployment: str | None) -> str | None:
+    """The git commit of the deployment's model repository (``harness.provenance.repository_commit``):
+    which code a record measured, so the matrix can say when a section is older than the code."""
+    from harness.deployments import ManifestError, get_deployment
+    from harness.provenance import repository_commit
+
+    try:
+        return repository_commit(get_deployment(deployment).model_repository) if deployment else None
+    except (ManifestError, KeyError, OSError):
+        return None
+
+
 def append_record(record: Record, path: Path | None = None) -> Path:
     """Append one record (schema version, timestamp, machine added) to the records file."""
     missing = [key for key in REQUIRED if record.get(key) is None]
@@ -134,6 +147,7 @@ def append_record(record: Record, path: Path | None = None) -> Path:
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "model_repository_commit": model_repository_commit(record.get("deployment")),
         **record,
     }
     with path.open("a") as handle:

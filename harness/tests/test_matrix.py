@@ -104,14 +104,17 @@ def test_measured_and_never_measured_rows(toy):
     # cpu benchmark: local (measured) and docker (never measured); npu benchmark: docker only
     assert blocks["toy"] == [("m-b1", "local / cpu"), ("m-b1", "docker / cpu"), ("m-npu", "docker / npu")]
     lines = [line for line in text.splitlines() if line.startswith("| m-")]
-    assert "50.0" in lines[0] and "19.5" in lines[0] and "1,580" in lines[0] and "15.50" in lines[0]
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert cells == ["m-b1", "local / cpu", "1", "50.0", "19.5", "30.2", "90 B / 1.6 kB", "–", "not run"]
     assert "| 1.0 " not in lines[0], "the older record of the same cell must lose"
-    assert "50% of 160" in lines[1], "served / ceiling from ceiling_items_per_second"
+    assert "| 50% " in lines[1], "of ceiling from ceiling_items_per_second"
     assert "not measured" in lines[2] and "1, 4" in lines[2]
     assert "not measured" in lines[3] and "16" in lines[3]
-    assert "Test CPU, 2 cores" in text and "tritonserver 2.51.0, `local` server mode" in text
-    assert "onnxruntime via harness Python backend" in text and "measured 2026-11-30" in text
+    assert "`local` server mode, measured 2026-11-30: Test CPU, 2 cores, Debian 12; tritonserver 2.51.0" in text
+    assert "`docker` server mode: no run recorded yet" not in text
+    assert "onnxruntime via harness Python backend" in text
     assert "harness-asyncio" in text and "perf_analyzer: not usable here (test)." in text
+    assert "> ceiling" not in text, "no row above its ceiling: no mark, no footnote"
     data = json.loads(written["json"].read_text())
     toy_rows = data["deployments"]["toy"]["rows"]
     assert [r["measured"] for r in toy_rows] == [True, True, False, False]
@@ -122,6 +125,27 @@ def test_measured_and_never_measured_rows(toy):
         png = written[f"plot toy {kind}"]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"plots/toy-{kind}.png" in text
+
+
+def test_a_rate_above_its_ceiling_is_marked_and_explained_never_shown_above_100_percent(toy):
+    rows = [_record(items_per_second=82.0, ceiling_items_per_second=50.0)]
+    text = _generate(toy, rows)["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
+    assert "> ceiling" in row and "164%" not in text
+    assert matrix.render.ABOVE_CEILING in text
+
+
+def test_local_and_docker_rows_are_separate_tables_each_with_its_run_and_date(toy):
+    rows = [_record(), _record(server_mode="docker", timestamp="2026-11-28T09:00:00+00:00", server_version="2.50.0")]
+    text = _generate(toy, rows)["markdown"].read_text()
+    section = text.split("## toy", 1)[1]
+    local, docker = (
+        section.index("`local` server mode, measured 2026-11-30"),
+        section.index("`docker` server mode, measured 2026-11-28"),
+    )
+    tables = [i for i, line in enumerate(section.splitlines()) if line.startswith("| variant")]
+    assert len(tables) == 2 and local < docker
+    assert "tritonserver 2.50.0" in section[docker:]
 
 
 def test_container_cost_pairs_docker_with_local_rows(toy):
@@ -255,24 +279,57 @@ def test_outcome_plugin_records_checks(tmp_path):
     assert {(r["param"], r["outcome"]) for r in rows} == {("toy-good", "passed"), ("toy-bad", "failed")}
 
 
-def test_committed_results_md_has_every_declared_row():
-    """docs/results.md is regenerated (`make matrix`) whenever a manifest gains or loses a scenario."""
+def _table_order(deployment) -> list[tuple[str, str]]:
+    """The declared grid as the tables show it: a table per server mode, scenarios in manifest order."""
+    grid = [(b, f"{m} / {t}") for b, t, m in matrix.expected_grid(deployment)]
+    modes = list(dict.fromkeys(where.split(" / ")[0] for _, where in grid))
+    return sorted(grid, key=lambda p: modes.index(p[1].split(" / ")[0]))
+
+
+def test_the_renderer_lists_every_declared_row_of_every_deployment():
+    """What `make matrix` writes for the manifests as they are now: one row block per declared
+    scenario x target x server mode, in manifest order, measured or not (here: from no records)."""
+    deployments = discover()
+    text = matrix.render_markdown(matrix.build([], deployments, []), "", "no records", [], deployments)
+    blocks = matrix.table_blocks(text)
+    for deployment in deployments:
+        assert blocks[deployment.name] == _table_order(deployment), deployment.name
+
+
+def test_committed_results_md_rows_follow_the_manifests():
+    """docs/results.md is regenerated from one full measuring run (`make bench matrix` on a quiet
+    machine), not with each manifest change: until that run it may lack a scenario declared since
+    (the test above shows it would appear, "not measured"), but it has a section per deployment and
+    every row it shows is a declared scenario, those of each server / target in the manifest's order."""
     committed = (PROJECT_ROOT / "docs" / "results.md").read_text()
     blocks = matrix.table_blocks(committed)
     for deployment in discover():
-        expected = [(b, f"{m} / {t}") for b, t, m in matrix.expected_grid(deployment)]
+        expected = _table_order(deployment)
         assert deployment.name in blocks, f"docs/results.md has no section {deployment.name}: run `make matrix`"
-        assert [p for p in blocks[deployment.name] if p in expected] == expected, (
-            f"docs/results.md rows of {deployment.name} differ from its manifest: run `make matrix`"
+        shown = [(variant.split(" [")[0], where) for variant, where in blocks[deployment.name]]
+        declared = {b.id for b in deployment.benchmarks}
+        assert {v for v, _ in shown} <= declared, (
+            f"docs/results.md shows scenarios {deployment.name} no longer declares"
         )
+        for mode in {where for _, where in expected}:
+            mine = [p for p in shown if p[1] == mode and p in expected]
+            assert mine == [p for p in expected if p in mine], (
+                f"docs/results.md rows of {deployment.name} on {mode} are out of its manifest's order: run `make matrix`"
+            )
 
 
 def test_run_footnote_says_whether_the_front_gate_was_in_front(toy):
     gated = _record(gate=True)
     direct = _record(gate=False, server_mode="docker", timestamp="2026-11-30T11:00:00+00:00")
     text = _generate(toy, [gated, direct])["markdown"].read_text()
-    assert "`local` server mode, behind the front gate" in text
-    assert "`docker` server mode, no front gate" in text
+    assert (
+        "`local` server mode, measured 2026-11-30: Test CPU, 2 cores, Debian 12; tritonserver 2.51.0, behind the front gate"
+        in text
+    )
+    assert (
+        "`docker` server mode, measured 2026-11-30: Test CPU, 2 cores, Debian 12; tritonserver 2.51.0, no front gate"
+        in text
+    )
 
 
 def test_the_matrix_replaces_its_own_figures_and_keeps_the_others(toy):

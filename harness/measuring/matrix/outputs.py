@@ -11,6 +11,7 @@ from harness import PROJECT_ROOT
 from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family, network_label, network_records
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.correctness import read_outcomes
+from harness.measuring.matrix.headlines import build_headlines, headlines_json, plot_headlines, render_headlines
 from harness.measuring.matrix.plots import PLOT_KINDS, plot
 from harness.measuring.matrix.render import render_markdown, render_network
 from harness.measuring.matrix.rows import NOT_MEASURED, build
@@ -98,8 +99,13 @@ def generate(
         for kind in PLOT_KINDS:
             for old in plots_dir.glob(f"*-{kind}.png"):
                 old.unlink()
+        for old in plots_dir.glob("headline-*.png"):
+            old.unlink()
     for name, data in matrix.items():
         data["plots"] = plot(name, data["rows"], plots_dir, data.get("model_only"))
+    model_only = {d.name: {b.id: b.model_only for b in d.benchmarks if b.model_only} for d in deployments}
+    headlines = build_headlines(records, matrix, model_only, records_file.parent)
+    headline_plots = plot_headlines(headlines, plots_dir)
     try:
         source = str(records_file.resolve().relative_to(PROJECT_ROOT))
     except ValueError:
@@ -111,7 +117,8 @@ def generate(
 
     ratio_lines = side_by_side.render(records)
     written["markdown"].write_text(
-        render_markdown(matrix, perf_analyzer_note, source) + ("\n".join(ratio_lines) + "\n" if ratio_lines else "")
+        render_markdown(matrix, perf_analyzer_note, source, render_headlines(headlines, deployments), deployments)
+        + ("\n".join(ratio_lines) + "\n" if ratio_lines else "")
     )
     latest_run = side_by_side.latest_run(records)
     payload = {
@@ -119,6 +126,7 @@ def generate(
         "perf_analyzer": perf_analyzer_note,
         "side_by_side": {"records": latest_run, "ratios": side_by_side.ratios(latest_run)},
         "not_measured": NOT_MEASURED,
+        "headlines": headlines_json(headlines),
         "deployments": {
             name: {
                 "summary": data["summary"],
@@ -152,4 +160,6 @@ def generate(
     for name, data in matrix.items():
         for kind, path in data["plots"].items():
             written[f"plot {name} {kind}"] = path
+    for kind, path in headline_plots.items():
+        written[f"plot headline {kind}"] = path
     return written

@@ -13,29 +13,33 @@ from harness.measuring.matrix.cells import (
     network_records,
     pinning_label,
     run_label,
+    stamp,
 )
 from harness.measuring.matrix.container_cost import container_cost
+from harness.measuring.matrix.freshness import freshness_note
 from harness.measuring.matrix.plots import PLOT_KINDS
 from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
 
+#: The compact table of each deployment and server mode; every other column is in results.json / .csv.
 COLUMNS = [
     "variant",
     "server / target",
     "c",
-    "infer/s",
     "items/s",
     "p50 ms",
     "p99 ms",
-    "sent B/req",
-    "recv B/req",
-    "queue ms",
-    "compute ms",
-    "served / ceiling",
+    "bytes/req sent / recv",
+    "of ceiling",
     "correctness",
-    "generator",
-    "run",
 ]
+#: Footnote of a served rate above its in-process ceiling.
+ABOVE_CEILING = (
+    "> ceiling: served faster than the in-process ceiling measured in the few seconds after the window. That "
+    "ceiling is one caller in the generator's process on the same shared cores, a lower bound rather than a "
+    "limit when the neighbours' load moved between the two; the quotient is in results.json "
+    "(`served_over_ceiling`)."
+)
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -49,30 +53,23 @@ def _fmt(value, digits: int = 1) -> str:
 
 
 def table_blocks(markdown: str) -> dict[str, list[tuple[str, str]]]:
-    """``{deployment: [(variant, "mode / target"), ...]}`` read back from a results.md (layout checks)."""
+    """``{deployment: [(variant, "mode / target"), ...]}`` read back from a results.md: the rows of
+    the tables whose header is the matrix's (``variant | server / target | ...``), per ``## `` section."""
     blocks: dict[str, list[tuple[str, str]]] = {}
-    current = None
+    current, in_table = None, False
     for line in markdown.splitlines():
         if line.startswith("## "):
             current = line[3:].strip()
             blocks[current] = []
-        elif current and line.startswith("|") and not line.startswith("|--"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if cells[:2] != ["variant", "server / target"] and (cells[0], cells[1]) not in blocks[current]:
-                blocks[current].append((cells[0], cells[1]))
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == ["variant", "server / target"]:
+            in_table = True
+        elif current and in_table and not line.startswith("|--") and (cells[0], cells[1]) not in blocks[current]:
+            blocks[current].append((cells[0], cells[1]))
     return blocks
-
-
-def _run_letter(index: int) -> str:
-    return chr(ord("A") + index) if index < 26 else f"R{index}"
-
-
-def _served(record: dict) -> str:
-    """Items/s as a share of the record's ceiling: ``"50% of 160"``, ``"–"`` without a ceiling."""
-    limit = ceiling(record)
-    if not limit:
-        return "–"
-    return f"{record['items_per_second'] / limit:.0%} of {_fmt(limit, 0 if limit >= 10 else 1)}"
 
 
 def latency_bytes_server_cells(r: dict) -> list[str]:
@@ -87,31 +84,76 @@ def latency_bytes_server_cells(r: dict) -> list[str]:
     ]
 
 
-def render_table(data: dict) -> str:
-    runs = {run: _run_letter(i) for i, run in enumerate(data["runs"])}
+def _served(record: dict) -> str:
+    """Items/s as a share of the record's ceiling, never above 100 % without the footnote's mark."""
+    limit = ceiling(record)
+    if not limit:
+        return "–"
+    share = record["items_per_second"] / limit
+    return f"{share:.0%}" if share <= 1.0 else "> ceiling"
+
+
+def _bytes(record: dict) -> str:
+    from harness.measuring.matrix.headlines import size
+
+    sent, received = record.get("bytes_sent_per_request"), record.get("bytes_received_per_request")
+    return " / ".join(size(v) if v is not None else "–" for v in (sent, received))
+
+
+def _variant(record: dict) -> str:
+    """The benchmark id, and the generator where it is not the default one."""
+    family = generator_family(record)
+    return record["benchmark"] + ("" if family == "harness-asyncio" else f" [{family}]")
+
+
+def render_table(data: dict, mode: str | None = None) -> str:
+    """The compact table of a deployment's rows (of one server mode when given)."""
     table = []
     for r in data["rows"]:
+        if mode is not None and r["server_mode"] != mode:
+            continue
         where = f"{r['server_mode']} / {r['target']}"
         if not r["measured"]:
-            table.append(
-                [r["benchmark"], where, r["concurrency"], NOT_MEASURED] + [""] * 8 + [r["correctness"], "", ""]
-            )
+            table.append([r["benchmark"], where, r["concurrency"], NOT_MEASURED, "", "", "", "", r["correctness"]])
             continue
         table.append(
             [
-                r["benchmark"],
+                _variant(r),
                 where,
                 r.get("concurrency"),
-                _fmt(r.get("perf_throughput")),
                 _fmt(r.get("items_per_second")),
-                *latency_bytes_server_cells(r),
+                _fmt(r.get("perf_latency_p50")),
+                _fmt(r.get("perf_latency_p99")),
+                _bytes(r),
                 _served(r),
                 r["correctness"] + (f" ({r['errors']} errors under load)" if r.get("errors") else ""),
-                generator_family(r) + _pinned(r),
-                runs.get(run_label(r), "?"),
             ]
         )
     return tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
+
+
+def _modes(data: dict) -> list[str]:
+    return list(dict.fromkeys(r["server_mode"] for r in data["rows"]))
+
+
+def _caption(data: dict, mode: str) -> str:
+    """Which run(s) a mode's table comes from: machine, server, gate, pinning, dates."""
+    measured = [r for r in data["rows"] if r["measured"] and r["server_mode"] == mode]
+    if not measured:
+        return f"`{mode}`: no run recorded yet (`make bench DEPLOYMENT={data['name']} MODE={mode}`)"
+    runs = sorted({run_label(r) for r in measured}, key=str)
+    parts = []
+    for cpu, cores, os_name, _, version, gate in runs:
+        behind = {True: ", behind the front gate", False: ", no front gate"}.get(gate, "")
+        parts.append(f"{cpu}, {cores} cores, {os_name}; tritonserver {version or 'unknown version'}{behind}")
+    pinned = sorted({pinning_label(r) for r in measured} - {""})
+    days = sorted(stamp(r)[:10] for r in measured)
+    when = days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "")
+    return (
+        f"`{mode}` server mode, measured {when}: "
+        + "; ".join(parts)
+        + (f"; pinned: {', '.join(pinned)}" if pinned else "")
+    )
 
 
 def _pinned(record: dict) -> str:
@@ -154,48 +196,47 @@ def render_container_cost(rows: list[dict], history: list[dict] | None = None) -
     ]
 
 
-def render_markdown(matrix: dict, perf_analyzer_note: str, source: str) -> str:
+def render_markdown(
+    matrix: dict, perf_analyzer_note: str, source: str, headlines: list[str] | None = None, deployments=None
+) -> str:
     lines = [
-        "# Results matrix",
+        "# Results",
         "",
-        "Generated by `make matrix` (`python -m harness matrix`) from the benchmark records in "
-        f"`{source}`; regenerate everything with `make bench matrix BENCH_DURATION=2`. "
-        "Nothing here is typed in by hand: a cell no run has measured says "
-        f'"{NOT_MEASURED}". The latest record of each cell wins.',
+        f"Generated by `make matrix` from `{source}`; `make bench matrix` measures and regenerates everything. "
+        f'Nothing is typed in: what no run measured says "{NOT_MEASURED}" and the command that measures it.',
         "",
-        "Columns: `variant` the benchmark scenario of the deployment's manifest (described under the "
-        "table, with the backend that serves it); `server / target` the server mode (`local`: the pip "
-        "tritonserver; `docker`: the same tritonserver in a container: for cpu the image `make image` builds "
-        "here (`images/cpu/`), for gpu / npu the NGC / Ascend images) and the hardware target; "
-        "`c` concurrency (requests in flight); `infer/s` requests per second; `items/s` "
-        "items (sentences, images) per second; `p50`/`p99` client-side latency; `sent`/`recv B/req` "
-        "bytes per request on the wire (request and response bodies); `queue ms` / `compute ms` "
-        "Triton's own per-request queue and compute (input + infer + output) time over the window, "
-        "from its statistics API; `served / ceiling` items/s as a share of the in-process ceiling "
-        "when the scenario defines one; `correctness` the latest pytest outcome of the deployment's "
-        "checks (those naming the row's model when there are such) on that server / target; "
-        "`generator` the load generator that produced the numbers, and the cores server and generator were pinned to when they were; `run` the machine and server below "
-        "the table. How to read these numbers: [tuning.md](tuning.md).",
+        *(headlines or []),
+        "## Tables",
         "",
-        f"Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`). {perf_analyzer_note}",
+        "Per deployment one table per server mode (`local`: the pip tritonserver; `docker`: the same tritonserver "
+        "in the image `make image` builds, or the NGC / Ascend image), the latest record of each cell. `c` "
+        "requests in flight; `p50`/`p99` client-side latency; `bytes/req` request / response body; `of ceiling` "
+        "items/s as a share of the in-process ceiling where the scenario defines one; `correctness` the latest "
+        "pytest outcome of the checks naming the row's model on that server. The other columns (infer/s, "
+        "Triton's queue and compute time, generator, pinning, load) are in [results.json](results.json) and "
+        "[results.csv](results.csv). How to read these numbers: [tuning.md](tuning.md).",
+        "",
+        f"Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`); a variant marked "
+        f"`[perf_analyzer]` was measured by it. {perf_analyzer_note}",
         "",
         "Network-bound runs (`make bench-network`): [results-network.md](results-network.md).",
         "",
     ]
     for name, data in matrix.items():
+        data = {**data, "name": name}
         lines += [f"## {name}", "", data["summary"], ""]
-        lines += [render_table(data), ""]
-        if data["runs"]:
-            for i, (cpu, cores, os_name, mode, version, gate) in enumerate(data["runs"]):
-                behind = {True: ", behind the front gate", False: ", no front gate"}.get(gate, "")
-                lines.append(
-                    f"- run {_run_letter(i)}: {cpu}, {cores} cores, {os_name}; tritonserver "
-                    f"{version or 'unknown version'}, `{mode}` server mode{behind}"
-                )
-            first, last = data["dates"]
-            lines.append(f"- measured {first}" + (f" to {last}" if last != first else ""))
-        else:
-            lines.append("- no run recorded yet: `make bench DEPLOYMENT=" + name + "`")
+        above = False
+        for mode in _modes(data):
+            lines += [_caption(data, mode), "", render_table(data, mode), ""]
+            above = above or any(
+                r["measured"] and r["server_mode"] == mode and _served(r) == "> ceiling" for r in data["rows"]
+            )
+        if above:
+            lines += [ABOVE_CEILING, ""]
+        if deployments is not None:
+            note = freshness_note([r for r in data["rows"] if r["measured"]], deployments)
+            if note:
+                lines += [note, ""]
         for benchmark, info in data["variants"].items():
             lines.append(
                 f"- `{benchmark}`: {info['variant'] or info['model']}; backend "

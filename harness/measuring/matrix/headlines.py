@@ -1,0 +1,558 @@
+"""The first screen of ``docs/results.md``: each lesson as one sentence with its measured ratio,
+one figure and the command that reproduces it, every number read from the records.
+
+Three lessons, each found in the records rather than in a list of names:
+
+- ``network``: the deployment with network-bound records (``make bench-network``): items/s and
+  bytes per request of each path it measured, by link rate, at one concurrency; the entry model
+  that takes the compressed input is the benchmark whose manifest names a ``model_only`` path.
+- ``serving``: the latest side-by-side run (``make bench-peers``): items/s of every target it
+  measured (served models and peers alike) at each concurrency and request size, the in-process
+  ceiling of each; ratios are medians of per-round quotients, with their range over rounds.
+- ``costs``: what server-side processing (pair runs, ``make bench-pairs``), the container (docker
+  / local rows of one run) and the front gate (``make gate-cost``'s report) cost, each one ratio
+  with its spread.
+
+A lesson without records says "not measured" and the command that measures it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from harness.measuring.matrix.cells import generator_family, network_records, stamp
+from harness.measuring.matrix.container_cost import container_cost
+from harness.measuring.matrix.freshness import freshness_note
+from harness.measuring.matrix.rows import NOT_MEASURED
+
+#: What reproduces each lesson (Makefile targets; test_matrix_headlines checks they exist).
+COMMANDS = {
+    "network": "make bench-network NETWORK_RATE=1gbit && make bench-network NETWORK_RATE=100mbit && make matrix",
+    "serving": "make bench-peers && make matrix",
+    "processing": "make bench-pairs && make matrix",
+    "container": "make bench MODE=local && make bench MODE=docker && make matrix",
+    "gate": "make gate-cost && make matrix",
+}
+#: The headline figures, ``docs/plots/headline-<kind>.png``.
+FIGURES = ("network", "serving", "costs")
+#: Grouped bars get a logarithmic axis where their values span more than this factor.
+LOG_SPAN = 20.0
+
+
+# -- formatting: every number of the screen goes through these ------------------------------
+def rate(value: float) -> str:
+    """Items/s: integers from 100, one decimal from 10, two below."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def size(value: float) -> str:
+    """Bytes per request: MB / kB / B."""
+    if value >= 1e6:
+        return f"{value / 1e6:.1f} MB"
+    if value >= 1e4:
+        return f"{value / 1e3:.0f} kB"
+    return f"{value / 1e3:.1f} kB" if value >= 1e3 else f"{value:.0f} B"
+
+
+def wire(record: dict) -> float:
+    return float(record.get("bytes_sent_per_request") or 0) + float(record.get("bytes_received_per_request") or 0)
+
+
+def _machine(record: dict) -> str:
+    machine = record.get("machine") or {}
+    return f"{machine.get('cpu_model', 'unknown CPU')}, {machine.get('cpu_cores')} cores"
+
+
+def _load(records: list[dict]) -> str:
+    loads = [r["load_average_1m"] for r in records if r.get("load_average_1m") is not None]
+    return f"load {min(loads):.1f}-{max(loads):.1f}" if loads else "load not recorded"
+
+
+def _when(records: list[dict]) -> str:
+    days = sorted({stamp(r)[:10] for r in records if stamp(r)})
+    return days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "") if days else "no date"
+
+
+# -- lesson 1: the same input sent three ways through links of three rates ------------------
+def _link_bits(record: dict) -> float:
+    network = record.get("network") or {}
+    return float(network.get("rate_bits_per_s") or float("inf"))
+
+
+def _link_name(record: dict) -> str:
+    network = record.get("network") or {}
+    if not network.get("rate"):
+        return "loopback"
+    return str(network["rate"]) + (f" +{network['rtt_ms']:g} ms" if network.get("rtt_ms") else "")
+
+
+def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -> dict:
+    """Items/s of each path by link, at the lowest concurrency every (path, link) measured."""
+    shaped = network_records(records)
+    if not shaped:
+        return {"measured": False, "command": COMMANDS["network"]}
+    deployment = max(shaped, key=stamp).get("deployment")
+    mine = [r for r in shaped if r.get("deployment") == deployment and generator_family(r) == "harness-asyncio"]
+    paths = sorted({r["benchmark"] for r in mine})
+    links = {_link_name(r): _link_bits(r) for r in mine}
+    cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
+    for r in mine:
+        cells[(r["benchmark"], _link_name(r))][int(r.get("concurrency") or 0)] = r
+    loopback_from_bench = "loopback" not in links
+    if loopback_from_bench:  # no unshaped run in a namespace: the local bench rows of the same paths
+        plain = [
+            r
+            for r in records
+            if r.get("deployment") == deployment
+            and not r.get("network")
+            and not r.get("comparison")
+            and r.get("benchmark") in paths
+            and r.get("server_mode") == "local"
+            and generator_family(r) == "harness-asyncio"
+        ]
+        for r in sorted(plain, key=stamp):
+            cells[(r["benchmark"], "loopback")][int(r.get("concurrency") or 0)] = r
+        if any((p, "loopback") in cells for p in paths):
+            links["loopback"] = float("inf")
+    order = sorted(links, key=lambda name: -links[name])
+    common = set.intersection(*(set(cells.get((p, link), {})) for p in paths for link in order))
+    if not common:
+        return {"measured": False, "command": COMMANDS["network"], "why": "no concurrency measured on every link"}
+    concurrency = min(common)
+    table = {p: {link: cells[(p, link)][concurrency] for link in order} for p in paths}
+    entries = [p for p in paths if model_only.get(deployment, {}).get(p)]
+    entry = entries[0] if entries else min(paths, key=lambda p: wire(table[p][order[-1]]))
+    others = sorted((p for p in paths if p != entry), key=lambda p: wire(table[p][order[-1]]))
+    used = [r for p in paths for r in table[p].values()]
+    return {
+        "measured": True,
+        "deployment": deployment,
+        "concurrency": concurrency,
+        "links": order,
+        "entry": entry,
+        "paths": [entry, *others],
+        "loopback_from_bench": loopback_from_bench,
+        "items_per_second": {p: {link: table[p][link]["items_per_second"] for link in order} for p in paths},
+        "bytes_per_request": {p: wire(table[p][order[-1]]) for p in paths},
+        "link_ceiling": {
+            p: {link: table[p][link].get("link_ceiling_infer_per_s") for link in order if link != "loopback"}
+            for p in paths
+        },
+        "speed_run": sorted({p for p in paths for r in table[p].values() if (r.get("notes") or {}).get("speed_run")}),
+        "when": _when(used),
+        "machine": _machine(used[0]),
+        "load": _load(used),
+        "gate": sorted({str(r.get("gate")) for r in used}),
+        "records": used,
+        "command": COMMANDS["network"],
+    }
+
+
+def render_network_lesson(lesson: dict) -> list[str]:
+    lines = ["### Send the compressed input, not a tensor", ""]
+    if not lesson["measured"]:
+        return lines + [f"{NOT_MEASURED}: `{lesson['command']}`", ""]
+    slow = lesson["links"][-1]
+    ips, size_of = lesson["items_per_second"], lesson["bytes_per_request"]
+    entry = lesson["entry"]
+    compared = ", ".join(
+        f"{ratio(ips[entry][slow] / ips[p][slow])} `{p}` ({size(size_of[p])}/request, {rate(ips[p][slow])}/s)"
+        for p in lesson["paths"][1:]
+        if ips[p][slow]
+    )
+    others = " and ".join(
+        f"{link} " + " / ".join(rate(ips[p][link]) for p in lesson["paths"]) for link in lesson["links"][:-1]
+    )
+    run = (
+        f"c={lesson['concurrency']}, {lesson['when']}, {lesson['machine']}, {lesson['load']}"
+        + (", loopback from `make bench`" if lesson["loopback_from_bench"] else "")
+        + (f"; speed-run (seeded weights): {', '.join(lesson['speed_run'])}" if lesson["speed_run"] else "")
+    )
+    return lines + [
+        f"At {slow}, `{entry}` ({size(size_of[entry])}/request) serves {rate(ips[entry][slow])} items/s: "
+        f"{compared}. Items/s of the three paths on {others} ({lesson['deployment']}, {run}).",
+        "",
+        f"![items/s by link rate](plots/headline-network.png) Reproduce: `{lesson['command']}`",
+        "",
+    ]
+
+
+# -- lesson 2: which way to serve an embedding model on a CPU ------------------------------
+def _rounds(record: dict) -> list[float]:
+    return [float(v) for v in record.get("rounds_items_per_second") or []]
+
+
+def _quotients(top: dict, bottom: dict) -> list[float]:
+    return [a / b for a, b in zip(_rounds(top), _rounds(bottom)) if b]
+
+
+def serving_lesson(records: list[dict]) -> dict:
+    """The latest side-by-side run: per (items per request, concurrency), each target's items/s,
+    ceiling and round-by-round ratio of the fastest to each other target."""
+    from harness.measuring.matrix import side_by_side
+
+    run = side_by_side.latest_run(records)
+    if not run:
+        return {"measured": False, "command": COMMANDS["serving"]}
+    workloads: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
+    for r in run:
+        workloads[(int(r["items_per_request"]), int(r["concurrency"]))][r["model"]] = r
+    targets = sorted({r["model"] for r in run}, key=lambda m: -statistics.median(_rate_of(run, m)))
+    result = []
+    for (batch, concurrency), found in sorted(workloads.items()):
+        best = max(found.values(), key=lambda r: r["items_per_second"])
+        result.append(
+            {
+                "batch": batch,
+                "concurrency": concurrency,
+                "best": best["model"],
+                "items_per_second": {m: r["items_per_second"] for m, r in found.items()},
+                "ceiling": {m: r.get("ceiling_items_per_second") for m, r in found.items()},
+                "versus": {
+                    m: {"median": statistics.median(q), "rounds": q}
+                    for m, r in found.items()
+                    if m != best["model"] and (q := _quotients(best, r))
+                },
+            }
+        )
+    first = min(run, key=stamp)
+    return {
+        "measured": True,
+        "deployment": first.get("deployment"),
+        "run_id": first.get("run_id"),
+        "targets": targets,
+        "peers": sorted({r["model"] for r in run if r.get("server_mode") == "peer"}),
+        "workloads": result,
+        "when": _when(run),
+        "machine": _machine(first),
+        "load": _load(run),
+        "records": run,
+        "command": COMMANDS["serving"],
+    }
+
+
+def _rate_of(run: list[dict], model: str) -> list[float]:
+    return [r["items_per_second"] for r in run if r["model"] == model]
+
+
+def shown_batches(lesson: dict) -> list[int]:
+    """One item per request and the largest request of the run (the screen's two rows)."""
+    batches = sorted({w["batch"] for w in lesson["workloads"]})
+    return sorted({batches[0], batches[-1]})
+
+
+def render_serving_lesson(lesson: dict) -> list[str]:
+    lines = ["### Which way to serve an embedding model on a CPU", ""]
+    if not lesson["measured"]:
+        return lines + [f"{NOT_MEASURED}: `{lesson['command']}`", ""]
+
+    def name(model: str) -> str:
+        return f"`{model}`" + (" (peer)" if model in lesson["peers"] else "")
+
+    for batch in shown_batches(lesson):
+        at = [w for w in lesson["workloads"] if w["batch"] == batch]
+        focus = at[len(at) // 2]  # the middle concurrency: the ratios of the sentence
+        versus = sorted(focus["versus"].items(), key=lambda kv: kv[1]["median"])
+        levels = "/".join(str(w["concurrency"]) for w in at)
+        rates = " / ".join(rate(w["items_per_second"][w["best"]]) for w in at)
+        bests = {w["best"] for w in at}
+        fastest = (
+            f"{name(focus['best'])} is fastest at every c ({rates} sentences/s at c={levels})"
+            if len(bests) == 1
+            else "fastest: "
+            + ", ".join(f"c={w['concurrency']} {name(w['best'])}" for w in at)
+            + f" ({rates} sentences/s)"
+        )
+        lines.append(
+            f"- {batch} sentence{'s' if batch > 1 else ''} per request: {fastest}; at c={focus['concurrency']} "
+            f"{name(focus['best'])} serves "
+            + ", ".join(f"{ratio(v['median'])} ({spread(v['rounds'])}) {name(m)}" for m, v in versus)
+            + "."
+        )
+    lines += [
+        f"- ratios: median of per-round quotients (range over rounds); run `{lesson['run_id']}`, {lesson['when']}, "
+        f"{lesson['machine']}, {lesson['load']}. Reproduce: `{lesson['command']}`",
+        "",
+        "![sentences/s per serving method](plots/headline-serving.png)",
+        "",
+    ]
+    return lines
+
+
+# -- lesson 3: what processing on the server, the container and the gate cost -------------
+def _pair_rows(matrix: dict) -> list[dict]:
+    """Per deployment one ratio: its first entry model (manifest order) with a pair run, local
+    mode where measured, every round at every concurrency of that run."""
+    rows = []
+    for name, data in matrix.items():
+        pairs = data.get("processing_pairs") or []
+        if not pairs:
+            continue
+        mode = "local" if any(r.get("server_mode") == "local" for r in pairs) else pairs[0].get("server_mode")
+        order = list(data.get("model_only") or {})
+        entries = [r.get("entry_benchmark") for r in pairs if r.get("server_mode") == mode]
+        entry = min(entries, key=lambda e: order.index(e) if e in order else len(order))
+        found = [r for r in pairs if r.get("server_mode") == mode and r.get("entry_benchmark") == entry]
+        rounds = [float(v) for r in found for v in r.get("rounds_ratio") or []]
+        if rounds:
+            rows.append(
+                {
+                    "kind": "processing",
+                    "deployment": name,
+                    "label": f"{name}: {entry} / {found[0].get('model_only_benchmark')} ({mode})",
+                    "median": statistics.median(rounds),
+                    "spread": rounds,
+                    "over": f"{len(rounds)} rounds at c="
+                    + ",".join(str(c) for c in sorted({int(r["concurrency"]) for r in found})),
+                    "records": found,
+                }
+            )
+    return rows
+
+
+def _container_rows(matrix: dict) -> list[dict]:
+    rows = []
+    for name, data in matrix.items():
+        pairs = container_cost(data["rows"], data.get("history"))
+        if pairs:
+            values = [p["ratio"] for p in pairs]
+            used = [r for r in data["rows"] if r.get("measured") and r.get("server_mode") == "docker"]
+            rows.append(
+                {
+                    "kind": "container",
+                    "deployment": name,
+                    "label": f"{name}: docker / local",
+                    "median": statistics.median(values),
+                    "spread": values,
+                    "over": f"{len(values)} variant x c cells",
+                    "records": used,
+                }
+            )
+    return rows
+
+
+def gate_reports(results_dir: Path) -> list[dict]:
+    """``make gate-cost``'s reports (``<results>/reliability/gate_cost*.json``)."""
+    reports = []
+    for path in sorted((results_dir / "reliability").glob("gate_cost*.json")):
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(report, dict) and report.get("rows"):
+            reports.append({**report, "file": path.name})
+    return reports
+
+
+def _gate_rows(reports: list[dict]) -> list[dict]:
+    rows = []
+    for report in reports:
+        rounds: dict[int, dict[bool, float]] = defaultdict(dict)
+        for r in report["rows"]:
+            rounds[int(r["round"])][bool(r["gate"])] = float(r["throughput_rps"])
+        values = [r[True] / r[False] for r in rounds.values() if r.get(False) and True in r]
+        if values:
+            rows.append(
+                {
+                    "kind": "gate",
+                    "deployment": report.get("deployment"),
+                    "label": f"{report.get('deployment')}: {report.get('model')} gate / direct (c={report.get('concurrency')})",
+                    "median": statistics.median(values),
+                    "spread": values,
+                    "over": f"{len(values)} rounds, {str(report.get('measured_at', ''))[:10]}",
+                    "records": [],
+                }
+            )
+    return rows
+
+
+def costs_lesson(matrix: dict, results_dir: Path) -> dict:
+    rows = {
+        "processing": _pair_rows(matrix),
+        "container": _container_rows(matrix),
+        "gate": _gate_rows(gate_reports(results_dir)),
+    }
+    return {"measured": any(rows.values()), "rows": rows, "commands": {k: COMMANDS[k] for k in rows}}
+
+
+COST_TITLES = {
+    "processing": "Server-side processing (entry model / its model-only path, one server, alternating)",
+    "container": "The container (docker / local items/s, same variant and c, one run)",
+    "gate": "The front gate (items/s with / without it)",
+}
+
+
+def render_costs_lesson(lesson: dict) -> list[str]:
+    lines = ["### What processing on the server, the container and the gate cost (1.00 = nothing)", ""]
+    for kind, rows in lesson["rows"].items():
+        command = lesson["commands"][kind]
+        if not rows:
+            lines.append(f"- {COST_TITLES[kind]}: {NOT_MEASURED}: `{command}`")
+            continue
+        lines.append(
+            f"- {COST_TITLES[kind]}: "
+            + "; ".join(f"{r['label']} {ratio(r['median'])} ({spread(r['spread'])}, {r['over']})" for r in rows)
+            + f". `{command}`"
+        )
+    if lesson["measured"]:
+        lines += ["", "![cost ratios](plots/headline-costs.png)"]
+    return lines + [""]
+
+
+# -- the screen ---------------------------------------------------------------------------
+def build_headlines(records: list[dict], matrix: dict, model_only: dict, results_dir: Path) -> dict:
+    return {
+        "network": network_lesson(records, model_only),
+        "serving": serving_lesson(records),
+        "costs": costs_lesson(matrix, results_dir),
+    }
+
+
+def render_headlines(headlines: dict, deployments=None) -> list[str]:
+    lines = []
+    lines += render_network_lesson(headlines["network"])
+    lines += _stale(headlines["network"], deployments)
+    lines += render_serving_lesson(headlines["serving"])
+    lines += _stale(headlines["serving"], deployments)
+    lines += render_costs_lesson(headlines["costs"])
+    return lines
+
+
+def _stale(lesson: dict, deployments) -> list[str]:
+    if not lesson.get("measured") or deployments is None:
+        return []
+    note = freshness_note(lesson["records"], deployments)
+    return [note, ""] if note else []
+
+
+def headlines_json(headlines: dict) -> dict:
+    """The headline numbers without the records they came from (those are in results.json)."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "records"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(headlines)
+
+
+# -- figures -----------------------------------------------------------------------------
+def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict[str, list] | None = None) -> None:
+    """Grouped bars, a value label on each, and an optional tick (the ceiling) on each bar."""
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        bars = ax.bar(xs, [v if v == v else 0 for v in values], width * 0.92, label=label)
+        ax.bar_label(bars, [rate(v) if v == v and v else "" for v in values], fontsize=6, padding=1)
+        for x, mark in zip(xs, (marks or {}).get(label, [])):
+            if mark:
+                ax.hlines(mark, x - width / 2, x + width / 2, colors="black", linewidth=1.6)
+    ax.set_xticks(range(len(groups)), groups)
+    values = [v for vs in series.values() for v in vs if v and v == v]
+    if values and max(values) / min(values) > LOG_SPAN:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3, which="both")
+
+
+def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+
+    def save(fig, kind: str, rect=(0, 0, 1, 1)) -> None:
+        fig.tight_layout(rect=rect)
+        written[kind] = folder / f"headline-{kind}.png"
+        fig.savefig(written[kind], dpi=100, metadata={"Software": None})
+        plt.close(fig)
+
+    network = headlines["network"]
+    if network["measured"]:
+        fig, ax = plt.subplots(figsize=(8, 4.2))
+        links = network["links"]
+        _bars(
+            ax,
+            links,
+            {
+                f"{p} ({size(network['bytes_per_request'][p])}/req)": [network["items_per_second"][p][k] for k in links]
+                for p in network["paths"]
+            },
+        )
+        ax.set(
+            xlabel="link between client and server",
+            ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),
+            title=f"{network['deployment']}: items/s of the same input sent three ways, by link rate\n"
+            f"c={network['concurrency']}, {network['when']}, {network['machine']}",
+        )
+        ax.legend(fontsize=7)
+        save(fig, "network")
+
+    serving = headlines["serving"]
+    if serving["measured"]:
+        from matplotlib.lines import Line2D
+
+        batches = shown_batches(serving)
+        fig, axes = plt.subplots(1, len(batches), figsize=(6.2 * len(batches), 5.2), squeeze=False, sharey=True)
+        for ax, batch in zip(axes.flat, batches):
+            at = [w for w in serving["workloads"] if w["batch"] == batch]
+            label = {m: m + (" (peer)" if m in serving["peers"] else "") for m in serving["targets"]}
+            series = {label[m]: [w["items_per_second"].get(m, float("nan")) for w in at] for m in serving["targets"]}
+            marks = {label[m]: [w["ceiling"].get(m) for w in at] for m in serving["targets"]}
+            _bars(ax, [f"c={w['concurrency']}" for w in at], series, marks)
+            ax.set(
+                xlabel="concurrency (requests in flight)",
+                ylabel="sentences/s" if ax is axes.flat[0] else None,
+                title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
+            )
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        handles.append(Line2D([], [], color="black", linewidth=1.6))
+        labels.append("in-process ceiling of that method")
+        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4, frameon=False)
+        fig.suptitle(
+            f"{serving['deployment']}: sentences/s of each serving method, one run "
+            f"({serving['run_id']}, {serving['when']}, {serving['machine']})"
+        )
+        save(fig, "serving", rect=(0, 0.12, 1, 1))
+
+    costs = headlines["costs"]
+    rows = [r for kind in costs["rows"].values() for r in kind]
+    if rows:
+        from matplotlib.patches import Patch
+
+        fig, ax = plt.subplots(figsize=(9, 1.8 + 0.55 * len(rows)))
+        ys = list(range(len(rows)))
+        medians = [r["median"] for r in rows]
+        low = [r["median"] - min(r["spread"]) for r in rows]
+        high = [max(r["spread"]) - r["median"] for r in rows]
+        colors = {"processing": "tab:blue", "container": "tab:orange", "gate": "tab:green"}
+        bars = ax.barh(ys, medians, xerr=[low, high], color=[colors[r["kind"]] for r in rows], capsize=3)
+        ax.bar_label(bars, [ratio(m) for m in medians], fontsize=7, label_type="center", color="white")
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_yticks(ys, [r["label"].replace(": ", "\n", 1) for r in rows], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("ratio of items/s, with / without (median; whiskers: range over rounds or cells)")
+        fig.suptitle("What server-side processing, the container and the front gate cost (1.0 = nothing)")
+        kinds = [k for k in colors if any(r["kind"] == k for r in rows)]
+        names = {"processing": "server-side processing", "container": "container", "gate": "front gate"}
+        ax.legend([Patch(color=colors[k]) for k in kinds], [names[k] for k in kinds], fontsize=7, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+        save(fig, "costs")
+    return written
