@@ -199,12 +199,27 @@ def _quotients(top: dict, bottom: dict) -> list[float]:
     return [a / b for a, b in zip(_rounds(top), _rounds(bottom)) if b]
 
 
+def latest_side_by_side_run(records: list[dict]) -> list[dict]:
+    """The records of the latest side-by-side run (``comparison: side-by-side``) that measured a
+    served model (not only peers) beside at least one other target, and not only config variants."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        if record.get("comparison") == "side-by-side":
+            runs[str(record.get("run_id"))].append(record)
+    full = [
+        run
+        for run in runs.values()
+        if len({r.get("model") for r in run}) > 1
+        and any(r.get("server_mode") != "peer" for r in run)
+        and not all(r.get("label") for r in run)
+    ]
+    return max(full, key=lambda run: max(stamp(r) for r in run)) if full else []
+
+
 def serving_lesson(records: list[dict]) -> dict:
     """The latest side-by-side run: per (items per request, concurrency), each target's items/s,
     ceiling and round-by-round ratio of the fastest to each other target."""
-    from harness.measuring.matrix import side_by_side
-
-    run = side_by_side.latest_run(records)
+    run = latest_side_by_side_run(records)
     if not run:
         return {"measured": False, "command": COMMANDS["serving"]}
     workloads: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
@@ -422,7 +437,7 @@ def build_headlines(records: list[dict], matrix: dict, model_only: dict, results
 
 
 def render_headlines(headlines: dict, deployments=None) -> list[str]:
-    lines = []
+    lines = ["## Headlines", ""]
     lines += render_network_lesson(headlines["network"])
     lines += _stale(headlines["network"], deployments)
     lines += render_serving_lesson(headlines["serving"])
@@ -490,7 +505,10 @@ def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
         links = network["links"]
         _bars(
             ax,
-            links,
+            [
+                f"{k}\n(make bench, unshaped)" if k == "loopback" and network["loopback_from_bench"] else k
+                for k in links
+            ],
             {
                 f"{p} ({size(network['bytes_per_request'][p])}/req)": [network["items_per_second"][p][k] for k in links]
                 for p in network["paths"]
