@@ -171,7 +171,14 @@ def check_openai(reply: bytes, count: int, dimension: int) -> None:
             raise AssertionError(f"an embedding of {size} values, expected {dimension}")
 
 
-def start_triton(deployment: Deployment, models: list[str], cores: set[int], overrides: dict | None, gate: bool):
+def start_triton(
+    deployment: Deployment,
+    models: list[str],
+    cores: set[int],
+    overrides: dict | None,
+    gate: bool,
+    gate_policy: dict | None = None,
+):
     from harness.repository import dependencies
     from harness.serving.launchers import LocalTritonServer
     from harness.variants import variant_repository
@@ -181,6 +188,8 @@ def start_triton(deployment: Deployment, models: list[str], cores: set[int], ove
     repository = variant_repository(deployment.model_repository, overrides or {}, models=served)
     # as users serve it (``harness serve``): the deployment's cpu options and gate policy, this repository
     options = deployment.server_options("cpu", model_repository=str(repository), required_models=list(models))
+    if gate_policy is not None:
+        options.gate_policy = gate_policy
     server = LocalTritonServer(options, gate=gate)
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
@@ -195,7 +204,7 @@ def start_triton(deployment: Deployment, models: list[str], cores: set[int], ove
 def openai_calls(deployment: Deployment, models: list[str], spec) -> list[str]:
     """The models the gate's ``/v1/embeddings`` calls for these models' OpenAI names (the text model
     and the one ``usage`` is counted with: the deployment's ``[openai]`` table)."""
-    table = getattr(deployment.manifest, "openai", None)
+    table = deployment.manifest.openai
     mapped = [table.models.get(spec.openai_models[m]) for m in models] if table else []
     return [part.model for entry in mapped if entry for part in (entry.text, entry.tokenizer) if part]
 
