@@ -1,10 +1,9 @@
-"""The matrix's figures: a panel per model family, concurrency gaps left open, log latency where scales differ."""
+"""The matrix's figures: one run per figure (the latest server mode, default generator), variants
+in model-family order, a line only for a sweep of enough concurrencies."""
 
 from __future__ import annotations
 
-import math
-
-from harness.measuring.matrix.plots import latency_scale, on_concurrency_axis, panels, plot
+from harness.measuring.matrix.plots import SWEEP_POINTS, figure_run, plot, sweeps, variants_in_order
 
 
 def _row(benchmark: str, model: str, concurrency: int, **extra) -> dict:
@@ -14,8 +13,10 @@ def _row(benchmark: str, model: str, concurrency: int, **extra) -> dict:
         "concurrency": concurrency,
         "server_mode": "local",
         "generator": "harness-asyncio (tritonclient grpc.aio)",
+        "timestamp": "2026-12-01T10:00:00+00:00",
+        "machine": {"cpu_model": "Test CPU", "cpu_cores": 2},
         "measured": True,
-        "perf_throughput": 10.0 * concurrency,
+        "items_per_second": 10.0 * concurrency,
         "perf_latency_p50": 5.0,
         "perf_latency_p99": 8.0,
         "bytes_sent_per_request": 1000,
@@ -27,31 +28,34 @@ def _row(benchmark: str, model: str, concurrency: int, **extra) -> dict:
 ROWS = [
     _row("net-b1", "net", 1),
     _row("net-b1", "net", 8),
-    _row("classify-jpeg", "classify", 1),
-    _row("classify-jpeg", "classify", 4),
-    _row("classify-jpeg", "classify", 8),
     _row("other-b1", "other", 1),
+    _row("classify-jpeg", "classify", 1),
+    _row("classify-jpeg", "classify", 8),
+    _row("net-b1", "net", 1, server_mode="docker", timestamp="2026-11-30T10:00:00+00:00"),
+    _row("net-b1", "net", 1, generator="perf_analyzer (2.60)", timestamp="2026-12-01T11:00:00+00:00"),
     {**_row("never", "never", 2), "measured": False},
 ]
 
 
-def test_an_entry_model_joins_the_family_of_its_model_only_path():
-    by_family = panels(ROWS, {"classify-jpeg": "net-b1"})
-    assert sorted(by_family) == ["net", "other"]
-    assert sorted(by_family["net"]) == ["classify-jpeg [local, harness-asyncio]", "net-b1 [local, harness-asyncio]"]
-    assert sorted(panels(ROWS)) == ["classify", "net", "other"], "without model_only each model is its own family"
+def test_a_figure_shows_one_run_the_latest_server_mode_and_the_default_generator():
+    mode, run = figure_run(ROWS)
+    assert mode == "local" and len(run) == 5
+    assert all(r["server_mode"] == "local" and r["generator"].startswith("harness") for r in run)
+    later_docker = ROWS + [_row("net-b1", "net", 8, server_mode="docker", timestamp="2026-12-02T10:00:00+00:00")]
+    assert figure_run(later_docker)[0] == "docker"
 
 
-def test_a_concurrency_a_series_skipped_is_a_gap_not_a_line():
-    points = panels(ROWS, {"classify-jpeg": "net-b1"})["net"]["net-b1 [local, harness-asyncio]"]
-    values = on_concurrency_axis(points, [1, 4, 8], "perf_throughput")
-    assert values[0] == 10.0 and math.isnan(values[1]) and values[2] == 80.0
+def test_an_entry_model_is_drawn_next_to_its_model_only_path():
+    _, run = figure_run(ROWS)
+    assert variants_in_order(run, {"classify-jpeg": "net-b1"}) == ["net-b1", "classify-jpeg", "other-b1"]
+    assert variants_in_order(run) == ["classify-jpeg", "net-b1", "other-b1"], "without model_only: by model"
 
 
-def test_latency_axis_is_log_only_where_values_span_more_than_ten_times():
-    close = {"s": [_row("a", "a", 1), _row("a", "a", 4, perf_latency_p99=40.0)]}
-    apart = {"s": [_row("a", "a", 1), _row("a", "a", 4, perf_latency_p99=51.0)]}
-    assert latency_scale(close) == "linear" and latency_scale(apart) == "log"
+def test_only_a_sweep_of_enough_concurrencies_gets_a_line():
+    _, run = figure_run(ROWS)
+    assert sweeps(run) == {}
+    long = [_row("net-b1", "net", c) for c in (1, 2, 4, 8, 16)[:SWEEP_POINTS]]
+    assert list(sweeps(long)) == ["net-b1"]
 
 
 def test_figures_are_written_for_measured_rows_only(tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 from harness.measuring.matrix.cells import generator_family, network_records, stamp
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.freshness import freshness_note
+from harness.measuring.matrix.plots import rate
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 #: What reproduces each lesson (Makefile targets; test_matrix_headlines checks they exist).
@@ -43,13 +44,6 @@ LOG_SPAN = 20.0
 
 
 # -- formatting: every number of the screen goes through these ------------------------------
-def rate(value: float) -> str:
-    """Items/s: integers from 100, one decimal from 10, two below."""
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
 def ratio(value: float) -> str:
     return f"{value:.2f}x"
 

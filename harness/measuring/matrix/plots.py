@@ -1,25 +1,35 @@
-"""The matrix's figures (``docs/plots/``): throughput vs concurrency, latency vs throughput and
-bytes per request of each deployment's measured rows.
+"""The matrix's figures (``docs/plots/<deployment>-<kind>.png``), each answering one question
+about one run: the latest server mode a deployment was measured in, default generator only.
 
-One panel per model family: a benchmark belongs to the family of the model it serves, and an
-entry model that names a ``model_only`` benchmark (JPEG or text in) joins that benchmark's
-family, so a pre-processing ensemble is drawn next to its model-only path. Concurrency is a
-category axis of the values measured: a series that skipped one has a gap there, not a line
-through it. A latency axis is logarithmic where its values span more than a factor of 10."""
+- ``throughput``: items/s of each variant, bars grouped by concurrency (a comparison at fixed
+  c); a line of items/s against c only for variants whose sweep has ``SWEEP_POINTS`` levels or more.
+- ``latency``: p50 bars with the p99 marked, per variant and concurrency.
+- ``bytes``: bytes on the wire per request (sent and received) of each variant.
+
+Variants are ordered by model family: a benchmark belongs to the family of the model it serves,
+and an entry model that names a ``model_only`` benchmark (JPEG or text in) joins that
+benchmark's family, so a pre-processing path is drawn next to its model-only path."""
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from pathlib import Path
 
-from harness.measuring.matrix.cells import generator_family
+from harness.measuring.matrix.cells import generator_family, stamp
+
+
+def rate(value: float) -> str:
+    """A bar's label: integers from 100, one decimal from 10, two below."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
 PLOT_KINDS = ("throughput", "latency", "bytes")
-#: Latency spans more than this factor in a panel: logarithmic axis.
-LOG_SPAN = 10.0
-MARKERS = {"local": "o", "docker": "s", "external": "D"}
+#: A concurrency sweep with at least this many levels is drawn as a line too.
+SWEEP_POINTS = 4
+#: Values spanning more than this factor get a logarithmic axis.
+LOG_SPAN = 20.0
 
 
 def family_of(rows: list[dict], model_only: dict[str, str]) -> dict[str, str]:
@@ -28,39 +38,46 @@ def family_of(rows: list[dict], model_only: dict[str, str]) -> dict[str, str]:
     return {bench: model.get(model_only.get(bench, bench), own) for bench, own in model.items()}
 
 
-def series_label(row: dict) -> str:
-    return f"{row['benchmark']} [{row['server_mode']}, {generator_family(row)}]"
+def figure_run(rows: list[dict]) -> tuple[str | None, list[dict]]:
+    """The server mode of the latest measured row and that mode's measured rows of the default generator."""
+    measured = [r for r in rows if r["measured"] and generator_family(r) == "harness-asyncio"]
+    if not measured:
+        return None, []
+    mode = max(measured, key=stamp)["server_mode"]
+    return mode, [r for r in measured if r["server_mode"] == mode]
 
 
-def panels(rows: list[dict], model_only: dict[str, str] | None = None) -> dict[str, dict[str, list[dict]]]:
-    """Family -> series label -> that series' rows by concurrency (one row per concurrency)."""
+def variants_in_order(rows: list[dict], model_only: dict[str, str] | None = None) -> list[str]:
     families = family_of(rows, model_only or {})
-    result: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    first = {}
     for r in rows:
-        if r["measured"]:
-            result[families[r["benchmark"]]][series_label(r)].append(r)
-    for series in result.values():
-        for points in series.values():
-            points.sort(key=lambda r: int(r["concurrency"]))
-    return {family: dict(series) for family, series in sorted(result.items())}
+        first.setdefault(r["benchmark"], len(first))
+    return sorted({r["benchmark"] for r in rows}, key=lambda b: (families.get(b, b), first[b]))
 
 
-def on_concurrency_axis(points: list[dict], concurrencies: list[int], key: str) -> list[float]:
-    """``key`` of each point at its position among ``concurrencies``; NaN (a gap) where not measured."""
-    by_c = {int(p["concurrency"]): p[key] for p in points}
-    return [by_c.get(c, math.nan) for c in concurrencies]
+def caption(mode: str, rows: list[dict]) -> str:
+    days = sorted(stamp(r)[:10] for r in rows)
+    machine = rows[0].get("machine") or {}
+    when = days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "")
+    return f"{mode} server, {when}, {machine.get('cpu_model', 'unknown CPU')}, {machine.get('cpu_cores')} cores"
 
 
-def latency_scale(series: dict[str, list[dict]]) -> str:
-    values = [p[k] for points in series.values() for p in points for k in ("perf_latency_p50", "perf_latency_p99")]
-    values = [v for v in values if v and v > 0]
-    return "log" if values and max(values) / min(values) > LOG_SPAN else "linear"
+def sweeps(rows: list[dict]) -> dict[str, list[dict]]:
+    """Variants measured at ``SWEEP_POINTS`` or more concurrencies: their rows by concurrency."""
+    by_variant: dict[str, list[dict]] = {}
+    for r in rows:
+        by_variant.setdefault(r["benchmark"], []).append(r)
+    return {
+        b: sorted(points, key=lambda r: int(r["concurrency"]))
+        for b, points in by_variant.items()
+        if len({int(r["concurrency"]) for r in points}) >= SWEEP_POINTS
+    }
 
 
 def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] | None = None) -> dict[str, Path]:
-    """Throughput vs concurrency and latency vs throughput (a panel per family), bytes per request."""
-    by_family = panels(rows, model_only)
-    if not by_family:
+    """The throughput, latency and bytes figures of one run of a deployment; {} when nothing was measured."""
+    mode, run = figure_run(rows)
+    if not run:
         return {}
     import matplotlib
 
@@ -68,79 +85,108 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    written = {}
-    columns = min(2, len(by_family))
-    grid_rows = math.ceil(len(by_family) / columns)
+    written: dict[str, Path] = {}
+    variants = variants_in_order(run, model_only)
+    levels = sorted({int(r["concurrency"]) for r in run})
+    at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
+    where = caption(mode, run)
+    height = 1.6 + 0.3 * (len(at) + len(variants))
 
-    def figure():
-        fig, axes = plt.subplots(grid_rows, columns, figsize=(7 * columns, 4.2 * grid_rows), squeeze=False)
-        for ax in axes.flat[len(by_family) :]:
-            ax.set_visible(False)
-        return fig, axes.flat
-
-    def save(fig, kind: str, title: str) -> None:
-        fig.suptitle(f"{name}: {title}")
+    def save(fig, kind: str) -> None:
         fig.tight_layout()
         written[kind] = folder / f"{name}-{kind}.png"
         fig.savefig(written[kind], dpi=100, metadata={"Software": None})
         plt.close(fig)
 
-    fig, axes = figure()
-    for ax, (family, series) in zip(axes, by_family.items()):
-        concurrencies = sorted({int(p["concurrency"]) for points in series.values() for p in points})
-        for label, points in series.items():
+    colors = {c: f"C{i}" for i, c in enumerate(levels)}
+    slots = []  # (y, variant, concurrency): a bar per measured level, variants apart by a gap
+    for benchmark in variants:
+        for c in levels:
+            if (benchmark, c) in at:
+                slots.append((len(slots) + 0.6 * variants.index(benchmark), benchmark, c))
+
+    def grouped(ax, key: str, unit: str, mark: str | None = None) -> None:
+        """Horizontal bars from zero: a group per variant, a bar per concurrency it was measured at."""
+        points = [at[(b, c)] for _, b, c in slots]
+        xs = [p.get(key) or 0.0 for p in points]
+        ys = [y for y, _, _ in slots]
+        bars = ax.barh(ys, xs, 0.85, color=[colors[c] for _, _, c in slots])
+        if not mark:
+            ax.bar_label(bars, [rate(x) for x in xs], fontsize=6, padding=2)
+        else:  # the p99 tick, and both values beyond whichever is longer
+            marked = [(p.get(mark), y) for p, y in zip(points, ys) if p.get(mark)]
+            ax.plot([m for m, _ in marked], [y for _, y in marked], "k|", markersize=10)
+            for x, p, y in zip(xs, points, ys):
+                top = p.get(mark) or 0.0
+                ax.annotate(
+                    f"{rate(x)} / {rate(top)}",
+                    (max(x, top), y),
+                    xytext=(4, 0),
+                    textcoords="offset points",
+                    va="center",
+                    fontsize=6,
+                )
+        centers = {}
+        for y, b, _ in slots:
+            centers.setdefault(b, []).append(y)
+        ax.set_yticks([sum(v) / len(v) for v in centers.values()], list(centers), fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(unit)
+        ax.margins(x=0.12)
+        ax.grid(axis="x", alpha=0.3)
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=colors[c], label=f"c={c}") for c in levels]
+        if mark:
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], color="black", marker="|", linestyle="", markersize=10, label="p99"))
+        ax.legend(handles=handles, fontsize=7, loc="lower right")
+
+    lines = sweeps(run)
+    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(13 if lines else 8, height), squeeze=False)
+    grouped(axes.flat[0], "items_per_second", "items/s")
+    axes.flat[0].set_title("items/s per variant, bars at each concurrency", fontsize=9)
+    if lines:
+        ax = axes.flat[1]
+        for benchmark, points in lines.items():
             ax.plot(
-                range(len(concurrencies)),
-                on_concurrency_axis(points, concurrencies, "perf_throughput"),
-                marker=MARKERS.get(points[0]["server_mode"], "o"),
-                linestyle="--" if generator_family(points[0]) == "perf_analyzer" else "-",
-                label=label,
+                [int(p["concurrency"]) for p in points], [p["items_per_second"] for p in points], "o-", label=benchmark
             )
-        ax.set_xticks(range(len(concurrencies)), [str(c) for c in concurrencies])
-        ax.set(xlabel="concurrency (requests in flight; measured values only)", ylabel="infer/s", title=family)
+        ax.set(xscale="log", xlabel="concurrency (requests in flight, log)", ylabel="items/s")
+        swept = sorted({int(p["concurrency"]) for points in lines.values() for p in points})
+        ax.set_xticks(swept, [str(c) for c in swept])
+        ax.minorticks_off()
+        ax.set_title(f"concurrency sweeps ({SWEEP_POINTS}+ levels)", fontsize=9)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    save(fig, "throughput", "throughput vs concurrency, one panel per model family")
+    fig.suptitle(f"{name}: which variant serves most items/s ({where})", fontsize=10)
+    save(fig, "throughput")
 
-    fig, axes = figure()
-    for ax, (family, series) in zip(axes, by_family.items()):
-        for label, points in series.items():
-            throughput = [p["perf_throughput"] for p in points]
-            (line,) = ax.plot(throughput, [p["perf_latency_p50"] for p in points], marker="o", label=f"{label} p50")
-            ax.plot(
-                throughput,
-                [p["perf_latency_p99"] for p in points],
-                marker="x",
-                linestyle=":",
-                color=line.get_color(),
-                label=f"{label} p99",
-            )
-        scale = latency_scale(series)
-        ax.set_yscale(scale)
-        ax.set(xlabel="infer/s", ylabel=f"latency ms ({scale})", title=family)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6)
-    save(fig, "latency", "latency (p50 solid, p99 dotted) vs throughput, points at the measured concurrencies")
+    fig, ax = plt.subplots(figsize=(8, height))
+    grouped(
+        ax, "perf_latency_p50", "client-side latency ms: bar p50, tick p99 (labels p50 / p99)", mark="perf_latency_p99"
+    )
+    fig.suptitle(f"{name}: latency per variant at each concurrency ({where})", fontsize=10)
+    save(fig, "latency")
 
-    last = {r["benchmark"]: r for r in rows if r["measured"]}
-    families = family_of(rows, model_only or {})
-    labels = sorted(last, key=lambda b: (families[b], b))
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(labels)))
-    positions = range(len(labels))
-    ax.barh(
-        [p - 0.2 for p in positions], [last[b].get("bytes_sent_per_request") or 0 for b in labels], 0.4, label="sent"
-    )
-    ax.barh(
-        [p + 0.2 for p in positions],
-        [last[b].get("bytes_received_per_request") or 0 for b in labels],
-        0.4,
-        label="received",
-    )
-    ax.set_yticks(list(positions), labels, fontsize=7)
+    last = {b: max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants}
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.45 * len(variants)))
+    positions = range(len(variants))
+    for offset, key, label in (
+        (-0.2, "bytes_sent_per_request", "sent"),
+        (0.2, "bytes_received_per_request", "received"),
+    ):
+        values = [last[b].get(key) or 0 for b in variants]
+        bars = ax.barh([p + offset for p in positions], values, 0.4, label=label)
+        ax.bar_label(bars, [f"{v:,.0f}" for v in values], fontsize=6, padding=2)
+    ax.set_yticks(list(positions), variants, fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set(xlabel="bytes per request (log)")
-    ax.legend()
-    save(fig, "bytes", "bytes on the wire per request")
+    ax.margins(x=0.15)
+    ax.set(xlabel="bytes per request (request / response body, log)")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"{name}: bytes on the wire per request of each variant ({where})", fontsize=10)
+    save(fig, "bytes")
     return written
