@@ -366,3 +366,55 @@ def test_network_rows_say_link_ceiling_latency_bytes_and_server_times_in_order()
         "2026-11-30",
     ]
     assert render_network([_record()]) is None, "no network-bound record: no page"
+
+
+def test_a_section_measured_at_another_commit_of_its_model_repository_says_so(toy):
+    root, results, docs = toy
+    (root / "toy" / "model_repository" / "m" / "config.pbtxt").write_text('name: "m"\n')
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "before")
+    before = git("log", "-1", "--format=%h")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "the model repository")
+    now = git("log", "-1", "--format=%h")
+    from harness.provenance import repository_commit
+
+    repository_commit.cache_clear()
+    assert repository_commit(root / "toy" / "model_repository") == now
+    fresh = _generate(toy, [_record(model_repository_commit=now)])["markdown"].read_text()
+    assert "Freshness:" not in fresh
+    stale = _generate(toy, [_record(model_repository_commit=before)])["markdown"].read_text()
+    assert f"records of toy measured its model repository at commit {before}, not at {now} as now" in stale
+    unknown = _generate(toy, [_record()])["markdown"].read_text()
+    assert "1 of 1 records of toy do not say which commit of its model repository they measured" in unknown
+    (root / "toy" / "model_repository" / "m" / "config.pbtxt").write_text('name: "m2"\n')
+    repository_commit.cache_clear()
+    assert repository_commit(root / "toy" / "model_repository") == now + "+dirty"
+
+
+def test_records_say_which_commit_of_the_model_repository_they_measured(tmp_path):
+    from harness.deployments import discover
+    from harness.measuring.records import append_record, read_records
+    from harness.provenance import repository_commit
+
+    deployment = discover()[0]
+    append_record(
+        {
+            "deployment": deployment.name,
+            "benchmark": "b",
+            "model": "m",
+            "variant": "v",
+            "target": "cpu",
+            "generator": "g",
+            "concurrency": 1,
+            "items_per_second": 1.0,
+        },
+        tmp_path / "records.jsonl",
+    )
+    (record,) = read_records(tmp_path / "records.jsonl")
+    assert record["model_repository_commit"] == repository_commit(deployment.model_repository)
+    assert record["model_repository_commit"]

@@ -153,7 +153,7 @@ def generate(
                 writer.writerow(row)
             for r in data["extra"]:
                 writer.writerow({**_json_row(r, False), "network": ""})
-    network = render_network(records)
+    network = render_network(records, deployments)
     if network:
         written["network"] = docs / "results-network.md"
         written["network"].write_text(network)

@@ -269,7 +269,7 @@ def render_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_network(records: list[dict]) -> str | None:
+def render_network(records: list[dict], deployments=None) -> str | None:
     network = network_records(records)
     if not network:
         return None
@@ -327,5 +327,6 @@ def render_network(records: list[dict]) -> str | None:
             "",
             "Machines: " + "; ".join(machines),
             "",
+            *([note, ""] if (note := freshness_note(network, deployments) if deployments is not None else "") else []),
         ]
     )
