@@ -129,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
                     for path in order:
                         server, route, _ = paths[path]
                         url = f"http://{server.http_url}{route}"
-                        generator.run(url, bodies[path], concurrency, 1.0)  # warm-up
+                        warm = generator.run(url, bodies[path], concurrency, max(1.0, batch * concurrency / 100))
+                        # long enough for every connection to complete a few requests at the warm-up's pace
+                        pace = max(warm.requests_per_second * batch, 10.0)
+                        duration = min(max(args.duration, 3 * batch * concurrency / pace), 60.0)
                         wait_idle(server.process.pid, 20)
                         before = process_cpu(server.process.pid)
-                        run = generator.run(url, bodies[path], concurrency, args.duration)
+                        run = generator.run(url, bodies[path], concurrency, duration)
                         wait_idle(server.process.pid, 20)
                         after = process_cpu(server.process.pid)
                         sentences = (run.requests + concurrency) * batch
