@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from harness.context import DeploymentContext
@@ -9,9 +10,24 @@ from harness.deployments import Benchmark
 from harness.measuring.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, sweep
 from harness.measuring.records import append_record, scenario_fields
 
+#: What the harness's openvino backend logs at load: the precision that ran and the CPU's flags.
+ENGINE_RAN = re.compile(r'(?P<model>[^\s"]+): served by \S+,.* (?P<ran>precision=\S+) .*(?P<flags>cpu_flags=[^\s"]+)')
+
+
+def engine_ran(logs: str, model: str) -> str:
+    """``precision=<p> cpu_flags=<flags>`` from the last load line of ``model`` in the server's
+    log ('' when the backend logged none, as the native backends do not)."""
+    found = ""
+    for match in ENGINE_RAN.finditer(logs or ""):
+        if match["model"] == model:
+            found = f"{match['ran']} {match['flags']}"
+    return found
+
 
 def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
-    """``{model: backend implementation}`` for a model and, for an ensemble, its steps."""
+    """``{model: backend implementation}`` for a model and, for an ensemble, its steps; for a model
+    on the harness's openvino backend, with the precision that ran and the CPU's flags."""
+    logs = None
     with ctx.http_client() as client:
         config = client.get_model_config(model)
         found = {}
@@ -20,6 +36,10 @@ def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
             cfg = config if name == model else client.get_model_config(name)
             backend = cfg.get("backend") or cfg.get("platform") or "unknown"
             found[name] = ctx.server.backend_implementation(backend)
+            if backend == "openvino":
+                logs = ctx.server.logs() if logs is None else logs
+                ran = engine_ran(logs, name)
+                found[name] += f" {ran}" if ran else ""
     return found
 
 

@@ -102,6 +102,15 @@ def test_a_failed_batched_run_runs_its_requests_one_by_one(backend):
     np.testing.assert_array_equal(results[2]["OUTPUT"], np.full((1, 4), 6, np.float32))
 
 
+def test_an_empty_tensor_is_refused_without_a_run(backend):
+    calls = []
+    arrays = [{"INPUT": np.ones((1, 4), np.float32)}, {"INPUT": np.ones((1, 0), np.float32)}]
+    results = backend.run_requests(doubling_run(calls), arrays, [["OUTPUT"]] * 2, max_batch_size=8, pad=True)
+    assert len(calls) == 1 and calls[0]["INPUT"].shape == (8, 4)
+    assert isinstance(results[1], str) and results[1].input_fault and "'INPUT' [1, 0] holds no elements" in results[1]
+    np.testing.assert_array_equal(results[0]["OUTPUT"], np.full((1, 4), 2, np.float32))
+
+
 def test_requests_of_other_shapes_or_without_batching_run_apart(backend):
     calls = []
     arrays = [{"X": np.zeros((1, 2))}, {"X": np.zeros((1, 3))}, {"X": np.zeros((2, 2))}]
@@ -208,3 +217,18 @@ def test_a_bad_request_fails_alone_with_400_and_the_model_keeps_serving(server):
     short = _infer(server, "double_unpadded", np.ones((3, 4), np.float32))
     assert "400" in str(short.status()) and "ENABLE_BATCH_PADDING" in str(short), short
     np.testing.assert_array_equal(_infer(server, "double_unpadded", np.ones((8, 4), np.float32)), 2)
+
+
+@pytest.mark.server
+def test_the_default_precision_is_the_engines_and_records_name_what_ran(server):
+    """No precision key: the engine's own default for this CPU (BF16 with AVX512-BF16 or AMX, as on
+    NGC); INFERENCE_PRECISION_HINT (ours) pins it. Benchmark records read both from the load line."""
+    import openvino as ov
+
+    from harness.measuring.bench import engine_ran
+
+    default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
+    ran = engine_ran(server.logs(), "double_ov")
+    assert ran.startswith(f"precision={default} cpu_flags="), ran
+    assert engine_ran(server.logs(), "double_dynamic").startswith("precision=f32 cpu_flags="), server.logs()
+    assert engine_ran(server.logs(), "no_such_model") == ""

@@ -184,9 +184,15 @@ def run_requests(run, arrays, requested, max_batch_size=0, pad=False):
     ``run(feed)`` runs one infer call and returns ``{output name: array}``; ``arrays`` the input
     arrays of each request; ``requested`` the output names each request asked for. With
     ``max_batch_size`` > 0 a run holds exactly that many rows (padded with zero rows when ``pad``).
-    When a batched run fails, its requests run again one by one, so one bad request fails alone."""
+    When a batched run fails, its requests run again one by one, so one bad request fails alone; a
+    request with an empty tensor (a 0 dim) fails without a run."""
     results = [None] * len(arrays)
-    groups = plan_runs(arrays, max_batch_size > 0)
+    for index, tensors in enumerate(arrays):
+        empty = [f"'{n}' {list(a.shape)}" for n, a in tensors.items() if a.size == 0]
+        if empty:  # OpenVINO's kernels fail on them with internal errors: refused up front
+            results[index] = run_error(f"input {', '.join(empty)} holds no elements", input_fault=True)
+    runnable = [i for i, result in enumerate(results) if result is None]
+    groups = [[runnable[k] for k in group] for group in plan_runs([arrays[i] for i in runnable], max_batch_size > 0)]
     while groups:
         indices = groups.pop(0)
         sizes = [len(next(iter(arrays[i].values()))) for i in indices] if max_batch_size > 0 else None
