@@ -35,6 +35,13 @@ def _export(args) -> int:
     return 0
 
 
+def api_keys(args) -> list[str]:
+    """``--api-key`` values, then the keys of ``--api-key-file`` (one per line; harness.serving.gate.auth)."""
+    from harness.serving.gate.auth import read_keys
+
+    return list(args.api_key or []) + read_keys(args.api_key_file)
+
+
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
     args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
@@ -60,6 +67,7 @@ def _serve(args) -> int:
     options = deployment.server_options(args.target)
     if args.image:
         options.image = args.image
+    options.api_keys = api_keys(args)
     if args.mode == "local":
         server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
     elif args.mode == "docker":
@@ -79,6 +87,10 @@ def _serve(args) -> int:
         if server.metrics_url:
             print(f"  metrics {server.metrics_url}/metrics")
         print(f"  models  {', '.join(deployment.entry_models)}")
+        if deployment.manifest.openai and server.mode in ("local", "docker"):
+            print(f"  OpenAI  http://{server.http_url}/v1 (embeddings: {', '.join(deployment.manifest.openai.models)})")
+        if options.api_keys:
+            print("  auth    API key required (Authorization: Bearer <key>) on every route but the health probes")
         if isinstance(server, LocalTritonServer):
             print(f"  log     {server.log_path}")
 
@@ -171,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
     serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[k for k in [os.environ.get("HARNESS_API_KEY")] if k],
+        help="require 'Authorization: Bearer KEY' on every route but the health probes (repeatable; "
+        "default $HARNESS_API_KEY, else off)",
+    )
+    serve.add_argument("--api-key-file", default=None, help="API keys, one per line (as --api-key)")
     serve.set_defaults(func=_serve)
 
     bench = sub.add_parser("bench", help="run the benchmark scenarios of one or all deployments")

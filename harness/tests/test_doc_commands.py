@@ -66,10 +66,14 @@ SKIPPED = [
 
 
 def _commands(doc: Path) -> list[str]:
-    """Command lines of the doc's ```bash blocks (continuations joined, comment lines dropped)."""
+    """Command lines of the doc's ```bash blocks (continuations joined, comment lines dropped) and,
+    in document order, each ```python run block as one command (the venv's Python reads it)."""
     text = doc.read_text()
     commands = []
-    for block in re.findall(r"^ *```(?:bash|sh|shell)\n(.*?)^ *```", text, flags=re.S | re.M):
+    for kind, block in re.findall(r"^ *```(bash|sh|shell|python run)\n(.*?)^ *```", text, flags=re.S | re.M):
+        if kind == "python run":
+            commands.append(f".venv/bin/python - <<'PYTHON'\n{block}PYTHON")
+            continue
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
             line = line.strip()

@@ -242,7 +242,10 @@ def test_wrong_method_and_path_are_openai_errors(server):
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("keyed"))
-    server = LocalTritonServer(ServerOptions(str(repo), gate_policy=GATE_POLICY, api_keys=["key-one", "key-two"]))
+    options = ServerOptions(
+        str(repo), gate_policy=GATE_POLICY, api_keys=["key-one", "key-two"], required_models=["echo"]
+    )
+    server = LocalTritonServer(options)  # wait_ready sends the first key to read model readiness
     server.start()
     try:
         server.wait_ready()

@@ -42,6 +42,11 @@ import time
 
 import numpy as np
 
+try:  # float32 vectors straight to JSON (shortest float32 digits), ~20x the stdlib's speed
+    import orjson
+except ImportError:  # an image without it: the stdlib's encoder, same numbers (as float64 digits)
+    orjson = None
+
 from harness.serving.gate.validate import GateError, parse_json, triton_datatype
 
 #: OpenAI's bound on the number of inputs of one embeddings request.
@@ -191,6 +196,14 @@ def _input_spec(config: dict, name: str) -> dict:
     raise OpenAIError(503, f"model '{config.get('name')}' has no input '{name}' (the deployment's [openai] table)")
 
 
+def dump(answer: dict) -> bytes:
+    """The response's JSON; ``float`` embeddings are float32 arrays (orjson writes each as the
+    shortest digits that read back as the same float32)."""
+    if orjson is not None:
+        return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+    return json.dumps(answer, separators=(",", ":"), default=lambda a: a.tolist()).encode()
+
+
 class OpenAIFront:
     """The /v1 handlers; a part of ``harness.serving.gate.server.Gate`` (its session, configs, limits)."""
 
@@ -242,7 +255,7 @@ class OpenAIFront:
                 answer = await self.embeddings(parsed)
             finally:
                 self.in_flight -= 1
-            return web.Response(body=json.dumps(answer, separators=(",", ":")), content_type="application/json")
+            return web.Response(body=dump(answer), content_type="application/json")
         except OpenAIError as exc:
             return web.json_response(error_body(exc.status, exc.message, exc.param, exc.code), status=exc.status)
         except GateError as exc:
@@ -412,7 +425,7 @@ class OpenAIFront:
         for vectors, count in results:
             tokens += count
             for row in vectors:
-                embedding = base64.b64encode(row.astype("<f4").tobytes()).decode() if as_base64 else row.tolist()
+                embedding = base64.b64encode(row.astype("<f4").tobytes()).decode() if as_base64 else row
                 data.append({"object": "embedding", "index": index, "embedding": embedding})
                 index += 1
         return {

@@ -20,6 +20,7 @@ unshare namespaces: the container already has its own network namespace and ``/d
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import socket
@@ -140,7 +141,7 @@ def serve_main(argv: list[str]) -> int:
     from harness.serving.gate import log
     from harness.serving.gate.auth import read_keys
     from harness.serving.gate.isolation import raise_priority
-    from harness.serving.gate.policy import read_policy
+    from harness.serving.gate.policy import check_policy, read_policy
     from harness.serving.gate.server import run_gate
 
     if "--" not in argv:
@@ -156,6 +157,11 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
+    parser.add_argument(
+        "--policy-json",
+        default=os.environ.get("TRITON_GATE_POLICY"),
+        help="the gate policy inline (JSON text; e.g. a Kubernetes pod's argument), instead of --policy-file",
+    )
     parser.add_argument(
         "--api-key-file",
         default=os.environ.get("TRITON_GATE_API_KEY_FILE"),
@@ -197,7 +203,7 @@ def serve_main(argv: list[str]) -> int:
         "restricted_apis": restricted,
         "user_model_control_mode": mode,
         "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
-        "policy": read_policy(args.policy_file),
+        "policy": check_policy(json.loads(args.policy_json)) if args.policy_json else read_policy(args.policy_file),
         "api_keys": read_keys(args.api_key_file),
     }
     if args.max_body_bytes:

@@ -168,7 +168,7 @@ class TritonServer(abc.ABC):
                 failures = find_failure(self.logs())
                 if failures:
                     raise ServerStartError(self._failure_message("tritonserver reported a start-up failure", failures))
-                if self._ready(client, models):
+                if self._ready(client, models, self.auth_headers()):
                     return time.monotonic() - started
                 if time.monotonic() > deadline:
                     raise ServerStartError(self._failure_message(f"tritonserver not ready after {timeout_s:.0f} s"))
@@ -176,12 +176,17 @@ class TritonServer(abc.ABC):
         finally:
             client.close()
 
+    def auth_headers(self) -> dict[str, str]:
+        """The bearer token of the gate's first API key (none when auth is off)."""
+        keys = self.options.api_keys
+        return {"Authorization": f"Bearer {keys[0]}"} if keys else {}
+
     @staticmethod
-    def _ready(client: httpclient.InferenceServerClient, models: list[str]) -> bool:
+    def _ready(client: httpclient.InferenceServerClient, models: list[str], headers: dict | None = None) -> bool:
         try:
-            if not client.is_server_ready():
+            if not client.is_server_ready(headers=headers):
                 return False
-            return all(client.is_model_ready(m) for m in models)
+            return all(client.is_model_ready(m, headers=headers) for m in models)
         except Exception:  # noqa: BLE001 - not listening yet
             return False
 
