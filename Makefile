@@ -71,13 +71,16 @@ new: install ## Copy deployment FROM under a new NAME as your template (make new
 
 # The deployment make bench-peers measures: its deployment.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, bench-network
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
 	$(MAKE) --no-print-directory bench-pairs
 endif
 ifeq ($(MODE)$(TARGET)$(filter-out $(PEERS_DEPLOYMENT),$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
+endif
+ifeq ($(BENCH_ONLY)$(MODE)$(TARGET),localcpu)
+	$(MAKE) --no-print-directory bench-network
 endif
 
 bench-pairs: install ## Each JPEG-/text-in entry model vs its model-only path on one server, alternating, PAIR_ROUNDS rounds (DEPLOYMENT=..., MODE=...)
@@ -88,15 +91,16 @@ clean: ## Remove exported model files and results (keeps .venv)
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
 # --- results matrix and network-bound runs (harness/measuring/matrix/, harness/tools/netem.py) ---
-NETWORK_RATE ?= 100mbit
+# loopback: the same namespace unshaped (the serving path, no link limit); one run per rate
+NETWORK_RATE ?= loopback 1gbit 100mbit
 NETWORK_RTT_MS ?= 0
 .PHONY: matrix bench-network
 
 matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv and docs/plots/
 	$(PY) -m harness matrix
 
-bench-network: install ## Run benchmarks (or DEPLOYMENT=...) through a shaped link: NETWORK_RATE=100mbit NETWORK_RTT_MS=0 (root)
-	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION)
+bench-network: install ## The benchmarks marked network = true (or BENCH_ONLY=...) through each link of NETWORK_RATE (loopback 1gbit 100mbit), NETWORK_RTT_MS=0 (root)
+	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--benchmark $(BENCH_ONLY))
 
 .PHONY: lint
 lint: install ## Lint and format check (ruff, settings in pyproject.toml); `make format` fixes what it can

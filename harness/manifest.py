@@ -66,6 +66,8 @@ class Benchmark:
     #: The id of the benchmark that serves this one's model alone on client-made tensors: the matrix
     #: shows this (server-side processing) / that (model-only) throughput at each concurrency.
     model_only: str = ""
+    #: Run by ``make bench-network`` (through each shaped link) unless it is given benchmark ids.
+    network: bool = False
 
 
 @dataclass

@@ -217,7 +217,7 @@ def assert_served_weights(
 @lru_cache(maxsize=64)
 def repository_commit(path: str | Path) -> str | None:
     """The short hash of the last git commit that changed ``path`` (a deployment's model repository),
-    ``+dirty`` when tracked files under it differ from that commit; None outside a git checkout.
+    ``+dirty`` when files under it differ from that commit (or are new, not ignored); None outside git.
     Records carry it (``model_repository_commit``) so the results matrix can say when a section was
     measured on other code than is there now."""
     path = Path(path)
@@ -226,7 +226,7 @@ def repository_commit(path: str | Path) -> str | None:
             ["git", "log", "-1", "--format=%h", "--", "."], cwd=path, capture_output=True, text=True, timeout=20
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+            ["git", "status", "--porcelain", "--", "."],
             cwd=path,
             capture_output=True,
             text=True,

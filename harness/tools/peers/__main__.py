@@ -202,11 +202,12 @@ def start_triton(
 
 
 def openai_calls(deployment: Deployment, models: list[str], spec) -> list[str]:
-    """The models the gate's ``/v1/embeddings`` calls for these models' OpenAI names (the text model
-    and the one ``usage`` is counted with: the deployment's ``[openai]`` table)."""
+    """The models the gate's ``/v1/embeddings`` calls for text under these models' OpenAI names (the
+    deployment's ``[openai]`` table): the text model, else the token-in one, and the tokenizer."""
     table = deployment.manifest.openai
     mapped = [table.models.get(spec.openai_models[m]) for m in models] if table else []
-    return [part.model for entry in mapped if entry for part in (entry.text, entry.tokenizer) if part]
+    parts = [(entry.text or entry.tokens, entry.tokenizer) for entry in mapped if entry]
+    return [part.model for pair in parts for part in pair if part]
 
 
 def main(argv: list[str] | None = None) -> int:
