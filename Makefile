@@ -71,7 +71,7 @@ new: install ## Copy deployment FROM under a new NAME as your template (make new
 
 # The deployment make bench-peers measures: its deployment.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, bench-network
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: bench-network
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
 	$(MAKE) --no-print-directory bench-pairs
@@ -79,7 +79,7 @@ endif
 ifeq ($(MODE)$(TARGET)$(filter-out $(PEERS_DEPLOYMENT),$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
 endif
-ifeq ($(BENCH_ONLY)$(MODE)$(TARGET),localcpu)
+ifeq ($(BENCH_ONLY)$(DEPLOYMENT)$(MODE)$(TARGET),localcpu)
 	$(MAKE) --no-print-directory bench-network
 endif
 
@@ -99,7 +99,7 @@ NETWORK_RTT_MS ?= 0
 matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv and docs/plots/
 	$(PY) -m harness matrix
 
-bench-network: install ## The benchmarks marked network = true (or BENCH_ONLY=...) through each link of NETWORK_RATE (loopback 1gbit 100mbit), NETWORK_RTT_MS=0 (root)
+bench-network: install ## The benchmarks marked network = true (or DEPLOYMENT's, BENCH_ONLY=...) through each link of NETWORK_RATE (loopback 1gbit 100mbit), NETWORK_RTT_MS=0 (root)
 	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--benchmark $(BENCH_ONLY))
 
 .PHONY: lint

@@ -107,3 +107,23 @@ def test_namespace_removed_when_the_body_fails_and_stale_ones_cleaned():
         assert stale not in netem.list_namespaces()
     finally:
         subprocess.run(["ip", "netns", "del", stale], capture_output=True)
+
+
+def test_without_benchmark_ids_the_manifests_network_scenarios_run(monkeypatch, capsys):
+    from harness.deployments import discover
+    from harness.tools import netem
+
+    marked = sorted({b.id for d in discover() for b in d.benchmarks if b.network})
+    assert netem.network_benchmarks(None) == marked
+    for deployment in discover():
+        own = [b.id for b in deployment.benchmarks if b.network]
+        assert netem.network_benchmarks(deployment.name) == (own or [b.id for b in deployment.benchmarks])
+    runs = []
+    monkeypatch.setattr(netem, "why_not", lambda: None)
+    monkeypatch.setattr("harness.serving.launchers.base.interrupt_on_sigterm", lambda: None)
+    monkeypatch.setattr(netem, "run_bench", lambda deployment, **kw: runs.append((kw["rate"], kw["benchmarks"])) or [])
+    monkeypatch.setattr(netem, "network_benchmarks", lambda deployment: ["a", "b"])
+    assert netem.main(["bench", "--rate", "loopback", "1gbit", "100mbit"]) == 0
+    assert runs == [(None, ["a", "b"]), ("1gbit", ["a", "b"]), ("100mbit", ["a", "b"])], "loopback: unshaped"
+    monkeypatch.setattr(netem, "network_benchmarks", lambda deployment: [])
+    assert netem.main(["bench"]) == 0 and "no benchmark is marked `network = true`" in capsys.readouterr().out

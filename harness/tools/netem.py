@@ -6,7 +6,8 @@
     python -m harness.tools.netem bench <deployment> --rate 100mbit --rtt-ms 20 --benchmark before after
 
 Which benchmarks: those given with ``--benchmark``, else those a manifest marks ``network = true``
-(``[[benchmarks]]``), so a deployment says which of its scenarios are about the link.
+(``[[benchmarks]]``), so a deployment says which of its scenarios are about the link; a named
+deployment that marks none runs all of its benchmarks.
 ``--rate loopback`` runs them in the namespace unshaped: the same serving path with no link limit.
     python -m harness.tools.netem cleanup                                # remove namespaces left by killed runs
 
@@ -330,11 +331,14 @@ UNSHAPED = ("loopback", "unlimited", "none", "")
 
 
 def network_benchmarks(deployment: str | None) -> list[str]:
-    """The benchmark ids marked ``network = true`` (of ``deployment``, or of every deployment)."""
+    """The benchmark ids to run without ``--benchmark``: those marked ``network = true`` (of
+    ``deployment``, or of every deployment); every benchmark of a named deployment that marks none."""
     from harness.deployments import discover, get_deployment
 
-    chosen = [get_deployment(deployment)] if deployment else discover()
-    return sorted({b.id for d in chosen for b in d.benchmarks if b.network})
+    if deployment:
+        chosen = get_deployment(deployment)
+        return [b.id for b in chosen.benchmarks if b.network] or [b.id for b in chosen.benchmarks]
+    return sorted({b.id for d in discover() for b in d.benchmarks if b.network})
 
 
 def _bench(args) -> int:
@@ -348,9 +352,8 @@ def _bench(args) -> int:
     benchmarks = args.benchmark or network_benchmarks(args.deployment)
     if not benchmarks:
         print(
-            "bench-network: no benchmark is marked `network = true` in "
-            + (f"{args.deployment}'s manifest" if args.deployment else "any manifest")
-            + "; name some with --benchmark (make bench-network BENCH_ONLY=...)"
+            "bench-network: no benchmark is marked `network = true` in any manifest; name a deployment or "
+            "benchmarks (make bench-network DEPLOYMENT=... / BENCH_ONLY=...)"
         )
         return 0
     rows = []

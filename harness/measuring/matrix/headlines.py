@@ -250,7 +250,8 @@ def serving_lesson(records: list[dict]) -> dict:
         "deployment": first.get("deployment"),
         "run_id": first.get("run_id"),
         "targets": targets,
-        "peers": sorted({r["model"] for r in run if r.get("server_mode") == "peer"}),
+        # peer servers (server_mode "peer"): the kind of peer their records name (infinity-emb, naive)
+        "peers": {r["model"]: r.get("peer") or "" for r in run if r.get("server_mode") == "peer"},
         "workloads": result,
         "when": _when(run),
         "machine": _machine(first),
@@ -262,6 +263,14 @@ def serving_lesson(records: list[dict]) -> dict:
 
 def _rate_of(run: list[dict], model: str) -> list[float]:
     return [r["items_per_second"] for r in run if r["model"] == model]
+
+
+def peer_suffix(lesson: dict, model: str) -> str:
+    """`` (peer)`` / `` (naive peer)`` after a peer server's name, "" after ours."""
+    if model not in lesson["peers"]:
+        return ""
+    kind = lesson["peers"][model]
+    return f" ({kind} peer)" if kind and kind not in model else " (peer)"
 
 
 def shown_batches(lesson: dict) -> list[int]:
@@ -276,7 +285,7 @@ def render_serving_lesson(lesson: dict) -> list[str]:
         return lines + [f"{NOT_MEASURED}: `{lesson['command']}`", ""]
 
     def name(model: str) -> str:
-        return f"`{model}`" + (" (peer)" if model in lesson["peers"] else "")
+        return f"`{model}`" + peer_suffix(lesson, model)
 
     for batch in shown_batches(lesson):
         at = [w for w in lesson["workloads"] if w["batch"] == batch]
@@ -547,7 +556,7 @@ def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
         fig, axes = plt.subplots(1, len(batches), figsize=(6.2 * len(batches), 5.2), squeeze=False, sharey=True)
         for ax, batch in zip(axes.flat, batches):
             at = [w for w in serving["workloads"] if w["batch"] == batch]
-            label = {m: m + (" (peer)" if m in serving["peers"] else "") for m in serving["targets"]}
+            label = {m: m + peer_suffix(serving, m) for m in serving["targets"]}
             series = {label[m]: [w["items_per_second"].get(m, float("nan")) for w in at] for m in serving["targets"]}
             marks = {label[m]: [w["ceiling"].get(m) for w in at] for m in serving["targets"]}
             _bars(ax, [f"c={w['concurrency']}" for w in at], series, marks)
