@@ -453,6 +453,14 @@ def render_headlines(headlines: dict, deployments=None) -> list[str]:
     lines += render_serving_lesson(headlines["serving"])
     lines += _stale(headlines["serving"], deployments)
     lines += render_costs_lesson(headlines["costs"])
+    costs = headlines["costs"]
+    lines += _stale(
+        {
+            "measured": costs["measured"],
+            "records": [r for k in costs["rows"].values() for row in k for r in row["records"]],
+        },
+        deployments,
+    )
     return lines
 
 
