@@ -155,3 +155,25 @@ def test_a_lesson_without_records_says_not_measured_and_its_command(tmp_path):
     for command in COMMANDS.values():
         assert f"{matrix.NOT_MEASURED}: `{command}`" in screen
     assert not any(k.startswith("plot headline") for k in written)
+
+
+def test_the_network_lesson_shows_the_speed_run_paths_when_their_records_exist():
+    import json
+
+    from harness.measuring.matrix.headlines import network_lesson
+
+    records = [json.loads(line) for line in (FIXTURE / "records.jsonl").read_text().splitlines()]
+    shaped = [r for r in records if r.get("network")]
+    fast = [
+        {**r, "benchmark": "fast-" + r["benchmark"], "notes": {"speed_run": "seeded weights"}, "items_per_second": 9.0}
+        for r in shaped
+    ]
+    model_only = {"toy_detect": {"jpeg-in": "tensor-in", "fast-jpeg-in": "fast-tensor-in"}}
+    lesson = network_lesson(records + fast, model_only)
+    assert lesson["entry"] == "fast-jpeg-in" and sorted(lesson["paths"]) == [
+        "fast-jpeg-in",
+        "fast-naive-tensor",
+        "fast-tensor-in",
+    ]
+    assert lesson["speed_run"] == sorted(lesson["paths"])
+    assert network_lesson(records, model_only)["speed_run"] == [], "the real model's records say nothing"
