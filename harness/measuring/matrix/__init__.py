@@ -3,6 +3,11 @@
     python -m harness.measuring.matrix                 # what `make matrix` runs
     python -m harness.measuring.matrix --records results/records.jsonl --docs docs
 
+The page opens with a screen of headlines (``headlines.py``: each lesson one sentence with its
+measured ratio, one figure, the command that reproduces it), then one compact table per
+deployment and server mode; each says the date and run it comes from, and a section measured at
+another commit of its deployment's model repository says so (``freshness.py``).
+
 Every number comes from a record written by a benchmark run (``make bench``, the benchmark
 tests, ``python -m harness.tools.perf_analyzer``, ``python -m harness.tools.netem``); nothing is typed in
 by hand. For each deployment the table has one block of rows per benchmark scenario x
