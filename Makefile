@@ -71,7 +71,7 @@ new: install ## Copy deployment FROM under a new NAME as your template (make new
 
 # The deployment make bench-peers measures: its deployment.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: bench-network
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: bench-network, gate-cost
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
 	$(MAKE) --no-print-directory bench-pairs
@@ -81,6 +81,7 @@ ifeq ($(MODE)$(TARGET)$(filter-out $(PEERS_DEPLOYMENT),$(DEPLOYMENT)),localcpu)
 endif
 ifeq ($(BENCH_ONLY)$(DEPLOYMENT)$(MODE)$(TARGET),localcpu)
 	$(MAKE) --no-print-directory bench-network
+	$(MAKE) --no-print-directory gate-cost
 endif
 
 bench-pairs: install ## Each JPEG-/text-in entry model vs its model-only path on one server, alternating, PAIR_ROUNDS rounds (DEPLOYMENT=..., MODE=...)
