@@ -225,3 +225,35 @@ def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors
             assert cosine.min() >= 0.9999, (encoding, cosine)
         with pytest.raises(openai.BadRequestError):
             client.embeddings.create(model=SERVED_NAME, input=[])
+
+
+@pytest.mark.server
+def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate(tmp_path, monkeypatch):
+    """``harness peers`` end to end, as small as it goes: one workload, one round, our native and
+    OpenAI paths on one gated tritonserver and the naive peer; every target answered without
+    errors and each record names its path; the matrix section shows the three side by side."""
+    import json
+    import shutil
+
+    from harness.tools.peers.__main__ import main
+
+    if not shutil.which("wrk"):
+        pytest.skip("wrk is not installed (make wrk)")
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
+    argv = ["--deployment", "embedding_cpu", "--models", "embedding_onnx_text", "--peers", "naive"]
+    assert main(argv + ["--batch", "2", "--concurrency", "2", "--rounds", "1", "--duration", "1"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    by_target = {r["model"]: r for r in records}
+    assert set(by_target) == {"embedding_onnx_text", "openai:embedding_onnx_text", "naive-fastapi"}
+    assert {n: (r["path"], r["gate"]) for n, r in by_target.items()} == {
+        "embedding_onnx_text": ("native", True),
+        "openai:embedding_onnx_text": ("openai", True),
+        "naive-fastapi": ("peer", None),
+    }
+    assert by_target["openai:embedding_onnx_text"]["endpoint"] == "/v1/embeddings"
+    for record in records:
+        assert record["errors"] == 0 and record["requests"] > 0, record
+    text = "\n".join(ratios.render(records))
+    assert "behind the front gate" in text and OPENAI_OVER_NATIVE in text
+    (row,) = ratios.paths(records)
+    assert row["native"] and row["openai"] and row["naive"] and row["infinity"] is None
