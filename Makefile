@@ -168,24 +168,28 @@ docker-engine-stop: ## Stop the dockerd that `make docker-engine` started; undo 
 pack-env-image: install ## Pack every deployment's Python env for the CPU image (TARGET=cpu-image; skipped when current)
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness pack-env $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
-test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), a replica killed behind nginx
+test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), swarm kill + roll of 2 replicas
 	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py harness/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
 # --- beyond one machine: Kubernetes objects, multi-replica runs (harness/tools/scaleout/, docs/scaling.md) ---
 K8S_ARGS ?=
-# The deployment make scaleout replicates: its deployment.toml's [scaleout] names the model clients call.
-SCALEOUT_DEPLOYMENT ?= embedding_cpu
+# make scaleout DEPLOYMENT=<d>: its deployment.toml's [scaleout] names the model clients call (default:
+# the deployment whose [scaleout] table names one). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
 SCALEOUT_ARGS ?=
-.PHONY: k8s scaleout scaleout-tools
+.PHONY: k8s scaleout scaleout-tools scaleout-down
 
 k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into build/k8s/<d>/: Deployment, Service, HPA, PDB, KServe
 	$(PY) -m harness scaleout k8s $(DEPLOYMENT) $(K8S_ARGS)
 
-scaleout-tools: ## Install docker-compose (Debian package; root) unless it or the compose plugin is there
-	@command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y --no-install-recommends docker-compose; }
+scaleout-tools: ## The swarm stack's balancer (haproxy + nginx) and Prometheus images, built from Debian packages (skipped when current)
+	images/lb/build.sh >/dev/null
+	images/prometheus/build.sh >/dev/null
 
-scaleout: install docker-engine image scaleout-tools ## 3 SCALEOUT_DEPLOYMENT (embedding_cpu) replicas behind nginx (Compose): 1/2/3-replica throughput, kill one under load, roll a version (results/scaleout/)
-	$(PY) -m harness scaleout run --deployment $(SCALEOUT_DEPLOYMENT) $(SCALEOUT_ARGS)
+scaleout: install docker-engine image scaleout-tools ## 3 replicas of DEPLOYMENT on Docker swarm behind haproxy: 1/2/3-replica throughput, kill, roll, roll back, Prometheus signal (results/scaleout/); tears the swarm down
+	$(PY) -m harness scaleout run $(if $(DEPLOYMENT),--deployment $(DEPLOYMENT)) $(SCALEOUT_ARGS)
+
+scaleout-down: ## Remove every scaleout stack and node and leave the swarm (after a crashed run)
+	$(PY) -m harness scaleout down
 
 # --- front gate (harness/serving/gate): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost

@@ -1,9 +1,13 @@
-"""Many replicas for real: two replicas of embedding_cpu in the CPU image behind nginx (Docker
-Compose), one killed with SIGKILL while requests are in flight; no request may be lost with the
-client's stated retry policy (harness.tools.scaleout.run.RETRY), and traffic must move to the survivor.
+"""Many replicas for real, run by Docker swarm: two replicas of embedding_cpu in the CPU image
+behind the stack's haproxy (``docker stack deploy`` of the stack rendered from the manifest). One
+replica's container is killed with SIGKILL under load (the engine starts a replacement), then a
+new model version is rolled by ``docker service update`` (the engine rolls, start-first and
+health-gated). No request may be lost with the client's stated retry policy
+(harness.tools.scaleout.run.RETRY), and our code only watches.
 
 Runs where a Docker engine answers (skipped with the reason otherwise, as test_docker.py); CI runs
-it in the docker stage (`make test-docker`), after the image and the packed envs are built.
+it in the docker stage (`make test-docker`), after the image and the packed envs are built. The
+stack and the swarm (when this test made it) are removed afterwards, also when a test fails.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.serving.launchers.docker_engine import DockerStartError, engine
 from harness.serving.launchers.docker_images import CPU_IMAGE
-from harness.tools.scaleout.compose import ScaleoutError, Stack, compose_command
-from harness.tools.scaleout.run import RETRY, kill_under_load
+from harness.tools.scaleout.run import RETRY, kill_under_load, leftovers, roll_version
+from harness.tools.scaleout.swarm import Stack, docker
 
 
 def _engine_or_none():
@@ -30,7 +34,7 @@ def _engine_or_none():
 ENGINE = _engine_or_none()
 pytestmark = [
     pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
-    pytest.mark.timeout(600),
+    pytest.mark.timeout(900),
 ]
 
 
@@ -41,15 +45,12 @@ def stack(request):
         ENGINE.images.get(image)
     except Exception:  # noqa: BLE001
         pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
-    try:
-        compose_command()
-    except ScaleoutError as exc:  # `make test-docker` installs it first; a plain `make test` may lack it
-        pytest.skip(str(exc))
     stack = Stack(
         get_deployment("embedding_cpu"),
         replicas=2,
         image=image,
-        project="triton-scaleout-test",
+        name="tsw-test",
+        prometheus=False,
         work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu",
     )
     stack.prepare()
@@ -57,34 +58,60 @@ def stack(request):
         stack.up()
         yield stack
     finally:
+        initialised = stack.initialised_swarm
         stack.down()
+        left = leftovers(stack)
         shutil.rmtree(stack.work_dir, ignore_errors=True)
-
-
-def test_killing_a_replica_under_load_loses_no_request(stack):
-    result = kill_under_load(stack, concurrency=8, before_s=3.0, after_s=8.0, victim="t2", rejoin=False)
-    client = result["client"]
-    assert client["requests"] > 20, result
-    # Both replicas served before the kill: the kill hit a replica that had traffic.
-    assert result["served_by_before_kill"]["t1"] > 0 and result["served_by_before_kill"]["t2"] > 0, result
-    assert client["lost"] == 0, (
-        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
-    )
-    # Something was absorbed by a retry (nginx's next-upstream or the client's): the kill was felt.
-    assert result["nginx_failovers_total"] + client["retried_by_client"] >= 1, result
-    # After the kill every answer came from the survivor, and it kept answering.
-    assert result["served_by_after_kill"]["t2"] == 0 and result["served_by_after_kill"]["t1"] > 0, result
-    assert result["after_kill"]["requests"] > 10, result
-    assert result["traffic_moved_s"] < stack.fail_timeout_s, result
+        assert not (left["containers"] or left["networks"] or left["volumes"]), left
+        if initialised:
+            assert left["swarm"] == "inactive", left
 
 
 def test_replicas_serve_behind_the_front_gate(stack):
-    """Through nginx, each replica's gate answers: the shared-memory API is closed (plain
+    """Through the balancer, each replica's gate answers: the shared-memory API is closed (plain
     tritonserver lists and registers shared-memory regions for anyone), readiness is the gate's."""
     import requests
 
     assert stack.gate and stack.server_command()[:4] == ["python3", "-m", "harness.serving.gate", "serve"]
-    for _ in range(4):  # round robin: both replicas answer
+    upstreams = set()
+    for _ in range(6):  # round robin: both replicas answer
         status = requests.get(f"{stack.url}/v2/systemsharedmemory/status", timeout=10)
         assert status.status_code == 403 and "restricted" in status.text, status.text
+        upstreams.add(status.headers.get("X-Upstream"))
+    assert len(upstreams) == 2, upstreams
     assert requests.get(f"{stack.url}/v2/health/ready", timeout=10).status_code == 200
+
+
+def test_the_engine_replaces_a_killed_replica_and_no_request_is_lost(stack):
+    victim_count = len(stack.running())
+    result = kill_under_load(stack, concurrency=8, before_s=3.0, after_s=5.0)
+    client = result["client"]
+    assert victim_count == 2 and client["requests"] > 20, result
+    # Both tasks served before the kill: the kill hit a replica that had traffic.
+    assert len(result["served_by_before_kill"]) == 2, result
+    assert client["lost"] == 0, (
+        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+    )
+    # The engine, not our code, brought the service back to 2 healthy tasks, the killed one not among them.
+    running = stack.running()
+    assert len(running) == 2 and result["victim_task"] not in {t["id"][:12] for t in running}, running
+    assert result["after_kill"]["requests"] > 10, result
+
+
+def test_the_engine_rolls_a_new_version_and_no_request_is_lost(stack):
+    result = roll_version(stack, concurrency=8)
+    client = result["client"]
+    assert result["engine_final_state"] == "completed", result
+    assert result["bundles_running_after"] == ["v2", "v2"], result
+    assert client["lost"] == 0, (
+        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+    )
+    # Both versions answered during the roll; after it, only the new one.
+    assert result["responses_by_model_version"].get("1", 0) > 0, result
+    assert result["responses_by_model_version"].get("2", 0) > 0, result
+    assert set(result["responses_by_model_version_after_roll"]) == {"2"}, result
+    # The engine replaced the tasks one at a time, start-first: never fewer than 2 running.
+    assert all(len(e["running"]) >= 2 for e in result["engine_events"]), result["engine_events"]
+    assert docker("service", "inspect", stack.service, "--format", "{{.Spec.UpdateConfig.Order}}").strip() == (
+        "start-first"
+    )

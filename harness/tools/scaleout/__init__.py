@@ -1,6 +1,6 @@
 """Beyond one machine: Kubernetes objects rendered from each deployment's manifest (``k8s``), the
 measured per-replica footprint they request (``footprint``), and a real multi-replica run on this
-machine behind nginx with Docker Compose (``compose``, ``run``). Command line: ``python -m harness scaleout``."""
+machine orchestrated by Docker swarm (``swarm``, ``run``; a second node: ``nodes``). Command line: ``python -m harness scaleout``."""
 
 
 class ScaleoutError(RuntimeError):

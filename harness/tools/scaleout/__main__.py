@@ -1,4 +1,4 @@
-"""``python -m harness.tools.scaleout {k8s,footprint,run}``: see harness/tools/scaleout/__init__.py."""
+"""``python -m harness.tools.scaleout {k8s,footprint,capacity,run,down}``: see harness/tools/scaleout/__init__.py."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def _k8s(args) -> int:
     return 0
 
 
+#: ``scaleout run`` scenarios, in the order they run; the last needs a second node (``--scenarios ... drain``).
+SCENARIOS = ("throughput", "kill", "roll", "rollback", "signal", "drain")
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.tools.scaleout.k8s import DEFAULT_IMAGE
 
@@ -53,19 +57,26 @@ def main(argv: list[str] | None = None) -> int:
     fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")
     fp.add_argument("--image", default=None, help="tritonserver image (default: the CPU image of `make image`)")
     fp.add_argument("--duration", type=float, default=4.0, help="seconds of load per scenario")
-    run = sub.add_parser("run", help="replicas behind nginx (Compose): throughput 1..N, kill one, roll a version")
+    run = sub.add_parser(
+        "run", help="replicas on Docker swarm: throughput 1..N, kill one, roll a version, roll back a bad one"
+    )
     run.add_argument("--deployment", default=None, help="default: the one whose [scaleout] table names a model")
     run.add_argument("--replicas", type=int, default=3)
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
+    run.add_argument("--scenarios", nargs="+", default=list(SCENARIOS[:4]), choices=SCENARIOS)
     run.add_argument(
-        "--scenarios", nargs="+", default=["throughput", "kill", "roll"], choices=["throughput", "kill", "roll"]
+        "--lb",
+        default="haproxy",
+        choices=["haproxy", "nginx"],
+        help="the stack's balancer (docs/scaling.md: why haproxy)",
     )
     run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
     run.add_argument(
         "--gate", action=argparse.BooleanOptionalAction, default=True, help="replicas behind the front gate (default)"
     )
     run.add_argument("--out", default=None, help="results JSON (default results/scaleout/<deployment>.json)")
+    sub.add_parser("down", help="remove every stack and node of ours and leave the swarm (after a crashed run)")
     cap = sub.add_parser("capacity", help="replicas for N requests/s at a p99 target, from docs/results.json")
     cap.add_argument("--source", default=None, help="results JSON of `make matrix` (default docs/results.json)")
     cap.add_argument("--server-mode", default="local")
@@ -94,15 +105,29 @@ def main(argv: list[str] | None = None) -> int:
 
         measure_all(args.deployments or None, image=args.image, duration_s=args.duration)
         return 0
+    if args.command == "down":
+        from harness.tools.scaleout.swarm import teardown
+
+        for line in teardown():
+            print(f"removed {line}")
+        return 0
     if args.command == "run":
+        import signal
+
         from harness.deployments import ManifestError, declaring
-        from harness.tools.scaleout.compose import ScaleoutError
+        from harness.tools.scaleout import ScaleoutError
         from harness.tools.scaleout.run import run as run_stack
 
         try:
             deployment = args.deployment or declaring("scaleout.model").name
         except ManifestError as exc:
             parser.error(str(exc))
+
+        def interrupted(signum, _frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the run's teardown still removes the stack.
+        signal.signal(signal.SIGTERM, interrupted)
         try:
             run_stack(
                 deployment,
@@ -113,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 keep=args.keep,
                 out=Path(args.out) if args.out else None,
                 gate=args.gate,
+                lb=args.lb,
             )
         except ScaleoutError as exc:
             print(f"error: {exc}", file=sys.stderr)

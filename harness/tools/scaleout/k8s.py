@@ -262,6 +262,16 @@ def disruption_budget(deployment: Deployment, options: RenderOptions) -> dict:
     }
 
 
+def adapter_query(label_matchers: str = "<<.LabelMatchers>>", group_by: str = "<<.GroupBy>>") -> str:
+    """The HPA metric's PromQL: queue µs per successful request, per ``group_by``. The defaults are
+    prometheus-adapter's template fields (the ConfigMap); the swarm run fills in its own labels and
+    evaluates the same text on a live Prometheus (harness/tools/scaleout/swarm.py)."""
+    return (
+        f"sum(rate(nv_inference_queue_duration_us{{{label_matchers}}}[1m])) by ({group_by})"
+        f" / clamp_min(sum(rate(nv_inference_request_success{{{label_matchers}}}[1m])) by ({group_by}), 1)"
+    )
+
+
 def adapter_rule() -> dict:
     """prometheus-adapter rule: queue µs per model execution of each pod, from Triton's two counters."""
     return {
@@ -270,11 +280,7 @@ def adapter_rule() -> dict:
                 "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
                 "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
                 "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
-                "metricsQuery": (
-                    "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)"
-                    " / clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m]))"
-                    " by (<<.GroupBy>>), 1)"
-                ),
+                "metricsQuery": adapter_query(),
             }
         ]
     }

@@ -1,13 +1,16 @@
-"""The multi-replica run (``make scaleout``): throughput with 1, 2, 3 replicas, a replica killed under
-load, and a new model version rolled across the replicas under load, through nginx.
+"""The multi-replica run (``make scaleout``) on Docker swarm: throughput with 1, 2, 3 replicas
+(``docker service scale``), a replica's container killed under load (the engine restarts it), a new
+model version rolled by ``docker service update`` (the engine rolls, start-first, health-gated), a
+bad version whose replicas never turn healthy (the engine rolls back by itself), a node drained
+(with a second node), and the autoscaling signal evaluated by Prometheus. Our code asks the engine
+and watches it: no code of ours picks which replica serves or when the next one rolls.
 
 Load: an asyncio client (aiohttp) holding ``concurrency`` HTTP/JSON inference requests in flight
-against nginx, every response checked (an embedding of the first one's size, equal to it).
+against the stack's balancer, every response checked (an embedding of the first one's size, equal to it).
 Client retry policy (``RETRY``): a request is tried up to 3 times; it is retried on a connection
 error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or any other answer is final. A
-request is *lost* when all its tries fail. nginx itself retries a request on the next replica when
-the connection fails or is reset (``harness.tools.scaleout.compose``): those retries are counted from
-its access log.
+request is *lost* when all its tries fail. The balancer itself retries a request on another task
+when the connection fails, is reset or gets a 503 from a draining gate (``harness.tools.scaleout.swarm``).
 
 Results: ``results/scaleout/<deployment>.json`` (and printed).
 """
@@ -27,7 +30,8 @@ import numpy as np
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.measuring.records import machine
-from harness.tools.scaleout.compose import ScaleoutError, Stack
+from harness.tools.scaleout import ScaleoutError
+from harness.tools.scaleout.swarm import Stack, docker
 
 RETRY = {
     "tries": 3,
@@ -35,7 +39,7 @@ RETRY = {
     "backoff_s": 0.05,
     "timeout_s": 30,
 }
-SENTENCE = "Triton serves this sentence from one of several replicas behind nginx."
+SENTENCE = "Triton serves this sentence from one of several replicas behind a balancer."
 RESULTS = PROJECT_ROOT / "results" / "scaleout"
 
 
@@ -167,26 +171,84 @@ def summarize(outcomes: list[Outcome], began: float | None = None, ended: float 
     }
 
 
-def served_by(outcomes: list[Outcome], stack: Stack) -> dict[str, int]:
-    """Successful requests per replica (the last upstream nginx used)."""
-    by_address = {f"{stack.address(n)}:8000": n for n in stack.names}
-    counts = {n: 0 for n in stack.names}
+def served_by(outcomes: list[Outcome]) -> dict[str, int]:
+    """Successful requests per task address (the balancer's ``X-Upstream``)."""
+    counts: dict[str, int] = {}
     for o in outcomes:
-        if o.ok and o.upstream:
-            counts[by_address.get(o.upstream.split(",")[-1].strip(), "other")] = (
-                counts.get(by_address.get(o.upstream.split(",")[-1].strip(), "other"), 0) + 1
-            )
+        if o.ok:
+            address = o.upstream.split(",")[-1].strip().rsplit(":", 1)[0] or "?"
+            counts[address] = counts.get(address, 0) + 1
     return counts
+
+
+def by_version(outcomes: list[Outcome]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        if o.ok:
+            counts[str(o.version)] = counts.get(str(o.version), 0) + 1
+    return counts
+
+
+class Watch:
+    """Polls the service's tasks and update status in a thread: what the engine did, when."""
+
+    def __init__(self, stack: Stack, period_s: float = 0.5):
+        self.stack, self.period_s = stack, period_s
+        self.events: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._last: tuple | None = None
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            try:
+                tasks = self.stack.tasks()
+                update = self.stack.update_state()
+            except Exception as exc:  # noqa: BLE001 - a poll failed: try again
+                tasks, update = [], {"error": str(exc)[:200]}
+            running = sorted(t["bundle"] for t in tasks if t["state"] == "running" and t["desired"] == "running")
+            key = (tuple(running), update.get("State"), len(tasks))
+            if key != self._last:
+                self._last = key
+                self.events.append({"t": time.time(), "running": running, "update": update.get("State")})
+            self._stop.wait(self.period_s)
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.events
+
+
+def wait_for(predicate, deadline_s: float, what: str, period_s: float = 0.5):
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise ScaleoutError(f"{what}: not within {deadline_s:.0f} s")
+        time.sleep(period_s)
+
+
+def balancer_settle_s() -> float:
+    """How long the balancer may take to see a changed task set (DNS every 1 s, health checks every 1 s)."""
+    return 4.0
 
 
 # ---------------------------------------------------------------------------------------- scenarios
 
 
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
-    """The same offered load (``concurrency`` in flight) through nginx to 1, 2, ... N replicas."""
+    """The same offered load to 1, 2, ... N replicas (the engine scales the service)."""
     rows = []
     for count in range(1, stack.replicas + 1):
-        stack.serve_only(stack.names[:count])
+        stack.scale(count)
+        stack.wait_converged(count, deadline_s=900)
+        time.sleep(balancer_settle_s())
         load = Load(stack.url, stack.models[0], concurrency).start()
         time.sleep(warmup_s)
         began = time.time()
@@ -200,7 +262,8 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
                 "concurrency": concurrency,
                 "duration_s": duration_s,
                 **summarize(window),
-                "served_by": served_by(window, stack),
+                "served_by": served_by(window),
+                "lost_whole_level": summarize(outcomes)["lost"],
                 "host_load_avg_1m": round(os.getloadavg()[0], 1),
             }
         )
@@ -209,122 +272,115 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
             f"p99 {rows[-1]['p99_ms']} ms, lost {rows[-1]['lost']}",
             flush=True,
         )
-    stack.serve_only(stack.names)
+    stack.scale(stack.replicas)
+    stack.wait_converged(stack.replicas, deadline_s=900)
+    time.sleep(balancer_settle_s())
     return rows
 
 
-def kill_under_load(
-    stack: Stack,
-    concurrency: int,
-    before_s: float = 4.0,
-    after_s: float = 12.0,
-    victim: str | None = None,
-    rejoin: bool = True,
-) -> dict:
-    """SIGKILL one replica while ``concurrency`` requests are in flight; what the client and nginx saw."""
-    victim = victim or stack.names[-1]
-    stack.serve_only(stack.names)
-    stack.reset_access_log()
+def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after_s: float = 8.0) -> dict:
+    """SIGKILL one task's container under load; the engine starts a replacement. What the client saw,
+    when the balancer stopped sending to the dead task, and when the service had all its replicas again."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    victim = stack.running()[-1]
     load = Load(stack.url, stack.models[0], concurrency).start()
     time.sleep(before_s)
-    served_before = served_by(list(load.outcomes), stack)
+    served_before = served_by(list(load.outcomes))
     asked_at, killed_at = stack.kill(victim)
+
+    # The engine notices the exit and schedules a new task; it is running once its health check passes.
+    def replaced():
+        running = stack.running()
+        return len(running) == stack.replicas and victim["id"] not in {t["id"] for t in running}
+
+    wait_for(replaced, 900, f"a task replacing {victim['id'][:12]}")
+    recovered_at = time.time()
     time.sleep(after_s)
     outcomes = load.stop()
-    log = stack.access_log()
-    dead = f"{stack.address(victim)}:8000"
-    touched = [e for e in log if dead in e["upstream"] and e["t"] >= asked_at]
-    failed_over = [e for e in touched if "," in e["upstream"]]
-    # The first burst: requests in flight on the victim or sent to it before nginx marked it failed.
-    burst = [e for e in failed_over if e["t"] - asked_at < stack.fail_timeout_s]
-    probes = [e for e in failed_over if e["t"] - asked_at >= stack.fail_timeout_s]
-    after = [o for o in outcomes if o.began >= killed_at]
+    after_kill = [o for o in outcomes if o.began >= killed_at]
+    # The last answer any request got from an address that served before the kill but not after it.
+    survivors = set(served_by([o for o in outcomes if o.began >= recovered_at]))
+    gone = set(served_before) - survivors
+    last_from_victim = max((o.ended for o in outcomes if o.ok and o.upstream.rsplit(":", 1)[0] in gone), default=None)
     result = {
-        "victim": victim,
+        "victim_task": victim["id"][:12],
         "replicas": stack.replicas,
         "concurrency": concurrency,
-        "kill_asked_at": asked_at,
-        "killed_at": killed_at,
-        "docker_kill_s": round(killed_at - asked_at, 3),
-        "before_s": before_s,
-        "after_s": after_s,
+        "lb": stack.lb,
         "client": summarize(outcomes),
         "before_kill": summarize(outcomes, ended=asked_at),
         "after_kill": summarize(outcomes, began=killed_at),
         "served_by_before_kill": served_before,
-        "served_by_after_kill": served_by(after, stack),
-        "nginx_failovers_total": len(failed_over),
-        "nginx_failovers_first_burst": len(burst),
-        # From the kill to the last request nginx sent to the dead replica before marking it failed.
-        "traffic_moved_s": round(max((e["t"] - asked_at for e in burst), default=0.0), 3),
-        "nginx_probes_of_dead_replica": len(probes),
-        "probe_latency_max_ms": round(max((e["request_time"] * 1000 for e in probes), default=0.0), 1),
-        "nginx_5xx_to_client": sum(1 for e in log if e["t"] >= asked_at and e["status"] >= 500),
+        "served_by_after_kill": served_by(after_kill),
+        "last_answer_from_killed_address_s": round(last_from_victim - asked_at, 3) if last_from_victim else None,
+        "replacement_running_s": round(recovered_at - asked_at, 1),
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
     }
-    if rejoin:
-        began = time.monotonic()
-        stack.compose("up", "-d", "--no-deps", victim)
-        stack.wait_healthy([victim], deadline_s=600)
-        result["victim_healthy_again_s"] = round(time.monotonic() - began, 1)
     print(
-        f"scaleout: killed {victim} under c={concurrency}: lost {result['client']['lost']} of "
-        f"{result['client']['requests']} (client retries {result['client']['retried_by_client']}, nginx failovers "
-        f"{len(failed_over)}), traffic moved in {result['traffic_moved_s']} s",
+        f"scaleout: killed task {result['victim_task']} under c={concurrency}: lost {result['client']['lost']} of "
+        f"{result['client']['requests']} (client retries {result['client']['retried_by_client']}); the engine had "
+        f"{stack.replicas} running again after {result['replacement_running_s']} s",
         flush=True,
     )
     return result
 
 
-def roll_version(stack: Stack, concurrency: int, version: str = "v2", drain_deadline_s: float = 30.0) -> dict:
-    """Replace every replica, one at a time, with one serving the new model version, under load:
-    drain it at nginx, wait for its in-flight requests to finish, recreate, wait healthy, re-admit."""
-    stack.serve_only(stack.names)
+def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: float = 3.0) -> dict:
+    """``docker service update`` to bundle ``version`` under load; the engine rolls (start-first, one
+    task at a time, each healthy and watched for ``monitor`` before the next). We only watch."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    before = stack.bundle
     load = Load(stack.url, stack.models[0], concurrency).start()
     time.sleep(2.0)
-    steps = []
+    watch = Watch(stack).start()
     began = time.time()
-    for name in stack.names:
-        step = {"replica": name}
-        t = time.monotonic()
-        stack.serve_only([n for n in stack.names if n != name])
-        deadline = time.monotonic() + drain_deadline_s
-        while stack.pending(name) > 0:
-            if time.monotonic() > deadline:
-                raise ScaleoutError(f"{name} still has requests in flight {drain_deadline_s:.0f} s after its drain")
-            time.sleep(0.2)
-        step["drained_s"] = round(time.monotonic() - t, 2)
-        t = time.monotonic()
-        stack.recreate(name, version)
-        stack.wait_healthy([name], deadline_s=600)
-        step["replaced_and_healthy_s"] = round(time.monotonic() - t, 1)
-        stack.serve_only(stack.names)
-        steps.append(step)
-        print(f"scaleout: rolled {name} to {version}: {step}", flush=True)
+    stack.roll_to(version)
+    state = wait_for(
+        lambda: (
+            (stack.update_state().get("State") or "")
+            if stack.update_state().get("State") in ("completed", "paused", "rollback_completed", "rollback_paused")
+            else None
+        ),
+        1800,
+        f"the update to {version}",
+        period_s=1.0,
+    )
     finished = time.time()
-    time.sleep(3.0)
+    time.sleep(after_s)
     outcomes = load.stop()
-    versions_after = sorted({o.version for o in outcomes if o.ok and o.began > finished + 0.5})
-    by_version = {}
-    for o in outcomes:
-        if o.ok:
-            by_version[o.version] = by_version.get(o.version, 0) + 1
+    events = watch.stop()
+    if state == "completed":
+        stack.bundle = version
+    tasks = stack.running()
     result = {
+        "from": before,
+        "to": version,
         "replicas": stack.replicas,
         "concurrency": concurrency,
-        "to": version,
-        "steps": steps,
+        "lb": stack.lb,
+        "engine_final_state": state,
+        "bundles_running_after": sorted(t["bundle"] for t in tasks),
         "roll_s": round(finished - began, 1),
         "client": summarize(outcomes),
-        "responses_by_model_version": by_version,
-        "versions_served_after_roll": versions_after,
-        "last_version_1_response_s_after_roll_start": round(
-            max((o.ended - began for o in outcomes if o.ok and o.version == "1"), default=0.0), 1
-        ),
+        "responses_by_model_version": by_version(outcomes),
+        "responses_by_model_version_after_roll": by_version([o for o in outcomes if o.began > finished + 0.5]),
+        "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
     }
     print(
-        f"scaleout: rolled {version} across {stack.replicas} replicas in {result['roll_s']} s: lost "
-        f"{result['client']['lost']} of {result['client']['requests']}, by version {by_version}",
+        f"scaleout: update to {version}: engine {state} after {result['roll_s']} s, running {result['bundles_running_after']}; "
+        f"lost {result['client']['lost']} of {result['client']['requests']}, by version {result['responses_by_model_version']}",
         flush=True,
+    )
+    return result
+
+
+def rollback_bad(stack: Stack, concurrency: int) -> dict:
+    """``docker service update`` to a version that cannot load: its first new task never turns healthy
+    (its server exits), the engine's ``failure_action: rollback`` restores the previous spec."""
+    result = roll_version(stack, concurrency, version="bad")
+    result["rolled_back"] = (
+        result["engine_final_state"] == "rollback_completed" and "bad" not in result["bundles_running_after"]
     )
     return result
 
@@ -334,33 +390,38 @@ def run(
     replicas: int = 3,
     concurrency: int = 8,
     duration_s: float = 10.0,
-    scenarios: tuple[str, ...] = ("throughput", "kill", "roll"),
+    scenarios: tuple[str, ...] = ("throughput", "kill", "roll", "rollback"),
     keep: bool = False,
     out: Path | None = None,
     gate: bool = True,
+    lb: str = "haproxy",
+    name: str | None = None,
 ) -> dict:
-    """Bring the stack up, run the scenarios, write the results JSON, bring it down."""
-    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate)
+    """Deploy the stack, run the scenarios, write the results JSON, tear everything down."""
+    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate, lb=lb, **({"name": name} if name else {}))
     results = {
         "deployment": stack.deployment.name,
         "replicas": replicas,
         "models": list(stack.models),
         "image": stack.image,
         "gate": gate,
+        "lb": lb,
+        "orchestrator": "docker swarm (docker stack deploy)",
+        "engine": docker("version", "--format", "{{.Server.Version}}").strip(),
         "retry_policy": RETRY,
         "machine": machine(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": f"python -m harness.tools.scaleout run --deployment {deployment} --replicas {replicas} "
-        f"--concurrency {concurrency} --duration {duration_s:g} --scenarios {' '.join(scenarios)}"
+        "command": f"python -m harness scaleout run --deployment {deployment} --replicas {replicas} "
+        f"--concurrency {concurrency} --duration {duration_s:g} --lb {lb} --scenarios {' '.join(scenarios)}"
         + ("" if gate else " --no-gate"),
     }
     stack.prepare()
-    results["lb_image"] = stack.lb
-    results["nginx"] = {"fail_timeout_s": stack.fail_timeout_s, "connect_timeout_s": 1, "next_upstream_tries": 3}
+    results["lb_image"], results["prometheus_image"] = stack.lb_image, stack.prometheus_image
+    results["update_config"] = stack.triton_service()["deploy"]["update_config"]
     try:
         results["up_s"] = round(stack.up(), 1)
         print(
-            f"scaleout: {replicas} replicas of {deployment} healthy behind nginx at {stack.url} in {results['up_s']} s",
+            f"scaleout: {replicas} replicas of {deployment} healthy behind {lb} at {stack.url} in {results['up_s']} s",
             flush=True,
         )
         if "throughput" in scenarios:
@@ -369,11 +430,29 @@ def run(
             results["kill"] = kill_under_load(stack, concurrency)
         if "roll" in scenarios:
             results["roll"] = roll_version(stack, concurrency)
+        if "rollback" in scenarios:
+            results["rollback"] = rollback_bad(stack, concurrency)
+        if "signal" in scenarios:
+            from harness.tools.scaleout.signal import autoscaling_signal
+
+            results["signal"] = autoscaling_signal(stack, concurrency)
     finally:
         if not keep:
             stack.down()
+            results["left_behind"] = leftovers(stack)
     out = out or RESULTS / f"{stack.deployment.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"scaleout: results in {out}", flush=True)
     return results
+
+
+def leftovers(stack: Stack) -> dict:
+    """What of the stack is still on the engine after teardown (all empty when it was complete)."""
+    label = f"label=com.docker.stack.namespace={stack.name}"
+    return {
+        "containers": docker("ps", "-aq", "--filter", label, check=False).split(),
+        "networks": docker("network", "ls", "-q", "--filter", label, check=False).split(),
+        "volumes": docker("volume", "ls", "-q", "--filter", label, check=False).split(),
+        "swarm": docker("info", "--format", "{{.Swarm.LocalNodeState}}", check=False).strip(),
+    }
