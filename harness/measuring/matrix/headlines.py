@@ -448,6 +448,14 @@ def build_headlines(records: list[dict], matrix: dict, model_only: dict, results
 
 def render_headlines(headlines: dict, deployments=None) -> list[str]:
     lines = ["## Headlines", ""]
+    costs = [r for rows in headlines["costs"]["rows"].values() for row in rows for r in row["records"]]
+    used = [r for k in ("network", "serving") for r in headlines[k].get("records", [])] + costs
+    machines = sorted({_machine(r) for r in used})
+    if len(machines) > 1:
+        lines += [
+            f"Measured on {len(machines)} machines ({'; '.join(machines)}): compare ratios within a lesson only.",
+            "",
+        ]
     lines += render_network_lesson(headlines["network"])
     lines += _stale(headlines["network"], deployments)
     lines += render_serving_lesson(headlines["serving"])
