@@ -18,7 +18,8 @@ Each export writes ``model_repository/<model>/1/model.onnx``, stamped with the w
 very same weights). Then ``fold_pixels`` writes
 ``model_repository/<model>_uint8/1/model.onnx``: the same graph taking RGB uint8 (n, h, w, 3),
 with the normalisation and layout as its first nodes (the ensembles' step; re-made whenever
-it is older than ``<model>``'s file).
+it is older than ``<model>``'s file). ``--openvino-int8`` then runs quantize_int8.py (NNCF INT8 of
+EfficientNet-Lite0 for OpenVINO, ``1/model_int8.xml``, written only when its top-1 gate holds).
 """
 
 from __future__ import annotations
@@ -231,6 +232,11 @@ def main(argv=None) -> int:
     parser.add_argument("--pretrained", action="store_true", help="resnet50: torchvision ImageNet weights (online)")
     parser.add_argument("--checkpoint", help="weights file (state_dict or pickled module) for --model")
     parser.add_argument("--force", action="store_true", help="re-export even when the ONNX file exists")
+    parser.add_argument(
+        "--openvino-int8",
+        action="store_true",
+        help="then quantize_int8.py: NNCF INT8 for OpenVINO, written only if gated",
+    )
     args = parser.parse_args(argv)
     names = MODELS if args.model == "all" else (args.model,)
     if (args.checkpoint or args.pretrained) and args.model == "all":
@@ -247,6 +253,10 @@ def main(argv=None) -> int:
         source = REPO / name / "1" / "model.onnx"
         if args.force or not folded.exists() or folded.stat().st_mtime < source.stat().st_mtime:
             fold_pixels(name)
+    if args.openvino_int8:
+        from quantize_int8 import main as quantize
+
+        return quantize([])
     return 0
 
 
