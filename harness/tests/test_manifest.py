@@ -164,3 +164,50 @@ def test_a_tool_without_deployment_takes_the_one_declaring_its_table(tmp_path):
     (tmp_path / "b" / "deployment.toml").write_text(GOOD.replace('"toy"', '"b"') + TABLES)
     with pytest.raises(ManifestError, match=r"2 deployments declare \[peers\] \(a, b\): pass --deployment"):
         declaring("peers", tmp_path)
+
+
+OPENAI = """
+[openai]
+default = "m"
+
+[openai.models.m]
+text = { model = "m" }
+tokenizer = { model = "tok", ids = "input_ids", mask = "attention_mask" }
+tokens = { model = "m", output = "last_hidden_state", normalize = true, vocab_size = 100 }
+"""
+
+
+def test_the_openai_table_becomes_the_gate_policy(tmp_path):
+    from harness.deployments import Deployment
+    from harness.serving.gate.policy import check_policy
+
+    path, manifest = _read(tmp_path, GOOD + OPENAI)
+    assert manifest.openai.models["m"].tokens.normalize is True
+    policy = Deployment(tmp_path, manifest).gate_policy()["openai"]
+    assert policy["default"] == "m"
+    assert policy["models"]["m"]["text"] == {"model": "m", "input": "TEXT", "output": "EMBEDDING"}
+    assert policy["models"]["m"]["tokens"]["pooling"] == "mean" and "pad_id" not in policy["models"]["m"]["tokens"]
+    with pytest.raises(ValueError, match="maps neither"):
+        check_policy({"openai": {"models": {"x": {"tokenizer": {"model": "t", "input": "TEXT", "ids": "i"}}}}})
+    with pytest.raises(ValueError, match="default"):
+        check_policy(
+            {"openai": {"default": "y", "models": {"x": {"text": {"model": "m", "input": "T", "output": "E"}}}}}
+        )
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('default = "m"', 'default = "n"'), "[openai] default = 'n' is not in [openai.models]"),
+        (('text = { model = "m" }', 'text = { model = "other" }'), "model 'other' is no entry model"),
+        (("normalize = true", 'normalize = "yes"'), "normalize must be bool"),
+        (("vocab_size = 100", "vocab = 100"), "unknown key openai.models.m.tokens.'vocab'"),
+        (('tokens = { model = "m", output', 'tokens = { model = "m", pooling = "max", output'), "pooling = 'max'"),
+    ],
+)
+def test_bad_openai_tables_are_refused(tmp_path, change, message):
+    path = tmp_path / "deployment.toml"
+    path.write_text((GOOD + OPENAI).replace(*change, 1))
+    with pytest.raises(ManifestError) as refused:
+        read_manifest(path)
+    assert message in str(refused.value), str(refused.value)

@@ -206,6 +206,8 @@ BAD_BODIES = [
     (json.dumps({"input": "x", "extra": 1}).encode(), 400),
     (json.dumps({"input": [[101, 999999, 102]]}).encode(), 400),
     (json.dumps({"input": [[-1, 102]]}).encode(), 400),
+    (json.dumps({"input": [[101, 1 << 70]]}).encode(), 400),
+    (b'{"input": ["ok", "\\ud800"]}', 400),
     (json.dumps({"input": [[101] * 513]}).encode(), 400),
     (json.dumps({"input": [[101, 102]], "model": "embedding_py"}).encode(), 400),
     (json.dumps({"input": "x" * (1 << 20) + "y"}).encode(), 400),  # over the model's max_text_bytes

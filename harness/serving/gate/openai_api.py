@@ -88,6 +88,11 @@ def parse_input(value) -> tuple[str, list]:
         for i, text in enumerate(value):
             if not text:
                 raise OpenAIError(400, f"'input[{i}]' is an empty string", "input")
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise OpenAIError(400, f"'input[{i}]' holds an unpaired UTF-16 surrogate escape", "input") from None
         return "text", value
     if all(isinstance(v, list) for v in value):
         for i, ids in enumerate(value):
@@ -142,7 +147,7 @@ def bytes_tensor(texts: list[str]) -> bytes:
     """Triton's binary BYTES layout: a 4-byte little-endian length before each element."""
     parts = []
     for text in texts:
-        data = text.encode("utf-8", "surrogatepass")
+        data = text.encode("utf-8")  # parse_input refused unpaired surrogates
         parts.append(struct.pack("<I", len(data)))
         parts.append(data)
     return b"".join(parts)
@@ -355,12 +360,10 @@ class OpenAIFront:
             raise OpenAIError(
                 400, f"'input[{offset + i}]' has {len(rows[i])} tokens, more than the model's {limit}", "input"
             )
-        vocab = spec.get("vocab_size")
+        vocab = spec.get("vocab_size") or 1 << 63  # else any INT64 id
         for i, row in enumerate(rows):
-            if min(row) < 0 or (vocab and max(row) >= vocab):
-                raise OpenAIError(
-                    400, f"'input[{offset + i}]' holds a token id outside 0..{(vocab or 2**63) - 1}", "input"
-                )
+            if min(row) < 0 or max(row) >= vocab:
+                raise OpenAIError(400, f"'input[{offset + i}]' holds a token id outside 0..{vocab - 1}", "input")
         width = fixed or longest
         ids = np.full((len(rows), width), int(spec.get("pad_id", 0)), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
