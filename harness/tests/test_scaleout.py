@@ -13,6 +13,7 @@ stack and the swarm (when this test made it) are removed afterwards, also when a
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
@@ -20,8 +21,10 @@ from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.serving.launchers.docker_engine import DockerStartError, engine
 from harness.serving.launchers.docker_images import CPU_IMAGE
-from harness.tools.scaleout.run import RETRY, kill_under_load, leftovers, roll_version
-from harness.tools.scaleout.swarm import Stack, docker
+from harness.tools.scaleout import k8s
+from harness.tools.scaleout.autoscale import query, read_counters, task_address, wait_scraped
+from harness.tools.scaleout.run import RETRY, Load, kill_under_load, leftovers, roll_version
+from harness.tools.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
 
 
 def _engine_or_none():
@@ -50,7 +53,6 @@ def stack(request):
         replicas=2,
         image=image,
         name="tsw-test",
-        prometheus=False,
         work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu",
     )
     stack.prepare()
@@ -58,12 +60,11 @@ def stack(request):
         stack.up()
         yield stack
     finally:
-        initialised = stack.initialised_swarm
         stack.down()
         left = leftovers(stack)
         shutil.rmtree(stack.work_dir, ignore_errors=True)
         assert not (left["containers"] or left["networks"] or left["volumes"]), left
-        if initialised:
+        if not stacks():  # no other run of ours holds the swarm: it is gone
             assert left["swarm"] == "inactive", left
 
 
@@ -115,3 +116,34 @@ def test_the_engine_rolls_a_new_version_and_no_request_is_lost(stack):
     assert docker("service", "inspect", stack.service, "--format", "{{.Spec.UpdateConfig.Order}}").strip() == (
         "start-first"
     )
+
+
+def test_prometheus_evaluates_the_adapter_rule_as_tritons_counters_say(stack):
+    """The HPA's metric for real: the stack's Prometheus (Debian's, scraping each task's metrics port)
+    evaluates the Kubernetes ConfigMap's rule with the swarm's labels; per task it must equal the
+    queue time per successful request computed from Triton's own counters, read inside each task."""
+    template = k8s.adapter_rule()["rules"][0]["metricsQuery"]
+    rule = template.replace("<<.LabelMatchers>>", SWARM_MATCHERS).replace("<<.GroupBy>>", SWARM_GROUP_BY)
+    assert stack.recording_rule() == rule and "[1m]" in rule
+    wait_scraped(stack, stack.replicas)
+    load = Load(stack.url, stack.models[0], concurrency=8).start()
+    try:
+        time.sleep(5)
+        network = f"{stack.name}_replicas"
+        tasks = {task_address(t["container"], network): t["container"] for t in stack.running()}
+        before = {address: read_counters(container) for address, container in tasks.items()}
+        time.sleep(60)
+        after = {address: read_counters(container) for address, container in tasks.items()}
+        at = time.time()
+    finally:
+        load.stop()
+    evaluated = {r["metric"]["instance"].rsplit(":", 1)[0]: float(r["value"][1]) for r in query(stack, rule, at=at)}
+    assert set(evaluated) == set(tasks), (evaluated, tasks)
+    for address in tasks:
+        queued = after[address]["nv_inference_queue_duration_us"] - before[address]["nv_inference_queue_duration_us"]
+        served = after[address]["nv_inference_request_success"] - before[address]["nv_inference_request_success"]
+        assert served > 60, (address, served)  # > 1 request/s: the rule's clamp_min(.., 1) does not bite
+        direct = queued / served
+        assert direct > 0, (address, before[address], after[address])
+        # Scrapes every 2 s against readings a few ms apart from the window's ends: a small misalignment.
+        assert abs(evaluated[address] - direct) <= 0.25 * direct, (address, evaluated[address], direct)

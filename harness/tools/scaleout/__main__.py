@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--replicas", type=int, default=3)
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
-    run.add_argument("--scenarios", nargs="+", default=list(SCENARIOS[:4]), choices=SCENARIOS)
+    run.add_argument("--scenarios", nargs="+", default=list(SCENARIOS[:-1]), choices=SCENARIOS)
     run.add_argument(
         "--lb",
         default="haproxy",

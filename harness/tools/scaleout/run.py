@@ -385,6 +385,94 @@ def rollback_bad(stack: Stack, concurrency: int) -> dict:
     return result
 
 
+def tasks_on(stack: Stack, node: str) -> int:
+    return sum(1 for t in stack.running() if t["node"] == node)
+
+
+def drain_node(stack: Stack, concurrency: int, node: str, after_s: float = 5.0) -> dict:
+    """``docker node update --availability drain`` of a node holding replicas, under load: the engine
+    stops its tasks (the gate drains each) and starts replacements on the other node."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    on_node = tasks_on(stack, node)
+    load = Load(stack.url, stack.models[0], concurrency).start()
+    time.sleep(3.0)
+    watch = Watch(stack).start()
+    began = time.time()
+    docker("node", "update", "--availability", "drain", node)
+    wait_for(lambda: tasks_on(stack, node) == 0 and len(stack.running()) == stack.replicas, 900, f"the drain of {node}")
+    finished = time.time()
+    time.sleep(after_s)
+    outcomes = load.stop()
+    events = watch.stop()
+    result = {
+        "node": node,
+        "tasks_on_node_before": on_node,
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "all_replicas_running_elsewhere_s": round(finished - began, 1),
+        "fewest_running_during_drain": min((len(e["running"]) for e in events), default=None),
+        "client": summarize(outcomes),
+        "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    print(
+        f"scaleout: drained node {node[:12]} ({on_node} task(s)): lost {result['client']['lost']} of "
+        f"{result['client']['requests']}; {stack.replicas} running elsewhere after {result['all_replicas_running_elsewhere_s']} s",
+        flush=True,
+    )
+    return result
+
+
+def kill_node(stack: Stack, concurrency: int, node: str, container: str, after_s: float = 5.0) -> dict:
+    """The worker back in service and the replicas spread again (``docker service update --force``:
+    the engine rolls them), then the worker's whole engine killed under load (``docker kill`` of its
+    container): the manager marks the node down and reschedules its tasks."""
+    docker("node", "update", "--availability", "active", node)
+    stack.service_update("--force")
+    wait_for(
+        lambda: stack.update_state().get("State") == "completed" and tasks_on(stack, node) > 0,
+        1800,
+        "replicas spread over both nodes again",
+        period_s=2.0,
+    )
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    on_node = tasks_on(stack, node)
+    load = Load(stack.url, stack.models[0], concurrency).start()
+    time.sleep(3.0)
+    asked_at = time.time()
+    docker("kill", container)
+
+    def down_at():
+        return docker("node", "inspect", node, "--format", "{{.Status.State}}", check=False).strip() == "down"
+
+    wait_for(down_at, 300, f"node {node} marked down", period_s=0.5)
+    marked_down = time.time()
+    wait_for(
+        lambda: len([t for t in stack.running() if t["node"] != node]) == stack.replicas,
+        900,
+        f"{stack.replicas} replicas running without {node}",
+    )
+    recovered = time.time()
+    time.sleep(after_s)
+    outcomes = load.stop()
+    result = {
+        "node": node,
+        "tasks_on_node_before": on_node,
+        "node_marked_down_s": round(marked_down - asked_at, 1),
+        "all_replicas_running_elsewhere_s": round(recovered - asked_at, 1),
+        "client": summarize(outcomes),
+        "after_kill": summarize(outcomes, began=asked_at),
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    print(
+        f"scaleout: killed node {node[:12]} ({on_node} task(s)): lost {result['client']['lost']} of "
+        f"{result['client']['requests']}; marked down after {result['node_marked_down_s']} s, "
+        f"{stack.replicas} running elsewhere after {result['all_replicas_running_elsewhere_s']} s",
+        flush=True,
+    )
+    return result
+
+
 def run(
     deployment: str,
     replicas: int = 3,
@@ -418,7 +506,18 @@ def run(
     stack.prepare()
     results["lb_image"], results["prometheus_image"] = stack.lb_image, stack.prometheus_image
     results["update_config"] = stack.triton_service()["deploy"]["update_config"]
+    failure = None
+    worker = None
     try:
+        if "drain" in scenarios:
+            from harness.tools.scaleout.nodes import NODE_PREFIX, add_worker
+            from harness.tools.scaleout.swarm import host_address, swarm_init
+
+            stack.initialised_swarm = swarm_init()
+            began = time.monotonic()
+            worker = add_worker(host_address(), [stack.image], [str(stack.work_dir)])
+            results["worker"] = {"node": worker, "joined_s": round(time.monotonic() - began, 1)}
+            print(f"scaleout: worker node {worker[:12]} joined in {results['worker']['joined_s']} s", flush=True)
         results["up_s"] = round(stack.up(), 1)
         print(
             f"scaleout: {replicas} replicas of {deployment} healthy behind {lb} at {stack.url} in {results['up_s']} s",
@@ -433,9 +532,16 @@ def run(
         if "rollback" in scenarios:
             results["rollback"] = rollback_bad(stack, concurrency)
         if "signal" in scenarios:
-            from harness.tools.scaleout.signal import autoscaling_signal
+            from harness.tools.scaleout.autoscale import autoscaling_signal
 
             results["signal"] = autoscaling_signal(stack, concurrency)
+        if worker:
+            results["placement"] = {t["id"][:12]: t["node"][:12] for t in stack.running()}
+            results["drain"] = drain_node(stack, concurrency, worker)
+            results["kill_node"] = kill_node(stack, concurrency, worker, f"{NODE_PREFIX}-1")
+    except (Exception, KeyboardInterrupt) as exc:
+        failure = exc
+        results["failed"] = f"{type(exc).__name__}: {exc}"[:2000]
     finally:
         if not keep:
             stack.down()
@@ -444,6 +550,8 @@ def run(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"scaleout: results in {out}", flush=True)
+    if failure is not None:
+        raise failure
     return results
 
 

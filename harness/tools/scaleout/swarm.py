@@ -52,6 +52,8 @@ IMAGES = PROJECT_ROOT / "images"
 #: Every stack, network and container of ours starts with this (other runs share the engine).
 PREFIX = "tsw"
 STACK_LABEL = "com.docker.stack.namespace"
+#: Label of the manager node when a run of ours initialised the swarm.
+SWARM_LABEL = "triton-harness.swarm"
 #: Prometheus job of the replicas and the label one series per replica carries.
 JOB = "triton"
 #: The prometheus-adapter rule's ``<<.LabelMatchers>>`` and ``<<.GroupBy>>`` for the swarm: the
@@ -121,7 +123,20 @@ def swarm_init() -> bool:
         "5",
         timeout_s=120,
     )
+    # Marks the swarm as ours: the last of our runs to finish leaves it, whichever run made it.
+    docker("node", "update", "--label-add", f"{SWARM_LABEL}=1", local_node())
     return True
+
+
+def local_node() -> str:
+    return docker("info", "--format", "{{.Swarm.NodeID}}", timeout_s=30).strip()
+
+
+def swarm_is_ours() -> bool:
+    if swarm_state() != "active":
+        return False
+    labels = docker("node", "inspect", local_node(), "--format", "{{json .Spec.Labels}}", check=False).strip()
+    return SWARM_LABEL in json.loads(labels or "{}")
 
 
 def stacks() -> list[str]:
@@ -189,6 +204,11 @@ class Stack:
     #: within it rolls the whole update back.
     monitor_s: int = 10
     stop_grace_s: int = 30
+    #: Health-check failures do not count for this long after a start. A version that cannot load
+    #: leaves tritonserver 2.51 hanging after its failed load (it neither exits nor turns ready), so
+    #: this is also how long the engine takes to see a bad version fail. 3 minutes: replicas of this
+    #: machine turned healthy in 45-110 s at load averages of 10-20.
+    start_period_s: int = 180
     prometheus: bool = True
     lb_image: str | None = None
     prometheus_image: str | None = None
@@ -300,7 +320,7 @@ class Stack:
                 "interval": "2s",
                 "timeout": "10s",
                 "retries": 3,
-                "start_period": "600s",
+                "start_period": f"{self.start_period_s}s",
             },
             # The gate drains on SIGTERM (not ready, new requests 503, in-flight ones finish); then Triton stops.
             "stop_grace_period": f"{self.stop_grace_s}s",
@@ -419,7 +439,11 @@ class Stack:
                 "backend replicas",
                 "    balance roundrobin",
                 "    option httpchk GET /v2/health/ready",
-                "    default-server check inter 1s fall 1 rise 1 resolvers docker init-addr none",
+                # 3 missed checks (5 s each at most) take a task out: one slow answer on a loaded machine
+                # must not empty the pool (fall 1 did: "503 No server is available" during a roll).
+                # A dead or draining task is skipped sooner by the retries above.
+                "    timeout check 5s",
+                "    default-server check inter 1s fall 3 rise 1 resolvers docker init-addr none",
                 f"    server-template t 8 tasks.{self.service}:8000",
                 "",
             ]
@@ -524,9 +548,10 @@ class Stack:
         try:
             remove_stack(self.name)
         finally:
-            if self.initialised_swarm:
-                teardown(leave=not stacks())
-                self.initialised_swarm = False
+            # The swarm goes with the last stack of ours (another run of ours may still use it).
+            if (self.initialised_swarm or swarm_is_ours()) and not stacks():
+                teardown()
+            self.initialised_swarm = False
 
     def tasks(self) -> list[dict]:
         """The service's tasks as swarm reports them (desired state, state, node, container, image's bundle)."""
