@@ -436,9 +436,16 @@ def main(argv: list[str] | None = None) -> int:
                     for target in order:
                         # long enough for every connection to complete a few requests at the ceiling's pace
                         pace = ceilings[target.ceiling][-1] or 1.0
-                        duration = max(args.duration, 3 * batch * concurrency / pace)
                         cycle = batch * concurrency / pace
-                        generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))  # warm-up
+                        warm = generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))
+                        # a target far below its ceiling: its own warm-up pace (none done: slower than
+                        # one round of requests per half the warm-up), so no window ends before a request
+                        pace = min(
+                            pace,
+                            warm.requests_per_second * batch or batch * concurrency / (2 * max(warm.duration_s, 1e-3)),
+                        )
+                        duration = min(max(args.duration, 3 * batch * concurrency / pace), 120.0)
+                        cycle = batch * concurrency / pace
                         wait_idle(target.pid, 10 * cycle + 10)
                         cpu_before = tree_cpu_s(target.pid)
                         run = generator.run(target.url, bodies[target.name], concurrency, duration)
