@@ -3,7 +3,7 @@ behind the stack's haproxy (``docker stack deploy`` of the stack rendered from t
 replica's container is killed with SIGKILL under load (the engine starts a replacement), then a
 new model version is rolled by ``docker service update`` (the engine rolls, start-first and
 health-gated). No request may be lost with the client's stated retry policy
-(harness.tools.scaleout.run.RETRY), and our code only watches.
+(harness.tools.scaleout.load.RETRY), and our code only watches.
 
 Runs where a Docker engine answers (skipped with the reason otherwise, as test_docker.py); CI runs
 it in the docker stage (`make test-docker`), after the image and the packed envs are built. The
@@ -23,7 +23,8 @@ from harness.serving.launchers.docker_engine import DockerStartError, engine
 from harness.serving.launchers.docker_images import CPU_IMAGE
 from harness.tools.scaleout import k8s
 from harness.tools.scaleout.autoscale import query, read_counters, task_address, wait_scraped
-from harness.tools.scaleout.run import RETRY, Load, kill_under_load, leftovers, roll_version
+from harness.tools.scaleout.load import RETRY, Load
+from harness.tools.scaleout.run import kill_under_load, leftovers, roll_version
 from harness.tools.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
 
 

@@ -14,6 +14,7 @@ import math
 import time
 
 from harness.tools.scaleout.k8s import QUEUE_METRIC, RenderOptions, apply_manifest
+from harness.tools.scaleout.load import Load, summarize
 from harness.tools.scaleout.swarm import JOB, Stack, docker
 
 TOLERANCE = 0.1
@@ -80,8 +81,6 @@ def read_counters(container: str) -> dict[str, float]:
 def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -> dict:
     """The metric at idle, with one replica under ``concurrency`` in flight, and the same load over
     ``stack.replicas``; the HPA's decision at each."""
-    from harness.tools.scaleout.run import Load, summarize
-
     options = apply_manifest(stack.deployment, RenderOptions())
     target = options.queue_target_us
     levels = []

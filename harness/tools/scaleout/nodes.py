@@ -5,6 +5,9 @@ docker load`` (no registry). ``remove_workers`` takes every such node of ours do
 from __future__ import annotations
 
 import subprocess
+import time
+
+from harness.tools.scaleout import ScaleoutError
 
 NODE_PREFIX = "tsw-node"
 
@@ -30,19 +33,18 @@ def remove_workers() -> list[str]:
 
 
 def add_worker(
-    manager_address: str, images: list[str], shared: list[str], index: int = 1, deadline_s: float = 180
+    manager_address: str,
+    node_image: str,
+    images: list[str],
+    shared: list[str],
+    index: int = 1,
+    deadline_s: float = 180,
 ) -> str:
-    """Start worker ``tsw-node-<index>`` (its own dockerd, privileged), load ``images`` into it by
-    ``docker save | docker load``, bind ``shared`` host paths at the same paths (the bundles), and
-    join it to the host's swarm; its swarm node ID."""
-    import time
-
-    from harness.tools.scaleout import ScaleoutError
-    from harness.tools.scaleout.swarm import build_image
-
+    """Start worker ``tsw-node-<index>`` from ``node_image`` (images/swarm-node: its own dockerd),
+    load ``images`` into it by ``docker save | docker load``, bind ``shared`` host paths at the same
+    paths (the bundles), and join it to the host's swarm; its swarm node ID."""
     name = f"{NODE_PREFIX}-{index}"
     _docker("rm", "-f", "-v", name)
-    image = build_image("swarm-node")
     mounts = [arg for path in shared for arg in ("-v", f"{path}:{path}:ro")]
     # Not --privileged: this machine's root lacks CAP_SYS_RESOURCE, and asking for every capability
     # fails ("unable to apply caps: operation not permitted"). All others, no seccomp/AppArmor, and the
@@ -53,7 +55,7 @@ def add_worker(
         *("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE"),
         *("--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"),
         *("--security-opt", "systempaths=unconfined", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"),
-        *("--name", name, "--hostname", name, *mounts, image),
+        *("--name", name, "--hostname", name, *mounts, node_image),
         *("dockerd", f"--cgroup-parent=/{name}"),
     )
     if started.returncode != 0:

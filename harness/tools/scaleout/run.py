@@ -5,170 +5,31 @@ bad version whose replicas never turn healthy (the engine rolls back by itself),
 (with a second node), and the autoscaling signal evaluated by Prometheus. Our code asks the engine
 and watches it: no code of ours picks which replica serves or when the next one rolls.
 
-Load: an asyncio client (aiohttp) holding ``concurrency`` HTTP/JSON inference requests in flight
-against the stack's balancer, every response checked (an embedding of the first one's size, equal to it).
-Client retry policy (``RETRY``): a request is tried up to 3 times; it is retried on a connection
-error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or any other answer is final. A
-request is *lost* when all its tries fail. The balancer itself retries a request on another task
-when the connection fails, is reset or gets a 503 from a draining gate (``harness.tools.scaleout.swarm``).
+Load: checked requests with the documented client retry policy (``harness.tools.scaleout.load``).
+The balancer itself retries a request on another task when the connection fails, is reset or gets a
+503 from a draining gate (``harness.tools.scaleout.swarm``).
 
 Results: ``results/scaleout/<deployment>.json`` (and printed).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.measuring.records import machine
 from harness.tools.scaleout import ScaleoutError
-from harness.tools.scaleout.swarm import Stack, docker
+from harness.tools.scaleout.autoscale import autoscaling_signal
+from harness.tools.scaleout.load import RETRY, Load, Outcome, summarize
+from harness.tools.scaleout.nodes import NODE_PREFIX, add_worker
+from harness.tools.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init
 
-RETRY = {
-    "tries": 3,
-    "retry_on": ["connection error", "HTTP 502", "HTTP 503", "HTTP 504"],
-    "backoff_s": 0.05,
-    "timeout_s": 30,
-}
-SENTENCE = "Triton serves this sentence from one of several replicas behind a balancer."
 RESULTS = PROJECT_ROOT / "results" / "scaleout"
-
-
-@dataclass
-class Outcome:
-    """One client request (all its tries)."""
-
-    began: float
-    ended: float
-    ok: bool
-    tries: int
-    status: int | None = None
-    upstream: str = ""
-    version: str | None = None
-    error: str | None = None
-    #: Why the first try failed, when the request needed another.
-    first_try_error: str | None = None
-
-
-def infer_body(text: str = SENTENCE) -> bytes:
-    return json.dumps(
-        {
-            "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
-            "outputs": [{"name": "EMBEDDING"}],
-        }
-    ).encode()
-
-
-class Load:
-    """``concurrency`` requests in flight against ``url`` in a background thread until ``stop()``."""
-
-    def __init__(self, url: str, model: str, concurrency: int, body: bytes | None = None, dims: int | None = None):
-        self.url = f"{url}/v2/models/{model}/infer"
-        self.concurrency = concurrency
-        self.body = body or infer_body()
-        #: The vector size every answer must have (default: the first answer's).
-        self.dims = dims
-        self.outcomes: list[Outcome] = []
-        self.reference: np.ndarray | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    def check(self, payload: dict) -> str | None:
-        """None when the response is a correct embedding, else what is wrong."""
-        outputs = {o["name"]: o for o in payload.get("outputs", [])}
-        if "EMBEDDING" not in outputs:
-            return f"no EMBEDDING in {list(outputs)}"
-        vector = np.asarray(outputs["EMBEDDING"]["data"], dtype=np.float32)
-        if not vector.size:
-            return "EMBEDDING is empty"
-        if self.dims is None:
-            self.dims = vector.size
-        if vector.shape != (self.dims,) or not np.all(np.isfinite(vector)):
-            return f"EMBEDDING of shape {vector.shape} or not finite"
-        if self.reference is None:
-            self.reference = vector
-        elif float(np.dot(vector, self.reference) / np.linalg.norm(vector) / np.linalg.norm(self.reference)) < 0.9999:
-            return "EMBEDDING differs from the first response"
-        return None
-
-    async def _one(self, session) -> Outcome:
-        import aiohttp
-
-        began = time.time()
-        outcome = Outcome(began=began, ended=began, ok=False, tries=0)
-        for attempt in range(1, RETRY["tries"] + 1):
-            outcome.tries = attempt
-            try:
-                async with session.post(self.url, data=self.body, headers={"Content-Type": "application/json"}) as r:
-                    outcome.status, outcome.upstream = r.status, r.headers.get("X-Upstream", "")
-                    text = await r.text()
-                    if r.status == 200:
-                        payload = json.loads(text)
-                        outcome.version = payload.get("model_version")
-                        outcome.error = self.check(payload)
-                        outcome.ok = outcome.error is None
-                        break
-                    outcome.error = f"HTTP {r.status}: {text[:200]}"
-                    if f"HTTP {r.status}" not in RETRY["retry_on"]:
-                        break
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                outcome.status, outcome.error = None, f"connection error: {type(exc).__name__}: {exc}"[:300]
-            if attempt == 1:
-                outcome.first_try_error = outcome.error
-            if attempt < RETRY["tries"]:
-                await asyncio.sleep(RETRY["backoff_s"])
-        outcome.ended = time.time()
-        return outcome
-
-    async def _main(self) -> None:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=RETRY["timeout_s"])
-        connector = aiohttp.TCPConnector(limit=self.concurrency * 2)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-
-            async def worker():
-                while not self._stop.is_set():
-                    self.outcomes.append(await self._one(session))
-
-            await asyncio.gather(*(worker() for _ in range(self.concurrency)))
-
-    def start(self) -> Load:
-        self._thread.start()
-        return self
-
-    def stop(self) -> list[Outcome]:
-        self._stop.set()
-        self._thread.join(timeout=RETRY["timeout_s"] * RETRY["tries"] + 5)
-        return self.outcomes
-
-
-def summarize(outcomes: list[Outcome], began: float | None = None, ended: float | None = None) -> dict:
-    """Requests, failures, tries and latency of the outcomes that ended in [began, ended]."""
-    chosen = [o for o in outcomes if (began is None or o.ended >= began) and (ended is None or o.ended <= ended)]
-    ok = [o for o in chosen if o.ok]
-    latencies = np.array([(o.ended - o.began) * 1000 for o in ok]) if ok else np.array([np.nan])
-    span = (max(o.ended for o in chosen) - min(o.ended for o in chosen)) if len(chosen) > 1 else 0.0
-    return {
-        "requests": len(chosen),
-        "lost": len(chosen) - len(ok),
-        "retried_by_client": sum(1 for o in chosen if o.tries > 1),
-        "infer_per_s": round(len(ok) / span, 2) if span else None,
-        "p50_ms": round(float(np.percentile(latencies, 50)), 1),
-        "p99_ms": round(float(np.percentile(latencies, 99)), 1),
-        "max_ms": round(float(np.max(latencies)), 1),
-        "first_error": next((o.error for o in chosen if not o.ok), None),
-        "client_retry_causes": sorted({(o.first_try_error or "")[:120] for o in chosen if o.tries > 1}),
-    }
 
 
 def served_by(outcomes: list[Outcome]) -> dict[str, int]:
@@ -510,12 +371,9 @@ def run(
     worker = None
     try:
         if "drain" in scenarios:
-            from harness.tools.scaleout.nodes import NODE_PREFIX, add_worker
-            from harness.tools.scaleout.swarm import host_address, swarm_init
-
             stack.initialised_swarm = swarm_init()
             began = time.monotonic()
-            worker = add_worker(host_address(), [stack.image], [str(stack.work_dir)])
+            worker = add_worker(host_address(), build_image("swarm-node"), [stack.image], [str(stack.work_dir)])
             results["worker"] = {"node": worker, "joined_s": round(time.monotonic() - began, 1)}
             print(f"scaleout: worker node {worker[:12]} joined in {results['worker']['joined_s']} s", flush=True)
         results["up_s"] = round(stack.up(), 1)
@@ -532,8 +390,6 @@ def run(
         if "rollback" in scenarios:
             results["rollback"] = rollback_bad(stack, concurrency)
         if "signal" in scenarios:
-            from harness.tools.scaleout.autoscale import autoscaling_signal
-
             results["signal"] = autoscaling_signal(stack, concurrency)
         if worker:
             results["placement"] = {t["id"][:12]: t["node"][:12] for t in stack.running()}
