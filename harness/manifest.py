@@ -182,6 +182,9 @@ class OpenAIText:
     model: str
     input: str = "TEXT"
     output: str = "EMBEDDING"
+    #: Its output of each text's token count (``[batch, 1]`` ints): ``usage`` sums it, with no
+    #: ``tokenizer`` request for text input.
+    tokens_output: str | None = None
 
 
 @dataclass

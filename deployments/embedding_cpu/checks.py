@@ -104,6 +104,31 @@ def check_embedding_onnx_text_matches_reference(ctx):
     _check_sentence_model(ctx, "embedding_onnx_text")
 
 
+def check_embedding_onnx_text_token_count_matches_reference(ctx):
+    """TOKEN_COUNT (asked for beside EMBEDDING, what /v1/embeddings' usage sums) is each text's
+    tokens after truncation by transformers' tokenizer of the model folder; a request that asks
+    for EMBEDDING only gets no TOKEN_COUNT."""
+    from transformers import AutoTokenizer
+
+    info = EmbeddingModelInfo.read()
+    long_text = " ".join(SHORT_SENTENCES * 20)  # past max_seq_length: truncated
+    texts = [s for s in _fixture()["sentences"] if s] + [long_text]
+    reference = AutoTokenizer.from_pretrained(str(info.model_dir))
+    want = [sum(m) for m in reference(texts, truncation=True, max_length=info.max_seq_length)["attention_mask"]]
+    assert max(want) == info.max_seq_length, "the long text should reach the truncation length"
+    for protocol in ("http", "grpc"):
+        with client.connect(_url(ctx, protocol), protocol) as c:
+            module = client._module(c)
+            inputs = [client.text_input(module, texts)]
+            outputs = [module.InferRequestedOutput(n) for n in ("EMBEDDING", "TOKEN_COUNT")]
+            result = c.infer("embedding_onnx_text", inputs, outputs=outputs)
+            counts = result.as_numpy("TOKEN_COUNT")
+            assert counts is not None and counts.shape == (len(texts), 1), f"{protocol}: TOKEN_COUNT {counts}"
+            assert counts[:, 0].tolist() == want, f"{protocol}: TOKEN_COUNT {counts[:, 0].tolist()}, want {want}"
+            only = c.infer("embedding_onnx_text", inputs, outputs=[module.InferRequestedOutput("EMBEDDING")])
+            assert only.as_numpy("TOKEN_COUNT") is None and only.as_numpy("EMBEDDING").shape[0] == len(texts)
+
+
 def check_embedding_onnx_text_ensemble_matches_reference(ctx):
     _check_sentence_model(ctx, "embedding_onnx_text_ensemble")
 

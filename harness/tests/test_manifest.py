@@ -193,6 +193,10 @@ def test_the_openai_table_becomes_the_gate_policy(tmp_path):
         check_policy(
             {"openai": {"default": "y", "models": {"x": {"text": {"model": "m", "input": "T", "output": "E"}}}}}
         )
+    counted = {"model": "m", "input": "T", "output": "E", "tokens_output": "TOKEN_COUNT"}
+    assert check_policy({"openai": {"models": {"x": {"text": counted}}}})["openai"]["models"]["x"]["text"] == counted
+    with pytest.raises(ValueError, match="text.tokens_output"):
+        check_policy({"openai": {"models": {"x": {"text": {**counted, "tokens_output": 1}}}}})
 
 
 @pytest.mark.parametrize(
@@ -202,6 +206,7 @@ def test_the_openai_table_becomes_the_gate_policy(tmp_path):
         (('text = { model = "m" }', 'text = { model = "other" }'), "model 'other' is no entry model"),
         (("normalize = true", 'normalize = "yes"'), "normalize must be bool"),
         (("vocab_size = 100", "vocab = 100"), "unknown key openai.models.m.tokens.'vocab'"),
+        (('text = { model = "m" }', 'text = { model = "m", tokens_output = 1 }'), "tokens_output must be"),
         (('tokens = { model = "m", output', 'tokens = { model = "m", pooling = "max", output'), "pooling = 'max'"),
     ],
 )

@@ -115,6 +115,29 @@ def test_more_inputs_than_max_batch_size_come_back_in_order(client, server, fixt
     assert response.usage.prompt_tokens == sum(len(t) for t in reference_tokens(texts))
 
 
+def test_usage_comes_from_the_text_models_token_count(client, server, fixture):
+    """The text model's TOKEN_COUNT output gives usage (the [openai] table maps no tokenizer for
+    it): no request reaches the tokenizer model, and the counts are the reference tokenizer's,
+    a text past the truncation length included."""
+    mapped = DEPLOYMENT.gate_policy()["openai"]["models"]["embedding_onnx_text"]
+    assert mapped["text"].get("tokens_output") == "TOKEN_COUNT" and "tokenizer" not in mapped
+    sentences, _ = fixture
+    texts = sentences + [" ".join(sentences * 20)]
+
+    def tokenizer_requests() -> int:
+        with httpclient.InferenceServerClient(server.http_url) as c:
+            return int(c.get_inference_statistics("tokenize")["model_stats"][0]["inference_count"])
+
+    before = tokenizer_requests()
+    response = client.embeddings.create(model="embedding_onnx_text", input=texts)
+    assert tokenizer_requests() == before
+    from embedding_cpu_processing.text_embedding import EmbeddingModelInfo
+
+    lengths = [len(t) for t in reference_tokens(texts)]
+    assert max(lengths) == EmbeddingModelInfo.read().max_seq_length  # the long text is truncated
+    assert response.usage.prompt_tokens == sum(lengths)
+
+
 def test_token_ids_go_to_the_token_in_model(client, fixture):
     sentences, expected = fixture
     ids = reference_tokens(sentences)

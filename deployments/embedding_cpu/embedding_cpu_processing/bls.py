@@ -47,15 +47,20 @@ def plan_batches(lengths: list[int], max_rows: int, max_padding_ratio: float = M
 
 
 def _buckets(texts: list[str], max_rows: int, model_dir: str | None, max_length: int | None):
+    """(token count per text, [(indices, ids, mask) per length bucket])."""
     tokens = tokenize(texts, model_dir, max_length)
-    lengths = tokens["attention_mask"].sum(axis=1).tolist()
-    for indices in plan_batches(lengths, max_rows):
-        width = int(max(lengths[i] for i in indices))
-        yield (
-            indices,
-            np.ascontiguousarray(tokens["input_ids"][indices, :width]),
-            np.ascontiguousarray(tokens["attention_mask"][indices, :width]),
+    lengths = tokens["attention_mask"].sum(axis=1)
+    buckets = []
+    for indices in plan_batches(lengths.tolist(), max_rows):
+        width = int(lengths[indices].max())
+        buckets.append(
+            (
+                indices,
+                np.ascontiguousarray(tokens["input_ids"][indices, :width]),
+                np.ascontiguousarray(tokens["attention_mask"][indices, :width]),
+            )
         )
+    return lengths, buckets
 
 
 def _assemble(count: int, parts: list[tuple[list[int], np.ndarray]]) -> np.ndarray:
@@ -74,10 +79,13 @@ async def embed_texts(
     normalize: bool,
     model_dir: str | None = None,
     max_length: int | None = None,
-) -> np.ndarray:
-    """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name`` (BLS)."""
+    token_counts: bool = False,
+):
+    """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name`` (BLS);
+    with ``token_counts``, (embeddings, non-padding tokens per text after truncation)."""
     if not texts:
-        return np.zeros((0, 0), np.float32)
+        empty = np.zeros((0, 0), np.float32)
+        return (empty, np.zeros(0, np.int64)) if token_counts else empty
 
     async def run(indices: list[int], ids: np.ndarray, mask: np.ndarray):
         request = pb_utils.InferenceRequest(
@@ -91,8 +99,10 @@ async def embed_texts(
         hidden = pb_utils.get_output_tensor_by_name(response, "last_hidden_state").as_numpy()
         return indices, pool(hidden, mask, normalize)
 
-    parts = await asyncio.gather(*(run(*bucket) for bucket in _buckets(texts, max_rows, model_dir, max_length)))
-    return _assemble(len(texts), parts)
+    lengths, buckets = _buckets(texts, max_rows, model_dir, max_length)
+    parts = await asyncio.gather(*(run(*bucket) for bucket in buckets))
+    vectors = _assemble(len(texts), parts)
+    return (vectors, lengths) if token_counts else vectors
 
 
 def embed_texts_local(
@@ -103,12 +113,16 @@ def embed_texts_local(
     normalize: bool,
     model_dir: str | None = None,
     max_length: int | None = None,
-) -> np.ndarray:
+    token_counts: bool = False,
+):
     """The same as ``embed_texts`` with ``run`` = an onnxruntime ``InferenceSession.run`` in this process."""
     if not texts:
-        return np.zeros((0, 0), np.float32)
+        empty = np.zeros((0, 0), np.float32)
+        return (empty, np.zeros(0, np.int64)) if token_counts else empty
     parts = []
-    for indices, ids, mask in _buckets(texts, max_rows, model_dir, max_length):
+    lengths, buckets = _buckets(texts, max_rows, model_dir, max_length)
+    for indices, ids, mask in buckets:
         hidden = run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
         parts.append((indices, pool(hidden, mask, normalize)))
-    return _assemble(len(texts), parts)
+    vectors = _assemble(len(texts), parts)
+    return (vectors, lengths) if token_counts else vectors

@@ -62,6 +62,7 @@ class TextBatch:
     texts: list[str] = field(default_factory=list)
     owners: list[tuple[int, int]] = field(default_factory=list)
     responses: list = field(default_factory=list)
+    requests: list = field(default_factory=list)
 
     @classmethod
     def gather(cls, pb_utils: Any, requests: list, name: str, max_bytes: int | TextLimits) -> TextBatch:
@@ -69,7 +70,7 @@ class TextBatch:
 
         ``max_bytes``: the per-text limit, or ``TextLimits`` (per text and per request)."""
         limits = max_bytes if isinstance(max_bytes, TextLimits) else TextLimits(max_text_bytes=max_bytes)
-        batch = cls(responses=[None] * len(requests))
+        batch = cls(responses=[None] * len(requests), requests=list(requests))
         for index, request in enumerate(requests):
             try:
                 tensor = pb_utils.get_input_tensor_by_name(request, name).as_numpy()
@@ -81,12 +82,25 @@ class TextBatch:
             batch.owners.append((index, len(texts)))
         return batch
 
-    def scatter(self, pb_utils: Any, vectors: np.ndarray, output: str, dtype) -> list:
-        """Responses in request order: each valid request gets its rows of ``vectors``."""
+    def requested(self, output: str) -> bool:
+        """Whether any valid request of the batch asks for ``output`` (Triton lists every output
+        for a request that names none)."""
+        return any(output in self.requests[index].requested_output_names() for index, _ in self.owners)
+
+    def scatter(self, pb_utils: Any, vectors: np.ndarray, output: str, dtype, extra: dict | None = None) -> list:
+        """Responses in request order: each valid request gets its rows of ``vectors``, and its
+        rows of each ``extra`` output (``{name: (array, dtype)}``, one row per text) it asked for."""
         offset = 0
         for index, count in self.owners:
             rows = np.ascontiguousarray(vectors[offset : offset + count], dtype=dtype)
-            self.responses[index] = pb_utils.InferenceResponse([pb_utils.Tensor(output, rows)])
+            tensors = [pb_utils.Tensor(output, rows)]
+            if extra:
+                asked = self.requests[index].requested_output_names()
+                for name, (values, kind) in extra.items():
+                    if name in asked:
+                        part = np.asarray(values[offset : offset + count], dtype=kind).reshape(count, -1)
+                        tensors.append(pb_utils.Tensor(name, part))
+            self.responses[index] = pb_utils.InferenceResponse(tensors)
             offset += count
         return self.responses
 

@@ -5,16 +5,19 @@ What the ``openai`` client, langchain-openai's ``OpenAIEmbeddings`` and LlamaInd
 policy's ``openai`` key (``policy``; built from the manifest's ``[openai]`` table)::
 
     {"default": "fast",
-     "models": {"fast": {"text": {"model": "m_text", "input": "TEXT", "output": "EMBEDDING"},
+     "models": {"fast": {"text": {"model": "m_text", "input": "TEXT", "output": "EMBEDDING",
+                                  "tokens_output": "TOKEN_COUNT"},
                          "tokenizer": {"model": "tok", "input": "TEXT", "ids": "input_ids", "mask": "attention_mask"},
                          "tokens": {"model": "m_ids", "ids": "input_ids", "mask": "attention_mask",
                                     "output": "last_hidden_state", "pooling": "mean", "normalize": true,
                                     "vocab_size": 30522}}}}
 
-- ``text``: a text-in model (BYTES in, one vector per text out);
+- ``text``: a text-in model (BYTES in, one vector per text out); with ``tokens_output``, its
+  output of each text's token count, asked for beside the vectors and summed for ``usage``;
 - ``tokenizer``: the server model that tokenizes exactly as the text path does: its ids (or
-  mask) give ``usage`` (non-padding tokens per text, after the model's own truncation), and
-  without ``text`` it feeds ``tokens`` (text -> tokenizer -> token-in model -> pooling here);
+  mask) give ``usage`` (non-padding tokens per text, after the model's own truncation) where
+  ``text`` has no ``tokens_output`` (a second request, run alongside), and without ``text`` it
+  feeds ``tokens`` (text -> tokenizer -> token-in model -> pooling here);
 - ``tokens``: a token-in model for ``input`` given as token ids (a list of ints, a list of
   lists); its output is mean-pooled over the mask (``pooling = "mean"``, rank-3 output) and
   L2-normalised when ``normalize``, or taken as it is (``"none"``). Ids are padded to the
@@ -381,8 +384,13 @@ class OpenAIFront:
         if "text" in spec:
             text = spec["text"]
             config = await self._config(text["model"])
-            run = self._infer(text["model"], [self._text_input(config, text["input"], items)], [text["output"]])
-            if tokenizer:
+            counted = text.get("tokens_output")
+            outputs = [text["output"]] + ([counted] if counted else [])
+            run = self._infer(text["model"], [self._text_input(config, text["input"], items)], outputs)
+            if counted:
+                out = await run
+                tokens = int(out[counted].astype(np.int64).sum())
+            elif tokenizer:
                 out, (_, mask) = await asyncio.gather(run, self._tokenize(tokenizer, items))
                 tokens = int(mask.sum())
             else:
@@ -394,7 +402,8 @@ class OpenAIFront:
     async def _batch_size(self, spec: dict, kind: str) -> int:
         parts = ["tokens"] if kind == "tokens" else [p for p in ("text", "tokenizer", "tokens") if p in spec]
         if kind == "text" and "text" in spec:
-            parts = [p for p in parts if p != "tokens"]
+            skip = {"tokens", "tokenizer"} if spec["text"].get("tokens_output") else {"tokens"}
+            parts = [p for p in parts if p not in skip]
         sizes = []
         for part in parts:
             config = await self._config(spec[part]["model"])

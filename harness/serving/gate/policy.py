@@ -24,7 +24,7 @@ from pathlib import Path
 KEYS = ("public", "max_body_bytes", "max_dims", "openai")
 #: The parts of an ``openai`` model and their keys: required, optional.
 OPENAI_PARTS = {
-    "text": ({"model", "input", "output"}, set()),
+    "text": ({"model", "input", "output"}, {"tokens_output"}),
     "tokenizer": ({"model", "input", "ids"}, {"mask", "pad_id"}),
     "tokens": ({"model", "ids", "output"}, {"mask", "pooling", "normalize", "pad_id", "vocab_size"}),
 }

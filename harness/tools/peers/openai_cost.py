@@ -1,6 +1,6 @@
 """Where the OpenAI path's time goes: CPU ms per sentence of each process (front gate, tritonserver,
 each Python stub) for the native request and ``/v1/embeddings`` (float, base64, and without the
-``usage`` tokenizer call) on one gated server, wrk at each (batch, concurrency), alternating rounds;
+``usage`` count) on one gated server, wrk at each (batch, concurrency), alternating rounds;
 then the gate's own JSON work timed in-process (parse the request, build and encode the answer).
 
 CPU time per sentence is steadier than sentences/s on a shared machine; the rounds alternate the
@@ -101,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     all_cores = set(os.sched_getaffinity(0))
     server_cores = {int(c) for c in args.server_cores.split(",")} if args.server_cores else all_cores - generator_cores
     served = list(dict.fromkeys([model] + openai_calls(deployment, [model], spec)))
-    # a second server whose /v1/embeddings counts no usage (no tokenizer call): what that call costs
+    # a second server whose /v1/embeddings counts no usage (no tokenizer call, no token-count output)
     policy = copy.deepcopy(deployment.gate_policy())
     policy["openai"]["models"][name].pop("tokenizer", None)
+    policy["openai"]["models"][name].get("text", {}).pop("tokens_output", None)
     servers = {
         "": start_triton(deployment, served, server_cores, None, True),
         "no-usage": start_triton(deployment, served, server_cores, None, True, gate_policy=policy),

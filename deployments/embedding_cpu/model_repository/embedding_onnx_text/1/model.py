@@ -41,7 +41,8 @@ def session_options(config: dict):
 
 
 class TritonPythonModel:
-    """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), the transformer run by ``onnx_model``."""
+    """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), the transformer run by ``onnx_model``; TOKEN_COUNT
+    (each text's tokens after truncation, what the OpenAI route's ``usage`` sums) when asked for."""
 
     def initialize(self, args):
         """Read the config; load the tokenizer, the pooling settings and, in-process, the ONNX session."""
@@ -55,6 +56,9 @@ class TritonPythonModel:
         load_tokenizer(str(self.info.model_dir))
         self.dtype = pb_utils.triton_string_to_numpy(
             pb_utils.get_output_config_by_name(self.config, "EMBEDDING")["data_type"]
+        )
+        self.count_dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(self.config, "TOKEN_COUNT")["data_type"]
         )
         self.session = None
         if parameter(self.config, "onnx_in_process", "false").lower() in ("1", "true", "yes"):
@@ -78,17 +82,24 @@ class TritonPythonModel:
         if self.session is None:
             return self._execute_bls(batch, options)
         try:
-            vectors = embed_texts_local(self.session.run, batch.texts, **options)
+            vectors, counts = embed_texts_local(self.session.run, batch.texts, token_counts=True, **options)
         except RuntimeError as exc:
             return batch.fail(pb_utils, str(exc))
-        return batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
+        return self._answer(batch, vectors, counts)
 
     async def _execute_bls(self, batch, options):
         try:
-            vectors = await embed_texts(pb_utils, self.onnx_model, batch.texts, **options)
+            vectors, counts = await embed_texts(pb_utils, self.onnx_model, batch.texts, token_counts=True, **options)
         except RuntimeError as exc:
             return batch.fail(pb_utils, str(exc))
-        return batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
+        return self._answer(batch, vectors, counts)
+
+    def _answer(self, batch, vectors, counts):
+        """EMBEDDING to every request; TOKEN_COUNT to those that ask for it (the counts come free
+        with the tokenizing)."""
+        return batch.scatter(
+            pb_utils, vectors, "EMBEDDING", self.dtype, extra={"TOKEN_COUNT": (counts, self.count_dtype)}
+        )
 
     def finalize(self):
         """Release the in-process session, if any."""
