@@ -414,6 +414,12 @@ def run(
 def leftovers(stack: Stack) -> dict:
     """What of the stack is still on the engine after teardown (all empty when it was complete)."""
     label = f"label=com.docker.stack.namespace={stack.name}"
+    # `docker swarm leave` can return before `docker info` reports the node inactive (one run's
+    # report said active while the engine was inactive seconds later): give it 10 s.
+    for _ in range(20):
+        if docker("info", "--format", "{{.Swarm.LocalNodeState}}", check=False).strip() == "inactive":
+            break
+        time.sleep(0.5)
     return {
         "containers": docker("ps", "-aq", "--filter", label, check=False).split(),
         "networks": docker("network", "ls", "-q", "--filter", label, check=False).split(),
