@@ -361,6 +361,11 @@ def _check_tables(manifest: Manifest, path: Path) -> None:
             raise ManifestError(
                 f"{path}: [peers] {key}: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
             )
+    unknown = [m for m in peers.openai_models if m not in peers.models]
+    if unknown:
+        raise ManifestError(
+            f"{path}: [peers] openai_models: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
+        )
     for model, spec in peers.models.items():
         if spec.request not in ("text", "tokens"):
             raise ManifestError(f"{path}: [peers.models.{model}] request = {spec.request!r}: text or tokens")
@@ -368,8 +373,26 @@ def _check_tables(manifest: Manifest, path: Path) -> None:
             raise ManifestError(f"{path}: [peers.models.{model}] ceiling = {spec.ceiling!r}: one of {sorted(kinds)}")
     if peers.peer_onnx not in peers.ceiling_onnx:
         raise ManifestError(f"{path}: [peers] peer_onnx = {peers.peer_onnx!r} is not in ceiling_onnx")
-    unknown = [m for m in peers.openai_models if m not in peers.models]
-    if unknown:
+
+
+def _check_openai(manifest: Manifest, path: Path) -> None:
+    """``[openai]``: text and token models are entry models; each name has a text or a token path."""
+    openai = manifest.openai
+    if openai is None:
+        return
+    if openai.default is not None and openai.default not in openai.models:
         raise ManifestError(
-            f"{path}: [peers] openai_models: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
+            f"{path}: [openai] default = {openai.default!r} is not in [openai.models] ({list(openai.models)})"
         )
+    for name, spec in openai.models.items():
+        if spec.text is None and spec.tokens is None:
+            raise ManifestError(f"{path}: [openai.models.{name}] maps neither text nor tokens")
+        for part in (spec.text, spec.tokens):
+            if part is not None and part.model not in manifest.entry_models:
+                raise ManifestError(
+                    f"{path}: [openai.models.{name}] model {part.model!r} is no entry model ({manifest.entry_models})"
+                )
+        if spec.tokens is not None and spec.tokens.pooling not in ("mean", "none"):
+            raise ManifestError(
+                f"{path}: [openai.models.{name}.tokens] pooling = {spec.tokens.pooling!r}: mean or none"
+            )
