@@ -10,6 +10,7 @@ schemas (inside a Pod) they are, the KServe-specific fields against the values K
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import tarfile
 from pathlib import Path
@@ -21,6 +22,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from harness.deployments import discover, load_deployment
+from harness.serving.gate.policy import check_policy
 from harness.serving.packenv import packed_repository, resolve_env_path
 from harness.tools.scaleout import k8s
 from harness.tools.scaleout.__main__ import main as scaleout_main
@@ -152,6 +154,9 @@ def test_front_gate_in_front_of_tritonserver(deployment):
     split = command.index("--")
     assert command[split + 1 :] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--http-port") + 1] == "8000" and "0.0.0.0" in command[:split]
+    # the same gate policy the local and docker launchers give (public models, bounds, the /v1 mapping)
+    policy = json.loads(command[command.index("--policy-json") + 1])
+    assert policy == check_policy(deployment.gate_policy())
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)

@@ -82,6 +82,11 @@ def test_replicas_serve_behind_the_front_gate(stack):
         upstreams.add(status.headers.get("X-Upstream"))
     assert len(upstreams) == 2, upstreams
     assert requests.get(f"{stack.url}/v2/health/ready", timeout=10).status_code == 200
+    # the deployment's gate policy reached the replicas: a loaded model that is no entry model is internal
+    internal = [m for m in stack.models if m not in stack.deployment.entry_models]
+    for model in internal[:1]:
+        answer = requests.post(f"{stack.url}/v2/models/{model}/infer", json={"inputs": []}, timeout=10)
+        assert answer.status_code == 403 and "internal" in answer.text, answer.text
 
 
 def test_the_engine_replaces_a_killed_replica_and_no_request_is_lost(stack):

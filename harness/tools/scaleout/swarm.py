@@ -296,7 +296,9 @@ class Stack:
         ] + [f"--load-model={m}" for m in self.models]
         if not self.gate:
             return triton
-        return serve_command(triton, "--http-port", "8000", "--metrics-port", "8002")
+        # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
+        policy = json.dumps(self.deployment.gate_policy(), sort_keys=True, separators=(",", ":"))
+        return serve_command(triton, "--http-port", "8000", "--metrics-port", "8002", "--policy-json", policy)
 
     def mount(self, version: str) -> dict:
         return {"type": "bind", "source": str(self.bundle_path(version)), "target": BUNDLE_ROOT, "read_only": True}
