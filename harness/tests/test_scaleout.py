@@ -5,7 +5,7 @@ new model version is rolled by ``docker service update`` (the engine rolls, star
 health-gated). No request may be lost with the client's stated retry policy
 (harness.tools.scaleout.load.RETRY), and our code only watches.
 
-Runs where a Docker engine answers (skipped with the reason otherwise, as test_docker.py); CI runs
+Runs with `--server-mode docker` where a Docker engine answers (skipped with the reason otherwise); CI runs
 it in the docker stage (`make test-docker`), after the image and the packed envs are built. The
 stack and the swarm (when this test made it) are removed afterwards, also when a test fails.
 """
@@ -44,6 +44,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def stack(request):
+    if request.config.getoption("--server-mode") != "docker":
+        pytest.skip("the swarm run needs the image and the packed envs: make test-docker (--server-mode docker)")
     image = request.config.getoption("--image") or CPU_IMAGE
     try:
         ENGINE.images.get(image)
