@@ -38,3 +38,21 @@ debian_minbase() {
         | docker import "${changes[@]}" - "$image" >/dev/null
     echo "base $image made in $((SECONDS - t)) s" >&2
 }
+
+# minbase_image_or_exit NAME SCRIPT [OVERRIDE]: the start of a recipe whose image is a minbase of
+# $SUITE + $INCLUDE: sets IMAGE (OVERRIDE, else triton-harness/NAME:<hash of the recipe>), defines
+# say / die, stops without an engine, and prints IMAGE and exits 0 when it exists (FORCE=1 rebuilds).
+minbase_image_or_exit() {
+    IMAGE_NAME=$1
+    say() { echo "$IMAGE_NAME image: $*" >&2; }
+    die() { echo "$IMAGE_NAME image: $*" >&2; exit 1; }
+    local hash
+    hash=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$2" "${BASH_SOURCE[0]}") | sha256sum | cut -c1-12)
+    IMAGE=${3:-triton-harness/$IMAGE_NAME:$hash}
+    timeout 10 docker info >/dev/null 2>&1 || die "no Docker engine answers: start one with 'make docker-engine'"
+    if docker image inspect "$IMAGE" >/dev/null 2>&1 && [ -z "${FORCE:-}" ]; then
+        say "$IMAGE is current"
+        echo "$IMAGE"
+        exit 0
+    fi
+}

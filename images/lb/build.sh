@@ -12,18 +12,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../debian-base.sh"
 SUITE=bookworm
 INCLUDE=haproxy,nginx-light,ca-certificates
-RECIPE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$0" "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
-IMAGE=${LB_IMAGE:-triton-harness/lb:$RECIPE_HASH}
-
-say() { echo "lb image: $*" >&2; }
-die() { echo "lb image: $*" >&2; exit 1; }
-
-timeout 10 docker info >/dev/null 2>&1 || die "no Docker engine answers: start one with 'make docker-engine'"
-if docker image inspect "$IMAGE" >/dev/null 2>&1 && [ -z "${FORCE:-}" ]; then
-    say "$IMAGE is current"
-    echo "$IMAGE"
-    exit 0
-fi
+minbase_image_or_exit lb "$0" "${LB_IMAGE:-}"
 began=$SECONDS
 # Both log to the container's stdout/stderr; the service's command picks the balancer.
 debian_minbase "$IMAGE" "$SUITE" "$INCLUDE" "" --hook='rm -rf "$1"/etc/nginx/sites-enabled/*' \

@@ -11,18 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../debian-base.sh"
 SUITE=bookworm
 INCLUDE=prometheus,ca-certificates
-RECIPE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$0" "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
-IMAGE=${PROMETHEUS_IMAGE:-triton-harness/prometheus:$RECIPE_HASH}
-
-say() { echo "prometheus image: $*" >&2; }
-die() { echo "prometheus image: $*" >&2; exit 1; }
-
-timeout 10 docker info >/dev/null 2>&1 || die "no Docker engine answers: start one with 'make docker-engine'"
-if docker image inspect "$IMAGE" >/dev/null 2>&1 && [ -z "${FORCE:-}" ]; then
-    say "$IMAGE is current"
-    echo "$IMAGE"
-    exit 0
-fi
+minbase_image_or_exit prometheus "$0" "${PROMETHEUS_IMAGE:-}"
 began=$SECONDS
 # Recommends (node-exporter) are not installed: mmdebstrap's minbase installs only what is named + depends.
 debian_minbase "$IMAGE" "$SUITE" "$INCLUDE" "" \

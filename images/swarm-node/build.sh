@@ -11,18 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../debian-base.sh"
 SUITE=bookworm
 INCLUDE=docker.io,containerd,runc,iptables,ca-certificates,procps,iproute2
-RECIPE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$0" "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
-IMAGE=${SWARM_NODE_IMAGE:-triton-harness/swarm-node:$RECIPE_HASH}
-
-say() { echo "swarm-node image: $*" >&2; }
-die() { echo "swarm-node image: $*" >&2; exit 1; }
-
-timeout 10 docker info >/dev/null 2>&1 || die "no Docker engine answers: start one with 'make docker-engine'"
-if docker image inspect "$IMAGE" >/dev/null 2>&1 && [ -z "${FORCE:-}" ]; then
-    say "$IMAGE is current"
-    echo "$IMAGE"
-    exit 0
-fi
+minbase_image_or_exit swarm-node "$0" "${SWARM_NODE_IMAGE:-}"
 began=$SECONDS
 # The engine's state lives in a volume at /var/lib/docker (overlay2 cannot sit on the image's own overlay).
 debian_minbase "$IMAGE" "$SUITE" "$INCLUDE" "" \
