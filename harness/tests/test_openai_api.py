@@ -25,7 +25,9 @@ from harness.deployments import discover, get_deployment
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import GATE_POLICY, make_gate_repository
 
-if "embedding_cpu" not in discover():  # a tree without it (e.g. a `make new` walk that keeps one deployment)
+if "embedding_cpu" not in {
+    d.name for d in discover()
+}:  # a tree without it (e.g. a `make new` walk that keeps one deployment)
     pytest.skip("no embedding_cpu deployment in this tree", allow_module_level=True)
 DEPLOYMENT = get_deployment("embedding_cpu")
 MIN_COSINE = {"embedding_onnx_text": 0.9999, "embedding_py": 0.9999, "embedding_onnx_int8": 0.99, "tokens": 0.999}
