@@ -250,6 +250,33 @@ def test_correctness_from_plugin_outcomes_and_junit(toy):
     assert "FAIL 1/1: m_matches_reference" in text
 
 
+def test_config_variant_rows_show_the_checks_run_on_that_variant(toy):
+    root, results, docs = toy
+    manifest = root / "toy" / "deployment.toml"
+    manifest.write_text(
+        manifest.read_text() + '\n[[benchmarks]]\nid = "m-other"\nworkload = "checks.py:workload"\n'
+        'concurrency = [1]\ntargets = ["cpu"]\n[benchmarks.config.m]\nmax_batch_size = 4\n'
+    )
+
+    def outcome(outcome, variant=None):
+        row = {"timestamp": "2026-11-30T11:00:00+00:00", "param": "toy-m_matches_reference", "outcome": outcome}
+        return {**row, "target": "cpu", "server_mode": "local", **({"config_variant": variant} if variant else {})}
+
+    variant_row = _record(benchmark="m-other")
+    _write(results / OUTCOMES_FILE, [outcome("passed")])
+    text = _generate(toy, [_record(), variant_row])["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| m-other") and "local / cpu" in line)
+    assert "not run" in row and "pass" not in row, "the default config's checks say nothing of a variant"
+
+    _write(results / OUTCOMES_FILE, [outcome("passed"), outcome("failed", "m-other")])
+    text = _generate(toy, [_record(), variant_row])["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| m-other") and "local / cpu" in line)
+    assert "FAIL 1/1: m_matches_reference" in row, row
+    default = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
+    assert "pass 1/1" in default, default
+    assert "correctness on cpu/local --config-variant m-other: 0/1 checks passed" in text
+
+
 def test_outcome_plugin_records_checks(tmp_path):
     test_file = tmp_path / "test_fake.py"
     test_file.write_text(

@@ -50,16 +50,16 @@ def read_outcomes(folder: Path) -> list[dict]:
 
 
 def correctness_by_deployment(outcomes: list[dict], names: list[str]) -> dict[str, dict]:
-    """``{deployment: {(target, mode): {check: latest outcome row}}}`` (of the default configs: rows
-    of a ``--config-variant`` run are left out)."""
+    """``{deployment: {(target, mode, config variant): {check: latest outcome row}}}``; the config
+    variant is ``""`` for the deployment's own configs, else the benchmark id that
+    ``--config-variant`` named, so a variant's rows show the checks run on that variant."""
     found: dict[str, dict] = defaultdict(lambda: defaultdict(dict))
     for row in sorted(outcomes, key=stamp):
-        if row.get("config_variant"):
-            continue
         for name in sorted(names, key=len, reverse=True):
             if row["param"].startswith(name + "-"):
                 check = row["param"][len(name) + 1 :]
-                found[name][(row.get("target", "cpu"), row.get("server_mode", "local"))][check] = row
+                where = (row.get("target", "cpu"), row.get("server_mode", "local"), row.get("config_variant") or "")
+                found[name][where][check] = row
                 break
     return found
 

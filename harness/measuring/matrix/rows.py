@@ -58,6 +58,10 @@ def _block_rows(benchmark, target: str, mode: str, cell: list[dict], checks: dic
     return rows
 
 
+def _where(target: str, mode: str, variant: str) -> str:
+    return f"{target}/{mode}" + (f" --config-variant {variant}" if variant else "")
+
+
 def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
     """The matrix as data: per deployment, the rows in table order, the runs and correctness."""
     # network-bound runs and the side-by-side comparisons (peers, processing pairs) have sections of their own
@@ -86,7 +90,8 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
                 for r in mine
                 if r.get("benchmark") == benchmark_id and r.get("target") == target and r.get("server_mode") == mode
             ]
-            checks = checks_at.get((target, mode), {})
+            # a config variant's rows: the checks run with --config-variant <its id>, never the default's
+            checks = checks_at.get((target, mode, benchmark_id if benchmarks[benchmark_id].config else ""), {})
             rows += _block_rows(benchmarks[benchmark_id], target, mode, cell, checks, models, used)
         dates = sorted(stamp(r)[:10] for r in rows if r["measured"])
         variants: dict[str, dict] = {}
@@ -108,10 +113,12 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "model_only": {b.id: b.model_only for b in deployment.benchmarks if b.model_only},
             "processing_pairs": paired_records(records, deployment.name),
             "correctness": {
-                f"{t}/{m}": {c: r["outcome"] for c, r in checks.items()} for (t, m), checks in checks_at.items()
+                _where(t, m, v): {c: r["outcome"] for c, r in checks.items()} for (t, m, v), checks in checks_at.items()
             },
             "correctness_time": {
-                f"{t}/{m}": max(stamp(r) for r in checks.values()) for (t, m), checks in checks_at.items() if checks
+                _where(t, m, v): max(stamp(r) for r in checks.values())
+                for (t, m, v), checks in checks_at.items()
+                if checks
             },
         }
     return result
