@@ -15,7 +15,7 @@ EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit list export new deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
+.PHONY: help install test test-variants test-unit list export new deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,8 +38,11 @@ install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default al
 # and the tests/ of its own package (deployments/<name>/<package>/tests).
 TEST_PATHS := harness/ triton_helpers/ $(wildcard deployments/*/tests deployments/*/*/tests)
 
-test: install ## Run the whole default suite against real tritonservers (pytest harness/ triton_helpers/ deployments/*/tests)
-	$(PY) -m pytest $(TEST_PATHS) $(PYTEST_ARGS)
+test: install ## Run the default suite against real tritonservers (pytest harness/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
+	$(PY) -m pytest $(TEST_PATHS) -m 'not variant_benchmark' $(PYTEST_ARGS)
+
+test-variants: install ## The benchmark smokes of every config variant (OpenVINO, batching, instances): one server each
+	$(PY) -m pytest harness/tests/test_deployments.py -m variant_benchmark $(PYTEST_ARGS)
 
 test-unit: install ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not server' $(PYTEST_ARGS)

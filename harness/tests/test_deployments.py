@@ -32,8 +32,15 @@ CHECKS = [
     for name in deployment.checks()
 ]
 
+# A benchmark of a config variant (its own server per variant) is marked ``variant_benchmark``:
+# `make test` leaves these smokes to `make test-variants` (a CI stage of its own).
 BENCHMARKS = [
-    pytest.param(deployment, benchmark, id=f"{deployment.name}-{benchmark.id}")
+    pytest.param(
+        deployment,
+        benchmark,
+        id=f"{deployment.name}-{benchmark.id}",
+        marks=[pytest.mark.variant_benchmark] if benchmark.config else [],
+    )
     for deployment in DEPLOYMENTS
     for benchmark in deployment.benchmarks
 ]
