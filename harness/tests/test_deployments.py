@@ -53,6 +53,17 @@ def _context(server_pool, deployment, request, config=None, models=()):
     return server_pool.context(deployment, config, models)
 
 
+def _skip_unexported(deployment, config: dict | None) -> None:
+    """Skip a config variant whose ``default_model_filename`` no version folder holds: an export
+    step that writes such a file only where its accuracy gate holds (e.g. an INT8 IR) skipped it."""
+    for model, overrides in (config or {}).items():
+        filename = overrides.get("default_model_filename")
+        if filename and not list((deployment.model_repository / model).glob(f"*/{filename}")):
+            pytest.skip(
+                f"{model}/<version>/{filename} was not exported here (its export step or gate; see {deployment.name}'s README)"
+            )
+
+
 def _checked_config(deployment, request) -> dict | None:
     """The config overrides ``--config-variant`` names for this deployment (None: its own configs)."""
     variant = request.config.getoption("--config-variant")
@@ -61,6 +72,7 @@ def _checked_config(deployment, request) -> dict | None:
     found = [b for b in deployment.benchmarks if b.id == variant]
     if not found or not found[0].config:
         pytest.skip(f"{deployment.name} has no config variant {variant!r}")
+    _skip_unexported(deployment, found[0].config)
     return found[0].config
 
 
@@ -81,6 +93,7 @@ def test_benchmark(server_pool, deployment, benchmark, request):
         pytest.skip(f"{benchmark.id} is not defined for target {target}")
     if benchmark.config and request.config.getoption("--server-mode") == "external":
         pytest.skip(f"{benchmark.id} measures a config variant: needs a server the harness starts")
+    _skip_unexported(deployment, benchmark.config)
     ctx = _context(server_pool, deployment, request, benchmark.config, benchmark.models)
     duration = request.config.getoption("--bench-duration")
     try:

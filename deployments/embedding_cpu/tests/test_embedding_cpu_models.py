@@ -83,3 +83,14 @@ def test_document_requests_refuse_bad_parameters_per_request(parameters, fragmen
     )
     assert fragment in jobs[0].error and not jobs[0].server_error
     assert jobs[1].error is None and jobs[1].chunks_per_file == [["A short document. It has two sentences."]]
+
+
+def test_nncf_calibration_sentences_are_fixed_and_never_a_fixture_sentence():
+    from harness.deployments import load_module
+
+    quantize = load_module(REPOSITORY.parent / "quantize_openvino.py", "embedding_cpu_quantize_openvino")
+    fixture = json.loads((REPOSITORY.parent / "fixtures" / "expected_embeddings.json").read_text())
+    sentences = quantize.calibration_sentences(300, set(fixture["sentences"]))
+    assert len(sentences) == len(set(sentences)) == 300
+    assert not set(sentences) & set(fixture["sentences"])
+    assert sentences == quantize.calibration_sentences(300, set(fixture["sentences"])), "the same set every run"
