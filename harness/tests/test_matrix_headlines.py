@@ -69,6 +69,7 @@ EXPECTED = {
     "3": "3 rounds / 3 variant x c cells",
     "0.90": "container: docker / local 45/50, 25/25, 5/6.25 -> 0.90, 1.00, 0.80; gate rounds 90/100 ...",
     "0.80-1.00": "container range",
+    "0.2": "the docker records were taken 10 minutes after the local ones: 0.2 h apart",
     "0.80-0.95": "gate rounds 0.90, 0.95, 0.80",
 }
 
@@ -99,7 +100,7 @@ def test_every_number_on_the_headline_screen_comes_from_the_records(rendered):
         "`served_tokens` is fastest at every c (150 / 315 / 320 sentences/s at c=1/8/32); at c=8 `served_tokens` "
         "serves 1.50x (1.50-1.50) `served_text`, 3.15x (3.00-3.30) `peer_a` (peer).",
         "toy_detect: jpeg-in / tensor-in (local) 2.00x (1.80-2.20, 3 rounds at c=1)",
-        "toy_detect: docker / local 0.90x (0.80-1.00, 3 variant x c cells)",
+        "toy_detect: docker / local 0.90x (0.80-1.00, 3 variant x c cells, 0.2 h apart)",
         "toy_embed: served_text gate / direct (c=8) 0.90x (0.80-0.95, 3 rounds, 2026-12-01)",
     ):
         assert sentence in screen, sentence

@@ -348,6 +348,11 @@ def _pair_rows(matrix: dict) -> list[dict]:
     return rows
 
 
+def _apart(pairs: list[dict]) -> str:
+    low, high = min(p["hours_apart"] for p in pairs), max(p["hours_apart"] for p in pairs)
+    return f"{low:.1f} h" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} h"
+
+
 def _container_rows(matrix: dict) -> list[dict]:
     rows = []
     for name, data in matrix.items():
@@ -362,7 +367,7 @@ def _container_rows(matrix: dict) -> list[dict]:
                     "label": f"{name}: docker / local",
                     "median": statistics.median(values),
                     "spread": values,
-                    "over": f"{len(values)} variant x c cells",
+                    "over": f"{len(values)} variant x c cells, {_apart(pairs)} apart",
                     "records": used,
                 }
             )

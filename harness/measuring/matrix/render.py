@@ -15,7 +15,7 @@ from harness.measuring.matrix.cells import (
     run_label,
     stamp,
 )
-from harness.measuring.matrix.container_cost import container_cost
+from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
 from harness.measuring.matrix.freshness import freshness_note
 from harness.measuring.matrix.plots import PLOT_KINDS
 from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
@@ -183,7 +183,7 @@ def render_container_cost(rows: list[dict], history: list[dict] | None = None) -
         "",
         "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
         "container costs nothing measurable; the local record is the one of the same cell taken closest in "
-        "time, within 0.5 h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
+        f"time, within {MAX_HOURS_APART} h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
         "deployment):",
         "",
         tabulate(
