@@ -161,14 +161,14 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{name}: which variant serves most items/s ({where})", fontsize=10)
+    fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
     save(fig, "throughput")
 
     fig, ax = plt.subplots(figsize=(8, height))
     grouped(
         ax, "perf_latency_p50", "client-side latency ms: bar p50, tick p99 (labels p50 / p99)", mark="perf_latency_p99"
     )
-    fig.suptitle(f"{name}: latency per variant at each concurrency ({where})", fontsize=10)
+    fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
     save(fig, "latency")
 
     last = {b: max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants}
@@ -187,6 +187,6 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     ax.margins(x=0.15)
     ax.set(xlabel="bytes per request (request / response body, log)")
     ax.legend(fontsize=7)
-    fig.suptitle(f"{name}: bytes on the wire per request of each variant ({where})", fontsize=10)
+    fig.suptitle(f"{name}: bytes on the wire per request of each variant\n({where})", fontsize=10)
     save(fig, "bytes")
     return written
