@@ -258,8 +258,8 @@ def test_config_variant_rows_show_the_checks_run_on_that_variant(toy):
         'concurrency = [1]\ntargets = ["cpu"]\n[benchmarks.config.m]\nmax_batch_size = 4\n'
     )
 
-    def outcome(outcome, variant=None):
-        row = {"timestamp": "2026-11-30T11:00:00+00:00", "param": "toy-m_matches_reference", "outcome": outcome}
+    def outcome(outcome, variant=None, check="m_matches_reference"):
+        row = {"timestamp": "2026-11-30T11:00:00+00:00", "param": f"toy-{check}", "outcome": outcome}
         return {**row, "target": "cpu", "server_mode": "local", **({"config_variant": variant} if variant else {})}
 
     variant_row = _record(benchmark="m-other")
@@ -275,6 +275,13 @@ def test_config_variant_rows_show_the_checks_run_on_that_variant(toy):
     default = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
     assert "pass 1/1" in default, default
     assert "correctness on cpu/local --config-variant m-other: 0/1 checks passed" in text
+
+    # every check of the variant's run speaks for its rows, not only those named after the model
+    outcomes = [outcome("passed"), outcome("passed", "m-other"), outcome("failed", "m-other", "bad_input")]
+    _write(results / OUTCOMES_FILE, outcomes)
+    text = _generate(toy, [_record(), variant_row])["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| m-other") and "local / cpu" in line)
+    assert "FAIL 1/2: bad_input" in row, row
 
 
 def test_outcome_plugin_records_checks(tmp_path):

@@ -52,9 +52,11 @@ def _block_rows(benchmark, target: str, mode: str, cell: list[dict], checks: dic
                 continue
             record = found[-1]
             used.add(id(record))
-            rows.append(
-                {**record, "measured": True, "correctness": row_correctness(checks, record.get("model"), models)}
+            # a config variant's checks all ran on the variant's server: all of them speak for its rows
+            correctness = (
+                summarize_checks(checks) if benchmark.config else row_correctness(checks, record.get("model"), models)
             )
+            rows.append({**record, "measured": True, "correctness": correctness})
     return rows
 
 
