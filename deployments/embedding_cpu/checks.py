@@ -133,14 +133,17 @@ def check_embedding_onnx_text_ensemble_matches_reference(ctx):
     _check_sentence_model(ctx, "embedding_onnx_text_ensemble")
 
 
-def _in_process(precision: str, texts: list[str]) -> np.ndarray:
-    """Client tokenization + the exported ONNX file in this process + pooling: the same batch the
-    served model gets from ``client.embed_texts``."""
+def _embed_with(run_hidden, texts: list[str]) -> np.ndarray:
+    """Client tokenization + ``run_hidden`` ({input_ids, attention_mask} -> last_hidden_state) in
+    this process + pooling: the same batch the served model gets from ``client.embed_texts``."""
     tokens = tokenize(texts)
-    hidden = _session(precision, 0).run(["last_hidden_state"], {k: tokens[k] for k in ("input_ids", "attention_mask")})[
-        0
-    ]
+    hidden = run_hidden({k: tokens[k] for k in ("input_ids", "attention_mask")})
     return pool(hidden, tokens["attention_mask"], EmbeddingModelInfo.read().normalize)
+
+
+def _in_process(precision: str, texts: list[str]) -> np.ndarray:
+    """The exported ONNX file (FP32 or onnxruntime's INT8) on onnxruntime, see ``_embed_with``."""
+    return _embed_with(lambda feeds: _session(precision, 0).run(["last_hidden_state"], feeds)[0], texts)
 
 
 @lru_cache(maxsize=4)
@@ -163,13 +166,7 @@ def _served_int8_in_process(ctx):
     compiled = _openvino_model(
         config.get("default_model_filename") or "model.xml", parameters.get("INFERENCE_PRECISION_HINT")
     )
-
-    def run(texts: list[str]) -> np.ndarray:
-        tokens = tokenize(texts)
-        hidden = compiled({k: tokens[k] for k in ("input_ids", "attention_mask")})[0]
-        return pool(hidden, tokens["attention_mask"], EmbeddingModelInfo.read().normalize)
-
-    return run
+    return lambda texts: _embed_with(lambda feeds: compiled(feeds)[0], texts)
 
 
 def check_embedding_onnx_int8_serves_its_model_exactly(ctx):
