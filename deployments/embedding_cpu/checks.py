@@ -11,7 +11,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
-from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, default_model_dir, pool, tokenize
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, default_model_dir, tokenize
 from tritonclient.utils import InferenceServerException
 
 from harness import provenance
@@ -138,7 +138,7 @@ def _embed_with(run_hidden, texts: list[str]) -> np.ndarray:
     this process + pooling: the same batch the served model gets from ``client.embed_texts``."""
     tokens = tokenize(texts)
     hidden = run_hidden({k: tokens[k] for k in ("input_ids", "attention_mask")})
-    return pool(hidden, tokens["attention_mask"], EmbeddingModelInfo.read().normalize)
+    return EmbeddingModelInfo.read().pool(hidden, tokens["attention_mask"])
 
 
 def _in_process(precision: str, texts: list[str]) -> np.ndarray:
@@ -423,7 +423,7 @@ def _ceiling(precision: str, instances: int = 2):
     the ``n`` items split between them."""
     from concurrent.futures import ThreadPoolExecutor
 
-    normalize = EmbeddingModelInfo.read().normalize
+    info = EmbeddingModelInfo.read()
     workers = ThreadPoolExecutor(max_workers=instances)
 
     def for_batch(n: int):
@@ -437,7 +437,7 @@ def _ceiling(precision: str, instances: int = 2):
         def one(job):
             session, texts = job
             tokens = tokenize(texts)
-            pool(session.run(["last_hidden_state"], tokens)[0], tokens["attention_mask"], normalize)
+            info.pool(session.run(["last_hidden_state"], tokens)[0], tokens["attention_mask"])
 
         return lambda: list(workers.map(one, jobs))
 
@@ -475,7 +475,7 @@ def workload_embedding_onnx_text_ensemble_sentence(ctx) -> Workload:
 
 def _client_tokenized(model: str, variant: str, precision: str) -> Workload:
     """Client tokenizes every request and pools the result: its time is in the latency."""
-    normalize = EmbeddingModelInfo.read().normalize
+    info = EmbeddingModelInfo.read()
     counter = iter(range(1 << 62))
 
     def prepare():
@@ -483,7 +483,7 @@ def _client_tokenized(model: str, variant: str, precision: str) -> Workload:
 
     def finish(outputs):
         hidden = outputs["last_hidden_state"]
-        pool(hidden, np.ones(hidden.shape[:2], np.int64), normalize)
+        info.pool(hidden, np.ones(hidden.shape[:2], np.int64))
 
     return Workload(
         model=model,
@@ -540,6 +540,6 @@ def peers_embedding():
     info = EmbeddingModelInfo.read()
 
     def embed(run, texts: list[str], max_rows: int):
-        return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize)
+        return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize, pooling=info.pooling)
 
     return SimpleNamespace(model_dir=info.model_dir, dimension=info.dimension, tokenize=tokenize, embed=embed)

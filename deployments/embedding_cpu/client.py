@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
-from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, pool, tokenize
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 from tritonclient.utils import InferenceServerException
 
 from harness.client_cli import EXIT_USAGE, ClientError, add_subcommand, client_parser, read_file, run, server_url
@@ -68,7 +68,7 @@ def embed_texts(client, texts: list[str], model: str = "embedding_py") -> np.nda
     if model in TOKEN_MODELS:
         inputs, mask = token_inputs(module, texts)
         hidden = client.infer(model, inputs).as_numpy("last_hidden_state")
-        return pool(hidden, mask, EmbeddingModelInfo.read().normalize)
+        return EmbeddingModelInfo.read().pool(hidden, mask)
     return client.infer(model, [text_input(module, texts)]).as_numpy("EMBEDDING")
 
 

@@ -83,7 +83,7 @@ def main(argv=None) -> int:
 
     import nncf
     import openvino as ov
-    from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, pool, tokenize
+    from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 
     fixture = json.loads(FIXTURE.read_text())
     sentences, expected = fixture["sentences"], np.asarray(fixture["embeddings"], np.float32)
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         ignored_scope=nncf.IgnoredScope(patterns=[FP32_PATTERN], validate=False),
         advanced_parameters=nncf.AdvancedQuantizationParameters(overflow_fix=nncf.OverflowFix(args.overflow_fix)),
     )
-    normalize = EmbeddingModelInfo.read().normalize
+    info = EmbeddingModelInfo.read()
     floors = np.array([MIN_COSINE if s else MIN_COSINE_EMPTY for s in sentences])
     result = {"calibration_sentences": len(calibration), "fp32_kept": FP32_PATTERN, "precisions": {}}
     passed = True
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         def embed(texts: list[str]) -> np.ndarray:
             tokens = tokenize(texts)
             hidden = compiled({k: tokens[k] for k in ("input_ids", "attention_mask")})[0]
-            return pool(hidden, tokens["attention_mask"], normalize)
+            return info.pool(hidden, tokens["attention_mask"])
 
         alone = cosines(np.concatenate([embed([s]) for s in sentences]), expected)
         batch = cosines(embed(sentences), expected)

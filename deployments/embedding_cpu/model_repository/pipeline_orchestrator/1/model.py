@@ -46,6 +46,7 @@ class TritonPythonModel:
                     chunks,
                     max_rows=self.max_rows,
                     normalize=self.info.normalize,
+                    pooling=self.info.pooling,
                     model_dir=str(self.info.model_dir),
                 )
             except RuntimeError as exc:
