@@ -7,7 +7,10 @@ stay up for the whole run, and each round measures every scenario once at each o
 concurrency levels, the order reversed every other round, so that a neighbour's load on a shared
 machine falls on all of them alike. Prints per scenario and level the median items/s and its
 range over rounds, and the median of the per-round ratios to the first scenario at the same
-level. Records go where ``python -m harness bench`` writes them ($HARNESS_RESULTS_DIR).
+level. Each round's records go where ``python -m harness bench`` writes them ($HARNESS_RESULTS_DIR)
+as a comparison of their own (``comparison: "alternating-rounds"``, with the run's ``run_id`` and the
+``round``): the results matrix leaves them out of its cells, so a comparison run never becomes the
+latest number of a ``make bench`` cell.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import uuid
 
 from harness.deployments import get_deployment
 from harness.measuring.bench import run_benchmark
 from harness.session import ServerPool
+
+#: ``comparison`` of the records this module writes (never a matrix cell's latest record).
+COMPARISON = "alternating-rounds"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,11 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     pool = ServerPool(mode=args.mode)
     rates: dict[tuple[str, int], list[float]] = {}
     backends: dict[str, dict] = {}
+    run_id = uuid.uuid4().hex[:12]
     try:
         contexts = {b.id: pool.context(deployment, b.config or None, b.models if b.config else ()) for b in chosen}
         for r in range(args.rounds):
             for benchmark in chosen if r % 2 == 0 else list(reversed(chosen)):
-                records = run_benchmark(contexts[benchmark.id], benchmark, duration_s=args.duration, warmup_s=1.0)
+                records = run_benchmark(
+                    contexts[benchmark.id],
+                    benchmark,
+                    duration_s=args.duration,
+                    warmup_s=1.0,
+                    record_fields={"comparison": COMPARISON, "run_id": run_id, "round": r + 1},
+                )
                 for row in records:
                     rates.setdefault((benchmark.id, int(row["concurrency"])), []).append(row["items_per_second"])
                     backends[benchmark.id] = row.get("backend_implementation")

@@ -52,8 +52,11 @@ def run_benchmark(
     concurrencies: list[int] | None = None,
     protocol: str | None = None,
     on_level: Callable[[LoadResult], None] | None = None,
+    record_fields: dict | None = None,
 ) -> list[dict]:
-    """Run one scenario at each concurrency and append a record per level; returns them."""
+    """Run one scenario at each concurrency and append a record per level; returns them.
+    ``record_fields`` go into every record (a comparison run's ``comparison``, ``run_id``, ``round``:
+    the matrix then keeps those records out of its cells)."""
     workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     protocol = protocol or benchmark.protocol
     if protocol == "grpc" and not ctx.server.grpc_url:
@@ -86,6 +89,7 @@ def run_benchmark(
             ),
             **metrics,
             **ceiling,
+            **(record_fields or {}),
         }
         append_record(row)
         records.append(row)
