@@ -12,14 +12,13 @@ import numpy as np
 import requests
 import tritonclient.http as httpclient
 
+from harness.serving.gate.policy import GatePolicy
+from harness.testing.hostile_requests import DEEP_DATA as DEEP_DATA
+from harness.testing.hostile_requests import DEEP_PARAMETERS as DEEP_PARAMETERS
+from harness.testing.hostile_requests import HUGE_SHAPE as HUGE_SHAPE
+from harness.testing.hostile_requests import nested as nested
+from harness.testing.hostile_requests import with_deep_parameters as with_deep_parameters
 from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL
-
-# The requests of issue 16 that abort tritonserver 2.51: one module with ``python -m harness hostile``.
-from harness.tools.hostile.cases import DEEP_DATA as DEEP_DATA
-from harness.tools.hostile.cases import DEEP_PARAMETERS as DEEP_PARAMETERS
-from harness.tools.hostile.cases import HUGE_SHAPE as HUGE_SHAPE
-from harness.tools.hostile.cases import nested as nested
-from harness.tools.hostile.cases import with_deep_parameters as with_deep_parameters
 
 SINK_CONFIG = """
 name: "sink"
@@ -49,7 +48,7 @@ class TritonPythonModel:
         return out
 '''
 #: The gate's policy for this repository: ``internal_echo`` is internal, ``sink`` takes 1 MiB at most.
-GATE_POLICY = {"public": ["sink", "echo"], "max_body_bytes": {"sink": 1 << 20}}
+GATE_POLICY = GatePolicy(public=["sink", "echo"], max_body_bytes={"sink": 1 << 20})
 
 
 def make_gate_repository(root):

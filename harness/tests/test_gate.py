@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from harness.serving.launchers import LocalTritonServer, ServerOptions
+from harness.testing.processes import stub_processes
 from harness.tests.gate_cases import (
     DEEP_DATA,
     DEEP_PARAMETERS,
@@ -35,7 +36,6 @@ from harness.tests.gate_cases import (
     nested,
     post,
 )
-from harness.tools.reliability.memory import stub_processes
 
 
 @pytest.fixture(scope="module")

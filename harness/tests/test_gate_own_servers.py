@@ -104,7 +104,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
 def test_the_issue_crashers_on_a_throwaway_deployment_server(deployment, model, body):
     """The issue's huge-shape request, then 50,000 nested brackets in ``data`` and 300,000 in
     ``parameters``, on a real server of each deployment: 4xx every time, the server stays ready."""
-    from harness.tools.reliability.servers import deployment_server, stop_server
+    from harness.testing.servers import deployment_server, stop_server
 
     server = deployment_server(deployment, [model])
     server.start()

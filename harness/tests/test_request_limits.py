@@ -131,7 +131,7 @@ def test_image_requests_are_bounded_in_total_bytes():
 # -- served: every over-limit request of the issue gets a 4xx within 1 s, the stubs stay small -----
 @pytest.fixture(scope="module")
 def embedding_limits_server():
-    from harness.tools.reliability.servers import deployment_server, stop_server
+    from harness.testing.servers import deployment_server, stop_server
 
     server = deployment_server("embedding_cpu", ["embedding_onnx_text", "pipeline_orchestrator"])
     server.start()
@@ -187,7 +187,7 @@ def test_over_limit_requests_get_a_4xx_within_1_s_on_a_served_deployment(embeddi
     stubs keep their memory and the server stays ready (embedding_cpu behind the gate)."""
     import requests
 
-    from harness.tools.reliability.memory import process_memory
+    from harness.testing.processes import process_memory
 
     server = embedding_limits_server
     assert _binary_request(server, "embedding_onnx_text", "TEXT", [b"warm up"])[0] == 200

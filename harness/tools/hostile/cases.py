@@ -22,25 +22,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from harness.testing.hostile_requests import nested, with_deep_parameters
+
 #: Elements whose byte size exceeds this declare an allocation no machine here can make.
 MIN_DECLARED_BYTES = 1 << 40
-
-# -- the requests of issue 16 that abort tritonserver 2.51 (std::bad_alloc, stack overflow) --
-HUGE_SHAPE = b'{"inputs":[{"name":"X","shape":[1,131072,131072],"datatype":"FP32","data":[1]}]}'
-
-
-def nested(depth: int) -> bytes:
-    """``depth`` nested JSON arrays: Triton 2.51's recursive parser overflows its stack on 50,000."""
-    return b"[" * depth + b"]" * depth
-
-
-def with_deep_parameters(inputs: bytes) -> bytes:
-    """A request of ``inputs`` (a JSON list) whose ``parameters`` nest 300,000 deep."""
-    return b'{"parameters":{"p":' + nested(300000) + b'},"inputs":' + inputs + b"}"
-
-
-DEEP_DATA = b'{"inputs":[{"name":"X","shape":[1,1],"datatype":"FP32","data":' + nested(50000) + b"}]}"
-DEEP_PARAMETERS = with_deep_parameters(b'[{"name":"X","shape":[1,1,1],"datatype":"FP32","data":[1]}]')
 
 #: Bytes per element of each fixed-size datatype (BYTES: variable).
 DATATYPE_BYTES = {

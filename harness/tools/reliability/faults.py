@@ -37,10 +37,11 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from harness.manifest import ManifestError
+from harness.testing.processes import stub_processes
+from harness.testing.servers import model_server, stop_server
 from harness.tools.reliability.load import CheckedWorkload, LoadLog, run_checked_load
-from harness.tools.reliability.memory import stub_processes
 from harness.tools.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
-from harness.tools.reliability.servers import checked_workload, defaults, model_server, stop_server
+from harness.tools.reliability.servers import checked_workload, defaults
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
 

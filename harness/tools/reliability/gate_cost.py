@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 from harness.manifest import ManifestError
+from harness.testing.servers import model_server, stop_server
 from harness.tools.reliability.load import run_checked_load
 from harness.tools.reliability.report import RESULTS_DIR, write_json
-from harness.tools.reliability.servers import checked_workload, defaults, model_server, stop_server
+from harness.tools.reliability.servers import checked_workload, defaults
 
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:

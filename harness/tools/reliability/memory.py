@@ -1,70 +1,17 @@
-"""Memory of a served process tree: RSS of tritonserver, the front gate and each Python-backend
-stub, sampled once (``process_memory``) or compared over a run (``memory_growth``, ``memory_trend``)."""
+"""Memory of a served process tree over a run: one point of a series (``rss_sample``, from
+``harness.testing.processes.process_memory``) and what a run did to it (``memory_growth``, ``memory_trend``)."""
 
 from __future__ import annotations
 
-import re
 import time
-from pathlib import Path
 
-import psutil
-
-
-def _label(process: psutil.Process) -> str:
-    """``stub:<model>`` for a Python-backend stub (its 2nd argument is the model file), else the name."""
-    try:
-        cmdline = process.cmdline()
-    except psutil.Error:
-        return "gone"
-    if cmdline and cmdline[0].endswith("triton_python_backend_stub") and len(cmdline) > 1:
-        match = re.search(r"([^/]+)/\d+/[^/]+$", cmdline[1])
-        return f"stub:{match.group(1) if match else cmdline[1]}"
-    return process.name()
-
-
-def _role(process: psutil.Process) -> str | None:
-    """``server`` for tritonserver itself, ``gate`` for the front gate, else None."""
-    try:
-        cmdline = process.cmdline()
-    except psutil.Error:
-        return None
-    if cmdline and Path(cmdline[0]).name == "tritonserver":
-        return "server"
-    if "harness.serving.gate" in cmdline:
-        return "gate"
-    return None
-
-
-def process_memory(pid: int) -> dict[str, dict]:
-    """RSS (MiB) of the process tree under ``pid`` (the launcher's process: tritonserver, or the
-    front gate with tritonserver below it), keyed ``server`` (tritonserver), ``gate`` and
-    ``<label>#<pid>`` (stubs: ``stub:<model>#<pid>``)."""
-    out = {}
-    try:
-        root = psutil.Process(pid)
-        tree = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return out
-    for process in tree:
-        try:
-            rss = round(process.memory_info().rss / 2**20, 1)
-        except psutil.Error:
-            continue
-        role = _role(process) or ("server" if process.pid == pid else None)
-        key = role if role and role not in out else f"{_label(process)}#{process.pid}"
-        out[key] = {"pid": process.pid, "rss_mib": rss}
-    return out
+from harness.testing.processes import process_memory
 
 
 def rss_sample(pid: int, t0: float) -> dict:
     """One point of a memory series: seconds since ``t0`` (monotonic), RSS MiB per process, total."""
     rss = {k: v["rss_mib"] for k, v in process_memory(pid).items()}
     return {"t_s": round(time.monotonic() - t0, 1), "rss_mib": rss, "total_mib": round(sum(rss.values()), 1)}
-
-
-def stub_processes(pid: int, model: str) -> list[psutil.Process]:
-    """The Python-backend stub processes serving ``model`` (children of server ``pid``)."""
-    return [p for p in psutil.Process(pid).children(recursive=True) if _label(p) == f"stub:{model}"]
 
 
 def memory_growth(start: dict, end: dict) -> dict:

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 
 from harness.manifest import ManifestError
+from harness.testing.processes import process_memory
+from harness.testing.servers import deployment_server, stop_server
 from harness.tools.reliability.load import (
     CheckedWorkload,
     LoadLog,
@@ -45,9 +47,9 @@ from harness.tools.reliability.load import (
     run_checked_load,
     text_embedding_workload,
 )
-from harness.tools.reliability.memory import memory_growth, memory_trend, process_memory, rss_sample
+from harness.tools.reliability.memory import memory_growth, memory_trend, rss_sample
 from harness.tools.reliability.report import RESULTS_DIR, write_json
-from harness.tools.reliability.servers import checked_workload, defaults, deployment_server, stop_server
+from harness.tools.reliability.servers import checked_workload, defaults
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
