@@ -41,11 +41,6 @@ def respond_each(pb_utils: Any, requests: Sequence[Any], handle: Callable[[Any],
     return responses
 
 
-def output_dtypes(pb_utils: Any, model_config: dict) -> dict:
-    """Map each output name in the model config to its numpy dtype."""
-    return {output["name"]: pb_utils.triton_string_to_numpy(output["data_type"]) for output in model_config["output"]}
-
-
 def single_bytes_items(values: Any, name: str) -> list[bytes]:
     """Flatten a BYTES input into a list of ``bytes`` items, rejecting an empty tensor."""
     import numpy as np
@@ -60,6 +55,16 @@ def single_bytes_items(values: Any, name: str) -> list[bytes]:
         if not isinstance(value, (bytes, bytearray)):
             raise InputError(f"input '{name}' must be BYTES, got {type(value).__name__}")
         items.append(bytes(value))
+    return items
+
+
+def request_bytes_items(pb_utils: Any, request: Any, name: str, max_request_bytes: int) -> list[bytes]:
+    """The items of one request's BYTES input ``name``: present, non-empty, at most ``max_request_bytes`` in all."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        raise InputError(f"input '{name}' is missing")
+    items = single_bytes_items(tensor.as_numpy(), name)
+    check_request_bytes(items, name, max_request_bytes)
     return items
 
 

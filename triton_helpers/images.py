@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from triton_helpers.errors import InputError
@@ -82,7 +81,3 @@ def open_image(
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"cannot decode {image.format or 'image'}: {exc}") from None
 
-
-def decode_rgb(data: bytes, **limits) -> np.ndarray:
-    """Decode to an RGB ``uint8`` array of shape ``(height, width, 3)``."""
-    return np.asarray(open_image(data, **limits))

@@ -31,12 +31,11 @@ yolo_preprocess = load_model(YOLO / "model_repository" / "preprocess" / "1" / "m
 @pytest.mark.timeout(300)
 @FUZZ
 @given(data=hostile_images(), small=st.booleans())
-def test_open_image_and_decode_rgb(data, small):
+def test_open_image(data, small):
     limits = SMALL_LIMIT if small else {}
     result = attempt("images.open_image", images.open_image, data, **limits)
     if not isinstance(result, InputError):
         assert result.mode == "RGB" and result.size[0] * result.size[1] <= limits.get("max_pixels", 40_000_000)
-    attempt("images.decode_rgb", images.decode_rgb, data, **limits)
 
 
 @pytest.mark.timeout(300)

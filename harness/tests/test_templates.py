@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.deployments import discover
@@ -11,16 +12,44 @@ from harness.deployments import discover
 HELPERS = PROJECT_ROOT / "triton_helpers"
 
 
-def test_every_triton_helpers_module_serves_two_deployments_or_more():
-    """What only one deployment uses lives in that deployment's folder, not in triton_helpers."""
-    deployments = discover()
-    lonely = {}
-    for module in sorted(p.stem for p in HELPERS.glob("*.py") if p.stem != "__init__"):
-        pattern = re.compile(rf"\btriton_helpers(\.{module}\b|\s+import\s+[^\n]*\b{module}\b)")
-        users = [d.name for d in deployments if any(pattern.search(f.read_text()) for f in d.path.rglob("*.py"))]
-        if len(users) < 2:
-            lonely[module] = users
-    assert lonely == {}, f"triton_helpers modules used by fewer than two deployments: {lonely}"
+def _public_names(module: Path) -> set[str]:
+    """Top-level functions, classes and constants ``module`` defines (no leading underscore)."""
+    names = set()
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return {n for n in names if not n.startswith("_")}
+
+
+def _imported_names(path: Path) -> set[str]:
+    """``module.name`` for every ``from triton_helpers.module import name`` in ``path``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("triton_helpers."):
+            found.update(f"{node.module.split('.', 1)[1]}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_triton_helpers_holds_only_what_two_deployments_use():
+    """Every public name of triton_helpers is imported by two deployments or more, or used inside
+    triton_helpers by one that is: what one deployment uses lives in its folder; nothing is dead."""
+    modules = {p.stem: p for p in HELPERS.glob("*.py") if p.stem != "__init__"}
+    users: dict[str, set[str]] = {f"{m}.{n}": set() for m, p in modules.items() for n in _public_names(p)}
+    for deployment in discover():
+        for path in deployment.path.rglob("*.py"):
+            for name in _imported_names(path) & set(users):
+                users[name].add(deployment.name)
+    shared = {name for name, who in users.items() if len(who) >= 2}
+    internal = set()
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and f"{module}.{node.name}" in shared:
+                internal.update(f"{module}.{n.id}" for n in ast.walk(node) if isinstance(n, ast.Name))
+    lonely = {name: sorted(who) for name, who in users.items() if name not in shared | internal}
+    assert lonely == {}, f"triton_helpers names used by fewer than two deployments (or by none): {lonely}"
 
 
 def test_every_model_py_shows_its_model():
@@ -36,12 +65,6 @@ def test_every_model_py_shows_its_model():
             if not classes or not {"initialize", "execute"} <= methods:
                 thin.append(f"{path.relative_to(PROJECT_ROOT)}: defines {sorted(methods)}")
     assert thin == [], "model.py files that do not show initialize and execute:\n  " + "\n  ".join(thin)
-
-
-def test_deployment_readmes_are_short():
-    """A README a user reads in minutes: what it shows, which model for what, commands, headline numbers."""
-    long = {d.name: n for d in discover() if (n := len((d.path / "README.md").read_text().splitlines())) > 120}
-    assert long == {}, f"READMEs over 120 lines (lab notes go to docs/tuning.md): {long}"
 
 
 #: Fields a model's configs for different hardware (config.pbtxt and configs/<target>.pbtxt) may differ in.

@@ -9,9 +9,8 @@ from cn_clip_transform import transform_image  # beside this file (the stub puts
 from triton_helpers.config import parameter
 from triton_helpers.errors import (
     DEFAULT_MAX_REQUEST_BYTES,
-    check_request_bytes,
-    error_response,
-    single_bytes_items,
+    request_bytes_items,
+    respond_each,
 )
 from triton_helpers.images import open_image
 
@@ -31,22 +30,18 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """One response per request; a bad image gets a 400 for its own request only."""
-        responses = []
-        for request in requests:
-            try:
-                tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES").as_numpy()
-                items = single_bytes_items(tensor, "IMAGE_BYTES")
-                check_request_bytes(items, "IMAGE_BYTES", self.max_request_bytes)
-                pixels = []
-                for data in items:
-                    # Sizes are checked before any pixel is decoded; cn_clip does not apply EXIF rotation.
-                    image = open_image(data, exif_transpose=False, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
-                    pixels.append(transform_image(image, self.image_size))
-                out = pb_utils.Tensor("PIXEL_VALUES", np.stack(pixels).astype(self.dtype, copy=False))
-                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
-                responses.append(error_response(pb_utils, exc))
-        return responses
+        return respond_each(pb_utils, requests, self.answer)
+
+    def answer(self, request):
+        """Decode, resize and normalise each image of one request."""
+        items = request_bytes_items(pb_utils, request, "IMAGE_BYTES", self.max_request_bytes)
+        pixels = []
+        for data in items:
+            # Sizes are checked before any pixel is decoded; cn_clip does not apply EXIF rotation.
+            image = open_image(data, exif_transpose=False, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+            pixels.append(transform_image(image, self.image_size))
+        out = pb_utils.Tensor("PIXEL_VALUES", np.stack(pixels).astype(self.dtype, copy=False))
+        return pb_utils.InferenceResponse(output_tensors=[out])
 
     def finalize(self):
         """Nothing to release."""

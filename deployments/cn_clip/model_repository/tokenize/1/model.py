@@ -7,7 +7,7 @@ import triton_python_backend_utils as pb_utils
 from cn_clip_tokenizer import CnClipTokenizer  # beside this file (the stub puts 1/ on sys.path)
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import error_response, utf8_texts
+from triton_helpers.errors import respond_each, utf8_texts
 
 
 class TritonPythonModel:
@@ -25,21 +25,15 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """One response per request; a bad text gets a 400 for its own request only."""
-        responses = []
-        for request in requests:
-            try:
-                # Sizes are checked on the raw bytes, before a 1 MB text is decoded or tokenized.
-                texts = utf8_texts(
-                    pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT", self.max_bytes
-                )
-                ids = self.tokenizer.encode_checked(
-                    texts, "TEXT", max_bytes=self.max_bytes, reject_empty=self.reject_empty
-                )
-                out = pb_utils.Tensor("INPUT_IDS", np.ascontiguousarray(ids, dtype=self.dtype))
-                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
-                responses.append(error_response(pb_utils, exc))
-        return responses
+        return respond_each(pb_utils, requests, self.answer)
+
+    def answer(self, request):
+        """The token ids of each text of one request."""
+        # Sizes are checked on the raw bytes, before a 1 MB text is decoded or tokenized.
+        texts = utf8_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT", self.max_bytes)
+        ids = self.tokenizer.encode_checked(texts, "TEXT", max_bytes=self.max_bytes, reject_empty=self.reject_empty)
+        out = pb_utils.Tensor("INPUT_IDS", np.ascontiguousarray(ids, dtype=self.dtype))
+        return pb_utils.InferenceResponse(output_tensors=[out])
 
     def finalize(self):
         """Nothing to release."""

@@ -13,7 +13,7 @@ import triton_python_backend_utils as pb_utils
 from resnet_npu_processing.classification import top_k
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import InputError, error_response
+from triton_helpers.errors import InputError, respond_each
 
 OUTPUTS = ("LABELS", "PROBABILITIES", "CLASS_IDS")
 
@@ -39,25 +39,21 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """One response per request: a bad ``top_k`` fails its own request (INVALID_ARG), not the batch."""
-        responses = []
-        for request in requests:
-            try:
-                tensor = pb_utils.get_input_tensor_by_name(request, "LOGITS")
-                if tensor is None:
-                    raise InputError("input 'LOGITS' is missing")
-                logits = np.asarray(tensor.as_numpy(), dtype=np.float32)
-                if logits.ndim != 2:
-                    raise InputError(f"input 'LOGITS' must be (batch, classes), got shape {logits.shape}")
-                k = self.requested_k(request, maximum=min(logits.shape[1], len(self.names)))
-                outputs = self.postprocess(logits, k)
-                responses.append(
-                    pb_utils.InferenceResponse(
-                        output_tensors=[pb_utils.Tensor(name, array) for name, array in outputs.items()]
-                    )
-                )
-            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
-                responses.append(error_response(pb_utils, exc))
-        return responses
+        return respond_each(pb_utils, requests, self.answer)
+
+    def answer(self, request):
+        """Top-k labels of one request's logits."""
+        tensor = pb_utils.get_input_tensor_by_name(request, "LOGITS")
+        if tensor is None:
+            raise InputError("input 'LOGITS' is missing")
+        logits = np.asarray(tensor.as_numpy(), dtype=np.float32)
+        if logits.ndim != 2:
+            raise InputError(f"input 'LOGITS' must be (batch, classes), got shape {logits.shape}")
+        k = self.requested_k(request, maximum=min(logits.shape[1], len(self.names)))
+        outputs = self.postprocess(logits, k)
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(name, array) for name, array in outputs.items()]
+        )
 
     def requested_k(self, request, maximum: int) -> int:
         """The request parameter ``top_k`` (an integer or a numeric string), within ``1..maximum``."""

@@ -16,9 +16,8 @@ from triton_helpers.config import parameter
 from triton_helpers.errors import (
     DEFAULT_MAX_REQUEST_BYTES,
     InputError,
-    check_request_bytes,
-    error_response,
-    single_bytes_items,
+    request_bytes_items,
+    respond_each,
 )
 from triton_helpers.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, open_image
 
@@ -51,19 +50,13 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """One response per request: a bad image fails its own request (INVALID_ARG), not the batch."""
-        responses = []
-        for request in requests:
-            try:
-                tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE_BYTES")
-                if tensor is None:
-                    raise InputError("input 'IMAGE_BYTES' is missing")
-                items = single_bytes_items(tensor.as_numpy(), "IMAGE_BYTES")
-                check_request_bytes(items, "IMAGE_BYTES", self.max_request_bytes)
-                pixels = self.preprocess(items)
-                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("PIXELS", pixels)]))
-            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
-                responses.append(error_response(pb_utils, exc))
-        return responses
+        return respond_each(pb_utils, requests, self.answer)
+
+    def answer(self, request):
+        """Decode, resize and crop each image of one request."""
+        items = request_bytes_items(pb_utils, request, "IMAGE_BYTES", self.max_request_bytes)
+        pixels = self.preprocess(items)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("PIXELS", pixels)])
 
     def preprocess(self, items: list[bytes]) -> np.ndarray:
         """Decode (size limits checked from the header first), resize, crop [, normalise] each image."""

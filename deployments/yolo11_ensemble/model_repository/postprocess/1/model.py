@@ -14,7 +14,7 @@ import triton_python_backend_utils as pb_utils
 from yolo11_ensemble_processing.detection import decode_head, scale_boxes
 
 from triton_helpers.config import parameter
-from triton_helpers.errors import InputError, error_response
+from triton_helpers.errors import InputError, respond_each
 
 LIMITS = {"conf": (0.0, 1.0), "iou": (0.0, 1.0), "max_det": (1, 30000)}
 OUTPUTS = ("BOXES", "SCORES", "CLASS_IDS", "CLASS_NAMES", "DETECTIONS_JSON")
@@ -61,13 +61,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """One response per request: bad parameters or tensors fail their own request (INVALID_ARG), not the batch."""
-        responses = []
-        for request in requests:
-            try:
-                responses.append(self.postprocess(request))
-            except Exception as exc:  # noqa: BLE001 - InputError -> INVALID_ARG; a bug fails this request only
-                responses.append(error_response(pb_utils, exc))
-        return responses
+        return respond_each(pb_utils, requests, self.postprocess)
 
     def _options(self, request):
         """``conf`` / ``iou`` / ``max_det``: the config's, or the request's within LIMITS."""
