@@ -1,4 +1,5 @@
-"""Results matrix: ``results/records.jsonl`` -> ``docs/results.md`` + JSON + CSV + PNG plots.
+"""Results matrix: ``results/records.jsonl`` -> ``docs/results.md`` + JSON + CSV + PNG plots, and each
+deployment README's block of headline figures.
 
 ``python -m harness matrix`` / ``python -m harness.measuring.matrix`` (what `make matrix` runs).
 """
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from harness.measuring.matrix.outputs import DOCS, generate
-from harness.measuring.matrix.rows import NOT_MEASURED
+from harness.measuring.matrix.readme import fill_readmes
 from harness.measuring.records import records_path
 
 
@@ -20,14 +21,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=Path, default=None, help="records file (default results/records.jsonl)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where results.md/json/csv and plots/ go")
     parser.add_argument("--deployments", type=Path, default=None, help="deployments folder (default ./deployments)")
+    parser.add_argument(
+        "--readmes-only",
+        action="store_true",
+        help="only refill the READMEs' results blocks from the existing <docs>/results.json (no records read)",
+    )
     args = parser.parse_args(argv)
-    records_file = args.records or records_path()
-    if not Path(records_file).exists():
-        print(
-            f"no records at {records_file}: every row will say '{NOT_MEASURED}' (run `make bench` first)",
-            file=sys.stderr,
-        )
-    written = generate(records_file, args.docs, args.deployments)
-    for kind, path in written.items():
-        print(f"{kind:28} {os.path.relpath(path)}")
+    from harness.deployments import discover
+
+    if not args.readmes_only:
+        records_file = args.records or records_path()
+        if not Path(records_file).exists():
+            print(
+                f"no records at {records_file}: nothing to aggregate, docs/ left as they are (run `make bench` "
+                "first, or point HARNESS_RESULTS_DIR at a results folder)",
+                file=sys.stderr,
+            )
+            return 1
+        for kind, path in generate(records_file, args.docs, args.deployments).items():
+            print(f"{kind:28} {os.path.relpath(path)}")
+    # the READMEs link ../../docs/results.md: filled only from the project's own docs folder
+    if args.docs.resolve() == DOCS.resolve():
+        for readme in fill_readmes(args.docs / "results.json", discover(args.deployments)):
+            print(f"{'readme results block':28} {os.path.relpath(readme)}")
     return 0
