@@ -7,7 +7,6 @@ so a copied folder with an edited manifest is picked up with no harness change.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -20,7 +19,7 @@ from types import ModuleType
 
 from harness import PROJECT_ROOT
 from harness.manifest import Benchmark, Manifest, ManifestError, TargetSettings, read_manifest
-from harness.serving.gate.policy import check_policy
+from harness.serving.gate.policy import GatePolicy
 from harness.serving.launchers import ServerOptions
 
 __all__ = ["Benchmark", "Deployment", "ManifestError", "discover", "discover_with_errors", "get_deployment"]
@@ -90,7 +89,7 @@ class Deployment:
         """Launcher options for this deployment on ``target`` (manifest's [targets.<t>] table)."""
         if target not in self.targets:
             raise ManifestError(f"{self.name} does not support target {target!r} (it has {self.targets})")
-        per_target = self.manifest.target.get(target, TargetSettings())
+        per_target = self.manifest.target.get(target) or TargetSettings()
         options = ServerOptions(
             model_repository=str(self.model_repository),
             target=target,
@@ -109,27 +108,16 @@ class Deployment:
             setattr(options, key, value)
         return options
 
-    def gate_policy(self) -> dict:
+    def gate_policy(self) -> GatePolicy:
         """What the front gate enforces for this deployment: clients call the entry models only
         (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds."""
         gate = self.manifest.gate
-        policy = {
-            "public": list(self.entry_models),
-            "max_body_bytes": dict(gate.max_body_bytes),
-            "max_dims": dict(gate.max_dims),
-        }
-        openai = self.manifest.openai
-        if openai is not None:
-            # [openai]: the /v1 routes' mapping, unset optional keys left out (harness.serving.gate.openai_api).
-            def part(table) -> dict:
-                return {k: v for k, v in dataclasses.asdict(table).items() if v is not None}
-
-            models = {
-                name: {key: part(getattr(spec, key)) for key in ("text", "tokenizer", "tokens") if getattr(spec, key)}
-                for name, spec in openai.models.items()
-            }
-            policy["openai"] = {"models": models, **({"default": openai.default} if openai.default else {})}
-        return check_policy(policy)
+        return GatePolicy(
+            public=self.entry_models,
+            max_body_bytes=gate.max_body_bytes,
+            max_dims=gate.max_dims,
+            openai=self.manifest.openai,
+        )
 
     @cached_property
     def checks_module(self) -> ModuleType | None:

@@ -1,102 +1,126 @@
-"""``deployment.toml``, typed: what a deployment declares, checked when it is read.
+"""``deployment.toml``, typed: what a deployment declares, checked once when it is read.
 
-Every table and key of a manifest is a field below; a key the harness does not know is refused
-with the file and the key's path in the message (a typo such as ``concurency`` would otherwise
-be silently ignored), and so is a value of the wrong type. Per-target settings (config name,
-image, devices, protocols, the Python of the image's backend stub) live in ``[target.<name>]``.
+Every table and key of a manifest is a field of a pydantic model below; a key the harness does not
+know is refused with the file and the key's path in the message (a typo such as ``concurency``
+would otherwise be silently ignored), and so is a value of the wrong type. Per-target settings
+(config name, image, devices, protocols, the Python of the image's backend stub) live in
+``[target.<name>]``; tuning levers are declared once in ``[profiles.<name>]`` and applied by the
+benchmarks' per-model config overrides by name.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
-import types
-import typing
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError, model_validator
+
+from harness.serving.gate.policy import GateBounds, OpenAIMapping, Strict
 
 
 class ManifestError(ValueError):
     """A deployment.toml that is missing something or names something that does not exist."""
 
 
-@dataclass
-class ExportSpec:
+class ExportSpec(Strict):
     """``[export]``: the command that writes the model files, and the files it must write."""
 
     command: list[str]
-    outputs: list[str] = field(default_factory=list)
+    outputs: list[str] = []
     #: Added to ``command`` by ``export --force`` for a script that skips outputs already present.
-    force_args: list[str] = field(default_factory=list)
+    force_args: list[str] = []
 
 
-@dataclass
-class TestsSpec:
+class TestsSpec(Strict):
     """``[tests]``: the deployment's checks module (``check_*`` functions, workloads)."""
 
     module: str | None = None
 
 
-@dataclass
-class TargetSettings:
+class TargetSettings(Strict):
     """``[target.<name>]``: what differs on one hardware target."""
 
     model_config_name: str | None = None
-    backend_config: list[str] = field(default_factory=list)
+    backend_config: list[str] = []
     image: str | None = None
     device_ids: list[int] | None = None
-    protocols: list[str] = field(default_factory=lambda: ["http", "grpc"])
+    protocols: list[str] = ["http", "grpc"]
     #: Python minor version of the image's Python-backend stub (packed envs must match it).
     stub_python: str | None = None
 
 
-@dataclass
-class Benchmark:
+class ConfigOverrides(Strict):
+    """The ``config.pbtxt`` fields a benchmark changes on one model (``harness.variants``); a
+    ``[profiles.<name>]`` table has the same keys."""
+
+    #: ``[profiles]`` applied first, in order (``parameters`` merged, other keys replaced); then this table's keys.
+    profiles: list[str] = []
+    instance_count: int | None = None
+    dynamic_batching: bool | None = None
+    max_queue_delay_microseconds: int | None = None
+    preferred_batch_size: list[int] | None = None
+    #: 0: no batching (the batch becomes the first dim of every tensor).
+    max_batch_size: int | None = None
+    parameters: dict[str, str] | None = None
+    version: int | None = None
+    #: The backend that runs the model file (``platform`` is cleared).
+    backend: str | None = None
+    default_model_filename: str | None = None
+
+    def fields(self) -> dict:
+        """The fields set, as ``harness.variants.apply_overrides`` takes them (profiles resolved)."""
+        return self.model_dump(exclude_none=True, exclude={"profiles"})
+
+
+class Benchmark(Strict):
     """``[[benchmarks]]``: one benchmark scenario of a deployment."""
 
     id: str
     workload: str
-    concurrency: tuple[int, ...] = (1,)
-    protocol: str = "grpc"
-    targets: tuple[str, ...] = ()
-    #: Config overrides per model (harness.variants.KNOWN_KEYS), served from a derived repository.
-    config: dict[str, dict] = field(default_factory=dict)
+    concurrency: list[int] = [1]
+    protocol: Literal["grpc", "http"] = "grpc"
+    targets: list[str] = []
+    #: Config overrides per model, served from a derived repository (``overrides``: profiles resolved).
+    config: dict[str, ConfigOverrides] = {}
     #: Only these models (and what they call) are loaded for the scenario.
-    models: tuple[str, ...] = ()
+    models: list[str] = []
     #: The id of the benchmark that serves this one's model alone on client-made tensors: the matrix
     #: shows this (server-side processing) / that (model-only) throughput at each concurrency.
     model_only: str = ""
     #: Run by ``make bench-network`` (through each shaped link) unless it is given benchmark ids.
     network: bool = False
 
+    @property
+    def overrides(self) -> dict[str, dict]:
+        """``{model: {field: value}}``: what the variant server's configs change (records keep it)."""
+        return {model: spec.fields() for model, spec in self.config.items()}
 
-@dataclass
-class ReliabilitySpec:
+
+class ReliabilitySpec(Strict):
     """``[reliability]``: what ``python -m harness soak`` / ``faults`` / ``gate-cost`` load by default."""
 
     #: The entry model loaded (``--model`` overrides it).
     model: str
-    #: ``"file.py:function"``: ``function(http_url, model)`` returns a
-    #: ``harness.tools.reliability.load.CheckedWorkload``, requests whose every answer is known
-    #: before the load (e.g. ``text_embedding_workload``: sentences, each embedded alone first).
+    #: ``"file.py:function"``: ``function(http_url, model)`` returns a ``CheckedWorkload`` of the
+    #: reliability tools, requests whose every answer is known before the load (e.g.
+    #: ``text_embedding_workload``: sentences, each embedded alone first).
     workload: str
 
 
-@dataclass
-class PeerModel:
+class PeerModel(Strict):
     """``[peers.models.<model>]``: one served model of the side-by-side run."""
 
     #: The request: ``text`` (``TEXT`` BYTES in, ``EMBEDDING`` out) or ``tokens`` (client-tokenized
     #: ``input_ids`` + ``attention_mask`` in, ``last_hidden_state`` out).
-    request: str
+    request: Literal["text", "tokens"]
     #: The in-process ceiling it is compared with: a key of ``[peers] ceiling_onnx`` or ``sentence-transformers``.
     ceiling: str
     #: What it is (the records' ``variant``).
     describe: str = ""
 
 
-@dataclass
-class PeerRatio:
+class PeerRatio(Strict):
     """``[[peers.ratios]]``: one ratio of the results matrix's side-by-side table."""
 
     label: str
@@ -111,8 +135,7 @@ class PeerRatio:
     only_where_ahead: str = ""
 
 
-@dataclass
-class PeersSpec:
+class PeersSpec(Strict):
     """``[peers]``: ``python -m harness peers``, the served models next to their in-process ceilings
     and a peer server (infinity-emb) on the same embedding model."""
 
@@ -126,26 +149,44 @@ class PeersSpec:
     ceiling_follows: str
     #: ``"file.py:function"``: ``function()`` returns the in-process pieces of the run: ``model_dir``
     #: (the sentence-transformers folder the peer and the torch ceiling load), ``dimension`` (of a
-    #: vector), ``tokenize(texts)``
-    #: (the client's ``input_ids`` / ``attention_mask``) and ``embed(run, texts, max_rows)`` (tokenize,
-    #: an onnxruntime ``session.run``, pool: the ONNX ceiling's work).
+    #: vector), ``tokenize(texts)`` (the client's ``input_ids`` / ``attention_mask``) and
+    #: ``embed(run, texts, max_rows)`` (tokenize, an onnxruntime ``session.run``, pool: the ONNX ceiling's work).
     embedding: str
     #: Served by a ``--variant`` server by default (``--variant-models``).
-    variant_models: list[str] = field(default_factory=list)
+    variant_models: list[str] = []
     #: The ceiling kind whose ONNX file the peer's ``optimum`` engine runs.
     peer_onnx: str = "onnx-fp32"
     #: What the results matrix's side-by-side section compares (its heading).
     title: str = ""
-    ratios: list[PeerRatio] = field(default_factory=list)
+    ratios: list[PeerRatio] = []
     #: ``{ <[peers.models] model> = "<OpenAI model name>" }``: also served through the front gate's
     #: ``POST /v1/embeddings`` asking for that name (target ``openai:<model>``, the model's ceiling).
-    openai_models: dict[str, str] = field(default_factory=dict)
+    openai_models: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _names_exist(self):
+        kinds = set(self.ceiling_onnx) | {"sentence-transformers"}
+        named = {
+            "default_models": self.default_models,
+            "variant_models": self.variant_models,
+            "ceiling_follows": [self.ceiling_follows],
+            "openai_models": list(self.openai_models),
+        }
+        for key, models in named.items():
+            unknown = [m for m in models if m not in self.models]
+            if unknown:
+                raise ValueError(f"[peers] {key}: {unknown[0]!r} is not in [peers.models] ({list(self.models)})")
+        for model, spec in self.models.items():
+            if spec.ceiling not in kinds:
+                raise ValueError(f"[peers.models.{model}] ceiling = {spec.ceiling!r}: one of {sorted(kinds)}")
+        if self.peer_onnx not in self.ceiling_onnx:
+            raise ValueError(f"[peers] peer_onnx = {self.peer_onnx!r} is not in ceiling_onnx")
+        return self
 
 
-@dataclass
-class ScaleoutSpec:
-    """``[scaleout]``: Kubernetes objects (``harness.tools.scaleout.k8s``; unset keys take its
-    defaults) and the multi-replica run (``python -m harness scaleout run``)."""
+class ScaleoutSpec(Strict):
+    """``[scaleout]``: Kubernetes objects (unset keys take the scale-out tools' defaults) and the
+    multi-replica run (``python -m harness scaleout run``)."""
 
     replicas: int | None = None
     min_replicas: int | None = None
@@ -161,155 +202,95 @@ class ScaleoutSpec:
     #: loads it and the models it calls.
     model: str | None = None
     #: The models whose version 2 the run's roll brings.
-    rolled_models: list[str] = field(default_factory=list)
+    rolled_models: list[str] = []
 
 
-@dataclass
-class GateSpec:
-    """``[gate]``: bounds the front gate enforces beyond what each config implies
-    (``harness.serving.gate.policy``). Clients may call the entry models only."""
-
-    #: Largest request body per model, in bytes (else computed from the config, else 64 MiB).
-    max_body_bytes: dict[str, int] = field(default_factory=dict)
-    #: Largest dims per input of a model, batch dim excluded: ``{ model = { input = [3, 1280, 1280] } }``.
-    max_dims: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-
-
-@dataclass
-class OpenAIText:
-    """``[openai.models.<name>.text]``: a text-in entry model (BYTES in, one vector per text out)."""
-
-    model: str
-    input: str = "TEXT"
-    output: str = "EMBEDDING"
-    #: Its output of each text's token count (``[batch, 1]`` ints): ``usage`` sums it, with no
-    #: ``tokenizer`` request for text input.
-    tokens_output: str | None = None
-
-
-@dataclass
-class OpenAITokenizer:
-    """``[openai.models.<name>.tokenizer]``: the server model that tokenizes as the text path does
-    (``usage`` counts its non-padding tokens; without ``text`` it feeds ``tokens``)."""
-
-    model: str
-    ids: str
-    input: str = "TEXT"
-    #: Its attention-mask output; without one, tokens are the ids other than ``pad_id``.
-    mask: str | None = None
-    pad_id: int | None = None
-
-
-@dataclass
-class OpenAITokens:
-    """``[openai.models.<name>.tokens]``: a token-in entry model for ``input`` given as token ids."""
-
-    model: str
-    output: str
-    ids: str = "input_ids"
-    mask: str | None = None
-    #: ``mean`` (over the mask, for a ``[batch, tokens, dim]`` output) or ``none``.
-    pooling: str = "mean"
-    normalize: bool = False
-    pad_id: int | None = None
-    #: Ids outside ``0..vocab_size-1`` are refused with 400 before the model sees them.
-    vocab_size: int | None = None
-
-
-@dataclass
-class OpenAIModel:
-    """``[openai.models.<name>]``: what one OpenAI model name runs."""
-
-    text: OpenAIText | None = None
-    tokenizer: OpenAITokenizer | None = None
-    tokens: OpenAITokens | None = None
-
-
-@dataclass
-class OpenAISpec:
-    """``[openai]``: ``POST /v1/embeddings`` and ``GET /v1/models`` on the gate's HTTP port
-    (``harness.serving.gate.openai_api``), by OpenAI model name."""
-
-    models: dict[str, OpenAIModel]
-    #: The model of a request that names none.
-    default: str | None = None
-
-
-@dataclass
-class Manifest:
+class Manifest(Strict):
     """A whole ``deployment.toml``."""
 
     name: str
     entry_models: list[str]
     summary: str = ""
     model_repository: str = "model_repository"
-    targets: list[str] = field(default_factory=lambda: ["cpu"])
+    targets: list[str] = ["cpu"]
     export: ExportSpec | None = None
-    tests: TestsSpec = field(default_factory=TestsSpec)
-    target: dict[str, TargetSettings] = field(default_factory=dict)
-    benchmarks: list[Benchmark] = field(default_factory=list)
-    scaleout: ScaleoutSpec = field(default_factory=ScaleoutSpec)
+    tests: TestsSpec = TestsSpec()
+    target: dict[str, TargetSettings] = {}
+    #: Tuning levers declared once, applied by name in a benchmark's ``config`` (``profiles = [...]``).
+    profiles: dict[str, ConfigOverrides] = {}
+    benchmarks: list[Benchmark] = []
+    scaleout: ScaleoutSpec = ScaleoutSpec()
     reliability: ReliabilitySpec | None = None
     peers: PeersSpec | None = None
-    gate: GateSpec = field(default_factory=GateSpec)
-    openai: OpenAISpec | None = None
+    #: ``[gate]``: bounds the front gate enforces beyond what each config implies
+    #: (``harness.serving.gate.policy``). Clients may call the entry models only.
+    gate: GateBounds = GateBounds()
+    #: ``[openai]``: the gate's ``/v1`` routes (``harness.serving.gate.openai_api``).
+    openai: OpenAIMapping | None = None
+
+    @model_validator(mode="after")
+    def _names_exist(self):
+        undeclared = sorted(set(self.target) - set(self.targets))
+        if undeclared:
+            raise ValueError(f"[target.{undeclared[0]}] is not in targets = {self.targets}")
+        ids = [b.id for b in self.benchmarks]
+        for benchmark in self.benchmarks:
+            if benchmark.model_only and benchmark.model_only not in ids:
+                raise ValueError(
+                    f"benchmark {benchmark.id!r}: model_only = {benchmark.model_only!r} is no benchmark id "
+                    f"of this manifest ({', '.join(ids)})"
+                )
+        entry = {
+            "[reliability] model": self.reliability and self.reliability.model,
+            "[scaleout] model": self.scaleout.model,
+        }
+        for name, spec in (self.openai.models if self.openai else {}).items():
+            entry |= {f"[openai.models.{name}] {part}.model": getattr(spec, part).model for part in spec.entry_parts()}
+        for key, model in entry.items():
+            if model and model not in self.entry_models:
+                raise ValueError(f"{key} = {model!r} is no entry model ({self.entry_models})")
+        nested = [name for name, profile in self.profiles.items() if profile.profiles]
+        if nested:
+            raise ValueError(f"[profiles.{nested[0]}] names profiles: a profile lists its fields only")
+        for benchmark in self.benchmarks:
+            benchmark.config = {model: self._resolve(benchmark.id, spec) for model, spec in benchmark.config.items()}
+        return self
+
+    def _resolve(self, benchmark: str, spec: ConfigOverrides) -> ConfigOverrides:
+        """``spec`` with its profiles applied in order, then its own keys (``parameters`` merged)."""
+        unknown = [name for name in spec.profiles if name not in self.profiles]
+        if unknown:
+            raise ValueError(f"benchmark {benchmark!r}: no [profiles.{unknown[0]}] (profiles: {list(self.profiles)})")
+        fields, parameters = {}, {}
+        for layer in [*(self.profiles[name] for name in spec.profiles), spec]:
+            layer = layer.fields()
+            parameters |= layer.pop("parameters", {})
+            fields |= layer
+        return ConfigOverrides(**fields, **({"parameters": parameters} if parameters else {}))
 
 
-def _convert(kind, value, where: str, source: Path):
-    """``value`` checked against the type annotation ``kind``; dataclasses built recursively."""
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        return _convert(next(a for a in args if a is not type(None)), value, where, source)
-    if dataclasses.is_dataclass(kind):
-        if not isinstance(value, dict):
-            raise ManifestError(f"{source}: {where} must be a table, not {type(value).__name__}")
-        return build(kind, value, where, source)
-    if kind is typing.Any:
-        return value
-    if kind in (dict, list):
-        if not isinstance(value, kind):
-            raise ManifestError(f"{source}: {where} must be a {'table' if kind is dict else 'list'}, not {value!r}")
-        return value
-    if origin in (list, tuple):
-        if not isinstance(value, list):
-            raise ManifestError(f"{source}: {where} must be a list, not {type(value).__name__}")
-        items = [_convert(args[0], item, f"{where}[{i}]", source) for i, item in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ManifestError(f"{source}: {where} must be a table, not {type(value).__name__}")
-        return {k: _convert(args[1], v, f"{where}.{k}", source) for k, v in value.items()}
-    if kind is str and isinstance(value, str) or kind is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind is bool and isinstance(value, bool):
-        return value
-    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ManifestError(f"{source}: {where} must be {getattr(kind, '__name__', kind)}, not {value!r}")
+def _where(location: tuple) -> str:
+    """A pydantic error location as the key's path: ``benchmarks[3].concurrency``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location).lstrip(".")
 
 
-def build(cls, table: dict, where: str, source: Path):
-    """An instance of dataclass ``cls`` from a TOML table; unknown and missing keys named."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ManifestError(
-            f"{source}: unknown key {prefix}{unknown[0]!r}"
-            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; "
-            f"known keys{' of ' + where if where else ''}: {', '.join(known)}"
-        )
-    values = {}
-    for name, spec in known.items():
-        path = f"{where}.{name}" if where else name
-        if name in table:
-            values[name] = _convert(hints[name], table[name], path, source)
-        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-            raise ManifestError(f"{source}: missing required key {path!r}")
-    return cls(**values)
+def _describe(error: dict) -> str:
+    where = _where(error["loc"])
+    if error["type"] == "extra_forbidden":
+        what = "unknown key"
+    elif error["type"] == "missing":
+        what = "missing required key"
+    elif error["type"] == "value_error":
+        what = error["msg"].removeprefix("Value error, ")
+    else:
+        what = f"{error['msg'].lower()}, not {error['input']!r}"
+    return f"{where}: {what}" if where else what
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Every error of ``exc`` as ``key.path: what``, unknown keys first (a misspelt key is also a missing one)."""
+    errors = sorted(exc.errors(include_url=False), key=lambda error: error["type"] != "extra_forbidden")
+    return "; ".join(_describe(error) for error in errors)
 
 
 def read_manifest(path: Path) -> Manifest:
@@ -319,80 +300,7 @@ def read_manifest(path: Path) -> Manifest:
             table = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from None
-    manifest = build(Manifest, table, "", path)
-    undeclared = sorted(set(manifest.target) - set(manifest.targets))
-    if undeclared:
-        raise ManifestError(f"{path}: [target.{undeclared[0]}] is not in targets = {manifest.targets}")
-    ids = [b.id for b in manifest.benchmarks]
-    for benchmark in manifest.benchmarks:
-        if benchmark.model_only and benchmark.model_only not in ids:
-            raise ManifestError(
-                f"{path}: benchmark {benchmark.id!r}: model_only = {benchmark.model_only!r} is no benchmark id "
-                f"of this manifest ({', '.join(ids)})"
-            )
-    _check_tables(manifest, path)
-    return manifest
-
-
-def _check_tables(manifest: Manifest, path: Path) -> None:
-    """The optional tables' names point at what the manifest declares."""
-    if manifest.reliability and manifest.reliability.model not in manifest.entry_models:
-        raise ManifestError(
-            f"{path}: [reliability] model = {manifest.reliability.model!r} is no entry model ({manifest.entry_models})"
-        )
-    scaleout = manifest.scaleout
-    if scaleout.model and scaleout.model not in manifest.entry_models:
-        raise ManifestError(
-            f"{path}: [scaleout] model = {scaleout.model!r} is no entry model ({manifest.entry_models})"
-        )
-    _check_openai(manifest, path)
-    peers = manifest.peers
-    if peers is None:
-        return
-    kinds = set(peers.ceiling_onnx) | {"sentence-transformers"}
-    named = {
-        "default_models": peers.default_models,
-        "variant_models": peers.variant_models,
-        "ceiling_follows": [peers.ceiling_follows],
-    }
-    for key, models in named.items():
-        unknown = [m for m in models if m not in peers.models]
-        if unknown:
-            raise ManifestError(
-                f"{path}: [peers] {key}: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
-            )
-    unknown = [m for m in peers.openai_models if m not in peers.models]
-    if unknown:
-        raise ManifestError(
-            f"{path}: [peers] openai_models: {unknown[0]!r} is not in [peers.models] ({list(peers.models)})"
-        )
-    for model, spec in peers.models.items():
-        if spec.request not in ("text", "tokens"):
-            raise ManifestError(f"{path}: [peers.models.{model}] request = {spec.request!r}: text or tokens")
-        if spec.ceiling not in kinds:
-            raise ManifestError(f"{path}: [peers.models.{model}] ceiling = {spec.ceiling!r}: one of {sorted(kinds)}")
-    if peers.peer_onnx not in peers.ceiling_onnx:
-        raise ManifestError(f"{path}: [peers] peer_onnx = {peers.peer_onnx!r} is not in ceiling_onnx")
-
-
-def _check_openai(manifest: Manifest, path: Path) -> None:
-    """``[openai]``: text and token models are entry models; each name has a text or a token path."""
-    openai = manifest.openai
-    if openai is None:
-        return
-    if openai.default is not None and openai.default not in openai.models:
-        raise ManifestError(
-            f"{path}: [openai] default = {openai.default!r} is not in [openai.models] ({list(openai.models)})"
-        )
-    for name, spec in openai.models.items():
-        if spec.text is None and spec.tokens is None:
-            raise ManifestError(f"{path}: [openai.models.{name}] maps neither text nor tokens")
-        for part in (spec.text, spec.tokens):
-            if part is not None and part.model not in manifest.entry_models:
-                raise ManifestError(
-                    f"{path}: [openai.models.{name}] model {part.model!r} is no entry model ({manifest.entry_models})"
-                )
-        if spec.tokens is not None and spec.tokens.pooling not in ("mean", "none"):
-            raise ManifestError(
-                f"{path}: [openai.models.{name}.tokens] pooling = {spec.tokens.pooling!r}: mean or none"
-            )
+    try:
+        return Manifest.model_validate(table)
+    except ValidationError as exc:
+        raise ManifestError(f"{path}: {describe_errors(exc)}") from None

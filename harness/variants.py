@@ -11,58 +11,52 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
 
+from harness.manifest import ConfigOverrides, describe_errors
 from harness.repository import derive, model_dirs
 
-KNOWN_KEYS = {
-    "instance_count",
-    "dynamic_batching",
-    "max_queue_delay_microseconds",
-    "preferred_batch_size",
-    "max_batch_size",
-    "parameters",
-    "version",
-    "backend",
-    "default_model_filename",
-}
 
-
-def apply_overrides(config: model_config_pb2.ModelConfig, overrides: dict) -> model_config_pb2.ModelConfig:
-    """Change the fields named in ``overrides`` (keys: see ``KNOWN_KEYS``)."""
-    unknown = set(overrides) - KNOWN_KEYS
-    if unknown:
-        raise ValueError(f"unknown config override(s) {sorted(unknown)}; known: {sorted(KNOWN_KEYS)}")
-    if "instance_count" in overrides:
+def apply_overrides(
+    config: model_config_pb2.ModelConfig, overrides: ConfigOverrides | dict
+) -> model_config_pb2.ModelConfig:
+    """Change the fields ``overrides`` sets (``harness.manifest.ConfigOverrides``; a dict is checked against it)."""
+    if isinstance(overrides, dict):
+        try:
+            overrides = ConfigOverrides.model_validate(overrides)
+        except ValidationError as exc:
+            raise ValueError(f"config overrides: {describe_errors(exc)}") from None
+    if overrides.instance_count is not None:
         if not config.instance_group:
             config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
         for group in config.instance_group:
-            group.count = int(overrides["instance_count"])
-    if overrides.get("dynamic_batching") is False:
+            group.count = overrides.instance_count
+    if overrides.dynamic_batching is False:
         config.ClearField("dynamic_batching")
-    elif overrides.get("dynamic_batching") is True:
+    elif overrides.dynamic_batching is True:
         config.dynamic_batching.SetInParent()
-    if "max_queue_delay_microseconds" in overrides:
-        config.dynamic_batching.max_queue_delay_microseconds = int(overrides["max_queue_delay_microseconds"])
-    if "preferred_batch_size" in overrides:
+    if overrides.max_queue_delay_microseconds is not None:
+        config.dynamic_batching.max_queue_delay_microseconds = overrides.max_queue_delay_microseconds
+    if overrides.preferred_batch_size is not None:
         del config.dynamic_batching.preferred_batch_size[:]
-        config.dynamic_batching.preferred_batch_size.extend(int(b) for b in overrides["preferred_batch_size"])
-    if "max_batch_size" in overrides:
-        if int(overrides["max_batch_size"]) == 0 and config.max_batch_size > 0:
+        config.dynamic_batching.preferred_batch_size.extend(overrides.preferred_batch_size)
+    if overrides.max_batch_size is not None:
+        if overrides.max_batch_size == 0 and config.max_batch_size > 0:
             # No batching: the batch becomes the first dim of every tensor, and no batcher can run.
             for tensor in list(config.input) + list(config.output):
                 tensor.dims.insert(0, -1)
             config.ClearField("dynamic_batching")
-        config.max_batch_size = int(overrides["max_batch_size"])
-    if "backend" in overrides:
+        config.max_batch_size = overrides.max_batch_size
+    if overrides.backend is not None:
         config.ClearField("platform")
-        config.backend = str(overrides["backend"])
-    if "default_model_filename" in overrides:
-        config.default_model_filename = str(overrides["default_model_filename"])
-    for key, value in overrides.get("parameters", {}).items():
-        config.parameters[key].string_value = str(value)
-    if "version" in overrides:
-        config.version_policy.specific.versions[:] = [int(overrides["version"])]
+        config.backend = overrides.backend
+    if overrides.default_model_filename is not None:
+        config.default_model_filename = overrides.default_model_filename
+    for key, value in (overrides.parameters or {}).items():
+        config.parameters[key].string_value = value
+    if overrides.version is not None:
+        config.version_policy.specific.versions[:] = [overrides.version]
     return config
 
 

@@ -132,8 +132,8 @@ def test_standard_bad_input(server_pool, deployment, model, kind, request):
         if case.body is None:
             if not getattr(ctx.server, "gate", False):
                 pytest.skip("no front gate in front of this server: nothing bounds the body")
-            policy = ctx.server.options.gate_policy or {}
-            limit = body_limit(config, DEFAULT_MAX_BODY, policy.get("max_body_bytes", {}).get(model))
+            policy = ctx.server.options.gate_policy
+            limit = body_limit(config, DEFAULT_MAX_BODY, policy.max_body_bytes.get(model) if policy else None)
             connection.putheader("Content-Length", str(limit + 1))
             connection.endheaders(b"{")
         else:

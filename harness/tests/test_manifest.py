@@ -7,6 +7,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.manifest import (
     Benchmark,
+    ConfigOverrides,
     ManifestError,
     PeerModel,
     PeerRatio,
@@ -44,20 +45,32 @@ def test_a_good_manifest_is_typed(tmp_path):
     _, manifest = _read(tmp_path, GOOD)
     assert manifest.target["npu"] == TargetSettings(image="ascend:8.3", device_ids=[0, 1], stub_python="3.10")
     assert manifest.benchmarks == [
-        Benchmark(id="m-b1", workload="checks.py:workload", concurrency=(1, 4), config={"m": {"instance_count": 2}})
+        Benchmark(
+            id="m-b1",
+            workload="checks.py:workload",
+            concurrency=[1, 4],
+            config={"m": ConfigOverrides(instance_count=2)},
+        )
     ]
+    assert manifest.benchmarks[0].overrides == {"m": {"instance_count": 2}}
     assert manifest.export is None and manifest.tests.module is None and manifest.summary == ""
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        (("concurrency = [1, 4]", "concurency = [1, 4]"), "unknown key benchmarks[0].'concurency'"),
-        (('stub_python = "3.10"', 'stub_pyhton = "3.10"'), "unknown key target.npu.'stub_pyhton'"),
-        (('name = "toy"', 'name = "toy"\nsumary = "x"'), "unknown key 'sumary'"),
-        (("concurrency = [1, 4]", 'concurrency = ["1"]'), "benchmarks[0].concurrency[0] must be int"),
-        (("device_ids = [0, 1]", 'device_ids = "0,1"'), "target.npu.device_ids must be a list"),
-        (('id = "m-b1"\n', ""), "missing required key 'benchmarks[0].id'"),
+        (("concurrency = [1, 4]", "concurency = [1, 4]"), "benchmarks[0].concurency: unknown key"),
+        (('stub_python = "3.10"', 'stub_pyhton = "3.10"'), "target.npu.stub_pyhton: unknown key"),
+        (('name = "toy"', 'name = "toy"\nsumary = "x"'), ": sumary: unknown key"),
+        (
+            ("concurrency = [1, 4]", 'concurrency = ["1"]'),
+            "benchmarks[0].concurrency[0]: input should be a valid integer, not '1'",
+        ),
+        (
+            ("device_ids = [0, 1]", 'device_ids = "0,1"'),
+            "target.npu.device_ids: input should be a valid list, not '0,1'",
+        ),
+        (('id = "m-b1"\n', ""), "benchmarks[0].id: missing required key"),
         (('targets = ["cpu", "npu"]', 'targets = ["cpu"]'), "[target.npu] is not in targets"),
         (('name = "toy"', "name = toy"), "not valid TOML"),
         (("concurrency = [1, 4]", 'model_only = "m-b8"'), "model_only = 'm-b8' is no benchmark id"),
@@ -119,14 +132,17 @@ def test_the_tools_tables_are_typed(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (('workload = "checks.py:reliability_workload"', 'workloads = "x"'), "unknown key reliability.'workloads'"),
+        (('workload = "checks.py:reliability_workload"', 'workloads = "x"'), "reliability.workloads: unknown key"),
         (('model = "m"\nworkload', 'model = "other"\nworkload'), "[reliability] model = 'other' is no entry model"),
-        (("cpu = 2", "cpus = 2"), "unknown key scaleout.'cpus'"),
-        (("cpu = 2", 'cpu = "2"'), "scaleout.cpu must be float"),
-        (('request = "text"', 'request = "json"'), "[peers.models.m] request = 'json'"),
+        (("cpu = 2", "cpus = 2"), "scaleout.cpus: unknown key"),
+        (("cpu = 2", 'cpu = "2"'), "scaleout.cpu: input should be a valid number, not '2'"),
+        (
+            ('request = "text"', 'request = "json"'),
+            "peers.models.m.request: input should be 'text' or 'tokens', not 'json'",
+        ),
         (('ceiling = "onnx-fp32"\n', 'ceiling = "onnx-int8"\n'), "ceiling = 'onnx-int8': one of"),
         (('default_models = ["m"]', 'default_models = ["n"]'), "[peers] default_models: 'n' is not in [peers.models]"),
-        (("goal = 1", 'goal = "high"'), "peers.ratios[0].goal must be float"),
+        (("goal = 1", 'goal = "high"'), "peers.ratios[0].goal: input should be a valid number"),
     ],
 )
 def test_bad_tools_tables_are_refused(tmp_path, change, message):
@@ -140,10 +156,10 @@ def test_bad_tools_tables_are_refused(tmp_path, change, message):
 @pytest.mark.parametrize(
     "table, message",
     [
-        ('[server]\nargs = ["--log-verbose=1"]\n', "unknown key 'server'"),
-        ('fixtures = "expected"\n', "unknown key 'fixtures'"),
-        ('[target.cpu]\nenv = { A = "1" }\n', "unknown key target.cpu.'env'"),
-        ('[target.cpu]\nserver_args = ["--x"]\n', "unknown key target.cpu.'server_args'"),
+        ('[server]\nargs = ["--log-verbose=1"]\n', ": server: unknown key"),
+        ('fixtures = "expected"\n', ": fixtures: unknown key"),
+        ('[target.cpu]\nenv = { A = "1" }\n', "target.cpu.env: unknown key"),
+        ('[target.cpu]\nserver_args = ["--x"]\n', "target.cpu.server_args: unknown key"),
     ],
 )
 def test_keys_nothing_reads_are_refused(tmp_path, table, message):
@@ -179,35 +195,50 @@ tokens = { model = "m", output = "last_hidden_state", normalize = true, vocab_si
 
 def test_the_openai_table_becomes_the_gate_policy(tmp_path):
     from harness.deployments import Deployment
-    from harness.serving.gate.policy import check_policy
+    from harness.serving.gate.policy import GatePolicy, OpenAIText
 
     path, manifest = _read(tmp_path, GOOD + OPENAI)
     assert manifest.openai.models["m"].tokens.normalize is True
-    policy = Deployment(tmp_path, manifest).gate_policy()["openai"]
-    assert policy["default"] == "m"
-    assert policy["models"]["m"]["text"] == {"model": "m", "input": "TEXT", "output": "EMBEDDING"}
-    assert policy["models"]["m"]["tokens"]["pooling"] == "mean" and "pad_id" not in policy["models"]["m"]["tokens"]
+    policy = Deployment(tmp_path, manifest).gate_policy()
+    assert policy.public == ["m"] and policy.openai.default == "m"
+    assert policy.openai.models["m"].text == OpenAIText(model="m", input="TEXT", output="EMBEDDING")
+    assert policy.openai.models["m"].tokens.pooling == "mean" and policy.openai.models["m"].tokens.pad_id is None
+    assert GatePolicy.model_validate_json(policy.model_dump_json()) == policy  # as it travels to the gate
     with pytest.raises(ValueError, match="maps neither"):
-        check_policy({"openai": {"models": {"x": {"tokenizer": {"model": "t", "input": "TEXT", "ids": "i"}}}}})
+        GatePolicy.model_validate({"openai": {"models": {"x": {"tokenizer": {"model": "t", "ids": "i"}}}}})
     with pytest.raises(ValueError, match="default"):
-        check_policy(
-            {"openai": {"default": "y", "models": {"x": {"text": {"model": "m", "input": "T", "output": "E"}}}}}
-        )
+        GatePolicy.model_validate({"openai": {"default": "y", "models": {"x": {"text": {"model": "m"}}}}})
     counted = {"model": "m", "input": "T", "output": "E", "tokens_output": "TOKEN_COUNT"}
-    assert check_policy({"openai": {"models": {"x": {"text": counted}}}})["openai"]["models"]["x"]["text"] == counted
+    assert GatePolicy.model_validate({"openai": {"models": {"x": {"text": counted}}}}).openai.models["x"].text == (
+        OpenAIText(**counted)
+    )
     with pytest.raises(ValueError, match="text.tokens_output"):
-        check_policy({"openai": {"models": {"x": {"text": {**counted, "tokens_output": 1}}}}})
+        GatePolicy.model_validate_json('{"openai": {"models": {"x": {"text": {"model": "m", "tokens_output": 1}}}}}')
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        GatePolicy.model_validate({"max_body_bytes": {"m": True}})
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
         (('default = "m"', 'default = "n"'), "[openai] default = 'n' is not in [openai.models]"),
-        (('text = { model = "m" }', 'text = { model = "other" }'), "model 'other' is no entry model"),
-        (("normalize = true", 'normalize = "yes"'), "normalize must be bool"),
-        (("vocab_size = 100", "vocab = 100"), "unknown key openai.models.m.tokens.'vocab'"),
-        (('text = { model = "m" }', 'text = { model = "m", tokens_output = 1 }'), "tokens_output must be"),
-        (('tokens = { model = "m", output', 'tokens = { model = "m", pooling = "max", output'), "pooling = 'max'"),
+        (
+            ('text = { model = "m" }', 'text = { model = "other" }'),
+            "[openai.models.m] text.model = 'other' is no entry model",
+        ),
+        (
+            ("normalize = true", 'normalize = "yes"'),
+            "openai.models.m.tokens.normalize: input should be a valid boolean, not 'yes'",
+        ),
+        (("vocab_size = 100", "vocab = 100"), "openai.models.m.tokens.vocab: unknown key"),
+        (
+            ('text = { model = "m" }', 'text = { model = "m", tokens_output = 1 }'),
+            "openai.models.m.text.tokens_output: input should be a valid string, not 1",
+        ),
+        (
+            ('tokens = { model = "m", output', 'tokens = { model = "m", pooling = "max", output'),
+            "openai.models.m.tokens.pooling: input should be 'mean' or 'none', not 'max'",
+        ),
     ],
 )
 def test_bad_openai_tables_are_refused(tmp_path, change, message):

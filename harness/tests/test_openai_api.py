@@ -123,8 +123,8 @@ def test_usage_comes_from_the_text_models_token_count(client, server, fixture):
     """The text model's TOKEN_COUNT output gives usage (the [openai] table maps no tokenizer for
     it): no request reaches the tokenizer model, and the counts are the reference tokenizer's,
     a text past the truncation length included."""
-    mapped = DEPLOYMENT.gate_policy()["openai"]["models"]["embedding_onnx_text"]
-    assert mapped["text"].get("tokens_output") == "TOKEN_COUNT" and "tokenizer" not in mapped
+    mapped = DEPLOYMENT.gate_policy().openai.models["embedding_onnx_text"]
+    assert mapped.text.tokens_output == "TOKEN_COUNT" and mapped.tokenizer is None
     sentences, _ = fixture
     texts = sentences + [" ".join(sentences * 20)]
 

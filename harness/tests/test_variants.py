@@ -19,7 +19,7 @@ def test_overrides_change_only_the_named_fields():
             "instance_count": 1,
             "max_queue_delay_microseconds": 500,
             "preferred_batch_size": [8, 16],
-            "parameters": {"intra_op_thread_count": 2},
+            "parameters": {"intra_op_thread_count": "2"},
             "max_batch_size": 32,
         },
     )
@@ -47,8 +47,10 @@ def test_a_variant_can_move_a_model_to_another_backend_without_batching():
 
 
 def test_unknown_override_is_refused():
-    with pytest.raises(ValueError, match="unknown config override"):
+    with pytest.raises(ValueError, match="config overrides: instances: unknown key"):
         apply_overrides(read_config(REPOSITORY / "embedding_py" / "config.pbtxt"), {"instances": 3})
+    with pytest.raises(ValueError, match="instance_count: input should be a valid integer"):
+        apply_overrides(read_config(REPOSITORY / "embedding_py" / "config.pbtxt"), {"instance_count": True})
 
 
 def test_variant_repository_links_files_and_rewrites_configs(tmp_path):

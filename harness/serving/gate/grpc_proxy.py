@@ -157,7 +157,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
         except DecodeError:
             raise GateError(400, "ModelInferRequest is not a valid protobuf message") from None
         config = await self.gate.check_inference(request.model_name, admin)
-        validate_grpc_infer(request, config, self.gate.policy.get("max_dims", {}).get(request.model_name))
+        validate_grpc_infer(request, config, self.gate.policy.max_dims.get(request.model_name))
         request.DiscardUnknownFields()
         return request.SerializeToString()
 

@@ -165,13 +165,13 @@ class HttpFront:
 
     async def checked_infer_body(self, request, model: str, config: dict) -> tuple[bytes, int | None]:
         """The body to forward (validated header re-serialized + binary data) and its header length."""
-        limit = body_limit(config, self.default_max_body, self.policy.get("max_body_bytes", {}).get(model))
+        limit = body_limit(config, self.default_max_body, self.policy.max_body_bytes.get(model))
         body = await read_limited(request, limit, f"model '{model}'")
         raw_length = request.headers.get("Inference-Header-Content-Length")
         if raw_length is not None and not re.fullmatch(r"[0-9]{1,12}", raw_length.strip()):
             raise GateError(400, f"Inference-Header-Content-Length {raw_length!r} is not a byte count")
         header_length = int(raw_length) if raw_length is not None else None
-        return validate_infer(model, config, body, header_length, self.policy.get("max_dims", {}).get(model))
+        return validate_infer(model, config, body, header_length, self.policy.max_dims.get(model))
 
     async def forward(self, request, body: bytes | None, admin: bool, header_length: int | None = None):
         from aiohttp import web

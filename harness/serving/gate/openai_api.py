@@ -50,6 +50,7 @@ try:  # float32 vectors straight to JSON (shortest float32 digits), ~20x the std
 except ImportError:  # an image without it: the stdlib's encoder, same numbers (as float64 digits)
     orjson = None
 
+from harness.serving.gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
 from harness.serving.gate.validate import GateError, parse_json, triton_datatype
 
 #: OpenAI's bound on the number of inputs of one embeddings request.
@@ -109,7 +110,7 @@ def parse_input(value) -> tuple[str, list]:
     )
 
 
-def parse_request(body: bytes, policy: dict) -> dict:
+def parse_request(body: bytes, mapping: OpenAIMapping) -> dict:
     """The checked fields of an embeddings request (``OpenAIError`` 400/404)."""
     try:
         request = parse_json(body)
@@ -122,13 +123,11 @@ def parse_request(body: bytes, policy: dict) -> dict:
         raise OpenAIError(400, f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
     if "input" not in request:
         raise OpenAIError(400, "'input' is a required property", "input")
-    name = request.get("model", policy.get("default"))
+    name = request.get("model", mapping.default)
     if not isinstance(name, str):
         raise OpenAIError(400, "'model' must be a string", "model")
-    if name not in policy["models"]:
-        raise OpenAIError(
-            404, f"The model '{name}' does not exist; this server has {sorted(policy['models'])}", "model"
-        )
+    if name not in mapping.models:
+        raise OpenAIError(404, f"The model '{name}' does not exist; this server has {sorted(mapping.models)}", "model")
     encoding = request.get("encoding_format", "float")
     if encoding is None:
         encoding = "float"
@@ -216,25 +215,21 @@ class OpenAIFront:
     """The /v1 handlers; a part of ``harness.serving.gate.server.Gate`` (its session, configs, limits)."""
 
     @property
-    def openai(self) -> dict:
-        return self.policy.get("openai") or {}
+    def openai(self) -> OpenAIMapping | None:
+        return self.policy.openai
 
     def openai_limit(self) -> int:
         """Body limit of ``/v1/embeddings``: the largest of the mapped models' (else the gate's default)."""
-        limits = self.policy.get("max_body_bytes") or {}
-        found = [
-            limits[spec[part]["model"]]
-            for spec in self.openai.get("models", {}).values()
-            for part in ("text", "tokens")
-            if part in spec and spec[part]["model"] in limits
-        ]
+        limits = self.policy.max_body_bytes
+        models = {getattr(spec, part).model for spec in self.openai.models.values() for part in spec.entry_parts()}
+        found = [limits[model] for model in models if model in limits]
         return max(found) if found else self.default_max_body
 
     async def handle_openai(self, request, path: str, read_limited):
         from aiohttp import web
 
         try:
-            if not self.openai.get("models"):
+            if self.openai is None:
                 raise OpenAIError(
                     404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)"
                 )
@@ -244,7 +239,7 @@ class OpenAIFront:
                 return web.json_response(self.models_list())
             if path.startswith("/v1/models/"):
                 name = path[len("/v1/models/") :]
-                if name not in self.openai["models"]:
+                if name not in self.openai.models:
                     raise OpenAIError(404, f"The model '{name}' does not exist", "model")
                 return web.json_response(self.model_entry(name))
             if path != "/v1/embeddings":
@@ -277,7 +272,7 @@ class OpenAIFront:
             return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
 
     def models_list(self) -> dict:
-        return {"object": "list", "data": [self.model_entry(name) for name in self.openai["models"]]}
+        return {"object": "list", "data": [self.model_entry(name) for name in self.openai.models]}
 
     def model_entry(self, name: str) -> dict:
         return {"id": name, "object": "model", "created": CREATED, "owned_by": "triton"}
@@ -325,37 +320,37 @@ class OpenAIFront:
         dims = [int(d) for d in spec.get("dims") or []]
         return (name, triton_datatype(spec.get("data_type", "")), [len(texts)] + [1] * len(dims), bytes_tensor(texts))
 
-    async def _tokenize(self, spec: dict, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    async def _tokenize(self, spec: OpenAITokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask) of ``texts`` from the tokenizer model (mask: ids != pad where it has none)."""
-        config = await self._config(spec["model"])
-        outputs = [spec["ids"]] + ([spec["mask"]] if spec.get("mask") else [])
-        out = await self._infer(spec["model"], [self._text_input(config, spec["input"], texts)], outputs)
-        ids = out[spec["ids"]]
-        mask = out[spec["mask"]] if spec.get("mask") else (ids != int(spec.get("pad_id", 0))).astype(np.int64)
+        config = await self._config(spec.model)
+        outputs = [spec.ids] + ([spec.mask] if spec.mask else [])
+        out = await self._infer(spec.model, [self._text_input(config, spec.input, texts)], outputs)
+        ids = out[spec.ids]
+        mask = out[spec.mask] if spec.mask else (ids != (spec.pad_id or 0)).astype(np.int64)
         return ids, mask
 
-    async def _tokens_model(self, spec: dict, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        config = await self._config(spec["model"])
-        ids_spec = _input_spec(config, spec["ids"])
-        inputs = [(spec["ids"], triton_datatype(ids_spec["data_type"]), list(ids.shape), ids.astype("<i8").tobytes())]
-        if spec.get("mask"):
-            inputs.append((spec["mask"], "INT64", list(mask.shape), mask.astype("<i8").tobytes()))
-        hidden = (await self._infer(spec["model"], inputs, [spec["output"]]))[spec["output"]]
-        if spec.get("pooling", "mean") == "mean" and hidden.ndim == 3:
+    async def _tokens_model(self, spec: OpenAITokens, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        config = await self._config(spec.model)
+        ids_spec = _input_spec(config, spec.ids)
+        inputs = [(spec.ids, triton_datatype(ids_spec["data_type"]), list(ids.shape), ids.astype("<i8").tobytes())]
+        if spec.mask:
+            inputs.append((spec.mask, "INT64", list(mask.shape), mask.astype("<i8").tobytes()))
+        hidden = (await self._infer(spec.model, inputs, [spec.output]))[spec.output]
+        if spec.pooling == "mean" and hidden.ndim == 3:
             weights = mask[..., None].astype(np.float32)
             vectors = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         else:
             vectors = hidden.reshape(hidden.shape[0], -1)
-        if spec.get("normalize"):
+        if spec.normalize:
             vectors = vectors / np.clip(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12, None)
         return vectors.astype(np.float32)
 
-    async def _pad_ids(self, spec: dict, rows: list[list[int]], offset: int) -> tuple[np.ndarray, np.ndarray]:
+    async def _pad_ids(self, spec: OpenAITokens, rows: list[list[int]], offset: int) -> tuple[np.ndarray, np.ndarray]:
         """Client token ids as a padded INT64 batch and its mask (400 for ids the model cannot take)."""
-        config = await self._config(spec["model"])
-        dims = [int(d) for d in _input_spec(config, spec["ids"]).get("dims") or []]
+        config = await self._config(spec.model)
+        dims = [int(d) for d in _input_spec(config, spec.ids).get("dims") or []]
         fixed = dims[-1] if dims and dims[-1] > 0 else None
-        bound = (self.policy.get("max_dims", {}).get(spec["model"], {}).get(spec["ids"]) or [None])[-1]
+        bound = (self.policy.max_dims.get(spec.model, {}).get(spec.ids) or [None])[-1]
         longest = max(len(r) for r in rows)
         limit = fixed or bound
         if limit and longest > limit:
@@ -363,30 +358,30 @@ class OpenAIFront:
             raise OpenAIError(
                 400, f"'input[{offset + i}]' has {len(rows[i])} tokens, more than the model's {limit}", "input"
             )
-        vocab = spec.get("vocab_size") or 1 << 63  # else any INT64 id
+        vocab = spec.vocab_size or 1 << 63  # else any INT64 id
         for i, row in enumerate(rows):
             if min(row) < 0 or max(row) >= vocab:
                 raise OpenAIError(400, f"'input[{offset + i}]' holds a token id outside 0..{vocab - 1}", "input")
         width = fixed or longest
-        ids = np.full((len(rows), width), int(spec.get("pad_id", 0)), dtype=np.int64)
+        ids = np.full((len(rows), width), spec.pad_id or 0, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         for i, row in enumerate(rows):
             ids[i, : len(row)] = row
             mask[i, : len(row)] = 1
         return ids, mask
 
-    async def _chunk(self, spec: dict, kind: str, items: list, offset: int) -> tuple[np.ndarray, int]:
+    async def _chunk(self, spec: OpenAIModel, kind: str, items: list, offset: int) -> tuple[np.ndarray, int]:
         """(vectors, prompt tokens) of one Triton-sized chunk of inputs."""
         if kind == "tokens":
-            ids, mask = await self._pad_ids(spec["tokens"], items, offset)
-            return await self._tokens_model(spec["tokens"], ids, mask), sum(len(r) for r in items)
-        tokenizer = spec.get("tokenizer")
-        if "text" in spec:
-            text = spec["text"]
-            config = await self._config(text["model"])
-            counted = text.get("tokens_output")
-            outputs = [text["output"]] + ([counted] if counted else [])
-            run = self._infer(text["model"], [self._text_input(config, text["input"], items)], outputs)
+            ids, mask = await self._pad_ids(spec.tokens, items, offset)
+            return await self._tokens_model(spec.tokens, ids, mask), sum(len(r) for r in items)
+        tokenizer = spec.tokenizer
+        if spec.text is not None:
+            text = spec.text
+            config = await self._config(text.model)
+            counted = text.tokens_output
+            outputs = [text.output] + ([counted] if counted else [])
+            run = self._infer(text.model, [self._text_input(config, text.input, items)], outputs)
             if counted:
                 out = await run
                 tokens = int(out[counted].astype(np.int64).sum())
@@ -395,31 +390,33 @@ class OpenAIFront:
                 tokens = int(mask.sum())
             else:
                 out, tokens = await run, 0
-            return out[text["output"]].reshape(len(items), -1).astype(np.float32, copy=False), tokens
+            return out[text.output].reshape(len(items), -1).astype(np.float32, copy=False), tokens
         ids, mask = await self._tokenize(tokenizer, items)
-        return await self._tokens_model(spec["tokens"], ids, mask), int(mask.sum())
+        return await self._tokens_model(spec.tokens, ids, mask), int(mask.sum())
 
-    async def _batch_size(self, spec: dict, kind: str) -> int:
-        parts = ["tokens"] if kind == "tokens" else [p for p in ("text", "tokenizer", "tokens") if p in spec]
-        if kind == "text" and "text" in spec:
-            skip = {"tokens", "tokenizer"} if spec["text"].get("tokens_output") else {"tokens"}
-            parts = [p for p in parts if p not in skip]
+    async def _batch_size(self, spec: OpenAIModel, kind: str) -> int:
+        if kind == "tokens":
+            parts = [spec.tokens]
+        elif spec.text is not None:
+            parts = [spec.text] if spec.text.tokens_output else [spec.text, spec.tokenizer]
+        else:
+            parts = [spec.tokenizer, spec.tokens]
         sizes = []
         for part in parts:
-            config = await self._config(spec[part]["model"])
-            sizes.append(int(config.get("max_batch_size") or 0) or 1)
+            if part is not None:
+                sizes.append((await self._config(part.model)).get("max_batch_size") or 1)
         return min(sizes)
 
-    async def _dimension(self, spec: dict, kind: str) -> int | None:
-        part = "text" if kind == "text" and "text" in spec else "tokens"
-        return _last_dim(await self._config(spec[part]["model"]), spec[part]["output"])
+    async def _dimension(self, spec: OpenAIModel, kind: str) -> int | None:
+        part = spec.text if kind == "text" and spec.text is not None else spec.tokens
+        return _last_dim(await self._config(part.model), part.output)
 
     async def embeddings(self, parsed: dict) -> dict:
         name, kind, items = parsed["model"], parsed["kind"], parsed["items"]
-        spec = self.openai["models"][name]
-        if kind == "tokens" and "tokens" not in spec:
+        spec = self.openai.models[name]
+        if kind == "tokens" and spec.tokens is None:
             raise OpenAIError(400, f"model '{name}' takes text only: it maps no token-in model for token ids", "input")
-        if kind == "text" and "text" not in spec and not ("tokenizer" in spec and "tokens" in spec):
+        if kind == "text" and spec.text is None and not (spec.tokenizer and spec.tokens):
             raise OpenAIError(400, f"model '{name}' takes token ids only: it maps no text-in model", "input")
         dimension = await self._dimension(spec, kind)
         if parsed["dimensions"] is not None and parsed["dimensions"] != dimension:

@@ -1,9 +1,10 @@
 """What the gate enforces per model, kept out of the models' config.pbtxt files.
 
-A policy is plain JSON, derived once per deployment (``harness.deployments.Deployment.gate_policy``:
-the manifest's entry models and ``[gate]`` table) and handed to the gate wherever it runs: inline
-in the local gate's start-up file, as ``--policy-file`` to ``python -m harness.serving.gate serve``
-(the CPU image, Compose replicas, Kubernetes pods). ::
+A policy is a ``GatePolicy``, derived once per deployment (``harness.deployments.Deployment.gate_policy``:
+the manifest's entry models, ``[gate]`` and ``[openai]`` tables) and handed to the gate wherever it
+runs as its JSON (``model_dump_json`` / ``model_validate_json``): inline in the local gate's
+start-up file, as ``--policy-file`` or ``--policy-json`` to ``python -m harness.serving.gate serve``
+(the CPU image, Compose and swarm replicas, Kubernetes pods). ::
 
     {"public": ["classify", "classifier"],                  # every other model is internal
      "max_body_bytes": {"classify": 33554432},              # else computed from the config
@@ -12,92 +13,124 @@ in the local gate's start-up file, as ``--policy-file`` to ``python -m harness.s
 
 ``openai``: the models of ``POST /v1/embeddings`` (``openai_api``: what each part names).
 
-Without a policy (``None``, or ``"public"`` absent) every model is public and the limits are the
-ones computed from each config (``validate.body_limit``).
+Without a policy (``public`` unset) every model is public and the limits are the ones computed
+from each config (``validate.body_limit``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Annotated, Literal
 
-KEYS = ("public", "max_body_bytes", "max_dims", "openai")
-#: The parts of an ``openai`` model and their keys: required, optional.
-OPENAI_PARTS = {
-    "text": ({"model", "input", "output"}, {"tokens_output"}),
-    "tokenizer": ({"model", "input", "ids"}, {"mask", "pad_id"}),
-    "tokens": ({"model", "ids", "output"}, {"mask", "pooling", "normalize", "pad_id", "vocab_size"}),
-}
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
-def check_policy(policy: dict | None) -> dict:
-    """``policy`` with its keys and value types checked (ValueError naming the key); ``{}`` for None."""
-    policy = dict(policy or {})
-    unknown = sorted(set(policy) - set(KEYS))
-    if unknown:
-        raise ValueError(f"gate policy: unknown keys {unknown} (known: {list(KEYS)})")
-    public = policy.get("public")
-    if public is not None and not (isinstance(public, list) and all(isinstance(m, str) for m in public)):
-        raise ValueError("gate policy: 'public' must be a list of model names")
-    for model, limit in (policy.get("max_body_bytes") or {}).items():
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-            raise ValueError(f"gate policy: max_body_bytes of {model!r} must be a positive integer")
-    for model, inputs in (policy.get("max_dims") or {}).items():
-        for name, dims in (inputs or {}).items():
-            if not (isinstance(dims, list) and all(isinstance(d, int) and d > 0 for d in dims)):
-                raise ValueError(f"gate policy: max_dims of {model!r} input {name!r} must be positive integers")
-    if policy.get("openai") is not None:
-        check_openai(policy["openai"])
-    return policy
+class Strict(BaseModel):
+    """A table of known keys only, each of its declared type (no bool for an int, no "1" for 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def check_openai(openai: dict) -> None:
-    """The ``openai`` key: every model maps a text path (``text``, or ``tokenizer`` + ``tokens``)
-    or a token path, with the keys each part needs (ValueError naming the model and key)."""
-    if not isinstance(openai, dict) or set(openai) - {"default", "models"}:
-        raise ValueError("gate policy: 'openai' must be an object of 'default' and 'models'")
-    models = openai.get("models")
-    if not isinstance(models, dict) or not models:
-        raise ValueError("gate policy: openai 'models' must map at least one OpenAI model name")
-    if openai.get("default") is not None and openai["default"] not in models:
-        raise ValueError(f"gate policy: openai default {openai['default']!r} is not in its models {sorted(models)}")
-    for name, spec in models.items():
-        where = f"gate policy: openai model {name!r}"
-        if not isinstance(spec, dict) or not spec or set(spec) - set(OPENAI_PARTS):
-            raise ValueError(f"{where} must be an object of {sorted(OPENAI_PARTS)}")
-        if "text" not in spec and "tokens" not in spec:
-            raise ValueError(f"{where} maps neither a 'text' nor a 'tokens' model")
-        for part, table in spec.items():
-            required, optional = OPENAI_PARTS[part]
-            if not isinstance(table, dict) or not required <= set(table) or set(table) - required - optional:
-                raise ValueError(f"{where} {part!r} needs {sorted(required)} (may have {sorted(optional)})")
-            for key in required | (optional & set(table)):
-                value = table[key]
-                if key == "normalize":
-                    ok = isinstance(value, bool)
-                elif key in ("pad_id", "vocab_size"):
-                    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-                elif key == "pooling":
-                    ok = value in ("mean", "none")
-                else:
-                    ok = isinstance(value, str) and bool(value)
-                if not ok:
-                    raise ValueError(f"{where} {part}.{key} = {value!r} has the wrong type or value")
+class OpenAIText(Strict):
+    """A text-in entry model (BYTES in, one vector per text out)."""
+
+    model: NonEmptyStr
+    input: str = "TEXT"
+    output: str = "EMBEDDING"
+    #: Its output of each text's token count (``[batch, 1]`` ints): ``usage`` sums it, with no
+    #: ``tokenizer`` request for text input.
+    tokens_output: str | None = None
 
 
-def is_internal(policy: dict, model: str) -> bool:
-    """A model that clients may not call (only the server's own ensembles and BLS calls)."""
-    public = policy.get("public")
-    return public is not None and model not in public
+class OpenAITokenizer(Strict):
+    """The server model that tokenizes as the text path does (``usage`` counts its non-padding
+    tokens; without ``text`` it feeds ``tokens``)."""
+
+    model: NonEmptyStr
+    ids: NonEmptyStr
+    input: str = "TEXT"
+    #: Its attention-mask output; without one, tokens are the ids other than ``pad_id``.
+    mask: str | None = None
+    pad_id: NonNegativeInt | None = None
 
 
-def read_policy(path: str | Path | None) -> dict:
-    """The policy in the JSON file at ``path`` (``{}`` when no path is given)."""
-    return check_policy(json.loads(Path(path).read_text())) if path else {}
+class OpenAITokens(Strict):
+    """A token-in entry model for ``input`` given as token ids."""
+
+    model: NonEmptyStr
+    output: NonEmptyStr
+    ids: str = "input_ids"
+    mask: str | None = None
+    #: ``mean`` (over the mask, for a ``[batch, tokens, dim]`` output) or ``none``.
+    pooling: Literal["mean", "none"] = "mean"
+    normalize: bool = False
+    pad_id: NonNegativeInt | None = None
+    #: Ids outside ``0..vocab_size-1`` are refused with 400 before the model sees them.
+    vocab_size: PositiveInt | None = None
 
 
-def write_policy(policy: dict | None, path: str | Path) -> Path:
+class OpenAIModel(Strict):
+    """What one OpenAI model name runs: a text path (``text``, or ``tokenizer`` + ``tokens``) or a token path."""
+
+    text: OpenAIText | None = None
+    tokenizer: OpenAITokenizer | None = None
+    tokens: OpenAITokens | None = None
+
+    @model_validator(mode="after")
+    def _maps_a_path(self):
+        if self.text is None and self.tokens is None:
+            raise ValueError("maps neither text nor tokens")
+        return self
+
+    def entry_parts(self) -> list[str]:
+        """Its parts that name entry models (``text``, ``tokens``; the tokenizer may be internal)."""
+        return [part for part in ("text", "tokens") if getattr(self, part) is not None]
+
+
+class OpenAIMapping(Strict):
+    """``POST /v1/embeddings`` and ``GET /v1/models`` on the gate's HTTP port, by OpenAI model name."""
+
+    models: dict[str, OpenAIModel] = Field(min_length=1)
+    #: The model of a request that names none.
+    default: str | None = None
+
+    @model_validator(mode="after")
+    def _default_is_mapped(self):
+        if self.default is not None and self.default not in self.models:
+            raise ValueError(f"[openai] default = {self.default!r} is not in [openai.models] ({list(self.models)})")
+        return self
+
+
+class GateBounds(Strict):
+    """Bounds the gate enforces beyond what each config implies."""
+
+    #: Largest request body per model, in bytes (else computed from the config, else 64 MiB).
+    max_body_bytes: dict[str, PositiveInt] = {}
+    #: Largest dims per input of a model, batch dim excluded: ``{ model = { input = [3, 1280, 1280] } }``.
+    max_dims: dict[str, dict[str, list[PositiveInt]]] = {}
+
+
+class GatePolicy(GateBounds):
+    """A deployment's whole gate policy."""
+
+    #: The models clients may call; None: every model.
+    public: list[str] | None = None
+    openai: OpenAIMapping | None = None
+
+    def is_internal(self, model: str) -> bool:
+        """A model that clients may not call (only the server's own ensembles and BLS calls)."""
+        return self.public is not None and model not in self.public
+
+
+def read_policy(path: str | Path | None) -> GatePolicy:
+    """The policy in the JSON file at ``path`` (an empty policy when no path is given)."""
+    return GatePolicy.model_validate_json(Path(path).read_text()) if path else GatePolicy()
+
+
+def write_policy(policy: GatePolicy, path: str | Path) -> Path:
     """Write ``policy`` as JSON to ``path`` (read-only for others is enough: it holds no secret)."""
     path = Path(path)
-    path.write_text(json.dumps(check_policy(policy), indent=1, sort_keys=True) + "\n")
+    path.write_text(policy.model_dump_json(indent=1) + "\n")
     return path

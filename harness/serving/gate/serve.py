@@ -20,7 +20,6 @@ unshare namespaces: the container already has its own network namespace and ``/d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import socket
@@ -141,7 +140,7 @@ def serve_main(argv: list[str]) -> int:
     from harness.serving.gate import log
     from harness.serving.gate.auth import read_keys
     from harness.serving.gate.isolation import raise_priority
-    from harness.serving.gate.policy import check_policy, read_policy
+    from harness.serving.gate.policy import GatePolicy, read_policy
     from harness.serving.gate.server import run_gate
 
     if "--" not in argv:
@@ -203,7 +202,9 @@ def serve_main(argv: list[str]) -> int:
         "restricted_apis": restricted,
         "user_model_control_mode": mode,
         "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
-        "policy": check_policy(json.loads(args.policy_json)) if args.policy_json else read_policy(args.policy_file),
+        "policy": (
+            GatePolicy.model_validate_json(args.policy_json) if args.policy_json else read_policy(args.policy_file)
+        ).model_dump(mode="json"),
         "api_keys": read_keys(args.api_key_file),
     }
     if args.max_body_bytes:

@@ -45,7 +45,7 @@ from harness.serving.gate import log
 from harness.serving.gate.http_front import HttpFront
 from harness.serving.gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
 from harness.serving.gate.openai_api import OpenAIFront
-from harness.serving.gate.policy import check_policy, is_internal
+from harness.serving.gate.policy import GatePolicy
 from harness.serving.gate.stub_watch import StubWatch
 from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
 
@@ -63,7 +63,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.admin_token = config["admin_token"]
         self.internal_token = config["internal_token"]
         self.user_mode = config["user_model_control_mode"]
-        self.policy = check_policy(config.get("policy"))
+        self.policy = GatePolicy.model_validate(config.get("policy") or {})
         self.api_keys = list(config.get("api_keys") or [])  # bearer-token auth when set (auth)
         self.upstream_http = f"http://127.0.0.1:{config['private_ports'][0]}"
         self.upstream_grpc = f"127.0.0.1:{config['private_ports'][1]}"
@@ -143,7 +143,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         config = await self.model_config(model)
         if config is None:
             raise GateError(404, f"Request for unknown model: '{model}' is not found")
-        if is_internal(self.policy, model) and not admin:
+        if self.policy.is_internal(model) and not admin:
             raise GateError(403, f"model '{model}' is internal to its deployment; clients call the entry models")
         if model in self.broken:
             raise GateError(503, f"model '{model}' is being reloaded after its stub process died")

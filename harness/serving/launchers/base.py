@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import tritonclient.http as httpclient
 
+from harness.serving.gate.policy import GatePolicy
+
 #: Log lines that mean the server will never become ready (or is already broken).
 FAILURE_PATTERNS = [
     re.compile(p)
@@ -76,7 +78,7 @@ class ServerOptions:
     #: image label saying otherwise wins).
     stub_python: str | None = None
     #: What the front gate enforces per model (``harness.serving.gate.policy``); None: every model public.
-    gate_policy: dict | None = None
+    gate_policy: GatePolicy | None = None
     #: API keys of the gate's bearer-token auth (``harness.serving.gate.auth``); empty: off.
     api_keys: list[str] = field(default_factory=list)
 

@@ -105,7 +105,7 @@ class DockerTritonServer(StartedTritonServer):
         if not self.gate:
             return triton
         gate_args = ["--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token"]
-        if self.options.gate_policy:
+        if self.options.gate_policy is not None:
             gate_args += ["--policy-file", f"{CONTAINER_SECRET_DIR}/{POLICY_FILE}"]
         if self.options.api_keys:
             gate_args += ["--api-key-file", f"{CONTAINER_SECRET_DIR}/{API_KEY_FILE}"]
@@ -278,7 +278,7 @@ class DockerTritonServer(StartedTritonServer):
         fd = os.open(self.secret_dir / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.admin_token)
-        if self.options.gate_policy:
+        if self.options.gate_policy is not None:
             write_policy(self.options.gate_policy, self.secret_dir / POLICY_FILE)
         if self.options.api_keys:
             fd = os.open(self.secret_dir / API_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

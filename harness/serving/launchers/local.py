@@ -182,7 +182,7 @@ class LocalTritonServer(StartedTritonServer):
             "user_model_control_mode": self.options.model_control_mode,
             "exit_timeout_s": self.exit_timeout_s,
             "isolate": self.isolate,
-            "policy": self.options.gate_policy,
+            "policy": self.options.gate_policy.model_dump(mode="json") if self.options.gate_policy else None,
             "api_keys": list(self.options.api_keys),
             **self.gate_options,
         }
