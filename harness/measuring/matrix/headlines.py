@@ -25,8 +25,9 @@ from pathlib import Path
 
 from harness.measuring.matrix.cells import generator_family, network_records, stamp
 from harness.measuring.matrix.container_cost import container_cost
+from harness.measuring.matrix.fmt import rate, ratio, size, spread
 from harness.measuring.matrix.freshness import freshness_note
-from harness.measuring.matrix.plots import rate
+from harness.measuring.matrix.plots import plot_headlines  # noqa: F401 - where outputs.py imports it from
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 #: What reproduces each lesson (Makefile targets; test_matrix_headlines checks they exist).
@@ -37,28 +38,6 @@ COMMANDS = {
     "container": "make bench MODE=local && make bench MODE=docker && make matrix",
     "gate": "make gate-cost && make matrix",
 }
-#: The headline figures, ``docs/plots/headline-<kind>.png``.
-FIGURES = ("network", "serving", "costs")
-#: Grouped bars get a logarithmic axis where their values span more than this factor.
-LOG_SPAN = 50.0
-
-
-# -- formatting: every number of the screen goes through these ------------------------------
-def ratio(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f}-{max(values):.2f}"
-
-
-def size(value: float) -> str:
-    """Bytes per request: MB / kB / B."""
-    if value >= 1e6:
-        return f"{value / 1e6:.1f} MB"
-    if value >= 1e4:
-        return f"{value / 1e3:.0f} kB"
-    return f"{value / 1e3:.1f} kB" if value >= 1e3 else f"{value:.0f} B"
 
 
 def wire(record: dict) -> float:
@@ -495,128 +474,3 @@ def headlines_json(headlines: dict) -> dict:
         return value
 
     return strip(headlines)
-
-
-# -- figures -----------------------------------------------------------------------------
-def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict[str, list] | None = None) -> None:
-    """Grouped bars, a value label on each, and an optional tick (the ceiling) on each bar."""
-    width = 0.8 / max(len(series), 1)
-    for i, (label, values) in enumerate(series.items()):
-        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        bars = ax.bar(xs, [v if v == v else 0 for v in values], width * 0.92, label=label)
-        ax.bar_label(bars, [rate(v) if v == v and v else "" for v in values], fontsize=6, padding=1)
-        for x, mark in zip(xs, (marks or {}).get(label, [])):
-            if mark:
-                ax.hlines(mark, x - width / 2, x + width / 2, colors="black", linewidth=1.6)
-    ax.set_xticks(range(len(groups)), groups)
-    values = [v for vs in series.values() for v in vs if v and v == v]
-    if values and max(values) / min(values) > LOG_SPAN:
-        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-        ax.set_yscale("log")
-        ax.set_ylim(bottom=min(values) / 2)
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v)))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.grid(axis="y", alpha=0.3, which="both")
-
-
-def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
-    written = {}
-
-    def save(fig, kind: str, rect=(0, 0, 1, 1)) -> None:
-        fig.tight_layout(rect=rect)
-        written[kind] = folder / f"headline-{kind}.png"
-        fig.savefig(written[kind], dpi=100, metadata={"Software": None})
-        plt.close(fig)
-
-    network = headlines["network"]
-    if network["measured"]:
-        fig, ax = plt.subplots(figsize=(8, 5))
-        links = network["links"]
-        label = {p: f"{p} ({size(network['bytes_per_request'][p])}/req)" for p in network["paths"]}
-        top = max(v for p in network["paths"] for v in network["items_per_second"][p].values())
-        ceilings = {  # the link ceiling where it is within the figure's range
-            label[p]: [c if (c := network["link_ceiling"][p].get(k)) and c <= 2 * top else None for k in links]
-            for p in network["paths"]
-        }
-        groups = [
-            f"{k}\n(make bench, unshaped)" if k == "loopback" and network["loopback_from_bench"] else k for k in links
-        ]
-        _bars(
-            ax,
-            groups,
-            {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]},
-            ceilings,
-        )
-        from matplotlib.lines import Line2D
-
-        handles, labels = ax.get_legend_handles_labels()
-        handles.append(Line2D([], [], color="black", linewidth=1.6))
-        labels.append("link ceiling: rate / 8 / bytes per request")
-        ax.set(
-            xlabel="link between client and server",
-            ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),
-            title=f"{network['deployment']}: items/s of the same input sent three ways, by link rate\n"
-            f"c={network['concurrency']}, {network['when']}, {network['machine']}",
-        )
-        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
-        save(fig, "network", rect=(0, 0.14, 1, 1))
-
-    serving = headlines["serving"]
-    if serving["measured"]:
-        from matplotlib.lines import Line2D
-
-        batches = shown_batches(serving)
-        fig, axes = plt.subplots(1, len(batches), figsize=(6.2 * len(batches), 5.2), squeeze=False, sharey=True)
-        for ax, batch in zip(axes.flat, batches):
-            at = [w for w in serving["workloads"] if w["batch"] == batch]
-            label = {m: m + peer_suffix(serving, m) for m in serving["targets"]}
-            series = {label[m]: [w["items_per_second"].get(m, float("nan")) for w in at] for m in serving["targets"]}
-            marks = {label[m]: [w["ceiling"].get(m) for w in at] for m in serving["targets"]}
-            _bars(ax, [f"c={w['concurrency']}" for w in at], series, marks)
-            ax.set(
-                xlabel="concurrency (requests in flight)",
-                ylabel="sentences/s" if ax is axes.flat[0] else None,
-                title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
-            )
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        handles.append(Line2D([], [], color="black", linewidth=1.6))
-        labels.append("in-process ceiling of that method")
-        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4, frameon=False)
-        fig.suptitle(
-            f"{serving['deployment']}: sentences/s of each serving method, one run "
-            f"({serving['run_id']}, {serving['when']}, {serving['machine']})"
-        )
-        save(fig, "serving", rect=(0, 0.12, 1, 1))
-
-    costs = headlines["costs"]
-    rows = [r for kind in costs["rows"].values() for r in kind]
-    if rows:
-        from matplotlib.patches import Patch
-
-        fig, ax = plt.subplots(figsize=(9, 1.8 + 0.55 * len(rows)))
-        ys = list(range(len(rows)))
-        medians = [r["median"] for r in rows]
-        low = [r["median"] - min(r["spread"]) for r in rows]
-        high = [max(r["spread"]) - r["median"] for r in rows]
-        colors = {"processing": "tab:blue", "container": "tab:orange", "gate": "tab:green"}
-        bars = ax.barh(ys, medians, xerr=[low, high], color=[colors[r["kind"]] for r in rows], capsize=3)
-        ax.bar_label(bars, [ratio(m) for m in medians], fontsize=7, label_type="center", color="white")
-        ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_yticks(ys, [r["label"].replace(": ", "\n", 1) for r in rows], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("ratio of items/s, with / without (median; whiskers: range over rounds or cells)")
-        fig.suptitle("What server-side processing, the container and the front gate cost (1.0 = nothing)")
-        kinds = [k for k in colors if any(r["kind"] == k for r in rows)]
-        names = {"processing": "server-side processing", "container": "container", "gate": "front gate"}
-        ax.legend([Patch(color=colors[k]) for k in kinds], [names[k] for k in kinds], fontsize=7, loc="lower right")
-        ax.grid(axis="x", alpha=0.3)
-        save(fig, "costs")
-    return written

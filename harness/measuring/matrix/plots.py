@@ -1,5 +1,6 @@
-"""The matrix's figures (``docs/plots/<deployment>-<kind>.png``), each answering one question
-about one run: the latest server mode a deployment was measured in, default generator only.
+"""The matrix's figures: the headline screen's (``docs/plots/headline-<kind>.png``) and each
+deployment's (``docs/plots/<deployment>-<kind>.png``), the latter each answering one question about
+one run: the latest server mode a deployment was measured in, default generator only.
 
 - ``throughput``: items/s of each variant, bars grouped by concurrency (a comparison at fixed
   c); a line of items/s against c only for variants whose sweep has ``SWEEP_POINTS`` levels or more.
@@ -15,21 +16,38 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.measuring.matrix.cells import generator_family, stamp
-
-
-def rate(value: float) -> str:
-    """A bar's label: integers from 100, one decimal from 10, two below."""
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
+from harness.measuring.matrix.fmt import rate, ratio, size
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
 PLOT_KINDS = ("throughput", "latency", "bytes")
 #: A concurrency sweep with at least this many levels is drawn as a line too.
 SWEEP_POINTS = 4
-#: Values spanning more than this factor get a logarithmic axis.
+#: Values spanning more than this factor get a logarithmic axis (headline bars: ``HEADLINE_LOG_SPAN``).
 LOG_SPAN = 20.0
+HEADLINE_LOG_SPAN = 50.0
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _saver(folder: Path, prefix: str, written: dict[str, Path]):
+    """``save(fig, kind, rect)``: lay the figure out, write ``<folder>/<prefix><kind>.png``, close it."""
+    plt = _pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def save(fig, kind: str, rect=(0, 0, 1, 1)) -> None:
+        fig.tight_layout(rect=rect)
+        written[kind] = folder / f"{prefix}{kind}.png"
+        fig.savefig(written[kind], dpi=100, metadata={"Software": None})
+        plt.close(fig)
+
+    return save
 
 
 def family_of(rows: list[dict], model_only: dict[str, str]) -> dict[str, str]:
@@ -79,24 +97,14 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     mode, run = figure_run(rows)
     if not run:
         return {}
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = _pyplot()
     written: dict[str, Path] = {}
+    save = _saver(folder, f"{name}-", written)
     variants = variants_in_order(run, model_only)
     levels = sorted({int(r["concurrency"]) for r in run})
     at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
     where = caption(mode, run)
     height = 1.6 + 0.3 * (len(at) + len(variants))
-
-    def save(fig, kind: str) -> None:
-        fig.tight_layout()
-        written[kind] = folder / f"{name}-{kind}.png"
-        fig.savefig(written[kind], dpi=100, metadata={"Software": None})
-        plt.close(fig)
 
     colors = {c: f"C{i}" for i, c in enumerate(levels)}
     slots = []  # (y, variant, concurrency): a bar per measured level, variants apart by a gap
@@ -189,4 +197,137 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     ax.legend(fontsize=7)
     fig.suptitle(f"{name}: bytes on the wire per request of each variant\n({where})", fontsize=10)
     save(fig, "bytes")
+    return written
+
+
+# -- the headline screen's figures -------------------------------------------------------
+def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict[str, list] | None = None) -> None:
+    """Grouped bars with a value label on each; a bar's mark (its ceiling) is a tick in the bar's own
+    colour over that bar, joined to it by a dotted stem; a mark beyond the axis is an arrow at the top
+    of the axis over its bar, labelled with its value."""
+    width = 0.8 / max(len(series), 1)
+    values = [v for vs in series.values() for v in vs if v and v == v]
+    top = max(values, default=1.0)
+    drawn = []  # (x, bar height, mark, colour)
+    for i, (label, heights) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        bars = ax.bar(xs, [v if v == v else 0 for v in heights], width * 0.92, label=label)
+        ax.bar_label(bars, [rate(v) if v == v and v else "" for v in heights], fontsize=6, padding=1)
+        colour = bars.patches[0].get_facecolor() if bars.patches else "black"
+        for x, height, mark in zip(xs, heights, (marks or {}).get(label, [])):
+            if mark:
+                drawn.append((x, height if height == height else 0.0, mark, colour))
+    ax.set_xticks(range(len(groups)), groups)
+    shown = [m for _, _, m, _ in drawn if m <= 2 * top]  # farther than twice the tallest bar: off scale
+    if values and max(values) / min(values) > HEADLINE_LOG_SPAN:
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=min(values) / 2)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(top=max([top, *shown]) * (2.0 if ax.get_yscale() == "log" else 1.15))
+    ceiling = ax.get_ylim()[1]
+    for x, height, mark, colour in drawn:
+        if mark <= ceiling:
+            ax.vlines(x, height, mark, colors=[colour], linestyles="dotted", linewidth=1)
+            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors=[colour], linewidth=2.2)
+            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors="black", linewidth=0.6)
+        else:
+            ax.annotate(
+                f"{rate(mark)}\n(off scale)",
+                (x, ceiling),
+                xytext=(0, -14),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=6,
+                arrowprops={"arrowstyle": "->", "color": colour},
+            )
+    ax.grid(axis="y", alpha=0.3, which="both")
+
+
+def _ceiling_handle(label: str):
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="black", linewidth=1.6), label
+
+
+def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
+    """``headline-network.png``, ``headline-serving.png`` and ``headline-costs.png``, those measured."""
+    plt = _pyplot()
+    written: dict[str, Path] = {}
+    save = _saver(folder, "headline-", written)
+    network = headlines["network"]
+    if network["measured"]:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        links = network["links"]
+        label = {p: f"{p} ({size(network['bytes_per_request'][p])}/req)" for p in network["paths"]}
+        groups = [
+            f"{k}\n(make bench, unshaped)" if k == "loopback" and network["loopback_from_bench"] else k for k in links
+        ]
+        series = {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]}
+        _bars(
+            ax, groups, series, {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
+        )
+        handles, labels = ax.get_legend_handles_labels()
+        handle, text = _ceiling_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
+        ax.set(
+            xlabel="link between client and server",
+            ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),
+            title=f"{network['deployment']}: items/s of the same input sent three ways, by link rate\n"
+            f"c={network['concurrency']}, {network['when']}, {network['machine']}",
+        )
+        fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=2, frameon=False)
+        save(fig, "network", rect=(0, 0.14, 1, 1))
+
+    serving = headlines["serving"]
+    if serving["measured"]:
+        from harness.measuring.matrix.headlines import peer_suffix, shown_batches
+
+        batches = shown_batches(serving)
+        fig, axes = plt.subplots(1, len(batches), figsize=(6.2 * len(batches), 5.2), squeeze=False)
+        for ax, batch in zip(axes.flat, batches):
+            at = [w for w in serving["workloads"] if w["batch"] == batch]
+            label = {m: m + peer_suffix(serving, m) for m in serving["targets"]}
+            series = {label[m]: [w["items_per_second"].get(m, float("nan")) for w in at] for m in serving["targets"]}
+            marks = {label[m]: [w["ceiling"].get(m) for w in at] for m in serving["targets"]}
+            _bars(ax, [f"c={w['concurrency']}" for w in at], series, marks)
+            ax.set(
+                xlabel="concurrency (requests in flight)",
+                ylabel="sentences/s" if ax is axes.flat[0] else None,
+                title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
+            )
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        handle, text = _ceiling_handle("in-process ceiling of the method below it")
+        fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=4, frameon=False)
+        fig.suptitle(
+            f"{serving['deployment']}: sentences/s of each serving method, one run "
+            f"({serving['run_id']}, {serving['when']}, {serving['machine']})"
+        )
+        save(fig, "serving", rect=(0, 0.12, 1, 1))
+
+    rows = [r for kind in headlines["costs"]["rows"].values() for r in kind]
+    if rows:
+        from matplotlib.patches import Patch
+
+        fig, ax = plt.subplots(figsize=(9, 1.8 + 0.55 * len(rows)))
+        ys = list(range(len(rows)))
+        medians = [r["median"] for r in rows]
+        low = [r["median"] - min(r["spread"]) for r in rows]
+        high = [max(r["spread"]) - r["median"] for r in rows]
+        colors = {"processing": "tab:blue", "container": "tab:orange", "gate": "tab:green"}
+        bars = ax.barh(ys, medians, xerr=[low, high], color=[colors[r["kind"]] for r in rows], capsize=3)
+        ax.bar_label(bars, [ratio(m) for m in medians], fontsize=7, label_type="center", color="white")
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_yticks(ys, [r["label"].replace(": ", "\n", 1) for r in rows], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("ratio of items/s, with / without (median; whiskers: range over rounds or cells)")
+        fig.suptitle("What server-side processing, the container and the front gate cost (1.0 = nothing)")
+        kinds = [k for k in colors if any(r["kind"] == k for r in rows)]
+        names = {"processing": "server-side processing", "container": "container", "gate": "front gate"}
+        ax.legend([Patch(color=colors[k]) for k in kinds], [names[k] for k in kinds], fontsize=7, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+        save(fig, "costs")
     return written

@@ -16,6 +16,7 @@ from harness.measuring.matrix.cells import (
     stamp,
 )
 from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
+from harness.measuring.matrix.fmt import size
 from harness.measuring.matrix.freshness import freshness_note
 from harness.measuring.matrix.plots import PLOT_KINDS
 from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
@@ -94,8 +95,6 @@ def _served(record: dict) -> str:
 
 
 def _bytes(record: dict) -> str:
-    from harness.measuring.matrix.headlines import size
-
     sent, received = record.get("bytes_sent_per_request"), record.get("bytes_received_per_request")
     return " / ".join(size(v) if v is not None else "–" for v in (sent, received))
 
