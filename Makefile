@@ -23,22 +23,25 @@ help: ## Show this help
 
 # Local distributions installed editable beside the project: triton_helpers (what the deployments'
 # Python models share) and each deployment's own package (a folder with a pyproject.toml one level down).
+# The lab (lab/: soak, faults, hostile, peers, scaleout, netem, perf_analyzer) with LAB_EXTRAS (peers: the naive
+# FastAPI peer's packages) is installed editable beside them too.
+LAB_EXTRAS ?= peers
 LOCAL_PACKAGES := triton_helpers $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
 
-$(VENV)/.installed: requirements/no-deps.txt pyproject.toml $(foreach p,$(LOCAL_PACKAGES),$(p)/pyproject.toml) $(wildcard deployments/*/requirements.txt)
+$(VENV)/.installed: requirements/no-deps.txt pyproject.toml lab/pyproject.toml $(foreach p,$(LOCAL_PACKAGES),$(p)/pyproject.toml) $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip wheel
-	$(PIP) install -e '.[$(EXTRAS)]' $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
+	$(PIP) install -e '.[$(EXTRAS)]' -e './lab[$(LAB_EXTRAS)]' $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
 	$(PIP) install --no-deps -r requirements/no-deps.txt
 	touch $@
 
 install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default all: serve, test, export) from the registries
 
-# Where the tests are (pyproject's testpaths): the harness, triton_helpers, each deployment's tests/
+# Where the tests are (pyproject's testpaths): the harness, the lab, triton_helpers, each deployment's tests/
 # and the tests/ of its own package (deployments/<name>/<package>/tests).
-TEST_PATHS := harness/ triton_helpers/ $(wildcard deployments/*/tests deployments/*/*/tests)
+TEST_PATHS := harness/ lab/ triton_helpers/ $(wildcard deployments/*/tests deployments/*/*/tests)
 
-test: install ## Run the default suite against real tritonservers (pytest harness/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
+test: install ## Run the default suite against real tritonservers (pytest harness/ lab/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not variant_benchmark' $(PYTEST_ARGS)
 
 test-variants: install ## The benchmark smokes of every config variant (OpenVINO, batching, instances): one server each
@@ -94,7 +97,7 @@ clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
-# --- results matrix and network-bound runs (harness/measuring/matrix/, harness/tools/netem.py) ---
+# --- results matrix and network-bound runs (harness/measuring/matrix/, lab/harness_lab/netem.py) ---
 # loopback: the same namespace unshaped (the serving path, no link limit); one run per rate
 NETWORK_RATE ?= loopback 1gbit 100mbit
 NETWORK_RTT_MS ?= 0
@@ -121,7 +124,7 @@ pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|np
 	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
 	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
-# --- reliability: soak, faults, hostile input (harness/tools/reliability/soak.py, harness/tools/reliability/faults.py) ---
+# --- reliability: soak, faults, hostile input (lab/harness_lab/reliability/soak.py, lab/harness_lab/reliability/faults.py) ---
 # The deployment soak, faults and gate-cost load: its deployment.toml's [reliability] names the model and workload.
 RELIABILITY_DEPLOYMENT ?= embedding_cpu
 SOAK_DURATION ?= 15
@@ -172,9 +175,9 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness pack-env $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
 test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), swarm kill + roll of 2 replicas
-	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py harness/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
+	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py lab/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
-# --- beyond one machine: Kubernetes objects, multi-replica runs (harness/tools/scaleout/, docs/scaling.md) ---
+# --- beyond one machine: Kubernetes objects, multi-replica runs (lab/harness_lab/scaleout/, docs/scaling.md) ---
 K8S_ARGS ?=
 # make scaleout DEPLOYMENT=<d>: its deployment.toml's [scaleout] names the model clients call (default:
 # the deployment whose [scaleout] table names one). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
@@ -200,7 +203,7 @@ gate-cost: install ## Throughput with and without the front gate at c=8 on RELIA
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT)
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT) --model echo --json results/reliability/gate_cost_echo.json
 
-# --- hostile inputs against a server you run (harness/tools/hostile/, docs/reliability.md) ---
+# --- hostile inputs against a server you run (lab/harness_lab/hostile/, docs/reliability.md) ---
 URL ?= 127.0.0.1:8000
 GRPC_URL ?=
 HOSTILE_ARGS ?=
@@ -208,7 +211,7 @@ HOSTILE_ARGS ?=
 hostile: install ## The project's hostile inputs against the server at URL (loopback; GRPC_URL=host:port adds gRPC, HOSTILE_ARGS=--model M): per class refused cleanly / accepted / server died / hung
 	$(PY) -m harness hostile --mode external --url $(URL) $(if $(GRPC_URL),--grpc-url $(GRPC_URL)) $(HOSTILE_ARGS)
 
-# --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, harness/tools/peers/) ---
+# --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, lab/harness_lab/peers/) ---
 INFINITY_VENV ?= .venv-infinity
 PEERS_ARGS ?=
 .PHONY: wrk peer-infinity bench-peers

@@ -143,16 +143,16 @@ def _bench(args) -> int:
 #: The harness's other tools, one subcommand each of this command tree (their options are theirs).
 TOOLS = {
     "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
-    "bench-network": ("harness.tools.netem", "benchmarks through a shaped link (root)"),
-    "perf-analyzer": ("harness.tools.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
+    "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
+    "perf-analyzer": ("harness_lab.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
     "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
-    "peers": ("harness.tools.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
-    "soak": ("harness.tools.reliability.soak", "hold a load: errors, latency drift, memory"),
-    "faults": ("harness.tools.reliability.faults", "kill a stub, reload, restart under verified load"),
-    "gate-cost": ("harness.tools.reliability.gate_cost", "throughput with and without the front gate"),
-    "memory-per-byte": ("harness.tools.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
-    "hostile": ("harness.tools.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
-    "scaleout": ("harness.tools.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
+    "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
+    "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
+    "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
+    "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),
+    "memory-per-byte": ("harness_lab.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
+    "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
+    "scaleout": ("harness_lab.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
 }
 
 

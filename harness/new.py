@@ -3,18 +3,22 @@
 The copy owns every name that would clash with its original's when both are installed or
 collected at once, and nothing else changes:
 
-- the manifest's ``name`` (and the conda env name of ``environment.yml``);
+- the manifest's ``name`` (and the conda env name of ``environment.yml``), and the deployment's
+  name wherever it stands as a word (README title and text, docstrings, ``client.py --help``),
+  except where it is also a model's name (models keep theirs);
 - the deployment's own packages, any ``<old>_*`` folder with a ``pyproject.toml`` (folder,
   imports and distribution name become ``<new>_*``), installed with ``pip install --no-deps -e``
   into the running interpreter's environment, as ``make install`` does for the originals;
-- its test modules ``tests/test_<old>*.py`` (pytest needs unique basenames);
+- its test modules ``test_*.py`` (``test_<old>_x`` or ``test_x`` becomes ``test_<new>_x``: pytest needs
+  unique basenames);
 - paths and commands that name the deployment (``deployments/<old>/``, ``DEPLOYMENT=<old>``,
   ``python -m harness <command> <old>``, ``-k <old>``, ``get_deployment("<old>")``).
 
 Model and tensor names stay: each deployment is its own server. Exported model files (files of
-1 MiB or more) are hard links where the file system allows, so the copy does not re-export;
-a file linked so must be replaced (``rm`` it, then write the new one), never written into.
-Packed envs (``envs/``), ``__pycache__``, ``*.egg-info`` and ``build/`` are not copied.
+1 MiB or more) are copied with ``cp --reflink=auto`` (a copy-on-write clone where the file system
+has them, a plain copy elsewhere), never hard-linked, so the copy's export can write its files
+without touching the original's. Packed envs (``envs/``), ``__pycache__``, ``*.egg-info`` and
+``build/`` are not copied. The copy's README starts with what to edit first.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from harness.deployments import MANIFEST, Deployment, ManifestError, deployments
 __all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
 
 SKIPPED_DIRS = frozenset({"envs", "__pycache__", "build", ".pytest_cache"})
-#: Files this large (exported models, weights) are linked, not copied; every tracked file is smaller.
-LINK_MIN_BYTES = 1 << 20
+#: Files this large (exported models, weights) are copied as they are (cloned where the file
+#: system can), never rewritten; every tracked file is smaller.
+MODEL_MIN_BYTES = 1 << 20
 _WORD = r"[A-Za-z0-9_]"
 
 
@@ -48,7 +53,7 @@ class NewDeployment:
     source: Deployment
     renamed: dict[str, str]
     packages: list[Path] = field(default_factory=list)
-    linked: list[Path] = field(default_factory=list)
+    models: list[Path] = field(default_factory=list)
 
 
 def _skipped(path: Path) -> bool:
@@ -74,16 +79,32 @@ def owned_names(source: Path, old: str, new: str) -> dict[str, str]:
         ):
             separator = "-" if "-" in distribution else "_"  # kept as the original spells it
             names[distribution] = new.replace("_", separator) + distribution[len(old) :]
-    for test in sorted(source.rglob(f"test_{old}*.py")):
+    for test in sorted(source.rglob("test_*.py")):
         if not any(_skipped(p) for p in test.relative_to(source).parents):
-            names[test.stem] = f"test_{new}" + test.stem[len(f"test_{old}") :]
+            own = test.stem.startswith(f"test_{old}")
+            names[test.stem] = f"test_{new}" + (test.stem[len(f"test_{old}") :] if own else test.stem[len("test") :])
     return names
 
 
-def _rewrite_rules(old: str, new: str, names: dict[str, str]) -> list[tuple[re.Pattern, str]]:
-    """(pattern, replacement) pairs applied to every copied text file and to each path part."""
-    rules = [(re.compile(rf"(?<!{_WORD}){re.escape(a)}(?!{_WORD})"), b) for a, b in names.items()]
+def _rewrite_rules(old: str, new: str, names: dict[str, str], kept: set[str]) -> list[tuple[re.Pattern, str]]:
+    """(pattern, replacement) pairs applied to every copied text file and to each path part: the
+    owned names, then ``old`` as a word and as a word's prefix (``<old>_client``), except in the
+    names in ``kept`` (models); only where it names the deployment when ``old`` itself is kept
+    (a model's or an importable package's name)."""
     named = re.escape(old)
+    if old not in kept:  # one pass: a new name that starts with the old one is not renamed again
+        owned = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+        # not in links to the original's pages (docs/deployments/<old>.md, #<old> anchors): they stay valid
+        word = re.compile(
+            rf"(?<!{_WORD})(?<!docs/deployments/)(?<!#)(?:{owned + '|' if owned else ''}{named}(?:_\w+)?)(?!{_WORD})"
+        )
+
+        def rename(match: re.Match) -> str:
+            found = match[0]
+            return names.get(found) or (found if found in kept else new + found[len(old) :])
+
+        return [(word, rename)]
+    rules = [(re.compile(rf"(?<!{_WORD}){re.escape(a)}(?!{_WORD})"), b) for a, b in names.items()]
     for context in (
         r"deployments/",
         r"DEPLOYMENT=",
@@ -103,7 +124,7 @@ def _rewrite(text: str, rules) -> str:
 
 def _text(path: Path) -> str | None:
     """The file's text when it is a small UTF-8 text file, else None."""
-    if path.stat().st_size >= LINK_MIN_BYTES:
+    if path.stat().st_size >= MODEL_MIN_BYTES:
         return None
     data = path.read_bytes()
     if b"\0" in data:
@@ -114,16 +135,27 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def _link_or_copy(source: Path, target: Path, link: bool) -> bool:
-    """Hard-link ``source`` at ``target`` (True), or copy it where linking is refused."""
-    if link:
-        try:
-            os.link(source, target)
-            return True
-        except OSError:
-            pass
+def _copy_model_file(source: Path, target: Path) -> None:
+    """A copy-on-write clone of ``source`` where the file system has them (``cp --reflink=auto``),
+    else a plain copy: never a hard link, whose target an export would write into."""
+    if (
+        shutil.which("cp")
+        and subprocess.run(
+            ["cp", "--reflink=auto", "--preserve=mode,timestamps", str(source), str(target)], capture_output=True
+        ).returncode
+        == 0
+    ):
+        return
     shutil.copy2(source, target)
-    return False
+
+
+def edit_first_note(source: str) -> str:
+    """The paragraph put under the copy's README title."""
+    return (
+        f"\n> Made from `{source}` by `python -m harness new`. What to edit first: this README's "
+        '"Your own model" section; then `python -m harness refresh` regenerates models and fixtures '
+        "in order ([docs/adding-a-deployment.md](../../docs/adding-a-deployment.md)).\n"
+    )
 
 
 def check_name(name: str) -> None:
@@ -138,7 +170,6 @@ def copy_deployment(
     name: str,
     source: str,
     root: Path | None = None,
-    link_models: bool = True,
 ) -> NewDeployment:
     """Copy deployment ``source`` to ``<root>/<name>`` (root: the deployments root) under ``name``."""
     check_name(name)
@@ -155,8 +186,11 @@ def copy_deployment(
             f"a package {', '.join(taken)} is already importable here (an earlier copy?): "
             f"pick another NAME or `pip uninstall` it"
         )
-    rules = _rewrite_rules(old, name, names)
-    linked = []
+    kept = {p.name for p in original.model_repository.iterdir() if p.is_dir()}
+    if importlib.util.find_spec(old) is not None:  # a library of that name (cn_clip): its imports stay
+        kept.add(old)
+    rules = _rewrite_rules(old, name, names, kept)
+    models = []
     root.mkdir(parents=True, exist_ok=True)
     staging = root.parent / f".{name}.partial"  # outside the root: discovery never sees it half made
     if staging.exists():
@@ -176,18 +210,27 @@ def copy_deployment(
                     continue
                 text = _text(path)
                 if text is None:
-                    if _link_or_copy(path, destination, link_models and path.stat().st_size >= LINK_MIN_BYTES):
-                        linked.append(destination.relative_to(staging))
+                    _copy_model_file(path, destination)
+                    if path.stat().st_size >= MODEL_MIN_BYTES:
+                        models.append(destination.relative_to(staging))
                     continue
                 rewritten = _rewrite(text, rules)
                 if path.name == MANIFEST and relative == Path("."):
                     rewritten, count = re.subn(
-                        rf'^name\s*=\s*"{re.escape(old)}"', f'name = "{name}"', rewritten, count=1, flags=re.M
+                        rf'^name\s*=\s*"(?:{re.escape(old)}|{re.escape(name)})"',
+                        f'name = "{name}"',
+                        rewritten,
+                        count=1,
+                        flags=re.M,
                     )
                     if not count:
                         raise ManifestError(f"{path}: no top-level name = {old!r} line to rename")
                 if path.name == "environment.yml" and relative == Path("."):
                     rewritten = re.sub(rf"^name:\s*{re.escape(old)}\s*$", f"name: {name}", rewritten, flags=re.M)
+                if path.name == "README.md" and relative == Path("."):
+                    title, _, rest = rewritten.partition("\n")
+                    title = re.sub(rf"^# {re.escape(old)}(?!{_WORD})", f"# {name}", title)
+                    rewritten = f"{title}\n{edit_first_note(old)}{rest}"
                 if rewritten == text:
                     shutil.copy2(path, destination)
                 else:
@@ -202,7 +245,7 @@ def copy_deployment(
         source=original,
         renamed=names,
         packages=[target / names[p.parent.name] for p in sorted(original.path.glob(f"{old}_*/pyproject.toml"))],
-        linked=[target / p for p in linked],
+        models=[target / p for p in models],
     )
 
 
@@ -232,24 +275,18 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--no-install", action="store_true", help="do not pip-install the copy's own packages (editable)"
     )
-    parser.add_argument(
-        "--copy-models", action="store_true", help="copy exported model files instead of hard-linking them"
-    )
 
 
 def new_command(args) -> int:
-    made = copy_deployment(args.name, args.source, root=args.root, link_models=not args.copy_models)
+    made = copy_deployment(args.name, args.source, root=args.root)
     copy = made.deployment
     print(f"{copy.name}: copied from {made.source.name} into {copy.path}")
     for old, new in made.renamed.items():
         print(f"  renamed {old} -> {new}")
-    if made.linked:
-        print(
-            f"  {len(made.linked)} model file(s) hard-linked to {made.source.name}'s: replace one with "
-            "`rm` then a new file, never write into it (`harness export --force` would)"
-        )
+    if made.models:
+        print(f"  {len(made.models)} exported model file(s) copied (cloned where the file system can)")
     if made.packages and not args.no_install:
         install_packages(made.packages)
         print(f"  installed (editable) into {sys.prefix}: {', '.join(p.name for p in made.packages)}")
-    print(f"next: pytest harness/ -k {copy.name}   (docs/adding-a-deployment.md)")
+    print(f"next: pytest harness/ {copy.path} -k {copy.name}   (docs/adding-a-deployment.md)")
     return 0

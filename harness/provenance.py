@@ -29,6 +29,7 @@ the same definition the export used for the ONNX files made from them.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "fixtures_identity",
     "fixtures_record",
     "read_stamp",
+    "replace_atomically",
     "repository_commit",
     "served_onnx_files",
     "stamp_onnx",
@@ -116,8 +118,23 @@ def tensors_identity(tensors: Mapping[str, Any], source: str) -> WeightsIdentity
 # --- ONNX stamps ---------------------------------------------------------------------------
 
 
+def replace_atomically(path: str | Path, write) -> Path:
+    """``write(temporary path)`` beside ``path``, then rename it over ``path``: a reader never
+    sees half a file, and a file linked elsewhere (a copy's hard link) is replaced, not written into."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
 def stamp_onnx(path: str | Path, identity: WeightsIdentity, exported_by: str) -> None:
-    """Write ``identity`` into the ONNX file's ``metadata_props`` (replacing an older stamp)."""
+    """Write ``identity`` into the ONNX file's ``metadata_props`` (replacing an older stamp);
+    the file is replaced atomically (:func:`replace_atomically`)."""
     import onnx
 
     model = onnx.load(str(path))
@@ -126,7 +143,7 @@ def stamp_onnx(path: str | Path, identity: WeightsIdentity, exported_by: str) ->
     for key, value in kept + list(zip(STAMP_KEYS, (identity.sha256, identity.source, exported_by))):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    onnx.save(model, str(path))
+    replace_atomically(path, lambda temporary: onnx.save(model, str(temporary)))
 
 
 @lru_cache(maxsize=64)

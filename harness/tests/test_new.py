@@ -10,6 +10,7 @@ checks every deployment of this project (CI).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.__main__ import main
 from harness.deployments import discover, get_deployment
-from harness.new import LINK_MIN_BYTES, copy_deployment, install_packages
+from harness.new import MODEL_MIN_BYTES, copy_deployment, edit_first_note, install_packages
 
 #: The deployment the doc walk copies: one ONNX model to keep and three to drop.
 DEFAULT_SOURCE = "yolo11_ensemble"
@@ -44,7 +45,7 @@ def _project_layout(tmp_path: Path) -> Path:
 
 def _text_files(folder: Path):
     for path in folder.rglob("*"):
-        if path.is_file() and path.stat().st_size < LINK_MIN_BYTES:
+        if path.is_file() and path.stat().st_size < MODEL_MIN_BYTES:
             try:
                 yield path, path.read_text()
             except UnicodeDecodeError:
@@ -52,13 +53,14 @@ def _text_files(folder: Path):
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_copy_owns_its_names_and_links_exported_files(tmp_path, source):
+def test_copy_owns_its_names_and_copies_exported_files(tmp_path, source):
     name = f"{source}_copy{os.getpid()}"
     made = copy_deployment(name, source, root=tmp_path)
     original, copy = made.source, made.deployment
     assert copy.name == name and copy.path == (tmp_path / name).resolve()
     assert copy.entry_models == original.entry_models, "model names are the public contract: unchanged"
     packages = [p.parent.name for p in original.path.glob(f"{source}_*/pyproject.toml")]
+    models = {p.name for p in original.model_repository.iterdir()}
     assert [p.name for p in made.packages] == [name + p[len(source) :] for p in packages]
     for package in made.packages:
         assert (package / "pyproject.toml").is_file()
@@ -66,6 +68,11 @@ def test_copy_owns_its_names_and_links_exported_files(tmp_path, source):
         for package in packages:
             assert not re.search(rf"(?<![\w]){package}(?![\w])", text), f"{path} still names {package}"
         assert f"deployments/{source}/" not in text, f"{path} names the original's folder"
+        if source not in models and importlib.util.find_spec(source) is None:  # a model's or library's name stays
+            told = [line for line in text.splitlines() if re.search(rf"(?<![\w-]){source}(?![\w-])", line)]
+            assert told in ([], [edit_first_note(source).strip()]), f"{path} still names {source}: {told[:3]}"
+    title, note = (copy.path / "README.md").read_text().split("\n")[:3:2]
+    assert title.startswith(f"# {name}") and note == edit_first_note(source).strip(), (title, note)
     tests = {p.name for p in original.path.rglob("test_*.py")}
     assert not tests & {p.name for p in copy.path.rglob("test_*.py")}, "pytest needs unique test basenames"
     for skipped in ("envs", "__pycache__", "build"):
@@ -75,8 +82,8 @@ def test_copy_owns_its_names_and_links_exported_files(tmp_path, source):
         if output.exists():
             copied = copy.path / output.relative_to(original.path)
             assert copied.exists(), f"{copied}: exported file not copied"
-            if output.stat().st_size >= LINK_MIN_BYTES:
-                assert copied.stat().st_ino == output.stat().st_ino, f"{copied} is not a hard link"
+            assert copied.stat().st_ino != output.stat().st_ino, f"{copied} is a hard link: an export writes into both"
+            assert copied.read_bytes() == output.read_bytes(), f"{copied} differs from {output}"
     assert not copy.missing_exports(), "the copy has what it serves: no export needed"
 
 

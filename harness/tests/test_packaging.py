@@ -15,11 +15,9 @@ from harness import PROJECT_ROOT
 
 PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
 #: Imported by the code but installed --no-deps (requirements/no-deps.txt) or only inside the stub.
-NOT_FROM_PYPROJECT = {"cn_clip", "triton_python_backend_utils", "harness", "triton_helpers"}
+NOT_FROM_PYPROJECT = {"cn_clip", "triton_python_backend_utils", "harness", "harness_lab", "triton_helpers"}
 #: Imported by serving code only inside a function that export scripts call.
 EXPORT_ONLY = {"torchvision": "make_fixtures.py and the tests (the reference transforms)"}
-#: Tools whose own extra carries what only they import (folder -> extra).
-TOOL_EXTRAS = {"harness/tools/peers/": "peers"}
 
 
 def _declared(*extras: str) -> set[str]:
@@ -60,15 +58,13 @@ def test_requires_python_is_what_the_harness_needs():
 
 
 def test_every_import_of_the_harness_and_helpers_is_a_declared_dependency():
-    """Serving needs no extra beyond `serve` (exporters and the tests may need the others; a tool
-    of TOOL_EXTRAS may need its own extra)."""
+    """Serving needs no extra beyond `serve` (exporters and the tests may need the others)."""
     distributions = packages_distributions()
     missing = []
     for module, where in _imports(["harness", "triton_helpers"], skip=("tests", "testing")).items():
         if module in EXPORT_ONLY:
             continue
-        tool_extras = [extra for folder, extra in TOOL_EXTRAS.items() if where.startswith(folder)]
-        declared = _declared("serve", *tool_extras)
+        declared = _declared("serve")
         dists = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions.get(module, [module])}
         if not dists & declared:
             missing.append(f"{module} (imported by {where}; distributions {sorted(dists)})")

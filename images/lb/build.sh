@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the load-balancer image from nothing (no registry needed): Debian bookworm's haproxy 2.6 and
 # nginx 1.22 in a minbase made by images/debian-base.sh (mmdebstrap | docker import), as images/cpu's
-# base. Both balancers are in it: the swarm stack runs one of them (harness/tools/scaleout/swarm.py,
+# base. Both balancers are in it: the swarm stack runs one of them (lab/harness_lab/scaleout/swarm.py,
 # `--lb`), its configuration mounted at run time. The tag is the hash of this recipe: an existing
 # image of that tag is reused. FORCE=1 rebuilds.
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Prometheus image from nothing (no registry needed): Debian bookworm's prometheus 2.42 in
 # a minbase made by images/debian-base.sh (mmdebstrap | docker import). The swarm stack runs it
-# beside the replicas (harness/tools/scaleout/swarm.py), its configuration and rules mounted at run
+# beside the replicas (lab/harness_lab/scaleout/swarm.py), its configuration and rules mounted at run
 # time. The tag is the hash of this recipe: an existing image of that tag is reused. FORCE=1 rebuilds.
 #
 #   images/prometheus/build.sh    (prints the image name on its last line)

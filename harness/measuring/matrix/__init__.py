@@ -9,7 +9,7 @@ deployment and server mode; each says the date and run it comes from, and a sect
 another commit of its deployment's model repository says so (``freshness.py``).
 
 Every number comes from a record written by a benchmark run (``make bench``, the benchmark
-tests, ``python -m harness.tools.perf_analyzer``, ``python -m harness.tools.netem``); nothing is typed in
+tests, ``python -m harness_lab.perf_analyzer``, ``python -m harness_lab.netem``); nothing is typed in
 by hand. For each deployment the table has one block of rows per benchmark scenario x
 target x server mode that its manifest declares (``targets``): cells that were never
 measured on any machine stay in the table as "not measured". The latest record of each cell

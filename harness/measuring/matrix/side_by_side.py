@@ -1,4 +1,4 @@
-"""Ratios of a side-by-side run (``python -m harness.tools.peers``), taken round by round.
+"""Ratios of a side-by-side run (``python -m harness_lab.peers``), taken round by round.
 
 Each record of a run carries every round's sentences/s; targets of one workload ran in the
 same rounds, alternating, so a ratio is the median over rounds of the per-round quotients

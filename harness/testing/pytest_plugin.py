@@ -1,0 +1,117 @@
+"""The harness's pytest plugin (harness/conftest.py and lab/conftest.py load it): options, one server per
+deployment per session (started lazily), the `server` marker kept honest."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.serving.launchers import MODES, default_mode
+from harness.session import ServerPool
+from harness.testing import markers
+from harness.testing import outcomes as pytest_outcomes
+
+TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("triton harness")
+    group.addoption(
+        "--server-mode",
+        "--mode",
+        dest="server_mode",
+        choices=MODES,
+        default=default_mode(),
+        help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)",
+    )
+    group.addoption(
+        "--target",
+        default=os.environ.get("TRITON_TARGET", "cpu"),
+        help="cpu / gpu / npu (default: $TRITON_TARGET or cpu)",
+    )
+    group.addoption(
+        "--server-url",
+        default=os.environ.get("TRITON_SERVER_URL"),
+        help="HTTP host:port of a running server (external mode)",
+    )
+    group.addoption(
+        "--grpc-url",
+        default=os.environ.get("TRITON_GRPC_URL"),
+        help="gRPC host:port of a running server (external mode)",
+    )
+    group.addoption(
+        "--image",
+        default=os.environ.get("TRITON_IMAGE"),
+        help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
+        "the CPU image of `make image` for cpu)",
+    )
+    group.addoption(
+        "--record-results",
+        action="store_true",
+        help="append benchmark records and check outcomes to results/ for `make matrix` "
+        "(default: results/test-runs/, which the matrix does not read)",
+    )
+    group.addoption(
+        "--config-variant",
+        default=None,
+        metavar="BENCHMARK",
+        help="run the checks and bad-input tests on the config variant of the deployment's benchmark "
+        "BENCHMARK ([benchmarks.config.*]: e.g. a model on the openvino backend), all models loaded; "
+        "deployments without that benchmark are skipped",
+    )
+    group.addoption(
+        "--bench-duration",
+        type=float,
+        default=float(os.environ.get("BENCH_DURATION", "2")),
+        help="seconds measured per concurrency level in benchmark tests (default 2)",
+    )
+
+
+@pytest.fixture(scope="session")
+def server_pool(request):
+    """Servers by deployment; each started on first use, all stopped at the end."""
+    config = request.config
+    pool = ServerPool(
+        mode=config.getoption("--server-mode"),
+        target=config.getoption("--target"),
+        url=config.getoption("--server-url"),
+        grpc_url=config.getoption("--grpc-url"),
+        image=config.getoption("--image"),
+    )
+    config.stash[START_TIMES] = pool.start_times
+    yield pool
+    pool.close()
+
+
+START_TIMES = pytest.StashKey[dict]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Print how long each deployment's server took from start to ready."""
+    times = config.stash.get(START_TIMES, {})
+    if times:
+        terminalreporter.section("tritonserver start to ready")
+        for key, seconds in times.items():
+            terminalreporter.write_line(f"{seconds:6.1f} s  {key}")
+
+
+def pytest_configure(config):
+    """Test runs write their records and check outcomes to results/test-runs/ (never read by
+    `make matrix`) unless --record-results or $HARNESS_RESULTS_DIR says otherwise."""
+    if not config.getoption("--record-results") and not os.environ.get("HARNESS_RESULTS_DIR"):
+        os.environ["HARNESS_RESULTS_DIR"] = str(TEST_RUN_RESULTS)
+    pytest_outcomes.pytest_configure(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that start a tritonserver ``server`` (``pytest -m "not server"``: unit tests only)."""
+    markers.mark_server_tests(items)
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_tests_start_no_server(request, monkeypatch):
+    """An unmarked test that starts a server fails, so that ``-m "not server"`` stays fast and honest."""
+    if request.node.get_closest_marker("server") is None:
+        markers.refuse_server_starts(monkeypatch, request.node.nodeid)

@@ -1,0 +1,213 @@
+"""``python -m harness hostile``: the project's hostile inputs against a server, one at a time,
+readiness checked after each; per class: refused cleanly / accepted / server error / hung /
+server died.
+
+    python -m harness hostile --mode external --url 127.0.0.1:8000 --grpc-url 127.0.0.1:8001
+    python -m harness hostile --mode external --url 10.0.0.5:8000 --allow-remote --model my_model
+    python -m harness hostile --mode local --repository path/to/model_repository --no-gate
+    python -m harness hostile --mode local DEPLOYMENT
+
+Exit status: 0 every class refused cleanly, 1 some class was not, 3 stopped early (the server
+did not come back, or the time budget ran out), 2 bad arguments or no model to try.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+from harness_lab.hostile.cases import CLASSES, all_cases, declared_bytes, overcommit_always
+from harness_lab.hostile.runner import NOT_RUN, REFUSED, SEVERITY, Endpoint, by_class, choose_target, run_cases
+
+
+def is_loopback(url: str) -> bool:
+    host = url.rpartition(":")[0].strip("[]") or url
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m harness hostile",
+        description="Send the project's hostile inputs to a server, one at a time; report per class.",
+    )
+    parser.add_argument("deployment", nargs="?", help="local mode: the deployment to serve (or --repository)")
+    parser.add_argument("--mode", choices=("external", "local"), default="external")
+    parser.add_argument("--url", help="external: HTTP host:port of the server")
+    parser.add_argument("--grpc-url", help="gRPC host:port (gRPC classes are skipped without it)")
+    parser.add_argument("--allow-remote", action="store_true", help="allow a host other than loopback")
+    parser.add_argument("--model", help="model to target (default: the first with inputs that clients may call)")
+    parser.add_argument("--only", nargs="+", choices=list(CLASSES), metavar="CLASS", help="classes to run")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request before 'hung'")
+    parser.add_argument("--wait-back", type=float, default=60.0, help="seconds to wait for a dead server to return")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run")
+    parser.add_argument("--repository", help="local mode: a model repository folder to serve")
+    parser.add_argument("--no-gate", action="store_true", help="local mode: tritonserver without the front gate")
+    parser.add_argument("--json", help="write every outcome to this file")
+    parser.add_argument("-v", "--verbose", action="store_true", help="one line per request too")
+    return parser.parse_args(argv)
+
+
+class LocalServer:
+    """Local mode: a server the command starts, and starts again on the same ports after a death."""
+
+    def __init__(self, args):
+        from harness.serving.launchers import LocalTritonServer, ServerOptions
+
+        if args.repository:
+            self.options = ServerOptions(str(Path(args.repository).resolve()))
+        else:
+            from harness.deployments import get_deployment
+
+            deployment = get_deployment(args.deployment)
+            deployment.export()
+            self.options = deployment.server_options("cpu")
+        self.factory = lambda ports=None: LocalTritonServer(self.options, gate=not args.no_gate, ports=ports)
+        self.server = self.factory()
+        self.restarts = 0
+
+    def start(self):
+        self.server.start()
+        self.server.wait_ready(180)
+
+    def restart(self):
+        ports = (self.server.http_port, self.server.grpc_port, self.server.metrics_port)
+        self.server.stop()
+        self.server = self.factory(ports)
+        self.restarts += 1
+        self.start()
+
+    def stop(self):
+        self.server.stop()
+
+
+def report_line(klass: str, verdict: str, outcomes) -> str:
+    shown = max(outcomes, key=lambda o: SEVERITY.index(o.verdict))
+    detail = f"{shown.case.name}: {shown.answer}"
+    if shown.message:
+        detail += f" {' '.join(shown.message.split())[:110]}"
+    if shown.back_after_s is not None:
+        detail += f" (ready again after {shown.back_after_s:.1f} s)"
+    return f"  {klass:17} {verdict:16} {len(outcomes):2} req  {detail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    local = None
+    if args.mode == "local":
+        if not (args.deployment or args.repository):
+            print("hostile: local mode needs a DEPLOYMENT or --repository", file=sys.stderr)
+            return 2
+        local = LocalServer(args)
+        local.start()
+        args.url, args.grpc_url = local.server.http_url, local.server.grpc_url
+    elif not args.url:
+        print("hostile: external mode needs --url HOST:PORT", file=sys.stderr)
+        return 2
+    try:
+        return run(args, local)
+    finally:
+        if local:
+            local.stop()
+
+
+def run(args, local) -> int:
+    args.url, args.grpc_url = (u.removeprefix("http://").rstrip("/") if u else u for u in (args.url, args.grpc_url))
+    for url in filter(None, (args.url, args.grpc_url)):
+        if not args.allow_remote and not is_loopback(url):
+            print(
+                f"hostile: {url} is not a loopback address: name it with --allow-remote to send it these",
+                file=sys.stderr,
+            )
+            return 2
+    endpoint = Endpoint(args.url, args.grpc_url, timeout_s=args.timeout)
+    if endpoint.wait_ready(10) is None:
+        print(f"hostile: {args.url} is not ready (/v2/health/ready)", file=sys.stderr)
+        return 2
+    try:
+        target = choose_target(endpoint, args.model)
+    except (RuntimeError, OSError) as exc:
+        print(f"hostile: {exc}", file=sys.stderr)
+        return 2
+    nbytes = declared_bytes()
+    cases = [c for c in all_cases(target, nbytes, grpc=bool(args.grpc_url)) if not args.only or c.klass in args.only]
+    skipped = {}
+    if overcommit_always() and is_loopback(args.url):
+        skipped = {c.name for c in cases if c.allocates}
+        cases = [c for c in cases if not c.allocates]
+    print(
+        f"hostile inputs -> http://{args.url}"
+        + (f", gRPC {args.grpc_url}" if args.grpc_url else ", no gRPC")
+        + f"; model '{target.model}' ({target.describe()}); {len(cases)} requests, one at a time;"
+        f" crashers declare {nbytes >> 30} GiB",
+        flush=True,
+    )
+    if skipped:
+        print(f"  not sent (vm.overcommit_memory=1 here: they would fill memory): {', '.join(sorted(skipped))}")
+
+    def show(outcome):
+        if args.verbose:
+            print(
+                f"    {outcome.case.klass}/{outcome.case.name}: {outcome.verdict} ({outcome.answer}, "
+                f"{outcome.seconds:.2f} s) {' '.join(outcome.message.split())[:100]}",
+                flush=True,
+            )
+
+    began = time.monotonic()
+    outcomes, stopped = run_cases(
+        endpoint,
+        cases,
+        wait_back_s=args.wait_back,
+        budget_s=args.budget,
+        restart=local.restart if local else None,
+        on_outcome=show,
+    )
+    classes = by_class(outcomes)
+    for klass in CLASSES:
+        if klass in classes:
+            print(report_line(klass, *classes[klass]))
+        elif not args.only or klass in args.only:
+            reason = "no gRPC url" if klass.startswith("grpc_") and not args.grpc_url else "not for this model"
+            print(f"  {klass:17} {NOT_RUN:16}  0 req  {reason}")
+    counts = {}
+    for verdict, _ in classes.values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    print(
+        f"{len(classes)} classes in {time.monotonic() - began:.1f} s: "
+        + ", ".join(f"{counts[v]} {v}" for v in SEVERITY if v in counts)
+    )
+    if stopped:
+        print(stopped)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "url": args.url,
+                    "grpc_url": args.grpc_url,
+                    "model": target.model,
+                    "inputs": target.describe(),
+                    "declared_bytes": nbytes,
+                    "classes": {k: v for k, (v, _) in classes.items()},
+                    "outcomes": [o.as_dict() for o in outcomes],
+                    "stopped": stopped,
+                    "restarts": local.restarts if local else None,
+                },
+                indent=1,
+            )
+        )
+    if stopped:
+        return 3
+    return 0 if all(v in (REFUSED, NOT_RUN) for v, _ in classes.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,522 @@
+"""Side-by-side embedding run: Triton's embedding models (native and OpenAI-style requests), their
+in-process ceilings, infinity-emb and a naive FastAPI server, one workload at a time, the servers
+alternating within it, one wrk generator.
+
+What is served, and compared with which ceiling, is the deployment's ``[peers]`` table
+(``--deployment``; default: the one deployment whose manifest has one): ``[peers.models.<m>]``
+says each model's request (``text`` or client-made ``tokens``) and ceiling kind, ``ceiling_onnx``
+the ONNX file of each kind (``peer_onnx``'s is the one infinity's optimum engine runs),
+``openai_models`` the models also asked for through the front gate's ``POST /v1/embeddings``
+(target ``openai:<model>``, the same body as the peers get: ``{"input": [...], "model": ...}``).
+
+Paths (each record's ``path``): ``native`` (KServe v2 ``/v2/models/<m>/infer``), ``openai``
+(``/v1/embeddings`` of the same server) and ``peer`` (``peer``: ``infinity-emb``, its
+``/embeddings``, or ``naive``: ``harness_lab.peers.naive_app``, FastAPI + uvicorn +
+sentence-transformers). tritonserver runs behind the front gate, as users run it (``gate: true``;
+``--no-gate``: directly on its port, the native path only).
+
+Layout on an N-core machine: the servers (tritonserver and its stubs, each peer) and the
+ceiling worker on ``--server-cores`` (default: all but core 0), wrk on ``--generator-cores``
+(default: core 0). Every (batch, concurrency) workload runs ``--rounds`` rounds; in each round
+every target gets ``--duration`` seconds in turn, then each ceiling worker measures the batch
+at the request's batch and at the batch the server could have formed
+(``min(batch x concurrency, 64)``), and the better of the two is the ceiling. Records go
+to results/records.jsonl (``comparison: side-by-side``), one per target and workload with
+every round's sentences/s, so ratios are taken round by round (``harness.measuring.matrix``).
+
+    make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
+    python -m harness peers --deployment <d> --models <m1>,<m2> --batch 1,8 --concurrency 1,8
+    python -m harness peers --models <m> --peers optimum,naive --encoding-format base64
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import PROJECT_ROOT
+from harness.deployments import Deployment, ManifestError, declaring, get_deployment
+from harness.measuring.generators.wrk import WrkGenerator, cores_label
+from harness.measuring.records import append_record
+from harness_lab.peers import workloads
+from harness_lab.peers.ceiling import TORCH_KIND
+from harness_lab.peers.infinity import InfinityServer, infinity_version
+from harness_lab.peers.naive import NaiveServer
+from harness_lab.peers.processes import tree_cpu_s, wait_idle
+
+#: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
+INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
+
+
+def cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def int8_kernel_path() -> str:
+    flags = cpu_flags()
+    isa = (
+        "AVX512-VNNI kernels (avx512_vnni)"
+        if "avx512_vnni" in flags
+        else "AVX-VNNI kernels (avx_vnni)"
+        if "avx_vnni" in flags
+        else "AVX2 u8s8 kernels without VNNI (int16 pair sums)"
+    )
+    return INT8_KERNEL_PATH.format(isa=isa)
+
+
+@dataclass
+class Target:
+    """One thing wrk loads: a served model or a peer server."""
+
+    name: str
+    url: str
+    make_body: Callable[[list[str]], bytes]
+    ceiling: str
+    describe: str
+    server: dict
+    check: Callable[[bytes, int], None]
+    pid: int = 0
+    rounds: dict = field(default_factory=dict)
+
+
+class CeilingWorker:
+    """``harness_lab.peers.ceiling --serve`` pinned to the server's cores."""
+
+    def __init__(self, deployment: str, kind: str, cores: set[int], threads: int):
+        command = [
+            sys.executable,
+            "-m",
+            "harness_lab.peers.ceiling",
+            "--deployment",
+            deployment,
+            "--kind",
+            kind,
+            "--threads",
+            str(threads),
+            "--serve",
+        ]
+        self.process = subprocess.Popen(
+            ["taskset", "-c", cores_label(cores)] + command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=PROJECT_ROOT,
+        )
+        ready = self.process.stdout.readline()
+        if not ready:
+            raise RuntimeError(f"ceiling worker {kind} did not start")
+
+    def measure(self, batch: int, duration_s: float) -> tuple[float, float]:
+        """Sentences/s and the worker's CPU ms per sentence at ``batch``."""
+        self.process.stdin.write(f"{batch} {duration_s}\n")
+        self.process.stdin.flush()
+        answer = json.loads(self.process.stdout.readline())
+        return answer["items_per_second"], answer["cpu_ms_per_item"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def _post(url: str, body: bytes) -> bytes:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return reply.read()
+
+
+def _route_exists(url: str) -> bool:
+    """Whether ``url`` is served (a 404 / 405 to an empty JSON object: not; any other answer: yes)."""
+    try:
+        _post(url, b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code not in (404, 405)
+    return True
+
+
+def check_triton_text(reply: bytes, count: int, dimension: int) -> None:
+    output = next(o for o in json.loads(reply)["outputs"] if o["name"] == "EMBEDDING")
+    if output["shape"] != [count, dimension]:
+        raise AssertionError(f"EMBEDDING shape {output['shape']}, expected [{count}, {dimension}]")
+
+
+def check_triton_tokens(reply: bytes, count: int, dimension: int) -> None:
+    if b'"last_hidden_state"' not in reply[:2000]:
+        raise AssertionError(f"no last_hidden_state in {reply[:200]!r}")
+
+
+def check_openai(reply: bytes, count: int, dimension: int) -> None:
+    """OpenAI's reply shape: ``count`` embeddings of ``dimension`` (floats, or base64 of float32)."""
+    data = json.loads(reply)["data"]
+    if [d["index"] for d in data] != list(range(count)):
+        raise AssertionError(f"indexes {[d['index'] for d in data]}, expected 0..{count - 1}")
+    for item in data:
+        embedding = item["embedding"]
+        size = len(base64.b64decode(embedding)) // 4 if isinstance(embedding, str) else len(embedding)
+        if size != dimension:
+            raise AssertionError(f"an embedding of {size} values, expected {dimension}")
+
+
+def start_triton(
+    deployment: Deployment,
+    models: list[str],
+    cores: set[int],
+    overrides: dict | None,
+    gate: bool,
+    gate_policy: dict | None = None,
+):
+    from harness.repository import dependencies
+    from harness.serving.launchers import LocalTritonServer
+    from harness.variants import variant_repository
+
+    deployment.export()
+    served = dependencies(deployment.model_repository, models)  # the models and what they call
+    repository = variant_repository(deployment.model_repository, overrides or {}, models=served)
+    # as users serve it (``harness serve``): the deployment's cpu options and gate policy, this repository
+    options = deployment.server_options("cpu", model_repository=str(repository), required_models=list(models))
+    if gate_policy is not None:
+        options.gate_policy = gate_policy
+    server = LocalTritonServer(options, gate=gate)
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
+    try:
+        server.start()
+    finally:
+        os.sched_setaffinity(0, previous)
+    server.wait_ready()
+    return server
+
+
+def openai_calls(deployment: Deployment, models: list[str], spec) -> list[str]:
+    """The models the gate's ``/v1/embeddings`` calls for text under these models' OpenAI names (the
+    deployment's ``[openai]`` table): the text model, else the token-in one, and the tokenizer."""
+    table = deployment.manifest.openai
+    mapped = [table.models.get(spec.openai_models[m]) for m in models] if table else []
+    parts = [(entry.text or entry.tokens, entry.tokenizer) for entry in mapped if entry]
+    return [part.model for pair in parts for part in pair if part]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per target per round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", default="1,8,32", help="sentences per request")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--models", default=None, help="comma-separated (default: [peers] default_models)")
+    parser.add_argument(
+        "--peers", default="optimum,torch,naive", help="infinity-emb engines and/or naive (FastAPI; '' for none)"
+    )
+    parser.add_argument(
+        "--openai-models", default=None, help="served through /v1/embeddings too (default: [peers] openai_models)"
+    )
+    parser.add_argument(
+        "--gate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="tritonserver behind the front gate, as users run it (--no-gate: native requests only)",
+    )
+    parser.add_argument(
+        "--encoding-format",
+        choices=("float", "base64"),
+        default=None,
+        help="of every OpenAI-style body (default: none: float)",
+    )
+    parser.add_argument("--server-cores", default=None, help="default: every core but 0")
+    parser.add_argument("--generator-cores", default="0")
+    parser.add_argument("--triton-config", default=None, help="JSON config overrides (harness.variants)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="one more tritonserver (same cores) with these config overrides; its "
+        "--variant-models are targets named MODEL[NAME]",
+    )
+    parser.add_argument("--variant-models", default=None, help="default: [peers] variant_models")
+    parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
+    args = parser.parse_args(argv)
+    try:
+        deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
+    except ManifestError as exc:
+        parser.error(str(exc))
+    spec = deployment.manifest.peers
+    if spec is None:
+        parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
+    models = [m for m in args.models.split(",") if m] if args.models is not None else list(spec.default_models)
+    variant_models = (
+        [m for m in args.variant_models.split(",") if m]
+        if args.variant_models is not None
+        else list(spec.variant_models)
+    )
+    openai_models = (
+        [m for m in args.openai_models.split(",") if m] if args.openai_models is not None else list(spec.openai_models)
+    )
+    if openai_models and not args.gate:
+        print(f"--no-gate: no /v1/embeddings without the front gate; {openai_models} native only", flush=True)
+        openai_models = []
+    unknown = [m for m in models + variant_models + openai_models if m not in spec.models]
+    if unknown:
+        parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
+    peer_onnx = deployment.path / spec.ceiling_onnx[spec.peer_onnx]
+
+    all_cores = sorted(os.sched_getaffinity(0))
+    generator_cores = {int(c) for c in args.generator_cores.split(",")}
+    server_cores = (
+        {int(c) for c in args.server_cores.split(",")} if args.server_cores else set(all_cores) - generator_cores
+    ) or set(all_cores)
+    threads = len(server_cores)
+    batches = [int(b) for b in args.batch.split(",")]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    engines = [e for e in args.peers.split(",") if e and e != "naive"]
+    naive = "naive" in args.peers.split(",")
+    overrides = json.loads(args.triton_config) if args.triton_config else None
+    run_id = uuid.uuid4().hex[:12]
+    generator = WrkGenerator(generator_cores)
+    print(f"run {run_id}: servers on cores {cores_label(server_cores)}, {generator.describe()}", flush=True)
+
+    pieces = deployment.resolve(spec.embedding)()
+    #: The request body of each ``[peers.models.<m>] request``.
+    bodies = {
+        "text": workloads.triton_text_body,
+        "tokens": functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize),
+    }
+    checks = {
+        name: functools.partial(check, dimension=pieces.dimension)
+        for name, check in (("text", check_triton_text), ("tokens", check_triton_tokens), ("openai", check_openai))
+    }
+    #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
+    peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
+    served_models = list(dict.fromkeys(models + openai_models + openai_calls(deployment, openai_models, spec)))
+    triton = start_triton(deployment, served_models, server_cores, overrides, args.gate) if served_models else None
+    #: What a record of our server says about it (``gate``: behind the front gate).
+    ours = {"server_mode": "local", "gate": args.gate}
+    variants = []
+    peers = []
+    workers: dict[str, CeilingWorker] = {}
+    try:
+        for variant in args.variant:
+            name, _, config = variant.partition("=")
+            server = start_triton(deployment, variant_models, server_cores, json.loads(config), args.gate)
+            variants.append((name, json.loads(config), server))
+        for engine in engines:
+            peer = InfinityServer(engine, pieces.model_dir, peer_onnx, cores=server_cores, threads=threads)
+            peer.start()
+            peers.append(peer)
+        if naive:
+            peer = NaiveServer(pieces.model_dir, cores=server_cores, threads=threads)
+            peer.start()
+            peers.append(peer)
+        targets = []
+        if triton:
+            version = triton.describe()["server_version"]
+            for model in models:
+                served = spec.models[model]
+                check = checks[served.request]
+                targets.append(
+                    Target(
+                        model,
+                        f"http://{triton.http_url}/v2/models/{model}/infer",
+                        bodies[served.request],
+                        served.ceiling,
+                        served.describe,
+                        {**ours, "server_version": version, "path": "native", "endpoint": f"/v2/models/{model}/infer"},
+                        check,
+                        triton.process.pid,
+                    )
+                )
+            for model in openai_models:
+                served = spec.models[model]
+                name = spec.openai_models.get(model, model)
+                targets.append(
+                    Target(
+                        f"openai:{model}",
+                        f"http://{triton.http_url}/v1/embeddings",
+                        functools.partial(workloads.openai_body, model=name, encoding_format=args.encoding_format),
+                        served.ceiling,
+                        f"{served.describe}, OpenAI-style request (model {name!r}"
+                        f"{', ' + args.encoding_format if args.encoding_format else ''}) through the front gate",
+                        {
+                            **ours,
+                            "server_version": version,
+                            "path": "openai",
+                            "endpoint": "/v1/embeddings",
+                            "openai_model": name,
+                            "encoding_format": args.encoding_format or "float",
+                        },
+                        checks["openai"],
+                        triton.process.pid,
+                    )
+                )
+        for name, config, server in variants:
+            version = server.describe()["server_version"]
+            for model in variant_models:
+                served = spec.models[model]
+                check = checks[served.request]
+                targets.append(
+                    Target(
+                        f"{model}[{name}]",
+                        f"http://{server.http_url}/v2/models/{model}/infer",
+                        bodies[served.request],
+                        served.ceiling,
+                        f"{served.describe}, config {json.dumps(config, sort_keys=True)}",
+                        {
+                            **ours,
+                            "server_version": version,
+                            "config_overrides": config,
+                            "path": "native",
+                            "endpoint": f"/v2/models/{model}/infer",
+                        },
+                        check,
+                        server.process.pid,
+                    )
+                )
+        for peer in peers:
+            infinity = isinstance(peer, InfinityServer)
+            targets.append(
+                Target(
+                    peer.name,
+                    peer.url,
+                    functools.partial(peer.body, encoding_format=args.encoding_format),
+                    peer_ceiling[peer.engine] if infinity else TORCH_KIND,
+                    peer.describe(),
+                    {
+                        "server_mode": "peer",
+                        "server_version": infinity_version() if infinity else peer.describe(),
+                        "gate": None,
+                        "path": "peer",
+                        "peer": "infinity-emb" if infinity else "naive",
+                        "endpoint": peer.url.split(str(peer.port), 1)[1],
+                        "encoding_format": args.encoding_format or "float",
+                    },
+                    checks["openai"],
+                    peer.process.pid,
+                )
+            )
+        missing = [t for t in targets if t.server.get("path") == "openai" and not _route_exists(t.url)]
+        if missing:
+            print(f"no {missing[0].url} on this server: {', '.join(t.name for t in missing)} not measured", flush=True)
+            targets = [t for t in targets if t not in missing]
+        for kind in sorted({t.ceiling for t in targets}):
+            workers[kind] = CeilingWorker(deployment.name, kind, server_cores, threads)
+        for batch in batches:
+            bodies = {t.name: workloads.bodies(t.make_body, batch) for t in targets}
+            for target in targets:
+                target.check(_post(target.url, bodies[target.name][0]), batch)
+            for concurrency in concurrencies:
+                ceiling_batch = min(batch * concurrency, 64)
+                results = {t.name: [] for t in targets}
+                cpu_ms = {t.name: [] for t in targets}
+                ceilings = {k: [] for k in workers}
+                ceiling_cpu = {k: [] for k in workers}
+                for round_index in range(args.rounds):
+                    for kind, worker in workers.items():
+                        # the best of the request's batch and the largest the server could form (a
+                        # 64-row batch can be slower per sentence than 8 rows on a small-cache core)
+                        measured = [
+                            worker.measure(size, min(args.duration, 2.0)) for size in sorted({batch, ceiling_batch})
+                        ]
+                        ceilings[kind].append(max(rate for rate, _ in measured))
+                        ceiling_cpu[kind].append(min(cpu for _, cpu in measured))
+                    order = targets if round_index % 2 == 0 else targets[::-1]
+                    for target in order:
+                        # long enough for every connection to complete a few requests at the ceiling's pace
+                        pace = ceilings[target.ceiling][-1] or 1.0
+                        cycle = batch * concurrency / pace
+                        warm = generator.run(target.url, bodies[target.name], concurrency, max(1.0, cycle))
+                        # a target far below its ceiling: its own warm-up pace (none done: slower than
+                        # one round of requests per half the warm-up), so no window ends before a request
+                        pace = min(
+                            pace,
+                            warm.requests_per_second * batch or batch * concurrency / (2 * max(warm.duration_s, 1e-3)),
+                        )
+                        duration = min(max(args.duration, 3 * batch * concurrency / pace), 120.0)
+                        cycle = batch * concurrency / pace
+                        wait_idle(target.pid, 10 * cycle + 10)
+                        cpu_before = tree_cpu_s(target.pid)
+                        run = generator.run(target.url, bodies[target.name], concurrency, duration)
+                        results[target.name].append(run)
+                        wait_idle(target.pid, 10 * cycle + 10)
+                        # the server also finishes the (at most ``concurrency``) requests in flight at the end
+                        items = (run.requests + concurrency) * batch
+                        cpu_ms[target.name].append(1e3 * (tree_cpu_s(target.pid) - cpu_before) / max(items, 1))
+                for target in targets:
+                    runs = results[target.name]
+                    rates = [r.requests_per_second * batch for r in runs]
+                    median_run = sorted(runs, key=lambda r: r.requests_per_second)[len(runs) // 2]
+                    ceiling = statistics.median(ceilings[target.ceiling])
+                    served = statistics.median(rates)
+                    # CPU per sentence: the server tree's (counted up to idle after the window) against
+                    # the ceiling worker's; steadier than rates on a core shared with other jobs
+                    cpu_ratios = [c / s for c, s in zip(ceiling_cpu[target.ceiling], cpu_ms[target.name]) if s]
+                    record = {
+                        "deployment": deployment.name,
+                        "benchmark": f"side-by-side-b{batch}",
+                        "comparison": "side-by-side",
+                        "run_id": run_id,
+                        "model": target.name,
+                        "variant": f"{target.name}: {target.describe}{args.label}",
+                        "target": "cpu",
+                        "protocol": "http",
+                        "generator": generator.describe(),
+                        "server_cores": cores_label(server_cores),
+                        "generator_cores": cores_label(generator_cores),
+                        "items_per_request": batch,
+                        "config_overrides": overrides,
+                        "label": args.label,
+                        "base_model": target.name.split("[")[0].removeprefix("openai:"),
+                        **target.server,
+                        **median_run.metrics(batch),
+                        "items_per_second": round(served, 2),
+                        "rounds_items_per_second": [round(r, 2) for r in rates],
+                        "errors": sum(r.errors for r in runs),
+                        "ceiling_kind": target.ceiling,
+                        "ceiling_batch_size": ceiling_batch,
+                        "ceiling_rule": "max(in-process at batch, at min(batch x c, 64))",
+                        "ceiling_items_per_second": round(ceiling, 2),
+                        "rounds_ceiling_items_per_second": [round(c, 2) for c in ceilings[target.ceiling]],
+                        "served_over_ceiling": round(served / ceiling, 3) if ceiling else None,
+                        "rounds_cpu_ms_per_item": [round(c, 4) for c in cpu_ms[target.name]],
+                        "rounds_ceiling_cpu_ms_per_item": [round(c, 4) for c in ceiling_cpu[target.ceiling]],
+                        "cpu_ceiling_over_served": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
+                    }
+                    if "int8" in target.name or target.ceiling == "onnx-int8":
+                        record["kernel_path"] = int8_kernel_path()
+                    append_record(record)
+                    print(
+                        f"b={batch:<2} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
+                        f"rounds {record['rounds_items_per_second']} errors {record['errors']} "
+                        f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']} "
+                        f"cpu ms/sent {record['rounds_cpu_ms_per_item']} ceiling {record['rounds_ceiling_cpu_ms_per_item']} "
+                        f"-> {record['cpu_ceiling_over_served']}",
+                        flush=True,
+                    )
+    finally:
+        for worker in workers.values():
+            worker.close()
+        for peer in peers:
+            peer.stop()
+        for _, _, server in variants:
+            server.stop()
+        if triton:
+            triton.stop()
+        generator.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

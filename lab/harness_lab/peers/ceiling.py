@@ -1,0 +1,129 @@
+"""The in-process ceiling: the same work as a served request, in one process, no server.
+
+An ONNX kind (a key of the deployment's ``[peers] ceiling_onnx``, e.g. ``onnx-fp32``): tokenize
+(fast tokenizer) + that ONNX file (onnxruntime, ``threads`` intra-op threads) + mean pooling +
+normalisation, at ``batch`` sentences per call, run in length buckets of at most ``--max-rows``
+rows as the served model ``[peers] ceiling_follows`` does (default: its ``onnx_max_batch_size``;
+on a small-cache core 16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there.
+``sentence-transformers``: ``SentenceTransformer.encode`` (torch, ``threads`` threads). Run pinned
+to the server's cores: ``taskset -c 1 python -m harness_lab.peers.ceiling --deployment <d>
+--kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from harness.deployments import Deployment, declaring, get_deployment
+
+TORCH_KIND = "sentence-transformers"
+
+
+def served_parameter(deployment: Deployment, key: str, default: str) -> str:
+    """A parameter of the served model the ceiling follows (``[peers] ceiling_follows``): the
+    ceiling does what it does."""
+    from harness.repository import parameter, read_config
+
+    config = deployment.model_repository / deployment.manifest.peers.ceiling_follows / "config.pbtxt"
+    return parameter(read_config(config), key, default)
+
+
+def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64):
+    """A function ``texts -> vectors`` doing a served request's whole work in this process."""
+    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
+    if kind == TORCH_KIND:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(threads)
+        model = SentenceTransformer(str(pieces.model_dir), device="cpu")
+        return lambda texts: model.encode(texts, batch_size=len(texts), normalize_embeddings=True)
+    import onnxruntime as ort
+
+    if served_parameter(deployment, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    onnx_file = deployment.path / deployment.manifest.peers.ceiling_onnx[kind]
+    session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+    return lambda texts: pieces.embed(session.run, texts, max_rows)
+
+
+def measure(encode, texts: list[str], duration_s: float) -> tuple[float, float]:
+    """Sentences per second of ``encode(texts)`` over ``duration_s`` (after two warm-up calls),
+    and this process's CPU milliseconds per sentence (steady on a shared core, where the rate
+    is not)."""
+    encode(texts)
+    encode(texts)
+    calls, began, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - began < duration_s:
+        encode(texts)
+        calls += 1
+    items = calls * len(texts)
+    return items / (time.perf_counter() - began), 1e3 * (time.process_time() - cpu) / items
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness_lab.peers.workloads import sentences
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
+    parser.add_argument("--kind", required=True, help=f"a key of [peers] ceiling_onnx, or {TORCH_KIND}")
+    parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-rows", type=int, default=None, help="rows per ONNX run (default: the served model's)")
+    parser.add_argument("--duration", type=float, default=3.0)
+    parser.add_argument(
+        "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
+    )
+    args = parser.parse_args(argv)
+    deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
+    if deployment.manifest.peers is None:
+        parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
+    kinds = [*deployment.manifest.peers.ceiling_onnx, TORCH_KIND]
+    if args.kind not in kinds:
+        parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds)}")
+    max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
+    encode = encoder(deployment, args.kind, args.threads, max_rows)
+    if args.serve:
+        print(json.dumps({"ready": args.kind}), flush=True)
+        for line in sys.stdin:
+            batch, duration = line.split()
+            rate, cpu_ms = measure(encode, sentences(int(batch)), float(duration))
+            print(
+                json.dumps(
+                    {
+                        "kind": args.kind,
+                        "batch": int(batch),
+                        "threads": args.threads,
+                        "items_per_second": round(rate, 2),
+                        "cpu_ms_per_item": round(cpu_ms, 4),
+                    }
+                ),
+                flush=True,
+            )
+        return 0
+    for batch in [int(b) for b in args.batch.split(",")]:
+        rate, cpu_ms = measure(encode, sentences(batch), args.duration)
+        print(
+            json.dumps(
+                {
+                    "kind": args.kind,
+                    "batch": batch,
+                    "threads": args.threads,
+                    "items_per_second": round(rate, 2),
+                    "cpu_ms_per_item": round(cpu_ms, 4),
+                }
+            ),
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,365 @@
+"""Faults under load: kill a Python stub, unload + reload a model, stop + restart the server.
+
+Each scenario holds verified load (``harness_lab.reliability.load.run_checked_load``: every request's answer
+is checked against its own expected answer) on one model, injects the fault, applies the
+operator's remedy where Triton does not recover by itself, and reports what the clients saw:
+how many errors, from when to when after the fault, how long until service was back, and
+whether any request got a wrong answer or another request's answer (must be none).
+
+Findings on tritonserver 2.51 (measured by these scenarios; see docs/reliability.md):
+
+- A killed stub is NOT restarted: the model stays READY (``/v2/models/<m>/ready`` says true)
+  while every request routed to the dead instance fails with ``Stub process '<m>_<i>' is not
+  healthy``. The remedy is an unload + load of the model (explicit mode; a plain load of the
+  unchanged model may be a no-op), or restarting the server (``--model-control-mode=none``).
+- Unload during load: in-flight requests finish; new ones fail (``... is not found`` /
+  ``unavailable``) until the load call returns.
+- Stop during load: the server drains in-flight requests, refuses new ones, exits; clients
+  see connection errors until the new server is ready.
+
+    python -m harness faults --deployment <d>   # all scenarios on the model of <d>'s [reliability] table
+    python -m harness faults --deployment <d> --scenario kill_stub --model <entry model>
+    python -m harness faults --write-docs       # only regenerate docs/reliability.md's results
+
+Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table; the
+checked workload is that table's ``workload`` (``--workload`` overrides it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import tritonclient.http as httpclient
+
+from harness.manifest import ManifestError
+from harness.testing.processes import stub_processes
+from harness.testing.servers import model_server, stop_server
+from harness_lab.reliability.load import CheckedWorkload, LoadLog, run_checked_load
+from harness_lab.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
+from harness_lab.reliability.servers import checked_workload, defaults
+
+SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
+
+
+# -- what the clients saw -------------------------------------------------------------------
+def client_view(log: LoadLog, fault_at: float) -> dict:
+    """Errors after the fault, their window, the time until service was back, wrong answers."""
+    after = log.select(ended_from=fault_at)
+    bad = [r for r in after if r.status != "ok"]
+    messages: dict[str, int] = {}
+    for r in bad:
+        short = r.detail.split("\n")[0][:160]
+        messages[short] = messages.get(short, 0) + 1
+    last_bad_end = max((r.end for r in bad), default=None)
+    back = None
+    if last_bad_end is not None:
+        oks = [r.end for r in after if r.status == "ok" and r.start >= last_bad_end - 1e-3]
+        back = round(min(oks) - fault_at, 2) if oks else None
+    return {
+        "requests_total": log.count(),
+        "ok_total": log.count("ok"),
+        "requests_after_fault": len(after),
+        "errors": sum(1 for r in bad if r.status == "error"),
+        "timeouts": sum(1 for r in bad if r.status == "timeout"),
+        "wrong_answers": log.count("wrong"),
+        "first_error_s": round(min(r.end for r in bad) - fault_at, 2) if bad else None,
+        "last_error_s": round(last_bad_end - fault_at, 2) if bad else None,
+        "service_back_s": back if bad else 0.0,
+        "error_messages": dict(sorted(messages.items(), key=lambda kv: -kv[1])[:5]),
+        "wrong_examples": [r.detail for r in log.select("wrong")][:3],
+    }
+
+
+def _rel(log: LoadLog, at: float) -> float:
+    return round(at - log.events["fault"], 2)
+
+
+def _admin(server) -> dict:
+    return dict(getattr(server, "admin_headers", {}) or {})
+
+
+def _wait(predicate, timeout_s: float | None, interval_s: float = 0.1, stop: threading.Event | None = None) -> bool:
+    """Poll ``predicate`` every ``interval_s`` until it is true (True), or ``timeout_s`` passed or
+    ``stop`` was set (False); a predicate that raises counts as false (server busy or restarting)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while (deadline is None or time.monotonic() < deadline) and not (stop and stop.is_set()):
+        try:
+            if predicate():
+                return True
+        except Exception:  # noqa: BLE001 - server busy or restarting
+            pass
+        time.sleep(interval_s)
+    return False
+
+
+class ReadinessWatch:
+    """Polls ``/v2/health/ready`` (what probes and load balancers read) every ``interval_s``
+    from ``since``: when it first answered not-ready, and when it was ready again after that."""
+
+    def __init__(self, http_url: str, since: float, interval_s: float = 0.05):
+        self.url, self.since, self.interval_s = http_url, since, interval_s
+        self.not_ready_at: float | None = None
+        self.ready_again_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpclient.InferenceServerClient(self.url, connection_timeout=1, network_timeout=1) as client:
+
+            def ready() -> bool:
+                try:
+                    return bool(client.is_server_ready())
+                except Exception:  # noqa: BLE001 - a server that does not answer is not ready
+                    return False
+
+            if _wait(lambda: not ready(), None, self.interval_s, self._stop):
+                self.not_ready_at = time.monotonic()
+                if _wait(ready, None, self.interval_s, self._stop):
+                    self.ready_again_at = time.monotonic()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(5)
+        rel = lambda t: round(t - self.since, 2) if t is not None else None
+        return {"not_ready_after_s": rel(self.not_ready_at), "ready_again_after_s": rel(self.ready_again_at)}
+
+
+# -- scenarios --------------------------------------------------------------------------------
+def kill_stub(
+    server,
+    workload: CheckedWorkload,
+    *,
+    stub_model: str | None = None,
+    concurrency: int = 16,
+    before_s: float = 2.0,
+    unattended_s: float = 4.0,
+    after_s: float = 3.0,
+    remedy: bool = True,
+) -> dict:
+    """SIGKILL one stub process of ``stub_model`` (default: the workload's model) under load;
+    watch ``unattended_s`` for self-recovery (behind the harness's gate: readiness false and an
+    automatic reload); then reload the model (the operator's remedy) if still broken. Also
+    records when ``/v2/health/ready`` first said not-ready and when it was ready again."""
+    stub_model = stub_model or workload.model
+    info: dict = {
+        "scenario": "kill_stub",
+        "model": workload.model,
+        "killed_stub_of": stub_model,
+        "concurrency": concurrency,
+    }
+
+    def during(log: LoadLog) -> None:
+        time.sleep(before_s)
+        stubs = stub_processes(server.process.pid, stub_model)
+        if not stubs:
+            raise RuntimeError(f"no stub process of {stub_model} under server {server.process.pid}")
+        info["stubs_before"] = [p.pid for p in stubs]
+        victim = stubs[0]
+        log.events["fault"] = time.monotonic()
+        watch = ReadinessWatch(server.http_url, log.events["fault"])
+        victim.send_signal(signal.SIGKILL)
+        info["killed_pid"] = victim.pid
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            time.sleep(unattended_s)
+            info["ready_flag_while_broken"] = bool(client.is_model_ready(stub_model))
+            window_end = time.monotonic()
+            info["errors_in_last_second_unattended"] = log.count(
+                "failed", ended_from=window_end - 1.0, ended_before=window_end
+            )
+            info["stub_restarted_by_triton"] = any(
+                p.pid not in info["stubs_before"] for p in stub_processes(server.process.pid, stub_model)
+            )
+            # Recovered only when the dead stub was replaced: a quiet second proves nothing, since
+            # the dynamic batcher may not have sent a batch to the dead instance in it.
+            info["recovered_by_itself"] = (
+                info["stub_restarted_by_triton"] and info["errors_in_last_second_unattended"] == 0
+            )
+            if remedy and not info["recovered_by_itself"]:
+                # A plain load of the (unchanged) loaded model was seen to return at once without
+                # replacing the dead stub; unload + load always replaced it.
+                log.events["remedy"] = time.monotonic()
+                client.unload_model(stub_model, headers=_admin(server))
+                _wait(lambda: not client.is_model_ready(stub_model), 60)
+                client.load_model(stub_model, headers=_admin(server))
+                log.events["remedy_done"] = time.monotonic()
+                info["remedy"] = (
+                    f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
+                )
+                info["remedy_call_s"] = round(log.events["remedy_done"] - log.events["remedy"], 2)
+        time.sleep(after_s)
+        info.update(watch.stop())
+        info["gate"] = bool(getattr(server, "gate", False))
+        info["stubs_after"] = [p.pid for p in stub_processes(server.process.pid, stub_model)]
+
+    log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
+    info.update(client_view(log, log.events["fault"]))
+    if "remedy" in log.events:
+        info["remedy_at_s"] = _rel(log, log.events["remedy"])
+        info["errors_after_remedy_done"] = log.count("failed", started_from=log.events["remedy_done"])
+    info["recovered"] = info["errors_after_remedy_done" if "remedy" in log.events else "errors"] == 0 or (
+        info.get("recovered_by_itself", False)
+    )
+    return info
+
+
+def unload_reload(
+    server, workload: CheckedWorkload, *, concurrency: int = 16, before_s: float = 2.0, after_s: float = 3.0
+) -> dict:
+    """Unload the model under load, wait until it is gone, load it again."""
+    info: dict = {"scenario": "unload_reload", "model": workload.model, "concurrency": concurrency}
+
+    def during(log: LoadLog) -> None:
+        time.sleep(before_s)
+        with httpclient.InferenceServerClient(server.http_url, network_timeout=300) as client:
+            log.events["fault"] = time.monotonic()
+            client.unload_model(workload.model, headers=_admin(server))
+            _wait(lambda: not client.is_model_ready(workload.model), 60)
+            log.events["unloaded"] = time.monotonic()
+            client.load_model(workload.model, headers=_admin(server))
+            log.events["loaded"] = time.monotonic()
+        time.sleep(after_s)
+
+    log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
+    info.update(client_view(log, log.events["fault"]))
+    info["unload_s"] = _rel(log, log.events["unloaded"])
+    info["load_returned_s"] = _rel(log, log.events["loaded"])
+    info["errors_after_load_returned"] = log.count("failed", started_from=log.events["loaded"])
+    info["recovered"] = info["errors_after_load_returned"] == 0
+    return info
+
+
+def restart_server(
+    server,
+    workload: CheckedWorkload,
+    *,
+    concurrency: int = 16,
+    before_s: float = 2.0,
+    after_s: float = 3.0,
+    make_server=None,
+) -> tuple[dict, object]:
+    """Stop the server (SIGTERM, as an orchestrator does) under load and start a new one on the
+    same ports. Returns (report, the new server)."""
+    from harness.serving.launchers import LocalTritonServer
+
+    info: dict = {"scenario": "restart_server", "model": workload.model, "concurrency": concurrency}
+    holder = {"server": server}
+
+    def same_server(old):
+        new = LocalTritonServer(
+            old.options, ports=(old.http_port, old.grpc_port, old.metrics_port), exit_timeout_s=old.exit_timeout_s
+        )
+        new.cleanup_dirs = getattr(old, "cleanup_dirs", [])  # the new server serves (and removes) the same repository
+        return new
+
+    make_server = make_server or same_server
+
+    def during(log: LoadLog) -> None:
+        time.sleep(before_s)
+        log.events["fault"] = time.monotonic()
+        old = holder["server"]
+        old.stop()
+        log.events["stopped"] = time.monotonic()
+        new = make_server(old)
+        holder["server"] = new
+        new.start()
+        new.wait_ready()
+        log.events["ready"] = time.monotonic()
+        time.sleep(after_s)
+
+    log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
+    info.update(client_view(log, log.events["fault"]))
+    info["stop_s"] = _rel(log, log.events["stopped"])
+    info["ready_again_s"] = _rel(log, log.events["ready"])
+    info["errors_after_ready"] = log.count("failed", started_from=log.events["ready"])
+    info["recovered"] = info["errors_after_ready"] == 0
+    return info, holder["server"]
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def run_all(
+    deployment: str,
+    model: str,
+    scenarios: list[str],
+    concurrency: int,
+    stub_model: str | None = None,
+    workload_reference: str | None = None,
+) -> list[dict]:
+    """Every scenario on one server of ``deployment`` (subset: ``model`` + dependencies, explicit mode)."""
+    server = model_server(deployment, model, model_control_mode="explicit")
+    reports = []
+    server.start()
+    try:
+        server.wait_ready()
+        workload = checked_workload(deployment, model, server.http_url, workload_reference)
+        for name in scenarios:
+            began = time.monotonic()
+            if name == "kill_stub":
+                report = kill_stub(server, workload, stub_model=stub_model, concurrency=concurrency)
+            elif name == "unload_reload":
+                report = unload_reload(server, workload, concurrency=concurrency)
+            else:
+                report, server = restart_server(server, workload, concurrency=concurrency)
+            report.update(
+                deployment=deployment, concurrency=concurrency, scenario_wall_s=round(time.monotonic() - began, 1)
+            )
+            reports.append(report)
+            print(format_fault(report), flush=True)
+    finally:
+        stop_server(server)
+    return reports
+
+
+def format_fault(r: dict) -> str:
+    text = (
+        f"{r['scenario']} ({r.get('deployment', '')}/{r['model']}, c={r.get('concurrency')}): "
+        f"{r['requests_total']} requests, {r['errors']} errors + {r['timeouts']} timeouts after the fault "
+        f"(from +{r['first_error_s']} s to +{r['last_error_s']} s), service back at +{r['service_back_s']} s, "
+        f"{r['wrong_answers']} wrong answers, recovered: {r['recovered']}"
+    )
+    if r["scenario"] == "kill_stub":
+        text += (
+            f"; by itself: {r.get('recovered_by_itself')}, ready flag while broken: "
+            f"{r.get('ready_flag_while_broken')}, remedy: {r.get('remedy', 'none')}, "
+            f"/v2/health/ready false at +{r.get('not_ready_after_s')} s, ready again at "
+            f"+{r.get('ready_again_after_s')} s (gate: {r.get('gate')})"
+        )
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
+    parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
+    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    parser.add_argument("--stub-model", default=None, help="whose stub to kill (default: --model)")
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "faults.json")
+    parser.add_argument("--write-docs", action="store_true", help="only regenerate docs/reliability.md's results")
+    args = parser.parse_args(argv)
+    if args.write_docs:
+        try:
+            print(write_docs())
+        except NoReports as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return 0
+    try:
+        deployment, model = defaults(args.deployment, args.model)
+    except ManifestError as exc:
+        parser.error(str(exc))
+    scenarios = args.scenario or list(SCENARIOS)
+    reports = run_all(deployment, model, scenarios, args.concurrency, args.stub_model, args.workload)
+    write_json(reports, args.json)
+    print(f"report: {args.json}")
+    return 0 if all(r["recovered"] and not r["wrong_answers"] for r in reports) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,255 @@
+"""Soak: hold a fixed concurrency on one entry model for a set time, verifying every answer.
+
+Reports what a long-running service needs to know: errors (must be zero), answers that were
+wrong or belonged to another request (must be zero), latency drift (p50/p99 of the first
+third of the run against the last third) and the resident memory (RSS) of the server and of
+each Python-backend stub process (children of the server) after warm-up and at the end.
+
+Every request is checkable on its own: each carries a unique input whose correct answer is
+known before the load starts (``CheckedWorkload``): the ``echo`` test model answers its own
+text; a text-embedding model's answer is compared with the vector the same server gave for
+that text, alone, before the load began (and a mismatch is also matched against every other
+expected vector, so an answer that belongs to another request is named as such).
+
+    python -m harness soak --deployment <d>   # <d>'s [reliability] model and workload, 15 s, c=64
+    python -m harness soak --deployment <d> --duration 600 --json results/reliability/soak.json
+    python -m harness soak --deployment <d> --model <text model> --input TEXT --output EMBEDDING
+    python -m harness soak --deployment <d> --model <entry model> --input IMAGE_BYTES \
+        --output BOXES --images 'deployments/<d>/fixtures/images/*' --concurrency 8 --duration 1200
+
+Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table. The
+checked workload: ``--images`` files (bytes in, ``--output`` compared), else ``--input`` /
+``--output`` of a text -> vector model (unique sentences), else ``--workload`` or the table's
+``workload``.
+
+The verified load and its workloads are ``harness_lab.reliability.load``; the memory sampling is
+``harness_lab.reliability.memory``; the fault scenarios share both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from harness.manifest import ManifestError
+from harness.testing.processes import process_memory
+from harness.testing.servers import deployment_server, stop_server
+from harness_lab.reliability.load import (
+    CheckedWorkload,
+    LoadLog,
+    bytes_workload,
+    percentiles,
+    run_checked_load,
+    text_embedding_workload,
+)
+from harness_lab.reliability.memory import memory_growth, memory_trend, rss_sample
+from harness_lab.reliability.report import RESULTS_DIR, write_json
+from harness_lab.reliability.servers import checked_workload, defaults
+
+
+def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
+    """Counts, throughput and the drift of p50/p99 between the first and the last third."""
+    summary = log.steady(warmup_s)
+    t0, span = log.began + warmup_s, max(log.ended - (log.began + warmup_s), 1e-9)
+    thirds = [
+        [
+            (r.end - r.start) * 1e3
+            for r in log.select("ok", started_from=t0 + k * span / 3, started_before=t0 + (k + 1) * span / 3)
+        ]
+        for k in range(3)
+    ]
+    first, last = percentiles(thirds[0]), percentiles(thirds[2])
+    drift = {}
+    for key in ("p50_ms", "p99_ms"):
+        if first[key] and last[key]:
+            drift[key.replace("_ms", "_ratio")] = round(last[key] / first[key], 3)
+    return {**summary, "latency_first_third": first, "latency_last_third": last, "latency_drift": drift}
+
+
+def run_soak(
+    server,
+    workload: CheckedWorkload,
+    *,
+    concurrency: int = 64,
+    duration_s: float = 15.0,
+    warmup_s: float = 2.0,
+    request_timeout_s: float = 60.0,
+    sample_every_s: float | None = None,
+) -> dict:
+    """Soak a running server (``server.process.pid`` gives the memory); returns the report.
+
+    RSS of every process of the server is sampled every ``sample_every_s`` (default: 1/40 of
+    the run, at least 1 s) into ``memory_series``, so a long soak shows whether memory levels off."""
+    pid = server.process.pid
+    memory = {"before": process_memory(pid)}
+    every = sample_every_s or max(1.0, duration_s / 40)
+    series: list[dict] = []
+
+    def sample_after_warmup(log: LoadLog) -> None:
+        time.sleep(warmup_s)
+        t0 = time.monotonic()
+        memory["start"] = process_memory(pid)
+        series.append(rss_sample(pid, t0))
+        end = t0 + duration_s
+        while time.monotonic() < end:
+            time.sleep(min(every, max(0.0, end - time.monotonic())))
+            series.append(rss_sample(pid, t0))
+        memory["end"] = process_memory(pid)
+
+    log = run_checked_load(
+        workload,
+        server.http_url,
+        concurrency=concurrency,
+        request_timeout_s=request_timeout_s,
+        backoff_s=0.0,
+        during=sample_after_warmup,
+    )
+    report = {
+        "scenario": "soak",
+        "model": workload.model,
+        "workload": workload.describe,
+        "concurrency": concurrency,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        **summarize_soak(log, warmup_s),
+        "memory": memory_growth(memory["start"], memory["end"]),
+        "memory_before_load": memory["before"],
+        "memory_series": series,
+        "memory_trend": {k: memory_trend(series, k) for k in ("server", "gate", "total")},
+        "gate": bool(getattr(server, "gate", False)),
+    }
+    report["stub_crashed"] = bool(report["memory"]["gone"])
+    return report
+
+
+def check_soak(report: dict, max_growth_mib: float, max_growth_pct: float, max_p99_drift: float | None) -> list[str]:
+    """The soak's pass conditions; returns what failed (empty: passed)."""
+    failed = []
+    for key in ("errors", "timeouts", "wrong_answers"):
+        if report[key]:
+            failed.append(f"{report[key]} {key} (first: {report['first_problem']})")
+    if not report["ok"]:
+        failed.append("no request succeeded")
+    growth = report["memory"]["total_growth_mib"]
+    bound = max(max_growth_mib, report["memory"]["total_start_mib"] * max_growth_pct / 100)
+    if growth > bound:
+        failed.append(f"memory grew {growth} MiB, over the bound {bound:.0f} MiB")
+    if report["memory"]["gone"]:
+        failed.append(f"processes gone during the soak: {report['memory']['gone']}")
+    ratio = report["latency_drift"].get("p99_ratio")
+    if max_p99_drift and ratio and ratio > max_p99_drift:
+        failed.append(f"p99 latency drifted x{ratio} (bound x{max_p99_drift})")
+    report["bounds"] = {"max_growth_mib": round(bound, 1), "max_p99_drift": max_p99_drift}
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
+    parser.add_argument("--model", default=None, help="an entry model (default: its [reliability] model)")
+    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    parser.add_argument("--input", default=None, help="with --output: the input of a text -> vector model")
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=float(os.environ.get("SOAK_DURATION", 15)))
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--max-growth-mib", type=float, default=64.0)
+    parser.add_argument("--max-growth-pct", type=float, default=10.0)
+    parser.add_argument(
+        "--max-p99-drift",
+        type=float,
+        default=None,
+        help="fail when last-third p99 / first-third p99 exceeds this (default: report only)",
+    )
+    parser.add_argument(
+        "--images",
+        nargs="+",
+        default=None,
+        metavar="GLOB",
+        help="files (e.g. JPEGs) sent in turn to an entry model with a bytes input (--input), "
+        "instead of sentences; each answer's --output checked against the file's answer alone",
+    )
+    parser.add_argument("--sample-every", type=float, default=None, help="RSS sampling period, s (default run/40)")
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "soak.json")
+    args = parser.parse_args(argv)
+
+    files = sorted({Path(p) for pattern in args.images or [] for p in glob.glob(pattern)})
+    if args.images and not files:
+        parser.error(f"--images {args.images} matches no file")
+    if (args.images or args.input) and not (args.input and args.output):
+        parser.error("--images and --input need both --input and --output")
+    try:
+        args.deployment, args.model = defaults(args.deployment, args.model)
+    except ManifestError as exc:
+        parser.error(str(exc))
+    server = deployment_server(args.deployment, [args.model])
+    server.start()
+    try:
+        server.wait_ready()
+        if files:
+            workload = bytes_workload(
+                server.http_url,
+                args.model,
+                [f.read_bytes() for f in files],
+                input_name=args.input,
+                output=args.output,
+                names=[f.name for f in files],
+            )
+        elif args.input:
+            workload = text_embedding_workload(server.http_url, args.model, input_name=args.input, output=args.output)
+        else:
+            workload = checked_workload(args.deployment, args.model, server.http_url, args.workload)
+        report = run_soak(
+            server,
+            workload,
+            concurrency=args.concurrency,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            sample_every_s=args.sample_every,
+        )
+    finally:
+        stop_server(server)
+    report["deployment"] = args.deployment
+    report["command"] = "python -m harness soak " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
+    report["machine"] = {"cpu_count": os.cpu_count(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]}
+    failed = check_soak(report, args.max_growth_mib, args.max_growth_pct, args.max_p99_drift)
+    report["passed"], report["failed"] = not failed, failed
+    write_json(report, args.json)
+    print(format_soak(report))
+    print(f"report: {args.json}")
+    return 0 if not failed else 1
+
+
+def format_soak(r: dict) -> str:
+    m = r["memory"]
+    lines = [
+        f"soak {r.get('deployment', '')}/{r['model']}: concurrency {r['concurrency']} for {r['measured_s']} s "
+        f"(after {r['warmup_s']} s warm-up): {r['requests']} requests, {r['ok']} ok, {r['errors']} errors, "
+        f"{r['timeouts']} timeouts, {r['wrong_answers']} wrong answers; {r['throughput_rps']} req/s",
+        f"latency p50/p99 first third {r['latency_first_third']['p50_ms']}/{r['latency_first_third']['p99_ms']} ms, "
+        f"last third {r['latency_last_third']['p50_ms']}/{r['latency_last_third']['p99_ms']} ms "
+        f"(drift {r['latency_drift']})",
+        f"RSS total {m['total_start_mib']} -> {m['total_end_mib']} MiB ({m['total_growth_mib']:+} MiB, "
+        f"{m['total_growth_pct']}%)",
+    ]
+    for key, row in m["processes"].items():
+        lines.append(f"  {key:40s} {row['start_mib']:8.1f} -> {row['end_mib']:8.1f} MiB ({row['growth_mib']:+})")
+    for key, trend in (r.get("memory_trend") or {}).items():
+        if trend:
+            lines.append(
+                f"  {key}: growth per third {trend['growth_per_third_mib']} MiB, levelled off: {trend['levelled']}"
+            )
+    if r.get("failed"):
+        lines.append("FAILED: " + "; ".join(r["failed"]))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The autoscaling signal for real: the stack's Prometheus scrapes every task's metrics port and
+records the prometheus-adapter rule of the Kubernetes ConfigMap (``k8s.adapter_query``, filled in
+with the swarm's labels); this reads it at three loads (idle, one replica saturated, the same load
+over all replicas) and says what the HPA of ``make k8s`` would do with it.
+
+HPA arithmetic (``AverageValue`` target, Kubernetes' documented algorithm): desired =
+ceil(current x average / target), no change while |average / target - 1| <= 0.1, clamped to
+[minReplicas, maxReplicas]. The behaviour windows (scale-down after 5 min) are not simulated.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from harness_lab.scaleout.k8s import QUEUE_METRIC, RenderOptions, apply_manifest
+from harness_lab.scaleout.load import Load, summarize
+from harness_lab.scaleout.swarm import JOB, Stack, docker
+
+TOLERANCE = 0.1
+
+
+def query(stack: Stack, promql: str, at: float | None = None) -> list[dict]:
+    """An instant query on the stack's Prometheus (host-mode published port), now or ``at`` (Unix time)."""
+    import requests
+
+    params = {"query": promql, **({"time": f"{at:.3f}"} if at else {})}
+    answer = requests.get(f"{stack.prometheus_url}/api/v1/query", params=params, timeout=10).json()
+    if answer.get("status") != "success":
+        raise RuntimeError(f"Prometheus refused {promql!r}: {answer}")
+    return answer["data"]["result"]
+
+
+def per_task(stack: Stack) -> dict[str, float]:
+    """The recorded HPA metric, one value per task (``instance``)."""
+    return {r["metric"].get("instance", "?"): float(r["value"][1]) for r in query(stack, QUEUE_METRIC)}
+
+
+def hpa_decision(values: list[float], current: int, target: float, minimum: int, maximum: int) -> dict:
+    if not values:
+        return {"average_us": None, "desired": current, "action": "no data"}
+    average = sum(values) / len(values)
+    ratio = average / target
+    desired = current if abs(ratio - 1) <= TOLERANCE else math.ceil(current * ratio)
+    desired = max(minimum, min(maximum, desired))
+    action = "scale out" if desired > current else "scale in" if desired < current else "hold"
+    return {"average_us": round(average, 1), "ratio_to_target": round(ratio, 3), "desired": desired, "action": action}
+
+
+def wait_scraped(stack: Stack, count: int, deadline_s: float = 120) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            if len(query(stack, f'up{{job="{JOB}"}} == 1')) == count:
+                return
+        except Exception:  # noqa: BLE001 - Prometheus still starting
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"Prometheus does not scrape {count} tasks after {deadline_s:.0f} s")
+
+
+def read_counters(container: str) -> dict[str, float]:
+    """Triton's queue-time and success counters of one task, summed over its models, read from its
+    metrics port inside the container (the host cannot reach overlay addresses)."""
+    text = docker(
+        "exec",
+        container,
+        "bash",
+        "-c",
+        'exec 3<>/dev/tcp/127.0.0.1/8002 && printf "GET /metrics HTTP/1.0\\r\\n\\r\\n" >&3 && cat <&3',
+        timeout_s=30,
+    )
+    sums = {"nv_inference_queue_duration_us": 0.0, "nv_inference_request_success": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in sums:
+            sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums
+
+
+def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -> dict:
+    """The metric at idle, with one replica under ``concurrency`` in flight, and the same load over
+    ``stack.replicas``; the HPA's decision at each."""
+    options = apply_manifest(stack.deployment, RenderOptions())
+    target = options.queue_target_us
+    levels = []
+    plan = [
+        ("idle", stack.replicas, 0),
+        ("one replica saturated", 1, concurrency),
+        ("same load, all replicas", stack.replicas, concurrency),
+    ]
+    for label, count, load_c in plan:
+        stack.scale(count)
+        stack.wait_converged(count, deadline_s=900)
+        stack.wait_balanced(count)
+        wait_scraped(stack, count)
+        load = Load(stack.url, stack.models[0], load_c).start() if load_c else None
+        time.sleep(window_s)
+        values = per_task(stack)
+        outcomes = load.stop() if load else []
+        levels.append(
+            {
+                "level": label,
+                "replicas": count,
+                "concurrency": load_c,
+                "metric_us_per_task": {k: round(v, 1) for k, v in values.items()},
+                "hpa": hpa_decision(list(values.values()), count, target, options.min_replicas, options.max_replicas),
+                **({"client": summarize(outcomes)} if outcomes else {}),
+            }
+        )
+        print(f"scaleout: signal at {label} ({count} replicas, c={load_c}): {levels[-1]['hpa']}", flush=True)
+    return {
+        "rule": stack.recording_rule(),
+        "recorded_as": QUEUE_METRIC,
+        "queue_target_us": target,
+        "min_replicas": options.min_replicas,
+        "max_replicas": options.max_replicas,
+        "window_s": window_s,
+        "levels": levels,
+    }
+
+
+def task_address(container: str, network: str) -> str:
+    """A task container's address on the stack's network (Prometheus's ``instance`` without the port)."""
+    return docker(
+        "inspect", container, "--format", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}'
+    ).strip()

@@ -1,0 +1,101 @@
+"""Capacity model: replicas needed for N requests/s at a p99 target, from measured per-replica rows.
+
+``python -m harness_lab.scaleout capacity`` reads the published results matrix (docs/results.json,
+written by ``make matrix`` from results/records.jsonl) and, for every default-config scenario of
+every deployment on one server mode / target, takes the highest measured throughput of one server
+among the concurrency levels whose p99 latency met the target. Replicas for a rate N are then
+
+    replicas = ceil(N / (per_replica_infer_s * utilisation))
+
+with ``utilisation`` (default 0.7) the share of a replica's measured throughput the autoscaler is
+asked to hold: a replica driven at its measured maximum has no queue slack, so one more request
+burst shows up as queue time (and p99) at once. Only measured levels are used: a target that no
+level met gives no number (more concurrency levels in the manifest give a finer model).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness import PROJECT_ROOT
+
+SOURCE = PROJECT_ROOT / "docs" / "results.json"
+
+
+def per_replica(rows: list[dict], p99_target_ms: float) -> dict | None:
+    """The row of highest throughput whose p99 met the target (None when none did)."""
+    met = [
+        r
+        for r in rows
+        if r.get("perf_latency_p99") is not None and r["perf_latency_p99"] <= p99_target_ms and r.get("perf_throughput")
+    ]
+    return max(met, key=lambda r: r["perf_throughput"]) if met else None
+
+
+def replicas_for(rate: float, infer_s: float, utilisation: float) -> int:
+    return max(1, math.ceil(rate / (infer_s * utilisation)))
+
+
+def model(
+    source: Path = SOURCE,
+    server_mode: str = "local",
+    target: str = "cpu",
+    p99_targets_ms=(100, 300, 1000),
+    rates=(100, 1000),
+    utilisation: float = 0.7,
+    scenarios_wanted=None,
+) -> list[dict]:
+    """One line per deployment x scenario x p99 target."""
+    matrix = json.loads(Path(source).read_text())
+    lines = []
+    for name, deployment in sorted(matrix["deployments"].items()):
+        scenarios: dict[str, list[dict]] = {}
+        for row in deployment.get("rows", []):
+            if (
+                row.get("server_mode") == server_mode
+                and row.get("target") == target
+                and not row.get("config_overrides")
+                and row.get("gate") is not False
+            ):
+                scenarios.setdefault(row["benchmark"], []).append(row)
+        for benchmark, rows in sorted(scenarios.items()):
+            if scenarios_wanted and benchmark not in scenarios_wanted:
+                continue
+            for p99 in p99_targets_ms:
+                best = per_replica(rows, p99)
+                line = {
+                    "deployment": name,
+                    "scenario": benchmark,
+                    "p99_target_ms": p99,
+                    "per_replica_infer_s": best["perf_throughput"] if best else None,
+                    "at_concurrency": best["concurrency"] if best else None,
+                    "measured_p99_ms": best["perf_latency_p99"] if best else None,
+                }
+                for rate in rates:
+                    line[f"replicas_for_{rate}_per_s"] = (
+                        replicas_for(rate, best["perf_throughput"], utilisation) if best else None
+                    )
+                lines.append(line)
+    return lines
+
+
+def markdown(lines: list[dict], rates=(100, 1000)) -> str:
+    headers = ["deployment", "scenario", "p99 target ms", "per replica infer/s (c, p99 ms)"] + [
+        f"replicas for {r}/s" for r in rates
+    ]
+    table = []
+    for line in lines:
+        measured = (
+            f"{line['per_replica_infer_s']:.1f} (c={line['at_concurrency']}, {line['measured_p99_ms']:.0f})"
+            if line["per_replica_infer_s"]
+            else "no measured level met it"
+        )
+        table.append(
+            [line["deployment"], line["scenario"], line["p99_target_ms"], measured]
+            + [line[f"replicas_for_{r}_per_s"] or "–" for r in rates]
+        )
+    return tabulate(table, headers=headers, tablefmt="github")

@@ -1,0 +1,428 @@
+"""The multi-replica run (``make scaleout``) on Docker swarm: throughput with 1, 2, 3 replicas
+(``docker service scale``), a replica's container killed under load (the engine restarts it), a new
+model version rolled by ``docker service update`` (the engine rolls, start-first, health-gated), a
+bad version whose replicas never turn healthy (the engine rolls back by itself), a node drained
+(with a second node), and the autoscaling signal evaluated by Prometheus. Our code asks the engine
+and watches it: no code of ours picks which replica serves or when the next one rolls.
+
+Load: checked requests with the documented client retry policy (``harness_lab.scaleout.load``).
+The balancer itself retries a request on another task when the connection fails, is reset or gets a
+503 from a draining gate (``harness_lab.scaleout.swarm``).
+
+Results: ``results/scaleout/<deployment>.json`` (and printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from harness import PROJECT_ROOT
+from harness.deployments import get_deployment
+from harness.measuring.records import machine
+from harness_lab.scaleout import ScaleoutError
+from harness_lab.scaleout.autoscale import autoscaling_signal
+from harness_lab.scaleout.load import RETRY, Load, Outcome, summarize
+from harness_lab.scaleout.nodes import NODE_PREFIX, add_worker
+from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init
+
+RESULTS = PROJECT_ROOT / "results" / "scaleout"
+
+
+def served_by(outcomes: list[Outcome]) -> dict[str, int]:
+    """Successful requests per task address (the balancer's ``X-Upstream``)."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        if o.ok:
+            address = o.upstream.split(",")[-1].strip().rsplit(":", 1)[0] or "?"
+            counts[address] = counts.get(address, 0) + 1
+    return counts
+
+
+def by_version(outcomes: list[Outcome]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        if o.ok:
+            counts[str(o.version)] = counts.get(str(o.version), 0) + 1
+    return counts
+
+
+class Watch:
+    """Polls the service's tasks and update status in a thread: what the engine did, when."""
+
+    def __init__(self, stack: Stack, period_s: float = 0.5):
+        self.stack, self.period_s = stack, period_s
+        self.events: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._last: tuple | None = None
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            try:
+                tasks = self.stack.tasks()
+                update = self.stack.update_state()
+            except Exception as exc:  # noqa: BLE001 - a poll failed: try again
+                tasks, update = [], {"error": str(exc)[:200]}
+            running = sorted(t["bundle"] for t in tasks if t["state"] == "running" and t["desired"] == "running")
+            key = (tuple(running), update.get("State"), len(tasks))
+            if key != self._last:
+                self._last = key
+                self.events.append({"t": time.time(), "running": running, "update": update.get("State")})
+            self._stop.wait(self.period_s)
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.events
+
+
+def wait_for(predicate, deadline_s: float, what: str, period_s: float = 0.5):
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise ScaleoutError(f"{what}: not within {deadline_s:.0f} s")
+        time.sleep(period_s)
+
+
+def balancer_settle_s() -> float:
+    """How long the balancer may take to see a changed task set (DNS every 1 s, health checks every 1 s)."""
+    return 4.0
+
+
+# ---------------------------------------------------------------------------------------- scenarios
+
+
+def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
+    """The same offered load to 1, 2, ... N replicas (the engine scales the service)."""
+    rows = []
+    for count in range(1, stack.replicas + 1):
+        stack.scale(count)
+        stack.wait_converged(count, deadline_s=900)
+        time.sleep(balancer_settle_s())
+        load = Load(stack.url, stack.models[0], concurrency).start()
+        time.sleep(warmup_s)
+        began = time.time()
+        time.sleep(duration_s)
+        ended = time.time()
+        outcomes = load.stop()
+        window = [o for o in outcomes if began <= o.ended <= ended]
+        rows.append(
+            {
+                "replicas": count,
+                "concurrency": concurrency,
+                "duration_s": duration_s,
+                **summarize(window),
+                "served_by": served_by(window),
+                "lost_whole_level": summarize(outcomes)["lost"],
+                "host_load_avg_1m": round(os.getloadavg()[0], 1),
+            }
+        )
+        print(
+            f"scaleout: {count} replica(s), c={concurrency}: {rows[-1]['infer_per_s']} infer/s, "
+            f"p99 {rows[-1]['p99_ms']} ms, lost {rows[-1]['lost']}",
+            flush=True,
+        )
+    stack.scale(stack.replicas)
+    stack.wait_converged(stack.replicas, deadline_s=900)
+    time.sleep(balancer_settle_s())
+    return rows
+
+
+def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after_s: float = 8.0) -> dict:
+    """SIGKILL one task's container under load; the engine starts a replacement. What the client saw,
+    when the balancer stopped sending to the dead task, and when the service had all its replicas again."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    victim = stack.running()[-1]
+    load = Load(stack.url, stack.models[0], concurrency).start()
+    time.sleep(before_s)
+    served_before = served_by(list(load.outcomes))
+    asked_at, killed_at = stack.kill(victim)
+
+    # The engine notices the exit and schedules a new task; it is running once its health check passes.
+    def replaced():
+        running = stack.running()
+        return len(running) == stack.replicas and victim["id"] not in {t["id"] for t in running}
+
+    wait_for(replaced, 900, f"a task replacing {victim['id'][:12]}")
+    recovered_at = time.time()
+    time.sleep(after_s)
+    outcomes = load.stop()
+    after_kill = [o for o in outcomes if o.began >= killed_at]
+    # The last answer any request got from an address that served before the kill but not after it.
+    survivors = set(served_by([o for o in outcomes if o.began >= recovered_at]))
+    gone = set(served_before) - survivors
+    last_from_victim = max((o.ended for o in outcomes if o.ok and o.upstream.rsplit(":", 1)[0] in gone), default=None)
+    result = {
+        "victim_task": victim["id"][:12],
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "lb": stack.lb,
+        "client": summarize(outcomes),
+        "before_kill": summarize(outcomes, ended=asked_at),
+        "after_kill": summarize(outcomes, began=killed_at),
+        "served_by_before_kill": served_before,
+        "served_by_after_kill": served_by(after_kill),
+        "last_answer_from_killed_address_s": round(last_from_victim - asked_at, 3) if last_from_victim else None,
+        "replacement_running_s": round(recovered_at - asked_at, 1),
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    print(
+        f"scaleout: killed task {result['victim_task']} under c={concurrency}: lost {result['client']['lost']} of "
+        f"{result['client']['requests']} (client retries {result['client']['retried_by_client']}); the engine had "
+        f"{stack.replicas} running again after {result['replacement_running_s']} s",
+        flush=True,
+    )
+    return result
+
+
+def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: float = 3.0) -> dict:
+    """``docker service update`` to bundle ``version`` under load; the engine rolls (start-first, one
+    task at a time, each healthy and watched for ``monitor`` before the next). We only watch."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    before = stack.bundle
+    load = Load(stack.url, stack.models[0], concurrency).start()
+    time.sleep(2.0)
+    watch = Watch(stack).start()
+    began = time.time()
+    stack.roll_to(version)
+    state = wait_for(
+        lambda: (
+            (stack.update_state().get("State") or "")
+            if stack.update_state().get("State") in ("completed", "paused", "rollback_completed", "rollback_paused")
+            else None
+        ),
+        1800,
+        f"the update to {version}",
+        period_s=1.0,
+    )
+    finished = time.time()
+    time.sleep(after_s)
+    outcomes = load.stop()
+    events = watch.stop()
+    if state == "completed":
+        stack.bundle = version
+    tasks = stack.running()
+    result = {
+        "from": before,
+        "to": version,
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "lb": stack.lb,
+        "engine_final_state": state,
+        "bundles_running_after": sorted(t["bundle"] for t in tasks),
+        "roll_s": round(finished - began, 1),
+        "client": summarize(outcomes),
+        "responses_by_model_version": by_version(outcomes),
+        "responses_by_model_version_after_roll": by_version([o for o in outcomes if o.began > finished + 0.5]),
+        "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    print(
+        f"scaleout: update to {version}: engine {state} after {result['roll_s']} s, running {result['bundles_running_after']}; "
+        f"lost {result['client']['lost']} of {result['client']['requests']}, by version {result['responses_by_model_version']}",
+        flush=True,
+    )
+    return result
+
+
+def rollback_bad(stack: Stack, concurrency: int) -> dict:
+    """``docker service update`` to a version that cannot load: its first new task never turns healthy
+    (its server exits), the engine's ``failure_action: rollback`` restores the previous spec."""
+    result = roll_version(stack, concurrency, version="bad")
+    result["rolled_back"] = (
+        result["engine_final_state"] == "rollback_completed" and "bad" not in result["bundles_running_after"]
+    )
+    return result
+
+
+def tasks_on(stack: Stack, node: str) -> int:
+    return sum(1 for t in stack.running() if t["node"] == node)
+
+
+def drain_node(stack: Stack, concurrency: int, node: str, after_s: float = 5.0) -> dict:
+    """``docker node update --availability drain`` of a node holding replicas, under load: the engine
+    stops its tasks (the gate drains each) and starts replacements on the other node."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    on_node = tasks_on(stack, node)
+    load = Load(stack.url, stack.models[0], concurrency).start()
+    time.sleep(3.0)
+    watch = Watch(stack).start()
+    began = time.time()
+    docker("node", "update", "--availability", "drain", node)
+    wait_for(lambda: tasks_on(stack, node) == 0 and len(stack.running()) == stack.replicas, 900, f"the drain of {node}")
+    finished = time.time()
+    time.sleep(after_s)
+    outcomes = load.stop()
+    events = watch.stop()
+    result = {
+        "node": node,
+        "tasks_on_node_before": on_node,
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "all_replicas_running_elsewhere_s": round(finished - began, 1),
+        "fewest_running_during_drain": min((len(e["running"]) for e in events), default=None),
+        "client": summarize(outcomes),
+        "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    print(
+        f"scaleout: drained node {node[:12]} ({on_node} task(s)): lost {result['client']['lost']} of "
+        f"{result['client']['requests']}; {stack.replicas} running elsewhere after {result['all_replicas_running_elsewhere_s']} s",
+        flush=True,
+    )
+    return result
+
+
+def kill_node(stack: Stack, concurrency: int, node: str, container: str, after_s: float = 5.0) -> dict:
+    """The worker back in service and the replicas spread again (``docker service update --force``:
+    the engine rolls them), then the worker's whole engine killed under load (``docker kill`` of its
+    container): the manager marks the node down and reschedules its tasks."""
+    docker("node", "update", "--availability", "active", node)
+    stack.service_update("--force")
+    wait_for(
+        lambda: stack.update_state().get("State") == "completed" and tasks_on(stack, node) > 0,
+        1800,
+        "replicas spread over both nodes again",
+        period_s=2.0,
+    )
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    on_node = tasks_on(stack, node)
+    load = Load(stack.url, stack.models[0], concurrency).start()
+    time.sleep(3.0)
+    asked_at = time.time()
+    docker("kill", container)
+
+    def down_at():
+        return docker("node", "inspect", node, "--format", "{{.Status.State}}", check=False).strip() == "down"
+
+    wait_for(down_at, 300, f"node {node} marked down", period_s=0.5)
+    marked_down = time.time()
+    wait_for(
+        lambda: len([t for t in stack.running() if t["node"] != node]) == stack.replicas,
+        900,
+        f"{stack.replicas} replicas running without {node}",
+    )
+    recovered = time.time()
+    time.sleep(after_s)
+    outcomes = load.stop()
+    result = {
+        "node": node,
+        "tasks_on_node_before": on_node,
+        "node_marked_down_s": round(marked_down - asked_at, 1),
+        "all_replicas_running_elsewhere_s": round(recovered - asked_at, 1),
+        "client": summarize(outcomes),
+        "after_kill": summarize(outcomes, began=asked_at),
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    print(
+        f"scaleout: killed node {node[:12]} ({on_node} task(s)): lost {result['client']['lost']} of "
+        f"{result['client']['requests']}; marked down after {result['node_marked_down_s']} s, "
+        f"{stack.replicas} running elsewhere after {result['all_replicas_running_elsewhere_s']} s",
+        flush=True,
+    )
+    return result
+
+
+def run(
+    deployment: str,
+    replicas: int = 3,
+    concurrency: int = 8,
+    duration_s: float = 10.0,
+    scenarios: tuple[str, ...] = ("throughput", "kill", "roll", "rollback"),
+    keep: bool = False,
+    out: Path | None = None,
+    gate: bool = True,
+    lb: str = "haproxy",
+    name: str | None = None,
+) -> dict:
+    """Deploy the stack, run the scenarios, write the results JSON, tear everything down."""
+    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate, lb=lb, **({"name": name} if name else {}))
+    results = {
+        "deployment": stack.deployment.name,
+        "replicas": replicas,
+        "models": list(stack.models),
+        "image": stack.image,
+        "gate": gate,
+        "lb": lb,
+        "orchestrator": "docker swarm (docker stack deploy)",
+        "engine": docker("version", "--format", "{{.Server.Version}}").strip(),
+        "retry_policy": RETRY,
+        "machine": machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": f"python -m harness scaleout run --deployment {deployment} --replicas {replicas} "
+        f"--concurrency {concurrency} --duration {duration_s:g} --lb {lb} --scenarios {' '.join(scenarios)}"
+        + ("" if gate else " --no-gate"),
+    }
+    stack.prepare()
+    results["lb_image"], results["prometheus_image"] = stack.lb_image, stack.prometheus_image
+    results["update_config"] = stack.triton_service()["deploy"]["update_config"]
+    failure = None
+    worker = None
+    try:
+        if "drain" in scenarios:
+            stack.initialised_swarm = swarm_init()
+            began = time.monotonic()
+            worker = add_worker(host_address(), build_image("swarm-node"), [stack.image], [str(stack.work_dir)])
+            results["worker"] = {"node": worker, "joined_s": round(time.monotonic() - began, 1)}
+            print(f"scaleout: worker node {worker[:12]} joined in {results['worker']['joined_s']} s", flush=True)
+        results["up_s"] = round(stack.up(), 1)
+        print(
+            f"scaleout: {replicas} replicas of {deployment} healthy behind {lb} at {stack.url} in {results['up_s']} s",
+            flush=True,
+        )
+        if "throughput" in scenarios:
+            results["throughput"] = throughput(stack, concurrency, duration_s)
+        if "kill" in scenarios:
+            results["kill"] = kill_under_load(stack, concurrency)
+        if "roll" in scenarios:
+            results["roll"] = roll_version(stack, concurrency)
+        if "rollback" in scenarios:
+            results["rollback"] = rollback_bad(stack, concurrency)
+        if "signal" in scenarios:
+            results["signal"] = autoscaling_signal(stack, concurrency)
+        if worker:
+            results["placement"] = {t["id"][:12]: t["node"][:12] for t in stack.running()}
+            results["drain"] = drain_node(stack, concurrency, worker)
+            results["kill_node"] = kill_node(stack, concurrency, worker, f"{NODE_PREFIX}-1")
+    except (Exception, KeyboardInterrupt) as exc:
+        failure = exc
+        results["failed"] = f"{type(exc).__name__}: {exc}"[:2000]
+    finally:
+        if not keep:
+            stack.down()
+            results["left_behind"] = leftovers(stack)
+    out = out or RESULTS / f"{stack.deployment.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"scaleout: results in {out}", flush=True)
+    if failure is not None:
+        raise failure
+    return results
+
+
+def leftovers(stack: Stack) -> dict:
+    """What of the stack is still on the engine after teardown (all empty when it was complete)."""
+    label = f"label=com.docker.stack.namespace={stack.name}"
+    # `docker swarm leave` can return before `docker info` reports the node inactive (one run's
+    # report said active while the engine was inactive seconds later): give it 10 s.
+    for _ in range(20):
+        if docker("info", "--format", "{{.Swarm.LocalNodeState}}", check=False).strip() == "inactive":
+            break
+        time.sleep(0.5)
+    return {
+        "containers": docker("ps", "-aq", "--filter", label, check=False).split(),
+        "networks": docker("network", "ls", "-q", "--filter", label, check=False).split(),
+        "volumes": docker("volume", "ls", "-q", "--filter", label, check=False).split(),
+        "swarm": docker("info", "--format", "{{.Swarm.LocalNodeState}}", check=False).strip(),
+    }

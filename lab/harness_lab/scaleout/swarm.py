@@ -1,0 +1,651 @@
+"""A multi-replica stack run by Docker swarm (the engine's own orchestrator) on this machine.
+
+Rendered from the deployment's manifest as data and dumped with PyYAML, as ``make k8s`` renders
+Kubernetes objects; ``docker stack deploy`` hands it to the engine, which then schedules, restarts,
+rolls and rolls back the replicas itself. Our code only deploys, asks (``docker service update``,
+``docker service scale``, ``docker node update``) and watches.
+
+- ``bundle-v1/``, ``bundle-v2/``, ``bundle-bad/``: the deployment's repository with its packed env
+  beside it (``harness.serving.packenv.packed_repository``: ``model_repository/`` + ``envs/``, hard
+  links), the layout the Kubernetes objects deliver too; v2 adds version ``2`` of the rolled models
+  (their version 1 files, linked) so a roll is visible in every response's ``model_version``; bad
+  adds a version 2 whose files are garbage (a model that cannot load: the replica never turns healthy);
+- ``stack.yml``: service ``triton`` (the CPU image, replicas, memory/CPU from the measured footprint,
+  a health check on the gate's ``/v2/health/ready``, a start-first rolling update with ``monitor``
+  and ``failure_action: rollback``, a restart policy, a stop grace period for the gate's drain, the
+  bundle bind-mounted read-only at ``/mnt/models``, ``endpoint_mode: dnsrr``: this kernel has no
+  IPVS, so no VIP and no routing mesh); service ``lb`` (``images/lb``: haproxy 2.6 resolving
+  ``tasks.triton`` through Docker's DNS every second with ``server-template``, or nginx 1.22 with a
+  resolver and a variable ``proxy_pass``), published in host mode on a loopback-reachable port;
+  service ``prometheus`` (``images/prometheus``) scraping every task's metrics port found by DNS,
+  with the prometheus-adapter rule of the Kubernetes ConfigMap as a recording rule;
+- ``haproxy.cfg`` / ``nginx.conf``, ``prometheus.yml``, ``rules.yml``.
+
+Teardown (``down``): ``docker stack rm``, then wait until the stack's containers and networks are
+gone, then ``docker swarm leave --force`` when this run initialised the swarm. ``python -m harness
+scaleout down`` does the same after a crashed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness import PROJECT_ROOT
+from harness.deployments import Deployment
+from harness.repository import dependencies
+from harness.serving.gate.serve import free_port, serve_command
+from harness_lab.scaleout import ScaleoutError
+from harness_lab.scaleout.k8s import QUEUE_METRIC, adapter_query
+from harness_lab.scaleout.sizing import resources
+
+BUNDLE_ROOT = "/mnt/models"
+IMAGES = PROJECT_ROOT / "images"
+#: Every stack, network and container of ours starts with this (other runs share the engine).
+PREFIX = "tsw"
+STACK_LABEL = "com.docker.stack.namespace"
+#: Label of the manager node when a run of ours initialised the swarm.
+SWARM_LABEL = "triton-harness.swarm"
+#: Prometheus job of the replicas and the label one series per replica carries.
+JOB = "triton"
+#: The prometheus-adapter rule's ``<<.LabelMatchers>>`` and ``<<.GroupBy>>`` for the swarm: the
+#: replicas' job (Kubernetes: namespace + pod) and one series per task (Kubernetes: per pod).
+SWARM_MATCHERS = f'job="{JOB}"'
+SWARM_GROUP_BY = "instance"
+
+
+def docker(*args: str, timeout_s: float = 300, check: bool = True, stdin: str | None = None) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s, input=stdin)
+    if check and done.returncode != 0:
+        raise ScaleoutError(f"docker {' '.join(args[:3])} failed: {(done.stderr or done.stdout).strip()[-600:]}")
+    return done.stdout
+
+
+def build_image(recipe: str) -> str:
+    """An image built from nothing by images/<recipe>/build.sh (reused when current); its name."""
+    done = subprocess.run([str(IMAGES / recipe / "build.sh")], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ScaleoutError(f"images/{recipe}/build.sh failed: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def add_version(repository: Path, model: str, version: str = "2", broken: bool = False) -> None:
+    """Add version ``version`` of ``model``: its version-1 files, linked; ``broken``: garbage files
+    of the same names (the model cannot load)."""
+    source, target = repository / model / "1", repository / model / version
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if broken:
+        for path in target.rglob("*"):
+            if path.is_file():
+                path.unlink()  # a link: the version-1 file stays intact
+                path.write_bytes(b"not a model\n")
+
+
+def swarm_state() -> str:
+    return docker("info", "--format", "{{.Swarm.LocalNodeState}}", timeout_s=30).strip()
+
+
+def host_address() -> str:
+    """The address the swarm advertises (the host's address on its default route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("10.255.255.255", 1))
+            return sock.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def swarm_init() -> bool:
+    """Make this engine a swarm manager; True when this call did (so ``down`` leaves it)."""
+    if swarm_state() == "active":
+        return False
+    # The overlay subnets come from a pool no bridge network of the engine uses.
+    docker(
+        "swarm",
+        "init",
+        "--advertise-addr",
+        host_address(),
+        "--default-addr-pool",
+        "10.213.0.0/16",
+        "--default-addr-pool-mask-length",
+        "24",
+        "--task-history-limit",
+        "5",
+        timeout_s=120,
+    )
+    # Marks the swarm as ours: the last of our runs to finish leaves it, whichever run made it.
+    docker("node", "update", "--label-add", f"{SWARM_LABEL}=1", local_node())
+    return True
+
+
+def local_node() -> str:
+    return docker("info", "--format", "{{.Swarm.NodeID}}", timeout_s=30).strip()
+
+
+def swarm_is_ours() -> bool:
+    if swarm_state() != "active":
+        return False
+    labels = docker("node", "inspect", local_node(), "--format", "{{json .Spec.Labels}}", check=False).strip()
+    return SWARM_LABEL in json.loads(labels or "{}")
+
+
+def stacks() -> list[str]:
+    if swarm_state() != "active":
+        return []
+    out = docker("stack", "ls", "--format", "{{.Name}}", check=False, timeout_s=60)
+    return [name for name in out.split() if name.startswith(PREFIX)]
+
+
+def remove_stack(name: str, deadline_s: float = 120) -> None:
+    """``docker stack rm`` and wait until its containers and networks are gone."""
+    docker("stack", "rm", name, check=False, timeout_s=120)
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        left = docker("ps", "-aq", "--filter", f"label={STACK_LABEL}={name}", check=False).split()
+        nets = docker("network", "ls", "-q", "--filter", f"label={STACK_LABEL}={name}", check=False).split()
+        if not left and not nets:
+            return
+        if left and time.monotonic() > deadline - deadline_s / 2:
+            docker("rm", "-f", *left, check=False)
+        time.sleep(1)
+    raise ScaleoutError(f"stack {name} still has containers or networks {deadline_s:.0f} s after docker stack rm")
+
+
+def teardown(leave: bool = True) -> list[str]:
+    """Remove every stack of ours and (``leave``) take the engine out of swarm mode; what was removed."""
+    removed = []
+    for name in stacks():
+        remove_stack(name)
+        removed.append(f"stack {name}")
+    from harness_lab.scaleout.nodes import remove_workers
+
+    removed += remove_workers()
+    if leave and swarm_state() != "inactive":
+        docker("swarm", "leave", "--force", check=False, timeout_s=120)
+        removed.append("swarm (left)")
+    # docker_gwbridge (the swarm's bridge) is made by swarm init and stays after leave.
+    if swarm_state() == "inactive":
+        docker("network", "rm", "docker_gwbridge", check=False)
+    return removed
+
+
+def memory(value: str) -> str:
+    """A Kubernetes quantity (``2880Mi``) as a stack file takes it (``2880M``: docker reads M as MiB)."""
+    return value.removesuffix("i") if value.endswith(("Ki", "Mi", "Gi")) else value
+
+
+@dataclass
+class Stack:
+    """N replicas of a deployment in a swarm stack (see the module docstring)."""
+
+    deployment: Deployment
+    replicas: int = 3
+    #: Models loaded in each replica (explicit model control); the first is the one clients call.
+    models: tuple[str, ...] = ()
+    rolled_models: tuple[str, ...] = ()
+    image: str = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
+    work_dir: Path | None = None
+    name: str = f"{PREFIX}-run"
+    lb: str = "haproxy"
+    lb_port: int = field(default_factory=free_port)
+    prometheus_port: int = field(default_factory=free_port)
+    gate: bool = True
+    #: Seconds swarm watches a new task after it turned healthy before the next one rolls; a failure
+    #: within it rolls the whole update back.
+    monitor_s: int = 10
+    stop_grace_s: int = 30
+    #: Health-check failures do not count for this long after a start. A version that cannot load
+    #: leaves tritonserver 2.51 hanging after its failed load (it neither exits nor turns ready), so
+    #: this is also how long the engine takes to see a bad version fail. 3 minutes: replicas of this
+    #: machine turned healthy in 45-110 s at load averages of 10-20.
+    start_period_s: int = 180
+    prometheus: bool = True
+    lb_image: str | None = None
+    prometheus_image: str | None = None
+    initialised_swarm: bool = False
+    #: Bundle the service mounts now.
+    bundle: str = "v1"
+    #: Placement: extra constraints of the triton service (e.g. spread over nodes).
+    spread: bool = False
+
+    def __post_init__(self):
+        table = self.deployment.manifest.scaleout
+        if not self.models:
+            if not table.model:
+                raise ScaleoutError(
+                    f"{self.deployment.name}: deployment.toml sets no [scaleout] model (the one clients call)"
+                )
+            called = dependencies(self.deployment.model_repository, [table.model])
+            self.models = (table.model, *(m for m in called if m != table.model))
+        self.rolled_models = self.rolled_models or tuple(table.rolled_models)
+        if not self.name.startswith(PREFIX):
+            raise ScaleoutError(f"stack name {self.name} must start with {PREFIX} (teardown finds ours by it)")
+        self.work_dir = Path(self.work_dir or PROJECT_ROOT / "build" / "scaleout" / self.deployment.name).resolve()
+
+    # ------------------------------------------------------------------ names
+
+    @property
+    def service(self) -> str:
+        return f"{self.name}_triton"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.lb_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
+    def bundle_path(self, version: str) -> Path:
+        return self.work_dir / f"bundle-{version}"
+
+    # ------------------------------------------------------------------ generated files
+
+    def prepare(self) -> None:
+        """Bundles (v1, v2, bad), the balancer and Prometheus images; then the stack and its configs."""
+        from harness.serving.packenv import (
+            RECIPE,
+            PackEnvError,
+            default_output,
+            is_stale,
+            load_recipe,
+            pack,
+            packed_repository,
+        )
+
+        tarball = default_output(self.deployment.path, "cpu-image")
+        recipe = load_recipe(self.deployment.path / RECIPE)
+        stale = is_stale(tarball, recipe, "cpu-image") if tarball.exists() else "missing"
+        if stale:
+            print(f"scaleout: packing {tarball} for the CPU image ({stale})", flush=True)
+            try:
+                pack(recipe, "cpu-image", tarball, log=lambda *_: None)
+            except PackEnvError as exc:
+                raise ScaleoutError(f"packing {tarball} failed: {' '.join(str(exc).split())[:300]}") from None
+        self.deployment.export()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        for version in ("v1", "v2", "bad"):
+            bundle = self.bundle_path(version)
+            shutil.rmtree(bundle, ignore_errors=True)
+            repository = packed_repository(self.deployment.model_repository, tarball, bundle)
+            if version != "v1":
+                for index, model in enumerate(self.rolled_models):
+                    add_version(repository, model, broken=version == "bad" and index == 0)
+        self.lb_image = build_image("lb")
+        if self.prometheus:
+            self.prometheus_image = build_image("prometheus")
+        self.write()
+
+    def server_command(self) -> list[str]:
+        triton = [
+            "tritonserver",
+            f"--model-repository={BUNDLE_ROOT}/model_repository",
+            "--model-control-mode=explicit",
+            "--exit-timeout-secs=10",
+            "--allow-grpc=false",
+        ] + [f"--load-model={m}" for m in self.models]
+        if not self.gate:
+            return triton
+        # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
+        policy = json.dumps(self.deployment.gate_policy(), sort_keys=True, separators=(",", ":"))
+        return serve_command(triton, "--http-port", "8000", "--metrics-port", "8002", "--policy-json", policy)
+
+    def mount(self, version: str) -> dict:
+        return {"type": "bind", "source": str(self.bundle_path(version)), "target": BUNDLE_ROOT, "read_only": True}
+
+    def triton_service(self) -> dict:
+        # bash's /dev/tcp: no interpreter to start (a python3 check missed its timeout on a loaded 2-core machine).
+        ready = (
+            'exec 3<>/dev/tcp/127.0.0.1/8000 && printf "GET /v2/health/ready HTTP/1.0\r\n\r\n" >&3 '
+            '&& head -n1 <&3 | grep -q " 200 "'
+        )
+        requests_, _ = resources(self.deployment, {})
+        table = self.deployment.manifest.scaleout
+        if table.memory_mib or table.cpu:
+            requests_, _ = resources(self.deployment, {"memory_mib": table.memory_mib, "cpu": table.cpu})
+        return {
+            "image": self.image,
+            "command": self.server_command(),
+            "volumes": [self.mount(self.bundle), {"type": "tmpfs", "target": "/dev/shm", "tmpfs": {"size": 2**30}}],
+            "healthcheck": {
+                "test": ["CMD", "bash", "-c", ready],
+                "interval": "2s",
+                "timeout": "10s",
+                "retries": 3,
+                "start_period": f"{self.start_period_s}s",
+            },
+            # The gate drains on SIGTERM (not ready, new requests 503, in-flight ones finish); then Triton stops.
+            "stop_grace_period": f"{self.stop_grace_s}s",
+            "networks": ["replicas"],
+            "deploy": {
+                "mode": "replicated",
+                "replicas": self.replicas,
+                "endpoint_mode": "dnsrr",
+                "resources": {
+                    "limits": {"memory": memory(requests_["limits"]["memory"])},
+                    "reservations": {"memory": memory(requests_["requests"]["memory"])},
+                },
+                "restart_policy": {"condition": "any", "delay": "1s", "window": "30s"},
+                "update_config": {
+                    "parallelism": 1,
+                    "delay": "0s",
+                    "order": "start-first",
+                    "monitor": f"{self.monitor_s}s",
+                    "failure_action": "rollback",
+                    "max_failure_ratio": 0,
+                },
+                "rollback_config": {"parallelism": 1, "order": "start-first", "monitor": f"{self.monitor_s}s"},
+                **({"placement": {"max_replicas_per_node": 2}} if self.spread else {}),
+                "labels": {"triton-harness/deployment": self.deployment.name.replace("_", "-")},
+            },
+        }
+
+    def stack_file(self) -> dict:
+        lb_command = {
+            "haproxy": ["haproxy", "-W", "-db", "-f", "/etc/lb/haproxy.cfg"],
+            "nginx": ["nginx", "-c", "/etc/lb/nginx.conf", "-g", "daemon off;"],
+        }[self.lb]
+        services = {
+            "triton": self.triton_service(),
+            "lb": {
+                "image": self.lb_image,
+                "command": lb_command,
+                "volumes": [
+                    {"type": "bind", "source": str(self.work_dir / "lb"), "target": "/etc/lb", "read_only": True}
+                ],
+                "ports": [{"target": 8080, "published": self.lb_port, "protocol": "tcp", "mode": "host"}],
+                "networks": ["replicas"],
+                "deploy": {
+                    "endpoint_mode": "dnsrr",
+                    "placement": {"constraints": ["node.role == manager"]},
+                    "restart_policy": {"condition": "any"},
+                },
+            },
+        }
+        if self.prometheus:
+            services["prometheus"] = {
+                "image": self.prometheus_image,
+                "command": [
+                    "prometheus",
+                    "--config.file=/etc/prom/prometheus.yml",
+                    "--storage.tsdb.path=/tmp/prometheus",
+                    "--web.listen-address=:9090",
+                ],
+                "volumes": [
+                    {
+                        "type": "bind",
+                        "source": str(self.work_dir / "prometheus"),
+                        "target": "/etc/prom",
+                        "read_only": True,
+                    }
+                ],
+                "ports": [{"target": 9090, "published": self.prometheus_port, "protocol": "tcp", "mode": "host"}],
+                "networks": ["replicas"],
+                "deploy": {
+                    "endpoint_mode": "dnsrr",
+                    "placement": {"constraints": ["node.role == manager"]},
+                    "restart_policy": {"condition": "any"},
+                },
+            }
+        return {
+            "version": "3.8",
+            "services": services,
+            "networks": {"replicas": {"driver": "overlay", "attachable": True}},
+        }
+
+    def haproxy_cfg(self) -> str:
+        return "\n".join(
+            [
+                "global",
+                "    log stdout format raw local0 warning",
+                "    maxconn 4096",
+                "defaults",
+                "    mode http",
+                "    log global",
+                "    timeout connect 1s",
+                "    timeout client 60s",
+                "    timeout server 30s",
+                "    timeout http-request 30s",
+                # A failed connection, an empty or reset answer, or a 503 (a draining gate) goes to another task.
+                "    retries 3",
+                "    option redispatch 1",
+                "    retry-on conn-failure empty-response junk-response response-timeout 502 503 504",
+                "    http-reuse safe",
+                # Docker's DNS inside the stack's network: tasks.<service> is every running task's address.
+                "resolvers docker",
+                "    nameserver dns 127.0.0.11:53",
+                "    resolve_retries 2",
+                "    timeout resolve 1s",
+                "    timeout retry 1s",
+                "    hold valid 1s",
+                "    hold obsolete 0s",
+                "    hold nx 0s",
+                "    hold refused 0s",
+                "    hold timeout 1s",
+                "    accepted_payload_size 8192",
+                "frontend triton",
+                "    bind :8080",
+                "    http-request return status 200 content-type text/plain string ok if { path /lb/health }",
+                "    http-response set-header X-Upstream %si:%sp",
+                "    default_backend replicas",
+                "backend replicas",
+                "    balance roundrobin",
+                "    option httpchk GET /v2/health/ready",
+                # 3 missed checks (5 s each at most) take a task out: one slow answer on a loaded machine
+                # must not empty the pool (fall 1 did: "503 No server is available" during a roll).
+                # A dead or draining task is skipped sooner by the retries above.
+                "    timeout check 5s",
+                "    default-server check inter 1s fall 3 rise 1 resolvers docker init-addr none",
+                f"    server-template t 8 tasks.{self.service}:8000",
+                "",
+            ]
+        )
+
+    def nginx_conf(self) -> str:
+        return "\n".join(
+            [
+                "worker_processes 1;",
+                "error_log stderr warn;",
+                "pid /tmp/nginx.pid;",
+                "events { worker_connections 2048; }",
+                "http {",
+                "    access_log off;",
+                # The variable makes nginx resolve the name per request through Docker's DNS (cached 1 s).
+                "    resolver 127.0.0.11 valid=1s ipv6=off;",
+                "    server {",
+                "        listen 8080;",
+                "        client_max_body_size 8m;",
+                '        location = /lb/health { return 200 "ok\\n"; }',
+                "        location / {",
+                f"            set $replicas tasks.{self.service};",
+                "            proxy_pass http://$replicas:8000;",
+                "            proxy_http_version 1.1;",
+                "            proxy_connect_timeout 1s;",
+                "            proxy_read_timeout 30s;",
+                "            proxy_next_upstream error timeout http_502 http_503 http_504 non_idempotent;",
+                "            proxy_next_upstream_tries 3;",
+                "            add_header X-Upstream $upstream_addr always;",
+                "        }",
+                "    }",
+                "}",
+                "",
+            ]
+        )
+
+    def recording_rule(self) -> str:
+        """The Kubernetes ConfigMap's adapter rule with the swarm's matchers (one function renders both)."""
+        return adapter_query(SWARM_MATCHERS, SWARM_GROUP_BY)
+
+    def prometheus_files(self) -> dict[str, str]:
+        config = {
+            "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+            "rule_files": ["/etc/prom/rules.yml"],
+            "scrape_configs": [
+                {
+                    "job_name": JOB,
+                    "dns_sd_configs": [
+                        {"names": [f"tasks.{self.service}"], "type": "A", "port": 8002, "refresh_interval": "2s"}
+                    ],
+                }
+            ],
+        }
+        rules = {"groups": [{"name": "adapter", "rules": [{"record": QUEUE_METRIC, "expr": self.recording_rule()}]}]}
+        return {
+            "prometheus.yml": yaml.safe_dump(config, sort_keys=False),
+            "rules.yml": yaml.safe_dump(rules, sort_keys=False),
+        }
+
+    def write(self) -> None:
+        (self.work_dir / "lb").mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "prometheus").mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "stack.yml").write_text(yaml.safe_dump(self.stack_file(), sort_keys=False))
+        (self.work_dir / "lb" / "haproxy.cfg").write_text(self.haproxy_cfg())
+        (self.work_dir / "lb" / "nginx.conf").write_text(self.nginx_conf())
+        for name, text in self.prometheus_files().items():
+            (self.work_dir / "prometheus" / name).write_text(text)
+
+    # ------------------------------------------------------------------ asking the engine, watching it
+
+    def up(self, deadline_s: float = 900) -> float:
+        """Swarm mode on, ``docker stack deploy``, wait until every replica is healthy and the balancer
+        answers ready; seconds it took."""
+        began = time.monotonic()
+        self.initialised_swarm = swarm_init() or self.initialised_swarm
+        if self.name in stacks():
+            remove_stack(self.name)
+        docker("stack", "deploy", "--prune", "-c", str(self.work_dir / "stack.yml"), self.name, timeout_s=300)
+        self.wait_converged(self.replicas, deadline_s=deadline_s)
+        self.wait_lb()
+        self.wait_balanced(self.replicas)
+        return time.monotonic() - began
+
+    def wait_balanced(self, count: int, deadline_s: float = 60) -> None:
+        """Until the balancer sends requests to ``count`` different tasks (its DNS and checks caught up)."""
+        import requests
+
+        seen: set[str] = set()
+        deadline = time.monotonic() + deadline_s
+        while len(seen) < count:
+            if time.monotonic() > deadline:
+                raise ScaleoutError(f"the balancer reached {sorted(seen)}, not {count} tasks, in {deadline_s:.0f} s")
+            try:
+                seen.add(requests.get(f"{self.url}/v2/health/ready", timeout=5).headers.get("X-Upstream", ""))
+            except requests.RequestException:
+                pass
+            seen.discard("")
+            time.sleep(0.2)
+
+    def down(self) -> None:
+        """Remove the stack (and the swarm when this run made it), whatever state it is in."""
+        try:
+            remove_stack(self.name)
+        finally:
+            # The swarm goes with the last stack of ours (another run of ours may still use it).
+            if (self.initialised_swarm or swarm_is_ours()) and not stacks():
+                teardown()
+            self.initialised_swarm = False
+
+    def tasks(self) -> list[dict]:
+        """The service's tasks as swarm reports them (desired state, state, node, container, image's bundle)."""
+        ids = docker("service", "ps", "-q", "--no-trunc", self.service, check=False).split()
+        if not ids:
+            return []
+        out = []
+        for task in json.loads(docker("inspect", *ids, check=False) or "[]"):
+            spec = task["Spec"]["ContainerSpec"]
+            mounts = [m.get("Source", "") for m in spec.get("Mounts", []) if m.get("Target") == BUNDLE_ROOT]
+            out.append(
+                {
+                    "id": task["ID"],
+                    "slot": task.get("Slot"),
+                    "node": task.get("NodeID"),
+                    "desired": task["DesiredState"],
+                    "state": task["Status"]["State"],
+                    "error": task["Status"].get("Err", ""),
+                    "container": (task["Status"].get("ContainerStatus") or {}).get("ContainerID", ""),
+                    "bundle": Path(mounts[0]).name.removeprefix("bundle-") if mounts else "",
+                    "updated": task.get("UpdatedAt", ""),
+                }
+            )
+        return out
+
+    def running(self) -> list[dict]:
+        return [t for t in self.tasks() if t["state"] == "running" and t["desired"] == "running"]
+
+    def wait_converged(self, count: int, deadline_s: float = 900, bundle: str | None = None) -> float:
+        """Until ``count`` tasks run (healthy: swarm reports running only after the health check
+        passes) on ``bundle`` and none other is left; seconds it took."""
+        began = time.monotonic()
+        while True:
+            tasks = self.tasks()
+            live = [t for t in tasks if t["state"] == "running"]
+            if len(live) == count and all(t["desired"] == "running" for t in live):
+                if bundle is None or all(t["bundle"] == bundle for t in live):
+                    return time.monotonic() - began
+            if time.monotonic() - began > deadline_s:
+                raise ScaleoutError(
+                    f"{self.service}: {len(live)} of {count} tasks running after {deadline_s:.0f} s: "
+                    f"{[(t['state'], t['error'][:80]) for t in tasks[:6]]}; {self.logs()}"
+                )
+            time.sleep(1)
+
+    def logs(self, tail: int = 15) -> str:
+        done = subprocess.run(
+            ["docker", "service", "logs", "--raw", "--tail", str(tail), self.service],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return "last log lines: " + (done.stdout + done.stderr).strip()[-800:]
+
+    def wait_lb(self, deadline_s: float = 60) -> None:
+        import requests
+
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                if requests.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise ScaleoutError(f"the balancer on {self.url} never answered ready within {deadline_s:.0f} s")
+            time.sleep(0.5)
+
+    def update_state(self) -> dict:
+        """The service's ``UpdateStatus`` (state: updating, completed, rollback_started, rollback_completed, ...)."""
+        out = docker("service", "inspect", self.service, "--format", "{{json .UpdateStatus}}", check=False).strip()
+        return json.loads(out) if out and out != "null" else {}
+
+    def service_update(self, *args: str) -> None:
+        """``docker service update --detach``: the engine rolls; we return at once and only watch."""
+        docker("service", "update", "--detach", *args, self.service, timeout_s=120)
+
+    def roll_to(self, version: str) -> None:
+        # --mount-add of a mounted target replaces that mount (with --mount-rm of it, both would go).
+        self.service_update("--mount-add", mount_flag(self.mount(version)))
+
+    def scale(self, count: int) -> None:
+        docker("service", "scale", "--detach", f"{self.service}={count}", timeout_s=120)
+
+    def kill(self, task: dict) -> tuple[float, float]:
+        """SIGKILL a task's container; ``time.time()`` when asked and when ``docker kill`` returned."""
+        asked_at = time.time()
+        docker("kill", task["container"], check=False)
+        return asked_at, time.time()
+
+
+def mount_flag(mount: dict) -> str:
+    """A stack file's bind mount as ``docker service update --mount-add`` takes it."""
+    flag = f"type={mount['type']},source={mount['source']},target={mount['target']}"
+    return flag + (",readonly" if mount.get("read_only") else "")

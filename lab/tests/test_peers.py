@@ -1,0 +1,259 @@
+"""Side-by-side bench logic: ratios taken round by round, length buckets of mixed-length batches."""
+
+from __future__ import annotations
+
+import pytest
+from embedding_cpu_processing.bls import plan_batches
+
+from harness.measuring.matrix import side_by_side as ratios
+
+
+def _record(model, rounds, ceiling_rounds, kind="onnx-fp32", batch=1, concurrency=8, run="r1"):
+    return {
+        "comparison": "side-by-side",
+        "deployment": "embedding_cpu",  # its [[peers.ratios]] are the ratios taken
+        "run_id": run,
+        "model": model,
+        "items_per_request": batch,
+        "concurrency": concurrency,
+        "rounds_items_per_second": rounds,
+        "ceiling_kind": kind,
+        "rounds_ceiling_items_per_second": ceiling_rounds,
+        "timestamp": "2026-12-01T00:00:00+00:00",
+        "generator": "wrk",
+        "items_per_second": sum(rounds) / len(rounds),
+    }
+
+
+def test_ratios_are_medians_of_per_round_quotients_and_best_peer_is_per_round():
+    run = [
+        _record("embedding_onnx_text", [100, 300, 200], [200, 200, 250]),
+        _record("embedding_py", [50, 100, 400], [10, 10, 10], kind="sentence-transformers"),
+        _record("infinity-optimum", [80, 100, 50], [200, 200, 250]),
+        _record("infinity-torch", [40, 200, 100], [10, 10, 10], kind="sentence-transformers"),
+    ]
+    found = {r["ratio"]: r for r in ratios.ratios(run)}
+    onnx_over_py = found["ONNX text / Python (embedding_onnx_text / embedding_py)"]
+    assert onnx_over_py["rounds"] == [2.0, 3.0, 0.5] and onnx_over_py["value"] == 2.0
+    peer = found["Triton / best infinity-emb (embedding_onnx_text / max peer)"]
+    assert peer["rounds"] == [100 / 80, 300 / 200, 200 / 100]
+    assert found["embedding_onnx_text / ceiling"]["rounds"] == [0.5, 1.5, 0.8]
+    assert "INT8 / FP32 served (embedding_onnx_int8 / embedding_onnx)" not in found
+
+
+def test_cpu_time_ratios_invert_cpu_ms_per_sentence_and_are_absent_without_them():
+    text = dict(
+        _record("embedding_onnx_text", [100, 100], [200, 200]),
+        rounds_cpu_ms_per_item=[5.0, 4.0],
+        rounds_ceiling_cpu_ms_per_item=[4.0, 4.0],
+    )
+    py = dict(_record("embedding_py", [50, 50], [60, 60], kind="sentence-transformers"), rounds_cpu_ms_per_item=[10, 6])
+    found = {r["ratio"]: r for r in ratios.ratios([text, py])}
+    assert found["embedding_onnx_text / ceiling"]["cpu_value"] == pytest.approx((0.8 + 1.0) / 2)
+    assert found["ONNX text / Python (embedding_onnx_text / embedding_py)"]["cpu_value"] == pytest.approx(1.75)
+    assert found["embedding_py / ceiling"]["cpu_value"] is None
+
+
+def test_latest_run_is_the_newest_one_with_the_text_model():
+    old = [_record("embedding_onnx_text", [1], [1], run="old")]
+    new = [dict(_record("embedding_onnx_text", [2], [1], run="new"), timestamp="2026-12-02T00:00:00+00:00")]
+    peers_only = [dict(_record("infinity-torch", [3], [1], run="peers"), timestamp="2026-12-03T00:00:00+00:00")]
+    assert ratios.latest_run(old + new + peers_only) == new
+    text = "\n".join(ratios.render(old + new))
+    assert "run `new`" in text and "run `old`" not in text
+    assert any(
+        l.startswith("| 1 ") and "embedding_onnx_text / ceiling" in l and "| 2.00 " in l and "| met" in l
+        for l in text.splitlines()
+    )
+
+
+@pytest.mark.parametrize("lengths, rows", [([12] * 10, 4), ([10, 12, 14, 9, 11, 30, 31, 200, 8], 64), ([], 4)])
+def test_length_buckets_cover_every_text_once_within_row_and_padding_bounds(lengths, rows):
+    batches = plan_batches(lengths, rows)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) <= rows
+        widths = [lengths[i] for i in batch]
+        assert len(batch) == 1 or max(widths) * len(batch) <= 1.5 * sum(widths)
+
+
+def test_short_and_long_texts_do_not_share_a_bucket():
+    batches = plan_batches([8, 9, 10, 200, 210], 64)
+    assert sorted(map(sorted, batches)) == [[0, 1, 2], [3, 4]]
+
+
+def _path_run(native, openai, optimum, torch, naive, batch=1, concurrency=8):
+    """One workload of native, OpenAI-path, infinity and naive records (what ``harness peers`` writes)."""
+    fields = {"batch": batch, "concurrency": concurrency}
+    return [
+        dict(_record("embedding_onnx_text", native, [200] * len(native), **fields), path="native", gate=True),
+        dict(_record("openai:embedding_onnx_text", openai, [200] * len(openai), **fields), path="openai", gate=True),
+        dict(_record("infinity-optimum", optimum, [200] * len(optimum), **fields), path="peer", peer="infinity-emb"),
+        dict(
+            _record("infinity-torch", torch, [10] * len(torch), kind="sentence-transformers", **fields),
+            path="peer",
+            peer="infinity-emb",
+        ),
+        dict(
+            _record("naive-fastapi", naive, [10] * len(naive), kind="sentence-transformers", **fields),
+            path="peer",
+            peer="naive",
+        ),
+    ]
+
+
+OPENAI_OVER_NATIVE = "OpenAI path / native (openai:embedding_onnx_text / embedding_onnx_text)"
+OPENAI_OVER_INFINITY = "OpenAI path / best infinity-emb (openai:embedding_onnx_text / max peer)"
+OPENAI_OVER_NAIVE = "OpenAI path / naive FastAPI (openai:embedding_onnx_text / naive-fastapi)"
+
+
+def test_openai_path_ratios_are_per_round_and_the_infinity_goal_holds_only_where_native_is_ahead():
+    ahead = _path_run([100, 100], [95, 125], [80, 120], [50, 50], [20, 30], batch=1)
+    behind = _path_run([100, 100], [90, 90], [150, 160], [50, 50], [20, 30], batch=32)
+    found = {(r["batch"], r["ratio"]): r for r in ratios.ratios(ahead + behind)}
+    assert found[1, OPENAI_OVER_NATIVE]["rounds"] == [0.95, 1.25]
+    assert found[1, OPENAI_OVER_NATIVE]["value"] == pytest.approx(1.1)
+    assert ratios._verdict(found[1, OPENAI_OVER_NATIVE]) == "met"
+    assert ratios._verdict(found[32, OPENAI_OVER_NATIVE]) == "NOT met"
+    infinity = found[1, OPENAI_OVER_INFINITY]
+    assert infinity["rounds"] == [95 / 80, 125 / 120]  # the faster engine of each round; naive is no infinity
+    assert infinity["applies"] and infinity["condition"] == pytest.approx((100 / 80 + 100 / 120) / 2)
+    assert ratios._verdict(infinity) == "met"
+    behind_row = found[32, OPENAI_OVER_INFINITY]
+    assert not behind_row["applies"] and ratios._verdict(behind_row).startswith("n/a (embedding_onnx_text behind")
+    assert found[1, OPENAI_OVER_NAIVE]["rounds"] == [95 / 20, 125 / 30]
+
+
+def test_paths_table_shows_native_openai_best_infinity_and_naive_per_workload():
+    run = _path_run([100, 120], [95, 110], [80, 130], [50, 50], [20, 30])
+    (row,) = ratios.paths(run)
+    assert (row["native"], row["openai"], row["naive"]) == (110, 102.5, 25)
+    assert row["best_infinity"] == "infinity-optimum" and row["infinity"] == 105
+    assert row["openai_over_native"] == pytest.approx((0.95 + 110 / 120) / 2)
+    assert row["openai_over_infinity"] == pytest.approx((95 / 80 + 110 / 130) / 2)
+    text = "\n".join(ratios.render(run))
+    assert "behind the front gate" in text and "without the front gate" not in text
+    line = next(l for l in text.splitlines() if l.startswith("| 1 ") and "105.0 (infinity-optimum)" in l)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:7] == ["110.0", "102.5", "105.0 (infinity-optimum)", "25.0"], cells
+    assert cells[7] == f"{row['openai_over_native']:.2f}"
+
+
+def test_a_run_without_the_gate_or_the_openai_path_says_so():
+    run = [dict(r, gate=False) for r in _path_run([100], [95], [80], [50], [20]) if r["path"] != "openai"]
+    text = "\n".join(ratios.render(run))
+    assert "tritonserver without the front gate" in text
+    (row,) = ratios.paths(run)
+    assert row["openai"] is None and row["openai_over_native"] is None
+    assert OPENAI_OVER_NATIVE not in text
+
+
+def test_check_openai_accepts_floats_and_base64_of_the_dimension_in_order():
+    import base64
+    import json
+
+    import numpy as np
+
+    from harness_lab.peers.__main__ import check_openai
+
+    vectors = np.arange(6, dtype="<f4").reshape(2, 3)
+    floats = {"data": [{"embedding": v.tolist(), "index": i} for i, v in enumerate(vectors)]}
+    encoded = {
+        "data": [{"embedding": base64.b64encode(v.tobytes()).decode(), "index": i} for i, v in enumerate(vectors)]
+    }
+    for reply in (floats, encoded):
+        check_openai(json.dumps(reply).encode(), 2, 3)
+        with pytest.raises(AssertionError):
+            check_openai(json.dumps(reply).encode(), 2, 4)
+        with pytest.raises(AssertionError):
+            check_openai(json.dumps(reply).encode(), 3, 3)
+    swapped = {"data": floats["data"][::-1]}
+    with pytest.raises(AssertionError, match="indexes"):
+        check_openai(json.dumps(swapped).encode(), 2, 3)
+
+
+def test_every_openai_style_target_gets_the_same_body_shape(tmp_path):
+    import json
+
+    from harness_lab.peers import workloads
+    from harness_lab.peers.naive import NaiveServer
+
+    ours = json.loads(workloads.openai_body(["a", "b"], "m"))
+    naive = NaiveServer(tmp_path)
+    try:
+        theirs = json.loads(naive.body(["a", "b"]))
+        assert set(ours) == set(theirs) == {"input", "model"} and ours["input"] == theirs["input"] == ["a", "b"]
+        assert json.loads(naive.body(["a"], "base64"))["encoding_format"] == "base64"
+    finally:
+        naive.work_dir.rmdir()
+
+
+def test_openai_models_must_be_peers_models(tmp_path):
+    from harness import PROJECT_ROOT
+    from harness.deployments import ManifestError
+    from harness.manifest import read_manifest
+
+    text = (PROJECT_ROOT / "deployments/embedding_cpu/deployment.toml").read_text()
+    assert "openai_models = { embedding_onnx_text =" in text
+    bad = tmp_path / "deployment.toml"
+    bad.write_text(text.replace("openai_models = { embedding_onnx_text =", "openai_models = { no_such_model ="))
+    with pytest.raises(ManifestError, match="openai_models: 'no_such_model' is not in"):
+        read_manifest(bad)
+
+
+def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors():
+    """The naive server is a real OpenAI-compatible peer: the official client (asking for base64
+    and decoding it by default; floats on request) gets sentence-transformers' own vectors, in order; empty input is a 400."""
+    import numpy as np
+    import openai
+    from sentence_transformers import SentenceTransformer
+
+    from harness.deployments import get_deployment
+    from harness_lab.peers import workloads
+    from harness_lab.peers.naive import SERVED_NAME, NaiveServer
+
+    deployment = get_deployment("embedding_cpu")
+    model_dir = deployment.resolve(deployment.manifest.peers.embedding)().model_dir
+    texts = workloads.sentences(5)
+    expected = SentenceTransformer(str(model_dir), device="cpu").encode(texts)
+    with NaiveServer(model_dir, threads=1) as server:
+        client = openai.OpenAI(base_url=server.url.removesuffix("/embeddings"), api_key="unused", max_retries=0)
+        for encoding in (openai.NOT_GIVEN, "float"):
+            reply = client.embeddings.create(model=SERVED_NAME, input=texts, encoding_format=encoding)
+            got = np.array([d.embedding for d in sorted(reply.data, key=lambda d: d.index)])
+            cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+            assert cosine.min() >= 0.9999, (encoding, cosine)
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model=SERVED_NAME, input=[])
+
+
+@pytest.mark.server
+def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate(tmp_path, monkeypatch):
+    """``harness peers`` end to end, as small as it goes: one workload, one round, our native and
+    OpenAI paths on one gated tritonserver and the naive peer; every target answered without
+    errors and each record names its path; the matrix section shows the three side by side."""
+    import json
+    import shutil
+
+    from harness_lab.peers.__main__ import main
+
+    if not shutil.which("wrk"):
+        pytest.skip("wrk is not installed (make wrk)")
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
+    argv = ["--deployment", "embedding_cpu", "--models", "embedding_onnx_text", "--peers", "naive"]
+    assert main(argv + ["--batch", "2", "--concurrency", "2", "--rounds", "1", "--duration", "1"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    by_target = {r["model"]: r for r in records}
+    assert set(by_target) == {"embedding_onnx_text", "openai:embedding_onnx_text", "naive-fastapi"}
+    assert {n: (r["path"], r["gate"]) for n, r in by_target.items()} == {
+        "embedding_onnx_text": ("native", True),
+        "openai:embedding_onnx_text": ("openai", True),
+        "naive-fastapi": ("peer", None),
+    }
+    assert by_target["openai:embedding_onnx_text"]["endpoint"] == "/v1/embeddings"
+    for record in records:
+        assert record["errors"] == 0 and record["requests"] > 0, record
+    text = "\n".join(ratios.render(records))
+    assert "behind the front gate" in text and OPENAI_OVER_NATIVE in text
+    (row,) = ratios.paths(records)
+    assert row["native"] and row["openai"] and row["naive"] and row["infinity"] is None

@@ -1,0 +1,157 @@
+"""Many replicas for real, run by Docker swarm: two replicas of embedding_cpu in the CPU image
+behind the stack's haproxy (``docker stack deploy`` of the stack rendered from the manifest). One
+replica's container is killed with SIGKILL under load (the engine starts a replacement), then a
+new model version is rolled by ``docker service update`` (the engine rolls, start-first and
+health-gated). No request may be lost with the client's stated retry policy
+(harness_lab.scaleout.load.RETRY), and our code only watches.
+
+Runs with `--server-mode docker` where a Docker engine answers (skipped with the reason otherwise); CI runs
+it in the docker stage (`make test-docker`), after the image and the packed envs are built. The
+stack and the swarm (when this test made it) are removed afterwards, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.deployments import get_deployment
+from harness.serving.launchers.docker_engine import DockerStartError, engine
+from harness.serving.launchers.docker_images import CPU_IMAGE
+from harness_lab.scaleout import k8s
+from harness_lab.scaleout.autoscale import query, read_counters, task_address, wait_scraped
+from harness_lab.scaleout.load import RETRY, Load
+from harness_lab.scaleout.run import kill_under_load, leftovers, roll_version
+from harness_lab.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
+
+
+def _engine_or_none():
+    try:
+        return engine(timeout_s=5)
+    except DockerStartError:
+        return None
+
+
+ENGINE = _engine_or_none()
+pytestmark = [
+    pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
+    pytest.mark.timeout(900),
+]
+
+
+@pytest.fixture(scope="module")
+def stack(request):
+    if request.config.getoption("--server-mode") != "docker":
+        pytest.skip("the swarm run needs the image and the packed envs: make test-docker (--server-mode docker)")
+    image = request.config.getoption("--image") or CPU_IMAGE
+    try:
+        ENGINE.images.get(image)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
+    stack = Stack(
+        get_deployment("embedding_cpu"),
+        replicas=2,
+        image=image,
+        name="tsw-test",
+        work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu",
+    )
+    stack.prepare()
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+        left = leftovers(stack)
+        shutil.rmtree(stack.work_dir, ignore_errors=True)
+        assert not (left["containers"] or left["networks"] or left["volumes"]), left
+        if not stacks():  # no other run of ours holds the swarm: it is gone
+            assert left["swarm"] == "inactive", left
+
+
+def test_replicas_serve_behind_the_front_gate(stack):
+    """Through the balancer, each replica's gate answers: the shared-memory API is closed (plain
+    tritonserver lists and registers shared-memory regions for anyone), readiness is the gate's."""
+    import requests
+
+    assert stack.gate and stack.server_command()[:4] == ["python3", "-m", "harness.serving.gate", "serve"]
+    upstreams = set()
+    for _ in range(6):  # round robin: both replicas answer
+        status = requests.get(f"{stack.url}/v2/systemsharedmemory/status", timeout=10)
+        assert status.status_code == 403 and "restricted" in status.text, status.text
+        upstreams.add(status.headers.get("X-Upstream"))
+    assert len(upstreams) == 2, upstreams
+    assert requests.get(f"{stack.url}/v2/health/ready", timeout=10).status_code == 200
+    # the deployment's gate policy reached the replicas: a loaded model that is no entry model is internal
+    internal = [m for m in stack.models if m not in stack.deployment.entry_models]
+    for model in internal[:1]:
+        answer = requests.post(f"{stack.url}/v2/models/{model}/infer", json={"inputs": []}, timeout=10)
+        assert answer.status_code == 403 and "internal" in answer.text, answer.text
+
+
+def test_the_engine_replaces_a_killed_replica_and_no_request_is_lost(stack):
+    victim_count = len(stack.running())
+    result = kill_under_load(stack, concurrency=8, before_s=3.0, after_s=5.0)
+    client = result["client"]
+    assert victim_count == 2 and client["requests"] > 20, result
+    # Both tasks served before the kill: the kill hit a replica that had traffic.
+    assert len(result["served_by_before_kill"]) == 2, result
+    assert client["lost"] == 0, (
+        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+    )
+    # The engine, not our code, brought the service back to 2 healthy tasks, the killed one not among them.
+    running = stack.running()
+    assert len(running) == 2 and result["victim_task"] not in {t["id"][:12] for t in running}, running
+    assert result["after_kill"]["requests"] > 10, result
+
+
+def test_the_engine_rolls_a_new_version_and_no_request_is_lost(stack):
+    result = roll_version(stack, concurrency=8)
+    client = result["client"]
+    assert result["engine_final_state"] == "completed", result
+    assert result["bundles_running_after"] == ["v2", "v2"], result
+    assert client["lost"] == 0, (
+        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+    )
+    # Both versions answered during the roll; after it, only the new one.
+    assert result["responses_by_model_version"].get("1", 0) > 0, result
+    assert result["responses_by_model_version"].get("2", 0) > 0, result
+    assert set(result["responses_by_model_version_after_roll"]) == {"2"}, result
+    # The engine replaced the tasks one at a time, start-first: never fewer than 2 running.
+    assert all(len(e["running"]) >= 2 for e in result["engine_events"]), result["engine_events"]
+    assert docker("service", "inspect", stack.service, "--format", "{{.Spec.UpdateConfig.Order}}").strip() == (
+        "start-first"
+    )
+
+
+def test_prometheus_evaluates_the_adapter_rule_as_tritons_counters_say(stack):
+    """The HPA's metric for real: the stack's Prometheus (Debian's, scraping each task's metrics port)
+    evaluates the Kubernetes ConfigMap's rule with the swarm's labels; per task it must equal the
+    queue time per successful request computed from Triton's own counters, read inside each task."""
+    template = k8s.adapter_rule()["rules"][0]["metricsQuery"]
+    rule = template.replace("<<.LabelMatchers>>", SWARM_MATCHERS).replace("<<.GroupBy>>", SWARM_GROUP_BY)
+    assert stack.recording_rule() == rule and "[1m]" in rule
+    wait_scraped(stack, stack.replicas)
+    load = Load(stack.url, stack.models[0], concurrency=8).start()
+    try:
+        time.sleep(5)
+        network = f"{stack.name}_replicas"
+        tasks = {task_address(t["container"], network): t["container"] for t in stack.running()}
+        before = {address: read_counters(container) for address, container in tasks.items()}
+        time.sleep(60)
+        after = {address: read_counters(container) for address, container in tasks.items()}
+        at = time.time()
+    finally:
+        load.stop()
+    evaluated = {r["metric"]["instance"].rsplit(":", 1)[0]: float(r["value"][1]) for r in query(stack, rule, at=at)}
+    assert set(evaluated) == set(tasks), (evaluated, tasks)
+    for address in tasks:
+        queued = after[address]["nv_inference_queue_duration_us"] - before[address]["nv_inference_queue_duration_us"]
+        served = after[address]["nv_inference_request_success"] - before[address]["nv_inference_request_success"]
+        assert served > 60, (address, served)  # > 1 request/s: the rule's clamp_min(.., 1) does not bite
+        direct = queued / served
+        assert direct > 0, (address, before[address], after[address])
+        # Scrapes every 2 s against readings a few ms apart from the window's ends: a small misalignment.
+        assert abs(evaluated[address] - direct) <= 0.25 * direct, (address, evaluated[address], direct)
