@@ -129,12 +129,12 @@ def for_each_scenario(
             if (benchmark.targets and target not in benchmark.targets) or (only and benchmark.id not in only):
                 continue
             try:
-                run(deployment, benchmark, pool.context(deployment, benchmark.config, benchmark.models))
+                run(deployment, benchmark, pool.context(deployment, benchmark.overrides, benchmark.models))
             except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
                 failed.append(f"{deployment.name}/{benchmark.id}: {type(exc).__name__}: {exc}")
                 print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
             finally:
                 if benchmark.config:
-                    pool.release(variant_key(deployment, benchmark.config))
+                    pool.release(variant_key(deployment, benchmark.overrides))
         pool.release(deployment.name)
     return failed

@@ -201,7 +201,7 @@ def pair_record(
         "protocol": protocol,
         "generator": f"{GENERATOR} (tritonclient {protocol}.aio)",
         "pinning": first["pinning"],
-        "config_overrides": entry.config,
+        "config_overrides": entry.overrides,
         "concurrency": concurrency,
         "items_per_request": first["items_per_request"],
         "rounds": len(levels),
@@ -230,9 +230,9 @@ def run_manifest(args) -> int:
             pairs = manifest_pairs(deployment, args.target, args.only) if args.target in deployment.targets else []
             variants: dict[str, list] = {}
             for pair in pairs:
-                variants.setdefault(variant_key(deployment, pair[1].config), []).append(pair)
+                variants.setdefault(variant_key(deployment, pair[1].overrides), []).append(pair)
             for key, group in variants.items():
-                config = group[0][1].config
+                config = group[0][1].overrides
                 wanted = [set(b.models) for pair in group for b in pair]
                 models = () if any(not m for m in wanted) else tuple(sorted(set().union(*wanted)))
                 try:

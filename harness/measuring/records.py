@@ -80,7 +80,7 @@ def scenario_fields(
         "gate": getattr(ctx.server, "gate", None),
         "backend_implementation": backends,
         "items_per_request": workload.items_per_request,
-        "config_overrides": benchmark.config,
+        "config_overrides": benchmark.overrides,
         "notes": workload.notes,
     }
 

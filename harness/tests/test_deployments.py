@@ -72,8 +72,8 @@ def _checked_config(deployment, request) -> dict | None:
     found = [b for b in deployment.benchmarks if b.id == variant]
     if not found or not found[0].config:
         pytest.skip(f"{deployment.name} has no config variant {variant!r}")
-    _skip_unexported(deployment, found[0].config)
-    return found[0].config
+    _skip_unexported(deployment, found[0].overrides)
+    return found[0].overrides
 
 
 @pytest.mark.parametrize(("deployment", "check"), CHECKS)
@@ -93,14 +93,14 @@ def test_benchmark(server_pool, deployment, benchmark, request):
         pytest.skip(f"{benchmark.id} is not defined for target {target}")
     if benchmark.config and request.config.getoption("--server-mode") == "external":
         pytest.skip(f"{benchmark.id} measures a config variant: needs a server the harness starts")
-    _skip_unexported(deployment, benchmark.config)
-    ctx = _context(server_pool, deployment, request, benchmark.config, benchmark.models)
+    _skip_unexported(deployment, benchmark.overrides)
+    ctx = _context(server_pool, deployment, request, benchmark.overrides, benchmark.models)
     duration = request.config.getoption("--bench-duration")
     try:
         records = run_benchmark(ctx, benchmark, duration_s=duration, warmup_s=min(1.0, duration / 2))
     finally:
         if benchmark.config:
-            server_pool.release(variant_key(deployment, benchmark.config))
+            server_pool.release(variant_key(deployment, benchmark.overrides))
     for row in records:
         assert row["errors"] == 0, f"{benchmark.id} at concurrency {row['concurrency']}: {row['first_error']}"
         assert row["requests"] > 0, f"{benchmark.id} at concurrency {row['concurrency']}: no request completed"
