@@ -158,7 +158,7 @@ class HttpFront:
                 return await self.forward(request, body, admin, header_length)
             finally:
                 if load:
-                    self.configs.pop(model, None)
+                    self.forget_configs()
                     asyncio.create_task(self.settle(model, old))
         except GateError as exc:
             return web.json_response({"error": exc.message}, status=exc.status)

@@ -2,6 +2,7 @@
 
     python -m harness.serving.gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
         [--metrics-port 8002] [--admin-token-file PATH] [--policy-file PATH] [--api-key-file PATH]
+        [--gate-workers N]
         -- tritonserver --model-repository=/models ...
 
 The gate binds the public ports itself, starts the given tritonserver command on private
@@ -113,9 +114,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # one socket per gate worker on the same port; the kernel spreads connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(1024)
     return sock
@@ -142,6 +145,7 @@ def serve_main(argv: list[str]) -> int:
     from harness.serving.gate.isolation import raise_priority
     from harness.serving.gate.policy import GatePolicy, read_policy
     from harness.serving.gate.server import run_gate
+    from harness.serving.gate.workers import default_workers
 
     if "--" not in argv:
         print(
@@ -169,6 +173,12 @@ def serve_main(argv: list[str]) -> int:
     )
     parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
     parser.add_argument(
+        "--gate-workers",
+        type=int,
+        default=int(os.environ.get("TRITON_GATE_WORKERS") or 0) or None,
+        help="gate processes serving the public ports (harness.serving.gate.workers; default: one per 8 cores, 1-4)",
+    )
+    parser.add_argument(
         "--policy-file",
         default=os.environ.get("TRITON_GATE_POLICY_FILE"),
         help="the deployment's gate policy (JSON: public models, body and dimension bounds; harness.serving.gate.policy)",
@@ -184,11 +194,15 @@ def serve_main(argv: list[str]) -> int:
     token, token_note = read_token(args.admin_token_file)
     internal = secrets.token_hex(16)
     private = (free_port(), free_port(), free_port())
-    socks = {
-        "http": listen(args.host, args.http_port),
-        "grpc": listen(args.host, args.grpc_port) if grpc else None,
-        "metrics": listen(args.host, args.metrics_port) if metrics else None,
-    }
+    workers = args.gate_workers or default_workers()
+    socks = [
+        {
+            "http": listen(args.host, args.http_port, reuse_port=True),
+            "grpc": listen(args.host, args.grpc_port, reuse_port=True) if grpc else None,
+            "metrics": listen(args.host, args.metrics_port) if metrics and worker == 0 else None,
+        }
+        for worker in range(workers)
+    ]
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
     config = {
         "command": gated_command(command, private, internal, restricted, grpc),
@@ -213,7 +227,7 @@ def serve_main(argv: list[str]) -> int:
         f"serving {args.host}:{args.http_port} (HTTP)"
         + (f", :{args.grpc_port} (gRPC)" if grpc else "")
         + (f", :{args.metrics_port} (metrics)" if metrics else "")
-        + f"; tritonserver on 127.0.0.1:{private[0]}"
+        + f"; {workers} gate worker(s); tritonserver on 127.0.0.1:{private[0]}"
         f" behind it; {token_note}; API keys {'on' if config['api_keys'] else 'off'}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -25,12 +25,15 @@ HTTP, gRPC and metrics sockets already bound (their file descriptors are inherit
    loaded at start and the load/unload API refused).
 5. **SIGTERM drains**: readiness turns false, new inference is refused with 503, in-flight
    requests finish (up to the exit timeout), then tritonserver is stopped and the gate exits.
+6. **Workers** (``workers``): one process per set of public sockets given; the first owns
+   tritonserver and the stub watch, the others are forked from it and share its state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -48,6 +51,7 @@ from harness.serving.gate.openai_api import OpenAIFront
 from harness.serving.gate.policy import GatePolicy
 from harness.serving.gate.stub_watch import StubWatch
 from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
+from harness.serving.gate.workers import fork_workers, shared_state, stop_workers
 
 __all__ = ["GATE_NICE", "Gate", "log", "main", "run_gate"]
 
@@ -74,9 +78,15 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.triton: subprocess.Popen | None = None
         self.session = None
         self.configs: dict[str, dict] = {}
-        self.broken: dict[str, float] = {}  # model -> when its stub was seen dead
-        self.reloading: set[str] = set()
-        self.changing: dict[str, float] = {}  # model -> until when a client (un)load is in flight
+        #: Worker processes serving the public sockets (``workers``): 0 is the primary.
+        self.workers = int(config.get("workers") or 1)
+        self.worker, self.worker_pids = 0, []
+        state = shared_state(self.workers)
+        self.broken = state["broken"]  # model -> when its stub was seen dead
+        self.reloading = state["reloading"]  # model -> True while the gate reloads it
+        self.changing = state["changing"]  # model -> until when a client (un)load is in flight
+        self.config_epoch = state["config_epoch"]  # changes when cached configs are stale
+        self.seen_config_epoch = None
         self.draining = False
         self.in_flight = 0
         self.events: list[dict] = []
@@ -98,7 +108,16 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
     def internal_headers(self) -> dict:
         return {self.admin_header: self.internal_token}
 
+    def forget_configs(self) -> None:
+        """Cached model configs are stale (a model was loaded or reloaded), in every worker."""
+        self.configs.clear()
+        self.config_epoch["epoch"] = time.time_ns()
+
     async def model_config(self, model: str) -> dict | None:
+        epoch = self.config_epoch.get("epoch")
+        if epoch != self.seen_config_epoch:
+            self.configs.clear()
+            self.seen_config_epoch = epoch
         config = self.configs.get(model)
         if config is None:
             url = URL(f"{self.upstream_http}/v2/models/{quote(model, safe='')}/config", encoded=True)
@@ -167,6 +186,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
     async def run(
         self, http_sock: socket.socket, grpc_sock: socket.socket | None, metrics_sock: socket.socket | None
     ) -> int:
+        """Serve until SIGTERM; the primary (worker 0) also watches tritonserver and stops it."""
         import aiohttp
         from aiohttp import web
 
@@ -198,12 +218,15 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        monitor = asyncio.create_task(self.monitor())
+        primary = self.worker == 0
+        monitor = asyncio.create_task(self.monitor()) if primary else None
         await stop.wait()
         # Drain: not ready, refuse new inference, let in-flight requests finish, then stop Triton.
         self.draining = True
-        log(f"draining {self.in_flight} in-flight request(s)")
-        deadline = time.monotonic() + float(self.cfg.get("exit_timeout_s", 5))
+        exit_timeout_s = float(self.cfg.get("exit_timeout_s", 5))
+        workers = loop.run_in_executor(None, stop_workers, self.worker_pids, exit_timeout_s + 5) if primary else None
+        log(f"worker {self.worker}: draining {self.in_flight} in-flight request(s)")
+        deadline = time.monotonic() + exit_timeout_s
         while self.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if grpc_server is not None:
@@ -213,8 +236,11 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
-        monitor.cancel()
         await self.session.close()
+        if not primary:
+            return 0
+        monitor.cancel()
+        await workers
         code = 0
         if self.triton.poll() is None:
             self.triton.send_signal(signal.SIGTERM)
@@ -228,9 +254,10 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         return code
 
 
-def run_gate(config: dict, socks: dict[str, socket.socket | None]) -> int:
-    """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM."""
-    gate = Gate(config)
+def run_gate(config: dict, socks: list[dict[str, socket.socket | None]]) -> int:
+    """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM:
+    one worker process per entry (``workers``), each serving its own sockets."""
+    gate = Gate({**config, "workers": len(socks)})
     gate.start_triton()
     try:
         import uvloop  # a faster event loop where installed (pyproject.toml)
@@ -238,7 +265,20 @@ def run_gate(config: dict, socks: dict[str, socket.socket | None]) -> int:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    return runner(gate.run(socks["http"], socks.get("grpc"), socks.get("metrics")))
+
+    def serve(worker: int) -> int:
+        gate.worker = worker
+        for other in socks[:worker] + socks[worker + 1 :]:  # a worker that dies takes its sockets along
+            for sock in other.values():
+                if sock is not None:
+                    sock.close()
+        mine = socks[worker]
+        return runner(gate.run(mine["http"], mine.get("grpc"), mine.get("metrics")))
+
+    gate.worker_pids = fork_workers(gate.workers, serve)
+    if gate.workers > 1:
+        log(f"{gate.workers} workers: pids {[os.getpid(), *gate.worker_pids]}")
+    return serve(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     config_path = Path(argv[0])
     config = json.loads(config_path.read_text())
     config_path.unlink()  # holds the admin token: gone once read
-    socks = {name: socket.socket(fileno=fd) if fd is not None else None for name, fd in config["fds"].items()}
+    socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config["fds"]]
     log(isolate() if config.get("isolate", True) else "not isolated (isolate=False)")
     if config.get("raise_priority", True):
         raise_priority()

@@ -18,6 +18,7 @@ import time
 import psutil
 
 from harness.serving.gate import log
+from harness.serving.gate.workers import exited
 
 
 def expected_stubs(config: dict) -> int:
@@ -61,6 +62,11 @@ class StubWatch:
                     log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
+            gone = exited(self.worker_pids)
+            if gone and not self.draining:
+                log(f"gate worker(s) {gone} exited; the gate exits too")
+                self.worker_pids = [p for p in self.worker_pids if p not in gone]
+                os.kill(os.getpid(), signal.SIGTERM)
             try:
                 known = await self.watch_stubs(known)
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad round
@@ -109,7 +115,7 @@ class StubWatch:
         self.changing[model] = time.monotonic() + 2 * self.monitor_interval
 
     async def reload(self, model: str) -> None:
-        self.reloading.add(model)
+        self.reloading[model] = True
         began = time.monotonic()
         loop = asyncio.get_running_loop()
         old = (await loop.run_in_executor(None, self.stubs)).get(model, set())
@@ -123,7 +129,7 @@ class StubWatch:
             after = await self.ready_models(strict=True)
             for other in sorted(before - after):  # e.g. an ensemble unloaded with its step
                 await self.repository_call(other, "load")
-            self.configs.clear()
+            self.forget_configs()
             self.broken.pop(model, None)
             self.event(
                 "reloaded",
@@ -139,7 +145,7 @@ class StubWatch:
             log(f"reload of '{model}' failed: {exc}")
             self.event("reload_failed", model=model, error=str(exc))
         finally:
-            self.reloading.discard(model)
+            self.reloading.pop(model, None)
 
     def event(self, kind: str, **fields) -> None:
         record = {"event": kind, "time": time.time(), **fields}

@@ -34,6 +34,7 @@ import psutil
 from harness.repository import RepositoryError
 from harness.serving.gate.isolation import sigterm_when_parent_dies
 from harness.serving.gate.serve import ADMIN_HEADER, RESTRICTED_APIS, free_port, gated_command
+from harness.serving.gate.workers import default_workers
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
 
@@ -97,6 +98,7 @@ class LocalTritonServer(StartedTritonServer):
         gate: bool = True,
         isolate: bool = True,
         gate_options: dict | None = None,
+        gate_workers: int | None = None,
     ):
         super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
         if host not in ("127.0.0.1", "localhost", "::1"):
@@ -110,6 +112,8 @@ class LocalTritonServer(StartedTritonServer):
         self.gate = gate
         self.isolate = isolate
         self.gate_options = dict(gate_options or {})
+        #: Gate processes serving the public ports (``harness.serving.gate.workers``).
+        self.gate_workers = gate_workers or default_workers()
         #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
         self.private_ports = (free_port(), free_port(), free_port()) if gate else None
         #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
@@ -196,9 +200,11 @@ class LocalTritonServer(StartedTritonServer):
             return list(self._final_events)
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def _listen(self, port: int) -> socket.socket:
+    def _listen(self, port: int, reuse_port: bool = False) -> socket.socket:
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # one socket per gate worker on the same port; the kernel spreads connections
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             sock.bind((self.host, port))
         except OSError as exc:
@@ -259,13 +265,18 @@ class LocalTritonServer(StartedTritonServer):
         )
 
     def _start_gate(self) -> None:
-        socks: dict[str, socket.socket] = {}
+        """The gate with its sockets bound here: per worker an HTTP (and gRPC) socket on the public
+        port (SO_REUSEPORT), and the metrics socket for the first worker."""
+        socks: list[dict[str, socket.socket]] = []
         try:
-            socks["http"] = self._listen(self.http_port)
-            socks["metrics"] = self._listen(self.metrics_port)
-            if self.options.allow_grpc:
-                socks["grpc"] = self._listen(self.grpc_port)
-            fds = {name: sock.fileno() for name, sock in socks.items()}
+            for worker in range(self.gate_workers):
+                mine = {"http": self._listen(self.http_port, reuse_port=True)}
+                if worker == 0:
+                    mine["metrics"] = self._listen(self.metrics_port)
+                if self.options.allow_grpc:
+                    mine["grpc"] = self._listen(self.grpc_port, reuse_port=True)
+                socks.append(mine)
+            fds = [{name: sock.fileno() for name, sock in mine.items()} for mine in socks]
             config_path = self.work_dir / "gate.json"
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -273,11 +284,13 @@ class LocalTritonServer(StartedTritonServer):
 
                 json.dump(self.gate_config(fds), f)
             self.process = self._spawn(
-                [sys.executable, "-m", "harness.serving.gate", str(config_path)], pass_fds=list(fds.values())
+                [sys.executable, "-m", "harness.serving.gate", str(config_path)],
+                pass_fds=[fd for mine in fds for fd in mine.values()],
             )
         finally:
-            for sock in socks.values():
-                sock.close()
+            for mine in socks:
+                for sock in mine.values():
+                    sock.close()
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

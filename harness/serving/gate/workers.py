@@ -1,0 +1,136 @@
+"""The gate's worker processes: ``workers`` processes serve the same public sockets.
+
+The primary process owns tritonserver, the stub watch, the reloads and the shutdown. The other
+workers are forked from it once tritonserver is started, before any event loop runs, and accept
+on the inherited sockets (the kernel hands each new connection to one of them; each worker runs
+its own gRPC proxy behind its share of the public gRPC socket).
+
+- One policy: every worker is a copy of the same ``Gate`` (same config, same policy).
+- One metrics view: the metrics port forwards tritonserver's own ``/metrics``, whichever worker
+  answers; the gate keeps no counters of its own.
+- What every worker must see alike lives in ``SharedDict`` (shared memory): the models whose stub
+  died or that are being reloaded, the client (un)loads in flight, and when cached model configs
+  went stale. In-flight counts and the drain are per worker; on SIGTERM the primary passes the
+  signal on and stops tritonserver once every worker has exited.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, MutableMapping
+
+from harness.serving.gate.isolation import sigterm_when_parent_dies
+
+#: Gate workers when none is asked for: one per 8 cores, at most 4 (docs/tuning.md, "The gate's cost").
+CORES_PER_WORKER, MAX_DEFAULT_WORKERS = 8, 4
+
+
+def default_workers(cores: int | None = None) -> int:
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, min(MAX_DEFAULT_WORKERS, cores // CORES_PER_WORKER))
+
+
+class SharedDict(MutableMapping):
+    """A dict of JSON values in shared memory, made before the workers fork: a write (from any
+    worker) takes a lock and bumps a version; a read takes the lock only when the version moved."""
+
+    def __init__(self, size_bytes: int = 1 << 16):
+        context = multiprocessing.get_context("fork")
+        self._lock = context.Lock()
+        self._version = context.RawValue("Q", 0)
+        self._blob = context.RawArray("c", size_bytes)
+        self._seen, self._local = 0, {}
+
+    def _read(self) -> dict:
+        if self._version.value != self._seen:
+            with self._lock:
+                self._seen = self._version.value
+                self._local = json.loads(self._blob.value or b"{}")
+        return self._local
+
+    def _write(self, change: Callable[[dict], None]) -> None:
+        with self._lock:
+            data = json.loads(self._blob.value or b"{}")
+            change(data)
+            raw = json.dumps(data).encode()
+            if len(raw) >= len(self._blob):
+                raise RuntimeError(f"gate shared state over {len(self._blob)} bytes")
+            self._blob.value = raw
+            self._version.value += 1
+
+    def __getitem__(self, key: str):
+        return self._read()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._read()
+
+    def get(self, key: str, default=None):
+        return self._read().get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._read()))
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __setitem__(self, key: str, value) -> None:
+        self._write(lambda data: data.__setitem__(key, value))
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._write(lambda data: data.pop(key, None))
+
+
+def shared_state(workers: int) -> dict[str, MutableMapping]:
+    """The state every worker reads alike: plain dicts for one worker, ``SharedDict`` for more."""
+    names = ("broken", "reloading", "changing", "config_epoch")
+    return {name: SharedDict() if workers > 1 else {} for name in names}
+
+
+def fork_workers(count: int, serve: Callable[[int], int]) -> list[int]:
+    """Fork workers 1 .. count-1, each running ``serve(index)`` and exiting with its code; the
+    kernel sends each SIGTERM when the primary dies. Returns their pids."""
+    primary, pids = os.getpid(), []
+    for index in range(1, count):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                sigterm_when_parent_dies()
+                if os.getppid() == primary:  # else the primary died before the line above
+                    code = serve(index)
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    return pids
+
+
+def exited(pids: list[int]) -> list[int]:
+    """The workers of ``pids`` that have exited (reaped)."""
+    gone = []
+    for pid in pids:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                gone.append(pid)
+        except ChildProcessError:
+            gone.append(pid)
+    return gone
+
+
+def stop_workers(pids: list[int], timeout_s: float) -> None:
+    """SIGTERM every worker still running, wait up to ``timeout_s`` for them to drain, kill the rest."""
+    running = [p for p in pids if p not in exited(pids)]
+    for pid in running:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while running and time.monotonic() < deadline:
+        time.sleep(0.05)
+        running = [p for p in running if p not in exited(running)]
+    for pid in running:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
