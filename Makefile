@@ -15,7 +15,7 @@ EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-variants test-unit list export new deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
+.PHONY: help install test test-variants test-unit list export new refresh deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,6 +74,10 @@ deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an A
 new: install ## Copy deployment FROM under a new NAME as your template (make new NAME=my_model FROM=embedding_cpu; docs/adding-a-deployment.md)
 	@test -n "$(NAME)" -a -n "$(FROM)" || { echo "usage: make new NAME=<new deployment> FROM=<deployment to copy>"; exit 2; }
 	$(PY) -m harness new $(NAME) --from $(FROM)
+
+refresh: install ## Regenerate deployment NAME in order: export, fixtures from the reference, quantization gates
+	@test -n "$(NAME)" || { echo "usage: make refresh NAME=<deployment>"; exit 2; }
+	$(PY) -m harness refresh $(NAME)
 
 # The deployment make bench-peers measures: its deployment.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu

@@ -4,6 +4,7 @@ the harness's other tools (matrix, soak, faults, ...) are subcommands of the sam
     python -m harness serve <deployment>            # export what is missing, serve until Ctrl-C
     python -m harness bench <deployment> --duration 5
     python -m harness new <name> --from <deployment>     # your own copy (docs/adding-a-deployment.md)
+    python -m harness refresh <deployment>          # export, fixtures, quantization gates, in order
 """
 
 from __future__ import annotations
@@ -216,6 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     new_parser = sub.add_parser("new", help="copy a deployment as the template of a new one (NAME --from DEPLOYMENT)")
     new.add_arguments(new_parser)
     new_parser.set_defaults(func=new.new_command)
+
+    from harness import refresh
+
+    refresh_parser = sub.add_parser(
+        "refresh", help="regenerate a deployment in order: export, fixtures from the reference, quantization gates"
+    )
+    refresh.add_arguments(refresh_parser)
+    refresh_parser.set_defaults(func=refresh.refresh_command)
 
     for name, (module, summary) in TOOLS.items():
         sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")

@@ -71,18 +71,25 @@ class Deployment:
     def missing_exports(self) -> list[Path]:
         return [p for p in self.export_outputs() if not p.exists()]
 
-    def export(self, force: bool = False, python: str | None = None) -> bool:
-        """Run the manifest's export command when an output is missing; True if it ran."""
+    def run_step(self, command: list[str], python: str | None = None, check: bool = True) -> int:
+        """Run a manifest command in the deployment's folder (``{python}``: ``python`` or this interpreter)."""
+        command = [part.replace("{python}", python or sys.executable) for part in command]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return subprocess.run(command, cwd=self.path, check=check, env=env).returncode
+
+    def export(self, force: bool = False, python: str | None = None, after_fixtures: bool = True) -> bool:
+        """Run the manifest's export command when an output is missing, then (``after_fixtures``)
+        the steps that read the committed fixtures; True if it ran."""
         spec = self.manifest.export
         if not spec or (not force and not self.missing_exports()):
             return False
-        command = [part.replace("{python}", python or sys.executable) for part in spec.command]
-        if force:
-            command += spec.force_args
-        subprocess.run(command, cwd=self.path, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.run_step(spec.command + (spec.force_args if force else []), python)
         missing = self.missing_exports()
         if missing:
             raise ManifestError(f"{self.name}: export ran but did not produce {[str(p) for p in missing]}")
+        for step in spec.after_fixtures if after_fixtures else []:
+            if self.run_step(step, python, check=False) != 0:
+                print(f"{self.name}: `{' '.join(step)}` wrote nothing (its gate, above)")
         return True
 
     def server_options(self, target: str = "cpu", **overrides) -> ServerOptions:

@@ -30,6 +30,11 @@ class ExportSpec(Strict):
     outputs: list[str] = []
     #: Added to ``command`` by ``export --force`` for a script that skips outputs already present.
     force_args: list[str] = []
+    #: The command that makes the fixtures from the reference (``harness refresh``: after the export).
+    fixtures: list[str] = []
+    #: Commands that read the fixtures (quantization gates), run after ``command`` and by ``refresh``
+    #: after ``fixtures``; one that fails wrote nothing (a missed gate), which is not an error.
+    after_fixtures: list[list[str]] = []
 
 
 class TestsSpec(Strict):

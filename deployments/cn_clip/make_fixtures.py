@@ -30,7 +30,7 @@ from harness import provenance  # noqa: E402
 FIXTURES = HERE / "fixtures"
 CONTEXT_LENGTH = 52
 SAMPLES = 512  # sampled pre-processed values stored per image
-REGENERATE = "python deployments/cn_clip/export.py && python deployments/cn_clip/make_fixtures.py"
+REGENERATE = "python -m harness refresh cn_clip"
 TOWERS = ("image_encoder", "text_encoder")
 
 TEXTS = [

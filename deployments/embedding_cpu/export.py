@@ -11,13 +11,25 @@ the weights' identity (harness.provenance): the sha256 of the installed folder's
 ``model.safetensors``, the file optimum and sentence-transformers open themselves; the Python
 backend models (embedding_py, full_pipeline_py) load that same file, so :func:`weights_identity`
 of the installed folder is their identity too.
+
+``--model-dir DIR`` swaps the model: any sentence-transformers folder (BERT family, mean, CLS or
+last-token pooling, read from its own ``modules.json`` and ``1_Pooling/config.json``) is copied
+to this deployment's ``model/`` folder, which every model, check and client here then loads
+(``default_model_dir``), and the configs' embedding size is set to the folder's. Every file is
+written beside its target and renamed over it (never written into). The NNCF INT8 file derived
+from an older FP32 file is removed: ``quantize_openvino.py`` makes it again, from the fixtures of
+these weights (``python -m harness export`` runs it after this script, ``python -m harness
+refresh embedding_cpu`` runs export, make_fixtures.py, then it).
 Usage: ``python export.py [--model-dir DIR] [--output PATH] [--int8-output PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,12 +41,43 @@ from harness import provenance
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "model_repository" / "embedding_onnx" / "1" / "model.onnx"
 DEFAULT_INT8_OUTPUT = HERE / "model_repository" / "embedding_onnx_int8" / "1" / "model.onnx"
+#: This deployment's copy of the model folder (``--model-dir``); what default_model_dir() prefers.
+MODEL_DIR = HERE / "model"
+NNCF_FILES = [DEFAULT_INT8_OUTPUT.with_name(n) for n in ("model_nncf.xml", "model_nncf.bin")]
 
 
 def default_model_dir() -> Path:
     from embedding_cpu_processing.text_embedding import default_model_dir as find
 
     return find()
+
+
+def use_model_dir(source: Path) -> Path:
+    """Copy the sentence-transformers folder ``source`` to ``model/`` (replacing the one there)."""
+    if source.resolve() == MODEL_DIR.resolve():
+        return MODEL_DIR
+    staging = MODEL_DIR.with_name(".model.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    shutil.rmtree(MODEL_DIR, ignore_errors=True)
+    staging.rename(MODEL_DIR)
+    print(f"copied {source} to {MODEL_DIR}")
+    return MODEL_DIR
+
+
+def set_embedding_dimension(dimension: int) -> None:
+    """The embedding size in every config of the repository, taken from the ensemble's EMBEDDING output."""
+    repository = HERE / "model_repository"
+    pooled = (repository / "pool_embedding" / "config.pbtxt").read_text()
+    old = int(re.search(r'name: "EMBEDDING" data_type: TYPE_FP32 dims: \[ (\d+) \]', pooled).group(1))
+    if old == dimension:
+        return
+    for config in sorted(repository.glob("*/config.pbtxt")):
+        text = config.read_text()
+        new = re.sub(rf"(dims: \[ (?:-1, )?){old}( \])", rf"\g<1>{dimension}\g<2>", text)
+        if new != text:
+            provenance.replace_atomically(config, lambda path, new=new: path.write_text(new))
+            print(f"{config.relative_to(HERE)}: embedding size {old} -> {dimension}")
 
 
 EXPORTED_BY = "deployments/embedding_cpu/export.py"
@@ -80,11 +123,14 @@ def export(model_dir: Path, output: Path, opset: int = 18) -> Path:
             do_validation=False,
         )
         model = drop_token_type_ids(onnx.load(Path(tmp) / "model.onnx"))
-    output.parent.mkdir(parents=True, exist_ok=True)
     onnx.checker.check_model(model)
-    onnx.save(model, output)
     identity = weights_identity(model_dir)
-    provenance.stamp_onnx(output, identity, EXPORTED_BY)
+
+    def write(path: Path) -> None:
+        onnx.save(model, path)
+        provenance.stamp_onnx(path, identity, EXPORTED_BY)
+
+    provenance.replace_atomically(output, write)
     print(f"exported {output} from {model_dir} (weights {identity.describe()})")
     return output
 
@@ -109,8 +155,6 @@ def fp32_nodes(model: onnx.ModelProto, layers: int = FP32_FFN_OUTPUT_LAYERS) -> 
 
 def fuse_transformer(fp32: Path, output: Path, model_dir: Path | None = None) -> Path:
     """onnxruntime's BERT graph fusions (Attention, SkipLayerNormalization, BiasGelu, fused bias adds)."""
-    import json
-
     from onnxruntime.transformers import optimizer
 
     config = json.loads(((model_dir or default_model_dir()) / "config.json").read_text())
@@ -142,12 +186,10 @@ def quantize_int8(fp32: Path, output: Path, model_dir: Path | None = None) -> Pa
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        fused = fuse_transformer(fp32, Path(tmp) / "fused.onnx", model_dir)
+    def write(path: Path) -> None:
         quantize_dynamic(
             fused,
-            output,
+            path,
             weight_type=QuantType.QInt8,
             per_channel=True,
             reduce_range=True,
@@ -155,27 +197,34 @@ def quantize_int8(fp32: Path, output: Path, model_dir: Path | None = None) -> Pa
             nodes_to_exclude=fp32_nodes(onnx.load(fused)),
             extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
-    provenance.stamp_onnx(output, weights_identity(model_dir or default_model_dir()), EXPORTED_BY)
+        provenance.stamp_onnx(path, weights_identity(model_dir or default_model_dir()), EXPORTED_BY)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fused = fuse_transformer(fp32, Path(tmp) / "fused.onnx", model_dir)
+        provenance.replace_atomically(output, write)
     print(f"quantized {output} ({output.stat().st_size / 2**20:.1f} MiB, FP32 {fp32.stat().st_size / 2**20:.1f} MiB)")
     return output
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, default=None, help="sentence-transformers folder")
+    parser.add_argument(
+        "--model-dir", type=Path, default=None, help="sentence-transformers folder to serve (copied to model/)"
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--int8-output", type=Path, default=DEFAULT_INT8_OUTPUT)
     parser.add_argument("--opset", type=int, default=18)
     args = parser.parse_args()
-    model_dir = args.model_dir or default_model_dir()
+    model_dir = use_model_dir(args.model_dir) if args.model_dir else default_model_dir()
+    if args.output == DEFAULT_OUTPUT:
+        from embedding_cpu_processing.text_embedding import EmbeddingModelInfo
+
+        set_embedding_dimension(EmbeddingModelInfo.read(model_dir).dimension)
     export(model_dir, args.output, args.opset)
     quantize_int8(args.output, args.int8_output, model_dir)
     if args.output == DEFAULT_OUTPUT:
-        # OpenVINO's NNCF INT8 (the -openvino-nncf variant's file), written only where its gate holds
-        from quantize_openvino import main as quantize_openvino
-
-        if quantize_openvino([]) != 0:
-            print("NNCF INT8 missed its gate here: the -openvino-nncf variant has no file (README)")
+        for stale in NNCF_FILES:  # made from the FP32 file just replaced (quantize_openvino.py)
+            stale.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

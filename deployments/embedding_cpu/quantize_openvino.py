@@ -19,7 +19,8 @@ Calibration: sentences from the docstrings of Python's standard library (the int
 runs this), never a fixture sentence. Gate: the pooled vectors of the fixture sentences vs
 sentence-transformers' (fixtures/expected_embeddings.json), cosine >= 0.99 (0.97 for the empty
 string) alone and in one batch, at FP32 activations and at the engine's default precision (BF16
-on CPUs that have it); the file is written only when every one holds.
+on CPUs that have it); the file is written only when every one holds, and only from fixtures of
+the weights model.onnx is stamped with (``python -m harness refresh embedding_cpu`` makes them first).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import argparse
 import importlib
 import inspect
 import json
+import os
 import random
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +88,18 @@ def main(argv=None) -> int:
     import openvino as ov
     from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 
+    from harness import provenance
+
     fixture = json.loads(FIXTURE.read_text())
+    stamped, described = provenance.read_stamp(SOURCE), provenance.fixtures_identity(fixture, "embedding_onnx")
+    if stamped is None or stamped.sha256 != described.sha256:
+        print(
+            f"{FIXTURE.name} describes weights {described.describe()}, {SOURCE.name} is "
+            f"{stamped.describe() if stamped else 'unstamped'}: make the fixtures first "
+            f"(python -m harness refresh); {TARGET.name} not written",
+            file=sys.stderr,
+        )
+        return 1
     sentences, expected = fixture["sentences"], np.asarray(fixture["embeddings"], np.float32)
     calibration = calibration_sentences(args.samples, set(sentences))
     dataset = nncf.Dataset([tokenize([s]) for s in calibration])
@@ -130,7 +144,10 @@ def main(argv=None) -> int:
         print(f"NNCF INT8 misses the gate; {TARGET.name} not written", file=sys.stderr)
         return 1
     TARGET.parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(quantized, str(TARGET), compress_to_fp16=False)
+    with tempfile.TemporaryDirectory(dir=TARGET.parent) as tmp:  # written beside, then renamed over
+        ov.save_model(quantized, str(Path(tmp) / TARGET.name), compress_to_fp16=False)
+        for written in (TARGET.with_suffix(".bin"), TARGET):
+            os.replace(Path(tmp) / written.name, written)
     print(f"wrote {TARGET.relative_to(HERE)} (+ .bin)")
     return 0
 

@@ -31,7 +31,7 @@ from harness import provenance
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 IMAGES = FIXTURES / "images"
-REGENERATE = "cd deployments/resnet_npu && python export.py --force && python make_fixtures.py"
+REGENERATE = "python -m harness refresh resnet_npu"
 MODELS = ("resnet50", "efficientnet_lite0")
 BUS = "bus.jpg"
 

@@ -29,7 +29,7 @@ FIXTURES = HERE / "fixtures"
 IMAGES = FIXTURES / "images"
 EXPECTED = FIXTURES / "expected_detections.json"
 IMGSZ, CONF, IOU, MAX_DET = 640, 0.25, 0.7, 300
-REGENERATE = "cd deployments/yolo11_ensemble && python export.py [--weights W] && python make_fixtures.py [--weights W]"
+REGENERATE = "python -m harness refresh yolo11_ensemble"
 
 
 def make_images() -> list[Path]:
