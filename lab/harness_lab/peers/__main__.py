@@ -50,6 +50,7 @@ from harness import PROJECT_ROOT
 from harness.deployments import Deployment, ManifestError, declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
+from harness.serving.gate.policy import GatePolicy
 from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
@@ -177,7 +178,7 @@ def start_triton(
     cores: set[int],
     overrides: dict | None,
     gate: bool,
-    gate_policy: dict | None = None,
+    gate_policy: GatePolicy | None = None,
 ):
     from harness.repository import dependencies
     from harness.serving.launchers import LocalTritonServer

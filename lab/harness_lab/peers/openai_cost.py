@@ -12,7 +12,6 @@ paths so that drift hits each alike. Which model: the deployment's ``[peers] ope
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import statistics
@@ -24,6 +23,7 @@ import psutil
 
 from harness.deployments import declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
+from harness.serving.gate.policy import GatePolicy
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
 from harness_lab.peers.processes import wait_idle
@@ -102,9 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     server_cores = {int(c) for c in args.server_cores.split(",")} if args.server_cores else all_cores - generator_cores
     served = list(dict.fromkeys([model] + openai_calls(deployment, [model], spec)))
     # a second server whose /v1/embeddings counts no usage (no tokenizer call, no token-count output)
-    policy = copy.deepcopy(deployment.gate_policy())
-    policy["openai"]["models"][name].pop("tokenizer", None)
-    policy["openai"]["models"][name].get("text", {}).pop("tokens_output", None)
+    policy = deployment.gate_policy().model_dump()
+    mapped = policy["openai"]["models"][name]
+    mapped["tokenizer"] = None
+    if mapped["text"]:
+        mapped["text"]["tokens_output"] = None
+    policy = GatePolicy.model_validate(policy)
     servers = {
         "": start_triton(deployment, served, server_cores, None, True),
         "no-usage": start_triton(deployment, served, server_cores, None, True, gate_policy=policy),

@@ -492,12 +492,12 @@ def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: 
 
 
 def _current_limit(server, model: str, config: dict) -> tuple[int, dict | None]:
+    from harness.serving.gate.policy import GatePolicy
     from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
 
-    policy = server.options.gate_policy or {}
+    policy = server.options.gate_policy or GatePolicy()
     default = int(getattr(server, "gate_options", {}).get("max_body_bytes") or DEFAULT_MAX_BODY)
-    explicit = (policy.get("max_body_bytes") or {}).get(model)
-    return body_limit(config, default, explicit), (policy.get("max_dims") or {}).get(model)
+    return body_limit(config, default, policy.max_body_bytes.get(model)), policy.max_dims.get(model)
 
 
 def _config(server, model: str) -> dict:

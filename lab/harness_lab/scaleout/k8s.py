@@ -31,7 +31,6 @@ A ``[scaleout]`` table in deployment.toml overrides any default below (``replica
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,7 +134,7 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     command = server_args(deployment, options)
     if options.gate:
         # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
-        policy = json.dumps(deployment.gate_policy(), sort_keys=True, separators=(",", ":"))
+        policy = deployment.gate_policy().model_dump_json()
         command = serve_command(
             command,
             *("--host", "0.0.0.0", "--http-port", "8000", "--grpc-port", "8001", "--metrics-port", "8002"),

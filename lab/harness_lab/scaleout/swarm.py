@@ -297,7 +297,7 @@ class Stack:
         if not self.gate:
             return triton
         # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
-        policy = json.dumps(self.deployment.gate_policy(), sort_keys=True, separators=(",", ":"))
+        policy = self.deployment.gate_policy().model_dump_json()
         return serve_command(triton, "--http-port", "8000", "--metrics-port", "8002", "--policy-json", policy)
 
     def mount(self, version: str) -> dict:
