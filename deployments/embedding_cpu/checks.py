@@ -65,10 +65,23 @@ def _cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
 
 
 def _assert_close(name: str, labels: list[str], actual: np.ndarray, expected: np.ndarray, minimum: float):
+    assert_reference_not_degenerate(name, expected)
     assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
     cosines = np.atleast_1d(_cosines(actual, expected))
     worst = int(np.argmin(cosines))
     assert cosines.min() >= minimum, f"{name}: cosine {cosines[worst]:.6f} < {minimum} for {labels[worst][:60]!r}"
+
+
+def assert_reference_not_degenerate(name: str, expected: np.ndarray) -> None:
+    """Reference vectors all near zero, or all the same, would let any answer pass a cosine bound
+    (or none): fail, saying so, before comparing."""
+    rows = np.atleast_2d(expected)
+    assert np.abs(rows).max() > 1e-6, f"{name}: the reference vectors are all ~0: regenerate the fixtures"
+    spread = rows.max(axis=0) - rows.min(axis=0)
+    assert len(rows) == 1 or spread.max() > 1e-6, (
+        f"{name}: the reference gives {len(rows)} inputs one and the same vector: a degenerate model "
+        "(untrained or broken weights); regenerate the fixtures from a working one"
+    )
 
 
 def _url(ctx, protocol: str) -> str:
@@ -127,6 +140,37 @@ def check_embedding_onnx_text_token_count_matches_reference(ctx):
             assert counts[:, 0].tolist() == want, f"{protocol}: TOKEN_COUNT {counts[:, 0].tolist()}, want {want}"
             only = c.infer("embedding_onnx_text", inputs, outputs=[module.InferRequestedOutput("EMBEDDING")])
             assert only.as_numpy("TOKEN_COUNT") is None and only.as_numpy("EMBEDDING").shape[0] == len(texts)
+
+
+def check_openai_route_from_text_and_token_ids_matches_reference(ctx):
+    """POST /v1/embeddings (the gate) for every [openai] model: text in, and token ids in where the
+    manifest maps them, pooled as the model folder says (the manifest's pooling and normalize must
+    be the folder's: a swapped model edits them)."""
+    info = EmbeddingModelInfo.read()
+    fixture = _fixture()
+    sentences = [s for s in fixture["sentences"] if s]
+    expected = np.asarray([e for s, e in zip(fixture["sentences"], fixture["embeddings"]) if s], np.float32)
+    ids = [row[row > 0].tolist() for row in tokenize(sentences)["input_ids"]]  # padding id 0 dropped
+    for name, spec in ctx.deployment.manifest.openai.models.items():
+        if spec.tokens is not None:
+            want = (info.pooling, info.normalize)
+            assert (spec.tokens.pooling, spec.tokens.normalize) == want, (
+                f"deployment.toml [openai.models.{name}] tokens: pooling = {spec.tokens.pooling!r}, normalize = "
+                f"{str(spec.tokens.normalize).lower()}; {info.model_dir} pools {want[0]!r}, normalize {want[1]}"
+            )
+        inputs = {"text": sentences} if spec.text or spec.tokenizer else {}
+        if spec.tokens is not None:
+            inputs["token ids"] = ids
+        for label, given in inputs.items():
+            request = urllib.request.Request(
+                f"http://{ctx.server.http_url}/v1/embeddings",
+                data=json.dumps({"model": name, "input": given}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=120) as response:
+                vectors = np.asarray([d["embedding"] for d in json.loads(response.read())["data"]], np.float32)
+            bound = min(MIN_COSINE.get(name, 0.999), 0.999)
+            _assert_close(f"/v1 {name} from {label}", sentences, vectors, expected, bound)
 
 
 def check_embedding_onnx_text_ensemble_matches_reference(ctx):
@@ -314,7 +358,9 @@ def check_pipeline_contract_with_plain_http_json(ctx):
         with urllib.request.urlopen(request, timeout=60) as response:
             answer = json.loads(response.read())
         output = next(o for o in answer["outputs"] if o["name"] == "FINAL_EMBEDDING")
-        assert output["datatype"] == "FP32" and output["shape"] == [1, 384], output["shape"]
+        assert output["datatype"] == "FP32" and output["shape"] == [1, EmbeddingModelInfo.read().dimension], output[
+            "shape"
+        ]
         _assert_close(
             f"{model} via JSON",
             ["serving_notes.txt"],

@@ -47,25 +47,27 @@ class EmbeddingModelInfo:
 
     @classmethod
     def read(cls, model_dir: str | Path | None = None) -> EmbeddingModelInfo:
+        """The folder's settings, as sentence-transformers 2-4 (``pooling_mode_<mode>`` flags,
+        ``max_seq_length`` in sentence_bert_config.json) or 5 (``pooling_mode``, the tokenizer's
+        ``model_max_length``) saves them."""
         model_dir = Path(model_dir or default_model_dir())
         bert = json.loads((model_dir / "sentence_bert_config.json").read_text())
         modules = json.loads((model_dir / "modules.json").read_text())
-        pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
-        pooling = json.loads((model_dir / pooling_dir / "config.json").read_text())
-        modes = [mode for mode, key in POOLING_MODES.items() if pooling.get(key)]
-        others = [
-            k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k not in POOLING_MODES.values()
-        ]
-        if len(modes) != 1 or others:
-            raise ValueError(
-                f"{model_dir / pooling_dir / 'config.json'}: exactly one of {', '.join(POOLING_MODES.values())} "
-                f"is supported, it sets {[k for k, v in pooling.items() if k.startswith('pooling_mode_') and v]}"
-            )
+        pooling_file = model_dir / next(m["path"] for m in modules if m["type"].endswith("Pooling")) / "config.json"
+        pooling = json.loads(pooling_file.read_text())
+        flags = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v]
+        modes = [pooling["pooling_mode"]] if "pooling_mode" in pooling else flags
+        modes = [next((m for m, key in POOLING_MODES.items() if key == mode), mode) for mode in modes]
+        if len(modes) != 1 or modes[0] not in POOLING_MODES:
+            raise ValueError(f"{pooling_file}: pooling {modes}; supported: one of {', '.join(POOLING_MODES)}")
+        max_seq_length = bert.get("max_seq_length") or json.loads(
+            (model_dir / "tokenizer_config.json").read_text()
+        ).get("model_max_length")
         return cls(
             model_dir=model_dir,
-            max_seq_length=int(bert["max_seq_length"]),
+            max_seq_length=int(max_seq_length),
             normalize=any(m["type"].endswith("Normalize") for m in modules),
-            dimension=int(pooling["word_embedding_dimension"]),
+            dimension=int(pooling.get("word_embedding_dimension") or pooling["embedding_dimension"]),
             pooling=modes[0],
         )
 

@@ -19,8 +19,9 @@ policy's ``openai`` key (``policy``; built from the manifest's ``[openai]`` tabl
   ``text`` has no ``tokens_output`` (a second request, run alongside), and without ``text`` it
   feeds ``tokens`` (text -> tokenizer -> token-in model -> pooling here);
 - ``tokens``: a token-in model for ``input`` given as token ids (a list of ints, a list of
-  lists); its output is mean-pooled over the mask (``pooling = "mean"``, rank-3 output) and
-  L2-normalised when ``normalize``, or taken as it is (``"none"``). Ids are padded to the
+  lists); its rank-3 output is pooled (``pooling``: ``"mean"`` over the mask, ``"cls"`` the first
+  token, ``"lasttoken"`` the last one the mask keeps: as the model folder's sentence-transformers
+  Pooling config says) and L2-normalised when ``normalize``, or taken as it is (``"none"``). Ids are padded to the
   longest row (``pad_id``) or to the config's fixed length; longer rows than the config or the
   gate policy's ``max_dims`` allow, and ids outside ``0..vocab_size-1``, are refused with 400.
 
@@ -339,6 +340,10 @@ class OpenAIFront:
         if spec.pooling == "mean" and hidden.ndim == 3:
             weights = mask[..., None].astype(np.float32)
             vectors = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        elif spec.pooling == "cls" and hidden.ndim == 3:
+            vectors = hidden[:, 0]
+        elif spec.pooling == "lasttoken" and hidden.ndim == 3:  # ids are padded on the right
+            vectors = hidden[np.arange(len(hidden)), np.clip(mask.sum(axis=1) - 1, 0, None)]
         else:
             vectors = hidden.reshape(hidden.shape[0], -1)
         if spec.normalize:

@@ -63,8 +63,9 @@ class OpenAITokens(Strict):
     output: NonEmptyStr
     ids: str = "input_ids"
     mask: str | None = None
-    #: ``mean`` (over the mask, for a ``[batch, tokens, dim]`` output) or ``none``.
-    pooling: Literal["mean", "none"] = "mean"
+    #: For a ``[batch, tokens, dim]`` output: ``mean`` over the mask, ``cls`` (the first token),
+    #: ``lasttoken`` (the last token the mask keeps); ``none``: the output as it is.
+    pooling: Literal["mean", "cls", "lasttoken", "none"] = "mean"
     normalize: bool = False
     pad_id: NonNegativeInt | None = None
     #: Ids outside ``0..vocab_size-1`` are refused with 400 before the model sees them.
