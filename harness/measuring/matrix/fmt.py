@@ -38,6 +38,8 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
 
-def table(rows: list[list], headers: list[str]) -> str:
-    """A GitHub Markdown table, cells as given (no number parsing)."""
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+def table(rows: list[list], headers: str | list[str]) -> str:
+    """A GitHub Markdown table, cells as given (no number parsing); ``headers`` as in its header row,
+    ``"a | b | c"``, or a list."""
+    names = [h.strip() for h in headers.split(" | ")] if isinstance(headers, str) else headers
+    return tabulate(rows, headers=names, tablefmt="github", disable_numparse=True)

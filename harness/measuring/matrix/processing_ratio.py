@@ -8,10 +8,9 @@ bench rows of the table above (one window each, taken minutes apart)."""
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from harness.measuring.matrix.cells import generator_family, pinning_label, stamp
 from harness.measuring.matrix.container_cost import hours
+from harness.measuring.matrix.fmt import table
 
 #: The issue's goal for every JPEG- or text-in entry model on loopback.
 GOAL = 0.85
@@ -30,19 +29,7 @@ def _key(record: dict) -> tuple:
 
 
 #: The columns both processing tables start with (one cell, its two throughputs and their quotient).
-PAIR_HEADERS = [
-    "entry variant",
-    "model-only variant",
-    "server / target",
-    "c",
-    "entry items/s",
-    "model-only items/s",
-    "entry / model-only",
-]
-
-
-def _table(rows: list[list], more_headers: list[str]) -> str:
-    return tabulate(rows, headers=PAIR_HEADERS + more_headers, tablefmt="github", disable_numparse=True)
+PAIR_HEADERS = "entry variant | model-only variant | server / target | c | entry items/s | model-only items/s | "
 
 
 def ratio_cell(ratio: float) -> str:
@@ -88,7 +75,7 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
     pairs = processing_ratios(rows, model_only)
     if not pairs:
         return []
-    table = [
+    rows = [
         [
             p["benchmark"],
             p["model_only"],
@@ -108,7 +95,7 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
         f"bytes or text, over the same network served alone on client-made tensors, one window each; goal >= {GOAL} "
         "on loopback; `h apart` 0.0-0.1 means both were measured in one run):",
         "",
-        _table(table, ["generator", "h apart"]),
+        table(rows, PAIR_HEADERS + "entry / model-only | generator | h apart"),
         "",
     ]
 
@@ -129,12 +116,12 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
     """The pair runs' table: per entry model, server mode and concurrency, the median over rounds."""
     if not records:
         return []
-    table = []
+    rows = []
     for r in records:
         generator = generator_family(r) + (f", {pinning_label(r)}" if pinning_label(r) else "")
         cpu = r.get("rounds_cpu_ratio") or []
         triton = r.get("rounds_triton_cpu_ratio") or []
-        table.append(
+        rows.append(
             [
                 r.get("entry_benchmark"),
                 r.get("model_only_benchmark"),
@@ -163,6 +150,10 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
         "for tritonserver and its stubs alone: without the harness's front gate, whose proxy costs more CPU for "
         "a large client-made tensor than for a JPEG, and without the generator):",
         "",
-        _table(table, ["rounds", "CPU-time ratio", "Triton-only CPU-time ratio", "generator", "run"]),
+        table(
+            rows,
+            PAIR_HEADERS
+            + "entry / model-only | rounds | CPU-time ratio | Triton-only CPU-time ratio | generator | run",
+        ),
         "",
     ]

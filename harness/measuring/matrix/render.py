@@ -3,8 +3,6 @@ container cost (``docs/results.md``), and the network-bound table (``docs/result
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from harness.measuring.matrix.cells import (
     ceiling,
     compute_ms,
@@ -16,24 +14,14 @@ from harness.measuring.matrix.cells import (
     stamp,
 )
 from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
-from harness.measuring.matrix.fmt import size
+from harness.measuring.matrix.fmt import number, size, table
 from harness.measuring.matrix.freshness import freshness_note
 from harness.measuring.matrix.plots import PLOT_KINDS
 from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 #: The compact table of each deployment and server mode; every other column is in results.json / .csv.
-COLUMNS = [
-    "variant",
-    "server / target",
-    "c",
-    "items/s",
-    "p50 ms",
-    "p99 ms",
-    "bytes/req sent / recv",
-    "of ceiling",
-    "correctness",
-]
+COLUMNS = "variant | server / target | c | items/s | p50 ms | p99 ms | bytes/req sent / recv | of ceiling | correctness"
 #: Footnote of a served rate above its in-process ceiling.
 ABOVE_CEILING = (
     "> ceiling: served faster than the in-process ceiling measured in the few seconds after the window. That "
@@ -41,16 +29,6 @@ ABOVE_CEILING = (
     "limit when the neighbours' load moved between the two; the quotient is in results.json "
     "(`served_over_ceiling`)."
 )
-
-
-def _fmt(value, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float) and value != value:  # NaN
-        return "–"
-    if isinstance(value, int) or (isinstance(value, float) and digits == 0):
-        return f"{int(round(value)):,}"
-    return f"{value:,.{digits}f}"
 
 
 def table_blocks(markdown: str) -> dict[str, list[tuple[str, str]]]:
@@ -76,12 +54,12 @@ def table_blocks(markdown: str) -> dict[str, list[tuple[str, str]]]:
 def latency_bytes_server_cells(r: dict) -> list[str]:
     """p50 ms, p99 ms, sent B/req, received B/req, queue ms, compute ms of a record, formatted."""
     return [
-        _fmt(r.get("perf_latency_p50")),
-        _fmt(r.get("perf_latency_p99")),
-        _fmt(r.get("bytes_sent_per_request"), 0),
-        _fmt(r.get("bytes_received_per_request"), 0),
-        _fmt(r.get("perf_server_queue"), 2),
-        _fmt(compute_ms(r), 2),
+        number(r.get("perf_latency_p50")),
+        number(r.get("perf_latency_p99")),
+        number(r.get("bytes_sent_per_request"), 0),
+        number(r.get("bytes_received_per_request"), 0),
+        number(r.get("perf_server_queue"), 2),
+        number(compute_ms(r), 2),
     ]
 
 
@@ -107,28 +85,28 @@ def _variant(record: dict) -> str:
 
 def render_table(data: dict, mode: str | None = None) -> str:
     """The compact table of a deployment's rows (of one server mode when given)."""
-    table = []
+    rows = []
     for r in data["rows"]:
         if mode is not None and r["server_mode"] != mode:
             continue
         where = f"{r['server_mode']} / {r['target']}"
         if not r["measured"]:
-            table.append([r["benchmark"], where, r["concurrency"], NOT_MEASURED, "", "", "", "", r["correctness"]])
+            rows.append([r["benchmark"], where, r["concurrency"], NOT_MEASURED, "", "", "", "", r["correctness"]])
             continue
-        table.append(
+        rows.append(
             [
                 _variant(r),
                 where,
                 r.get("concurrency"),
-                _fmt(r.get("items_per_second")),
-                _fmt(r.get("perf_latency_p50")),
-                _fmt(r.get("perf_latency_p99")),
+                number(r.get("items_per_second")),
+                number(r.get("perf_latency_p50")),
+                number(r.get("perf_latency_p99")),
                 _bytes(r),
                 _served(r),
                 r["correctness"] + (f" ({r['errors']} errors under load)" if r.get("errors") else ""),
             ]
         )
-    return tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
+    return table(rows, COLUMNS)
 
 
 def _modes(data: dict) -> list[str]:
@@ -166,13 +144,13 @@ def render_container_cost(rows: list[dict], history: list[dict] | None = None) -
     pairs = container_cost(rows, history)
     if not pairs:
         return []
-    table = [
+    rows = [
         [
             p["benchmark"],
             p["target"],
             p["concurrency"],
-            _fmt(p["local"]),
-            _fmt(p["docker"]),
+            number(p["local"]),
+            number(p["docker"]),
             f"{p['ratio']:.2f}",
             f"{p['hours_apart']:.1f}",
         ]
@@ -185,12 +163,7 @@ def render_container_cost(rows: list[dict], history: list[dict] | None = None) -
         f"time, within {MAX_HOURS_APART} h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
         "deployment):",
         "",
-        tabulate(
-            table,
-            headers=["variant", "target", "c", "local items/s", "docker items/s", "docker / local", "h apart"],
-            tablefmt="github",
-            disable_numparse=True,
-        ),
+        table(rows, "variant | target | c | local items/s | docker items/s | docker / local | h apart"),
         "",
     ]
 
@@ -275,36 +248,24 @@ def render_network(records: list[dict], deployments=None) -> str | None:
     network.sort(
         key=lambda r: (r.get("deployment"), r.get("benchmark"), network_label(r), int(r.get("concurrency", 0)))
     )
-    table = [
+    rows = [
         [
             r.get("deployment"),
             r.get("variant") or r.get("benchmark"),
             network_label(r),
             f"{r.get('server_mode')} / {r.get('target')}",
             r.get("concurrency"),
-            _fmt(r.get("perf_throughput")),
-            _fmt(r.get("link_ceiling_infer_per_s")),
+            number(r.get("perf_throughput")),
+            number(r.get("link_ceiling_infer_per_s")),
             *latency_bytes_server_cells(r),
             str(r.get("timestamp", ""))[:10],
         ]
         for r in network
     ]
-    headers = [
-        "deployment",
-        "variant",
-        "link",
-        "server / target",
-        "c",
-        "infer/s",
-        "link ceiling infer/s",
-        "p50 ms",
-        "p99 ms",
-        "sent B/req",
-        "recv B/req",
-        "queue ms",
-        "compute ms",
-        "date",
-    ]
+    headers = (
+        "deployment | variant | link | server / target | c | infer/s | link ceiling infer/s | p50 ms | p99 ms | "
+        "sent B/req | recv B/req | queue ms | compute ms | date"
+    )
     machines = sorted(
         {
             f"{(r.get('machine') or {}).get('cpu_model')}, {(r.get('machine') or {}).get('cpu_cores')} cores"
@@ -322,7 +283,7 @@ def render_network(records: list[dict], deployments=None) -> str | None:
             "both directions, so no request pattern can beat it. See [tuning.md](tuning.md) for how to read a "
             "network-bound row.",
             "",
-            tabulate(table, headers=headers, tablefmt="github", disable_numparse=True),
+            table(rows, headers),
             "",
             "Machines: " + "; ".join(machines),
             "",

@@ -14,9 +14,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from tabulate import tabulate
-
 from harness.manifest import PeersSpec
+from harness.measuring.matrix.fmt import table
 
 
 def side_by_side_records(records: list[dict]) -> list[dict]:
@@ -184,6 +183,10 @@ def _gate_phrase(run: list[dict]) -> str:
     return "tritonserver without the front gate"
 
 
+def _decimals(value: float | None, digits: int) -> str:
+    return f"{value:.{digits}f}" if value is not None else "–"
+
+
 def _verdict(row: dict) -> str:
     if not row.get("applies", True):
         return f"n/a ({row['only_where_ahead']} behind: {row['condition']:.2f})"
@@ -215,52 +218,31 @@ def render(records: list[dict]) -> list[str]:
         f"ONNX ceiling in `{spec.ceiling_follows}`'s length buckets of `onnx_max_batch_size` rows).",
         "",
     ]
-    table = []
-    for r in sorted(run, key=lambda r: (int(r["items_per_request"]), int(r["concurrency"]), r["model"])):
-        table.append(
-            [
-                r["items_per_request"],
-                r["concurrency"],
-                r["model"],
-                f"{r['items_per_second']:.1f}",
-                ", ".join(f"{v:.0f}" for v in _per_round(r)),
-                f"{r.get('perf_latency_p50', 0):.1f}",
-                f"{r.get('perf_latency_p99', 0):.1f}",
-                r.get("errors", 0),
-                f"{r.get('ceiling_kind')}@{r.get('ceiling_batch_size')}",
-                f"{r.get('served_over_ceiling') or 0:.2f}",
-                r.get("kernel_path", ""),
-            ]
-        )
+    rows = [
+        [
+            r["items_per_request"],
+            r["concurrency"],
+            r["model"],
+            f"{r['items_per_second']:.1f}",
+            ", ".join(f"{v:.0f}" for v in _per_round(r)),
+            f"{r.get('perf_latency_p50', 0):.1f}",
+            f"{r.get('perf_latency_p99', 0):.1f}",
+            r.get("errors", 0),
+            f"{r.get('ceiling_kind')}@{r.get('ceiling_batch_size')}",
+            f"{r.get('served_over_ceiling') or 0:.2f}",
+            r.get("kernel_path", ""),
+        ]
+        for r in sorted(run, key=lambda r: (int(r["items_per_request"]), int(r["concurrency"]), r["model"]))
+    ]
     lines.append(
-        tabulate(
-            table,
-            headers=[
-                "batch",
-                "c",
-                "target",
-                "sentences/s",
-                "rounds",
-                "p50 ms",
-                "p99 ms",
-                "errors",
-                "ceiling",
-                "served / ceiling",
-                "INT8 kernel path",
-            ],
-            tablefmt="github",
-            disable_numparse=True,
+        table(
+            rows,
+            "batch | c | target | sentences/s | rounds | p50 ms | p99 ms | errors | ceiling | served / ceiling | "
+            "INT8 kernel path",
         )
     )
     path_rows = paths(run)
     if path_rows:
-
-        def rate(value: float | None) -> str:
-            return f"{value:.1f}" if value is not None else "–"
-
-        def quotient(value: float | None) -> str:
-            return f"{value:.2f}" if value is not None else "–"
-
         lines += [
             "",
             "Serving paths side by side (sentences/s, median over rounds; quotients round by round): our "
@@ -268,36 +250,24 @@ def render(records: list[dict]) -> list[str]:
             "`/embeddings` (its faster engine) and the naive FastAPI + sentence-transformers server, all "
             'OpenAI-style bodies alike (`{"input": [...], "model": ...}`):',
             "",
-            tabulate(
+            table(
                 [
                     [
                         r["batch"],
                         r["concurrency"],
                         r["model"],
-                        rate(r["native"]),
-                        rate(r["openai"]),
-                        f"{rate(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
-                        rate(r["naive"]),
-                        quotient(r["openai_over_native"]),
-                        quotient(r["openai_over_infinity"]),
-                        quotient(r["native_over_infinity"]),
+                        _decimals(r["native"], 1),
+                        _decimals(r["openai"], 1),
+                        f"{_decimals(r['infinity'], 1)} ({r['best_infinity']})" if r["best_infinity"] else "–",
+                        _decimals(r["naive"], 1),
+                        _decimals(r["openai_over_native"], 2),
+                        _decimals(r["openai_over_infinity"], 2),
+                        _decimals(r["native_over_infinity"], 2),
                     ]
                     for r in path_rows
                 ],
-                headers=[
-                    "batch",
-                    "c",
-                    "model",
-                    "native",
-                    "OpenAI path",
-                    "best infinity-emb",
-                    "naive FastAPI",
-                    "OpenAI / native",
-                    "OpenAI / infinity",
-                    "native / infinity",
-                ],
-                tablefmt="github",
-                disable_numparse=True,
+                "batch | c | model | native | OpenAI path | best infinity-emb | naive FastAPI | OpenAI / native | "
+                "OpenAI / infinity | native / infinity",
             ),
         ]
     lines += [
@@ -308,7 +278,7 @@ def render(records: list[dict]) -> list[str]:
         "against the ceiling worker's), steadier than wall-clock rates when other jobs share the core:",
         "",
     ]
-    table = [
+    rows = [
         [
             r["batch"],
             r["concurrency"],
@@ -321,14 +291,7 @@ def render(records: list[dict]) -> list[str]:
         ]
         for r in ratios(run)
     ]
-    lines.append(
-        tabulate(
-            table,
-            headers=["batch", "c", "ratio", "median", "rounds", "CPU-time ratio", "goal", ""],
-            tablefmt="github",
-            disable_numparse=True,
-        )
-    )
+    lines.append(table(rows, ["batch", "c", "ratio", "median", "rounds", "CPU-time ratio", "goal", ""]))
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
     lines += ["", "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants), ""]
     return lines
