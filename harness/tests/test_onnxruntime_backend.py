@@ -198,3 +198,22 @@ def test_an_id_past_the_table_is_a_400_and_its_batch_mates_are_answered(tmp_path
         np.testing.assert_array_equal(good, TABLE[[[1, 2]]])
         np.testing.assert_array_equal(other, TABLE[[[3, 4]]])
         assert "400" in str(bad.status()) and "out of" in str(bad), bad
+
+
+def test_max_batch_tokens_runs_a_batch_in_row_chunks_within_the_budget(backend_module, tmp_path):
+    """rows x length of every session run stays within the budget (a row over it runs alone), and
+    every request still gets its own rows, in order."""
+    write_lookup_onnx(tmp_path / "lookup.onnx")
+    session = ort.InferenceSession(str(tmp_path / "lookup.onnx"), providers=["CPUExecutionProvider"])
+    shapes = []
+
+    def run(names, feed):
+        shapes.append(feed["IDS"].shape)
+        return session.run(names, feed)
+
+    rng = np.random.default_rng(0)
+    arrays = [{"IDS": rng.integers(0, 10, (rows, 6))} for rows in (3, 1, 4)] + [{"IDS": rng.integers(0, 10, (1, 30))}]
+    results = backend_module.run_requests(backend_module.row_chunks(run, 12), arrays, [["ROWS"]] * 4, batching=True)
+    assert sorted(shapes) == [(1, 30), (2, 6), (2, 6), (2, 6), (2, 6)], shapes
+    for tensors, result in zip(arrays, results):
+        np.testing.assert_array_equal(result["ROWS"], TABLE[tensors["IDS"]])

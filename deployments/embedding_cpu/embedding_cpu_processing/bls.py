@@ -2,12 +2,13 @@
 
 Used by the Python models that tokenize on the server: every text of a dynamic batch (or
 every chunk of every file in it) is tokenized together, sorted by length and cut into
-length buckets of at most ``max_rows`` rows (``plan_batches``), so concurrent requests of
-different token lengths share runs without padding short texts to the longest. Each bucket
+length buckets of at most ``max_rows`` rows and ``max_tokens`` padded tokens (rows x longest:
+``plan_batches``), so concurrent requests of different token lengths share runs without padding
+short texts to the longest, and no run holds more activations than the token budget allows. Each bucket
 runs either through BLS on the ONNX model (``await async_exec``, all buckets in flight
 together: ``embed_texts``) or on an onnxruntime session in the calling process
 (``embed_texts_local``); the hidden states are then pooled (the model folder's mode, + normalised)
-and put back in order.
+and put back in order. ``encode_in_buckets`` does the same bucketing for a sentence-transformers model.
 """
 
 from __future__ import annotations
@@ -24,10 +25,16 @@ from embedding_cpu_processing.text_embedding import pool, tokenize
 MAX_PADDING_RATIO = 1.5
 
 
-def plan_batches(lengths: list[int], max_rows: int, max_padding_ratio: float = MAX_PADDING_RATIO) -> list[list[int]]:
+def plan_batches(
+    lengths: list[int],
+    max_rows: int,
+    max_tokens: int | None = None,
+    max_padding_ratio: float = MAX_PADDING_RATIO,
+) -> list[list[int]]:
     """Indices grouped into batches of similar length: sorted by length, a batch is closed at
-    ``max_rows`` rows or when padding every row to the next length would cost more than
-    ``max_padding_ratio`` times the batch's real tokens."""
+    ``max_rows`` rows, when its padded tokens (rows x the next length) would pass ``max_tokens``
+    (a text longer than that runs alone), or when padding every row to the next length would cost
+    more than ``max_padding_ratio`` times the batch's real tokens."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []
     current: list[int] = []
@@ -35,7 +42,9 @@ def plan_batches(lengths: list[int], max_rows: int, max_padding_ratio: float = M
     for index in order:
         length = max(int(lengths[index]), 1)
         if current and (
-            len(current) >= max_rows or (len(current) + 1) * length > max_padding_ratio * (tokens + length)
+            len(current) >= max_rows
+            or (max_tokens and (len(current) + 1) * length > max_tokens)
+            or (len(current) + 1) * length > max_padding_ratio * (tokens + length)
         ):
             batches.append(current)
             current, tokens = [], 0
@@ -46,12 +55,12 @@ def plan_batches(lengths: list[int], max_rows: int, max_padding_ratio: float = M
     return batches
 
 
-def _buckets(texts: list[str], max_rows: int, model_dir: str | None, max_length: int | None):
+def _buckets(texts: list[str], max_rows: int, max_tokens: int | None, model_dir: str | None, max_length: int | None):
     """(token count per text, [(indices, ids, mask) per length bucket])."""
     tokens = tokenize(texts, model_dir, max_length)
     lengths = tokens["attention_mask"].sum(axis=1)
     buckets = []
-    for indices in plan_batches(lengths.tolist(), max_rows):
+    for indices in plan_batches(lengths.tolist(), max_rows, max_tokens):
         width = int(lengths[indices].max())
         buckets.append(
             (
@@ -77,13 +86,14 @@ async def embed_texts(
     *,
     max_rows: int,
     normalize: bool,
+    max_tokens: int | None = None,
     pooling: str = "mean",
     model_dir: str | None = None,
     max_length: int | None = None,
     token_counts: bool = False,
 ):
-    """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name`` (BLS);
-    with ``token_counts``, (embeddings, non-padding tokens per text after truncation)."""
+    """Sentence embeddings of ``texts`` (FP32 ``[len(texts), dim]``) from ``model_name`` (BLS), in
+    buckets of at most ``max_rows`` rows and ``max_tokens`` padded tokens; with ``token_counts``, (embeddings, non-padding tokens per text after truncation)."""
     if not texts:
         empty = np.zeros((0, 0), np.float32)
         return (empty, np.zeros(0, np.int64)) if token_counts else empty
@@ -100,7 +110,7 @@ async def embed_texts(
         hidden = pb_utils.get_output_tensor_by_name(response, "last_hidden_state").as_numpy()
         return indices, pool(hidden, mask, normalize, pooling)
 
-    lengths, buckets = _buckets(texts, max_rows, model_dir, max_length)
+    lengths, buckets = _buckets(texts, max_rows, max_tokens, model_dir, max_length)
     parts = await asyncio.gather(*(run(*bucket) for bucket in buckets))
     vectors = _assemble(len(texts), parts)
     return (vectors, lengths) if token_counts else vectors
@@ -112,6 +122,7 @@ def embed_texts_local(
     *,
     max_rows: int,
     normalize: bool,
+    max_tokens: int | None = None,
     pooling: str = "mean",
     model_dir: str | None = None,
     max_length: int | None = None,
@@ -122,9 +133,20 @@ def embed_texts_local(
         empty = np.zeros((0, 0), np.float32)
         return (empty, np.zeros(0, np.int64)) if token_counts else empty
     parts = []
-    lengths, buckets = _buckets(texts, max_rows, model_dir, max_length)
+    lengths, buckets = _buckets(texts, max_rows, max_tokens, model_dir, max_length)
     for indices, ids, mask in buckets:
         hidden = run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
         parts.append((indices, pool(hidden, mask, normalize, pooling)))
     vectors = _assemble(len(texts), parts)
     return (vectors, lengths) if token_counts else vectors
+
+
+def encode_in_buckets(model: Any, texts: list[str], *, max_rows: int, max_tokens: int | None, model_dir: str | None):
+    """sentence-transformers ``model.encode`` of ``texts`` in ``plan_batches`` buckets (one encode
+    call each, rows x longest within ``max_tokens``), vectors back in text order."""
+    lengths = tokenize(texts, model_dir, model.max_seq_length)["attention_mask"].sum(axis=1)
+    parts = [
+        (indices, model.encode([texts[i] for i in indices], batch_size=len(indices), convert_to_numpy=True))
+        for indices in plan_batches(lengths.tolist(), max_rows, max_tokens)
+    ]
+    return _assemble(len(texts), parts)

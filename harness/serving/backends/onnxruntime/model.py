@@ -7,9 +7,17 @@ backend of the NGC image. It honours the native backend's keys that apply on CPU
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` /
 ``execution_mode`` / ``enable_mem_arena`` / ``enable_mem_pattern`` parameters (and passes
 parameters named ``session.*`` to onnxruntime as session config entries) and
-``optimization { graph { level } }``. A dynamically batched set of requests runs as ONE
-session run (concatenate, run, split); requests whose non-batch shapes differ run apart, and
-requests to a model without batching always run one by one.
+``optimization { graph { level } }``, and the ``memory.enable_memory_arena_shrinkage`` run option
+(e.g. ``cpu:0``: the arena returns what a run took once it ends). A dynamically batched set of
+requests runs as ONE session run (concatenate, run, split); requests whose non-batch shapes differ
+run apart, and requests to a model without batching always run one by one.
+
+One key is this backend's own (the native backend ignores it): ``max_batch_tokens`` bounds what one
+session run of a batching model holds to rows x the longest non-batch dim (padded tokens for
+``[batch, length]`` token ids): a larger run, a dynamic batch or one request, runs in row chunks
+within it, one after another, its outputs joined back (a single row over it runs alone). A
+transformer's activations grow with rows x length (x length for attention), so this bounds the
+memory of an execution whatever the requests' shapes.
 """
 
 import json
@@ -52,6 +60,31 @@ def session_options(config):
         if key.startswith("session."):  # onnxruntime's own session config keys, e.g. session.intra_op.allow_spinning
             options.add_session_config_entry(key, value.get("string_value", ""))
     return options
+
+
+def run_options(config):
+    """onnxruntime RunOptions: the ``memory.enable_memory_arena_shrinkage`` parameter as a run config entry."""
+    options = ort.RunOptions()
+    shrinkage = _parameter(config, "memory.enable_memory_arena_shrinkage")
+    if shrinkage:
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
+    return options
+
+
+def row_chunks(run, max_tokens):
+    """``run`` that runs a feed's rows in chunks of at most ``max_tokens`` (rows x the longest
+    non-batch dim of the feed; at least one row a chunk) and joins their outputs on axis 0."""
+
+    def run_in_chunks(names, feed):
+        rows = len(next(iter(feed.values())))
+        width = max((a.shape[1] for a in feed.values() if a.ndim > 1), default=1)
+        step = max(1, max_tokens // max(width, 1))
+        if rows <= step:
+            return run(names, feed)
+        parts = [run(names, {n: a[start : start + step] for n, a in feed.items()}) for start in range(0, rows, step)]
+        return [np.concatenate(outputs) for outputs in zip(*parts)]
+
+    return run_in_chunks
 
 
 def plan_runs(arrays, batching):
@@ -129,6 +162,11 @@ class TritonPythonModel:
             path, sess_options=session_options(self.config), providers=["CPUExecutionProvider"]
         )
         self.batching = int(self.config.get("max_batch_size", 0)) > 0
+        self.run_options = run_options(self.config)
+        self.run = lambda names, feed: self.session.run(names, feed, self.run_options)
+        max_batch_tokens = int(_parameter(self.config, "max_batch_tokens", 0))
+        if self.batching and max_batch_tokens > 0:
+            self.run = row_chunks(self.run, max_batch_tokens)
         self.input_names = [i["name"] for i in self.config["input"]]
         self.output_dtypes = {o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in self.config["output"]}
         session_inputs = {i.name: i for i in self.session.get_inputs()}
@@ -148,7 +186,7 @@ class TritonPythonModel:
             + "".join(
                 f" {k}={v['string_value']}"
                 for k, v in self.config.get("parameters", {}).items()
-                if k.startswith("session.")
+                if k.startswith(("session.", "memory.")) or k == "max_batch_tokens"
             )
         )
 
@@ -157,7 +195,7 @@ class TritonPythonModel:
         arrays = [self._inputs(request) for request in requests]
         requested = [self._requested_outputs(request) for request in requests]
         responses = []
-        for result in run_requests(self.session.run, arrays, requested, self.batching):
+        for result in run_requests(self.run, arrays, requested, self.batching):
             if isinstance(result, str):
                 code = pb_utils.TritonError.INVALID_ARG if getattr(result, "input_fault", False) else None
                 error = pb_utils.TritonError(result, code) if code is not None else pb_utils.TritonError(result)

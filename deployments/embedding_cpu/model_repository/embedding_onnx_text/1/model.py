@@ -49,6 +49,7 @@ class TritonPythonModel:
         self.config = json.loads(args["model_config"])
         self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
         self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
+        self.max_tokens = parameter(self.config, "max_batch_tokens", 0, int) or None
         self.limits = TextLimits.from_config(self.config)
         if parameter(self.config, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
             os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -65,9 +66,14 @@ class TritonPythonModel:
             import onnxruntime as ort
 
             path = onnx_file(Path(args["model_repository"]).parent, self.onnx_model)
-            self.session = ort.InferenceSession(
-                str(path), session_options(self.config), providers=["CPUExecutionProvider"]
-            )
+            session = ort.InferenceSession(str(path), session_options(self.config), providers=["CPUExecutionProvider"])
+            # The arena returns a run's memory after it when the config asks (e.g. "cpu:0").
+            run_options = ort.RunOptions()
+            shrinkage = parameter(self.config, "memory.enable_memory_arena_shrinkage", "")
+            if shrinkage:
+                run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
+            self.session = session
+            self.run = lambda names, feed: session.run(names, feed, run_options)
 
     def execute(self, requests):
         """Validate each request, embed every valid text of the batch together, answer each.
@@ -80,6 +86,7 @@ class TritonPythonModel:
             return batch.responses
         options = dict(
             max_rows=self.max_rows,
+            max_tokens=self.max_tokens,
             normalize=self.info.normalize,
             pooling=self.info.pooling,
             model_dir=str(self.info.model_dir),
@@ -87,7 +94,7 @@ class TritonPythonModel:
         if self.session is None:
             return self._execute_bls(batch, options)
         try:
-            vectors, counts = embed_texts_local(self.session.run, batch.texts, token_counts=True, **options)
+            vectors, counts = embed_texts_local(self.run, batch.texts, token_counts=True, **options)
         except RuntimeError as exc:
             return batch.fail(pb_utils, str(exc))
         return self._answer(batch, vectors, counts)

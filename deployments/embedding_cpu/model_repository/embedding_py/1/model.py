@@ -26,6 +26,7 @@ class TritonPythonModel:
         self.model_dir = model_dir
         load_tokenizer(model_dir, self.model.max_seq_length)
         self.limits = TextLimits.from_config(self.config)
+        self.max_tokens = parameter(self.config, "max_batch_tokens", 0, int) or None
         self.dtype = pb_utils.triton_string_to_numpy(
             pb_utils.get_output_config_by_name(self.config, "EMBEDDING")["data_type"]
         )
@@ -34,11 +35,14 @@ class TritonPythonModel:
         """Validate each request, encode the valid texts together, answer each."""
         batch = TextBatch.gather(pb_utils, requests, "TEXT", self.limits)
         if batch.texts:
+            from embedding_cpu_processing.bls import encode_in_buckets
             from embedding_cpu_processing.text_embedding import cut_texts
 
             # Long texts are cut where the truncated tokenization stays the same (not tokenized whole).
             texts = cut_texts(batch.texts, self.model_dir, self.model.max_seq_length)
-            vectors = self.model.encode(texts, batch_size=len(texts), convert_to_numpy=True)
+            vectors = encode_in_buckets(
+                self.model, texts, max_rows=len(texts), max_tokens=self.max_tokens, model_dir=self.model_dir
+            )
             batch.scatter(pb_utils, vectors, "EMBEDDING", self.dtype)
         return batch.responses
 

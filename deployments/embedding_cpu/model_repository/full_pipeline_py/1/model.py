@@ -4,6 +4,7 @@ import json
 import os
 
 import triton_python_backend_utils as pb_utils
+from embedding_cpu_processing.bls import encode_in_buckets
 from embedding_cpu_processing.document_requests import all_chunks, build_responses, limits_from_config, parse_requests
 from embedding_cpu_processing.text_embedding import EmbeddingModelInfo
 
@@ -24,6 +25,7 @@ class TritonPythonModel:
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         self.model = SentenceTransformer(str(self.info.model_dir), device="cpu")
         self.limits = limits_from_config(self.config)
+        self.max_tokens = parameter(self.config, "max_batch_tokens", 0, int) or None
         self.dtypes = {
             name: pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(self.config, name)["data_type"])
             for name in ("FINAL_EMBEDDING", "CHUNK_COUNT", "CHUNK_EMBEDDINGS")
@@ -40,7 +42,12 @@ class TritonPythonModel:
             max_chunk_tokens=self.info.max_seq_length - 2,
         )
         chunks = all_chunks(jobs)
-        vectors = self.model.encode(chunks, batch_size=32, convert_to_numpy=True) if chunks else None
+        vectors = None
+        if chunks:
+            model_dir = str(self.info.model_dir)
+            vectors = encode_in_buckets(
+                self.model, chunks, max_rows=32, max_tokens=self.max_tokens, model_dir=model_dir
+            )
         return build_responses(pb_utils, jobs, vectors, self.dtypes)
 
     def finalize(self):

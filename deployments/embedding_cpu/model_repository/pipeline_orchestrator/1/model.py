@@ -18,6 +18,7 @@ class TritonPythonModel:
         self.config = json.loads(args["model_config"])
         self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
         self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
+        self.max_tokens = parameter(self.config, "max_batch_tokens", 0, int) or None
         self.info = EmbeddingModelInfo.read(parameter(self.config, "model_dir"))
         load_tokenizer(str(self.info.model_dir))
         self.limits = limits_from_config(self.config)
@@ -45,6 +46,7 @@ class TritonPythonModel:
                     self.onnx_model,
                     chunks,
                     max_rows=self.max_rows,
+                    max_tokens=self.max_tokens,
                     normalize=self.info.normalize,
                     pooling=self.info.pooling,
                     model_dir=str(self.info.model_dir),
