@@ -1,5 +1,6 @@
 """Command line: ``python -m harness`` (or ``triton-harness``) ``{list,export,serve,bench,pack-env,...}``;
-the harness's other tools (matrix, soak, faults, ...) are subcommands of the same tree.
+the harness's other tools (matrix, pair-bench) and those of installed distributions (the lab's soak,
+faults, hostile, ...: entry points ``triton_harness.commands``) are subcommands of the same tree.
 
     python -m harness serve <deployment>            # export what is missing, serve until Ctrl-C
     python -m harness bench <deployment> --duration 5
@@ -14,6 +15,7 @@ import importlib
 import os
 import subprocess
 import sys
+from importlib.metadata import entry_points
 
 from harness.deployments import ManifestError, discover, get_deployment
 from harness.serving.launchers import MODES, LocalTritonServer, create_server
@@ -141,20 +143,22 @@ def _bench(args) -> int:
     return 0
 
 
-#: The harness's other tools, one subcommand each of this command tree (their options are theirs).
-TOOLS = {
+#: The core's other tools, one subcommand each of this command tree (their options are theirs).
+CORE_TOOLS = {
     "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
-    "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
-    "perf-analyzer": ("harness_lab.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
     "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
-    "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
-    "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
-    "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
-    "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),
-    "memory-per-byte": ("harness_lab.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
-    "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
-    "scaleout": ("harness_lab.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
 }
+#: Installed distributions add subcommands through this entry point group, each entry point a table like
+#: CORE_TOOLS (the lab's soak, faults, hostile, ...: lab/harness_lab/commands.py); the core never imports them.
+COMMANDS_GROUP = "triton_harness.commands"
+
+
+def tools() -> dict[str, tuple[str, str]]:
+    """Subcommand -> (module whose ``main(argv)`` runs it, summary): CORE_TOOLS and every installed table."""
+    found = dict(CORE_TOOLS)
+    for entry_point in entry_points(group=COMMANDS_GROUP):
+        found.update(entry_point.load())
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,12 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     refresh.add_arguments(refresh_parser)
     refresh_parser.set_defaults(func=refresh.refresh_command)
 
-    for name, (module, summary) in TOOLS.items():
+    commands = tools()
+    for name, (module, summary) in commands.items():
         sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in TOOLS:
-        return importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:])
+    if argv and argv[0] in commands:
+        return importlib.import_module(commands[argv[0]][0]).main(argv[1:])
     args = parser.parse_args(argv)
     try:
         return args.func(args)

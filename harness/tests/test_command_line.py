@@ -104,17 +104,30 @@ def test_harness_cli_unknown_deployment_and_target():
 
 
 def test_one_command_tree_reaches_every_tool():
-    from harness.__main__ import TOOLS
+    """The core's tools and, where the lab is installed, its tools (entry points ``triton_harness.commands``)."""
+    from harness.__main__ import tools
 
     listed = _run([sys.executable, "-m", "harness", "--help"])
     assert listed.returncode == 0
-    for name, (module, _) in TOOLS.items():
+    for name, (module, _) in tools().items():
         assert name in listed.stdout, f"{name} missing from python -m harness --help"
         done = _run([sys.executable, "-m", "harness", name, "--help"])
         assert done.returncode == 0 and "usage:" in done.stdout, (name, done.stdout[-500:], done.stderr[-500:])
     script = Path(sys.executable).parent / "triton-harness"
     assert script.exists(), "the console script comes with `pip install -e .` (make install)"
     assert _run([str(script), "list"]).returncode == 0
+
+
+def test_without_installed_commands_the_tree_lists_the_core_alone(monkeypatch, capsys):
+    """No distribution registers commands (the lab not installed): --help works and names no lab tool."""
+    import harness.__main__ as cli
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--help"])
+    listed = capsys.readouterr().out
+    assert stopped.value.code == 0 and "pair-bench" in listed
+    assert not {"soak", "faults", "hostile", "scaleout", "peers"} & set(listed.split())
 
 
 def test_harness_serve_refuses_a_port_in_use_before_loading_models():

@@ -1,0 +1,15 @@
+"""The lab's subcommands of ``python -m harness`` (the core finds this table through the entry point
+group ``triton_harness.commands``, lab/pyproject.toml): name -> (module whose ``main(argv)`` runs it,
+one-line summary). Each module also runs alone: ``python -m harness_lab.<module>``."""
+
+COMMANDS = {
+    "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
+    "perf-analyzer": ("harness_lab.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
+    "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
+    "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
+    "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
+    "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),
+    "memory-per-byte": ("harness_lab.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
+    "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
+    "scaleout": ("harness_lab.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
+}
