@@ -114,9 +114,10 @@ bench-network: install ## The benchmarks marked network = true (or DEPLOYMENT's,
 	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--benchmark $(BENCH_ONLY))
 
 .PHONY: lint
-lint: install ## Lint and format check (ruff, settings in pyproject.toml); `make format` fixes what it can
+lint: install ## Lint, format check (ruff) and import directions (lint-imports), settings in pyproject.toml; `make format` fixes what it can
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 .PHONY: format
 format: install ## Apply ruff's formatting and safe fixes
