@@ -3,21 +3,12 @@ pinning, each docker row paired with the local record of that cell taken closest
 
 from __future__ import annotations
 
-import datetime as dt
-
-from harness.measuring.matrix.cells import generator_family, pinning_label, stamp
+from harness.measuring.matrix.cells import generator_family, hours, pinning_label
 
 #: Farther apart than this, two records were taken under different loads of a shared machine: no pair.
 #: `make bench` then `make bench MODE=docker` measure the same cell 0.6-1.1 h apart on a quiet machine
 #: (the local run also holds the pairs, peers and network runs); each pair says how far apart it is.
 MAX_HOURS_APART = 1.5
-
-
-def hours(record: dict) -> float:
-    try:
-        return dt.datetime.fromisoformat(stamp(record).replace("Z", "+00:00")).timestamp() / 3600
-    except ValueError:
-        return float("nan")
 
 
 def _pair_key(record: dict) -> tuple:

@@ -23,11 +23,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from harness.measuring.matrix.cells import generator_family, network_records, stamp
+from harness.measuring.matrix.cells import freshness_note, generator_family, network_records, stamp
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.fmt import rate, ratio, size, spread
-from harness.measuring.matrix.freshness import freshness_note
-from harness.measuring.matrix.plots import plot_headlines  # noqa: F401 - where outputs.py imports it from
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 #: What reproduces each lesson (Makefile targets; test_matrix_headlines checks they exist).

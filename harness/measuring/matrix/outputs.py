@@ -11,46 +11,20 @@ from harness import PROJECT_ROOT
 from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family, network_label, network_records
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.correctness import read_outcomes
-from harness.measuring.matrix.headlines import build_headlines, headlines_json, plot_headlines, render_headlines
-from harness.measuring.matrix.plots import PLOT_KINDS, plot
+from harness.measuring.matrix.headlines import build_headlines, headlines_json, render_headlines
+from harness.measuring.matrix.plots import PLOT_KINDS, plot, plot_headlines
 from harness.measuring.matrix.render import render_markdown, render_network
 from harness.measuring.matrix.rows import NOT_MEASURED, build
 from harness.measuring.records import read_records, records_path
 
 DOCS = PROJECT_ROOT / "docs"
-CSV_FIELDS = [
-    "deployment",
-    "benchmark",
-    "variant",
-    "model",
-    "target",
-    "server_mode",
-    "server_version",
-    "gate",
-    "protocol",
-    "generator",
-    "network",
-    "concurrency",
-    "perf_throughput",
-    "items_per_second",
-    "perf_latency_p50",
-    "perf_latency_p95",
-    "perf_latency_p99",
-    "bytes_sent_per_request",
-    "bytes_received_per_request",
-    "perf_server_queue",
-    "server_compute_ms",
-    "server_avg_batch_size",
-    "ceiling_items_per_second",
-    "errors",
-    "requests",
-    "duration_s",
-    "cpu_model",
-    "cpu_cores",
-    "os",
-    "timestamp",
-    "in_matrix",
-]
+#: results.csv's columns: the scenario, the measured numbers, the machine (every field: results.json)
+CSV_FIELDS = (
+    "deployment benchmark variant model target server_mode server_version gate protocol generator network "
+    "concurrency perf_throughput items_per_second perf_latency_p50 perf_latency_p95 perf_latency_p99 "
+    "bytes_sent_per_request bytes_received_per_request perf_server_queue server_compute_ms server_avg_batch_size "
+    "ceiling_items_per_second errors requests duration_s cpu_model cpu_cores os timestamp in_matrix"
+).split()
 
 
 def _json_row(r: dict, in_matrix: bool) -> dict:

@@ -8,8 +8,7 @@ bench rows of the table above (one window each, taken minutes apart)."""
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import generator_family, pinning_label, stamp
-from harness.measuring.matrix.container_cost import hours
+from harness.measuring.matrix.cells import generator_family, hours, pinning_label, stamp
 from harness.measuring.matrix.fmt import table
 
 #: The issue's goal for every JPEG- or text-in entry model on loopback.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from harness.measuring.matrix.cells import (
     ceiling,
     compute_ms,
+    freshness_note,
     generator_family,
     network_label,
     network_records,
@@ -15,7 +16,6 @@ from harness.measuring.matrix.cells import (
 )
 from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
 from harness.measuring.matrix.fmt import number, size, table
-from harness.measuring.matrix.freshness import freshness_note
 from harness.measuring.matrix.plots import PLOT_KINDS
 from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
