@@ -23,7 +23,7 @@ from harness.serving.launchers.docker_engine import DockerStartError, engine
 from harness.serving.launchers.docker_images import CPU_IMAGE
 from harness_lab.scaleout import k8s
 from harness_lab.scaleout.autoscale import query, read_counters, task_address, wait_scraped
-from harness_lab.scaleout.load import RETRY, Load
+from harness_lab.scaleout.load import RETRY, stack_load
 from harness_lab.scaleout.run import kill_under_load, leftovers, roll_version
 from harness_lab.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
 
@@ -134,7 +134,7 @@ def test_prometheus_evaluates_the_adapter_rule_as_tritons_counters_say(stack):
     rule = template.replace("<<.LabelMatchers>>", SWARM_MATCHERS).replace("<<.GroupBy>>", SWARM_GROUP_BY)
     assert stack.recording_rule() == rule and "[1m]" in rule
     wait_scraped(stack, stack.replicas)
-    load = Load(stack.url, stack.models[0], concurrency=8).start()
+    load = stack_load(stack, 8).start()
     try:
         time.sleep(5)
         network = f"{stack.name}_replicas"

@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     fp.add_argument("--image", default=None, help="tritonserver image (default: the CPU image of `make image`)")
     fp.add_argument("--duration", type=float, default=4.0, help="seconds of load per scenario")
     run = sub.add_parser(
-        "run", help="replicas on Docker swarm: throughput 1..N, kill one, roll a version, roll back a bad one"
+        "run",
+        help="replicas on Docker swarm: throughput 1..N, kill one, roll a version, roll back a bad one; the load "
+        "fits text-in, vector-out models (one BYTES input, one float output, named by the model's config)",
     )
     run.add_argument("--deployment", default=None, help="default: the one whose [scaleout] table names a model")
     run.add_argument("--replicas", type=int, default=3)

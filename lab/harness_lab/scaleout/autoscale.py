@@ -14,7 +14,7 @@ import math
 import time
 
 from harness_lab.scaleout.k8s import QUEUE_METRIC, RenderOptions, apply_manifest
-from harness_lab.scaleout.load import Load, summarize
+from harness_lab.scaleout.load import stack_load, summarize
 from harness_lab.scaleout.swarm import JOB, Stack, docker
 
 TOLERANCE = 0.1
@@ -94,7 +94,7 @@ def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -
         stack.wait_converged(count, deadline_s=900)
         stack.wait_balanced(count)
         wait_scraped(stack, count)
-        load = Load(stack.url, stack.models[0], load_c).start() if load_c else None
+        load = stack_load(stack, load_c).start() if load_c else None
         time.sleep(window_s)
         values = per_task(stack)
         outcomes = load.stop() if load else []

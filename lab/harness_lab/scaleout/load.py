@@ -1,6 +1,7 @@
 """Checked load against the stack's balancer: an asyncio client (aiohttp) holding ``concurrency``
-HTTP/JSON inference requests in flight, every response checked (an embedding of the first one's
-size, equal to it), and the client retry policy (``RETRY``): a request is tried up to 3 times; it is
+HTTP/JSON inference requests in flight, every response checked (a vector of the first one's size,
+equal to it; the model is text in, vector out: its one BYTES input and one float output, named by
+its config.pbtxt, ``text_tensors``), and the client retry policy (``RETRY``): a request is tried up to 3 times; it is
 retried on a connection error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or any other
 answer is final. A request is *lost* when all its tries fail."""
 
@@ -13,6 +14,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from harness.repository import configs
 
 RETRY = {
     "tries": 3,
@@ -39,22 +43,52 @@ class Outcome:
     first_try_error: str | None = None
 
 
-def infer_body(text: str = SENTENCE) -> bytes:
+FLOATS = {
+    model_config_pb2.TYPE_FP16,
+    model_config_pb2.TYPE_BF16,
+    model_config_pb2.TYPE_FP32,
+    model_config_pb2.TYPE_FP64,
+}
+
+
+def text_tensors(repository, model: str) -> tuple[str, str]:
+    """(input, output) of ``model`` in ``repository``: its one BYTES input and its one float output;
+    ValueError naming the model's tensors when it has other ones (this load fits text -> vector only)."""
+    config = configs(repository)[model]
+    texts = [i.name for i in config.input if i.data_type == model_config_pb2.TYPE_STRING]
+    vectors = [o.name for o in config.output if o.data_type in FLOATS]
+    if len(config.input) != 1 or len(texts) != 1 or len(vectors) != 1:
+        raise ValueError(
+            f"{model}: the scale-out load sends one sentence and checks one vector, but the model has inputs "
+            f"{[i.name for i in config.input]} and outputs {[o.name for o in config.output]}: not text in, vector out"
+        )
+    return texts[0], vectors[0]
+
+
+def infer_body(text_input: str, vector_output: str, text: str = SENTENCE) -> bytes:
     return json.dumps(
         {
-            "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
-            "outputs": [{"name": "EMBEDDING"}],
+            "inputs": [{"name": text_input, "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
+            "outputs": [{"name": vector_output}],
         }
     ).encode()
 
 
-class Load:
-    """``concurrency`` requests in flight against ``url`` in a background thread until ``stop()``."""
+def stack_load(stack, concurrency: int) -> Load:
+    """A Load on the stack's balancer and its entry model (``stack.models[0]``), tensors from its config."""
+    model = stack.models[0]
+    return Load(stack.url, model, concurrency, text_tensors(stack.deployment.model_repository, model))
 
-    def __init__(self, url: str, model: str, concurrency: int, body: bytes | None = None, dims: int | None = None):
+
+class Load:
+    """``concurrency`` requests in flight against ``url`` in a background thread until ``stop()``: one
+    sentence in ``tensors[0]``, the vector of ``tensors[1]`` checked."""
+
+    def __init__(self, url: str, model: str, concurrency: int, tensors: tuple[str, str], dims: int | None = None):
         self.url = f"{url}/v2/models/{model}/infer"
         self.concurrency = concurrency
-        self.body = body or infer_body()
+        self.output = tensors[1]
+        self.body = infer_body(*tensors)
         #: The vector size every answer must have (default: the first answer's).
         self.dims = dims
         self.outcomes: list[Outcome] = []
@@ -63,21 +97,21 @@ class Load:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     def check(self, payload: dict) -> str | None:
-        """None when the response is a correct embedding, else what is wrong."""
+        """None when the response is a correct vector, else what is wrong."""
         outputs = {o["name"]: o for o in payload.get("outputs", [])}
-        if "EMBEDDING" not in outputs:
-            return f"no EMBEDDING in {list(outputs)}"
-        vector = np.asarray(outputs["EMBEDDING"]["data"], dtype=np.float32)
+        if self.output not in outputs:
+            return f"no {self.output} in {list(outputs)}"
+        vector = np.asarray(outputs[self.output]["data"], dtype=np.float32)
         if not vector.size:
-            return "EMBEDDING is empty"
+            return f"{self.output} is empty"
         if self.dims is None:
             self.dims = vector.size
         if vector.shape != (self.dims,) or not np.all(np.isfinite(vector)):
-            return f"EMBEDDING of shape {vector.shape} or not finite"
+            return f"{self.output} of shape {vector.shape} or not finite"
         if self.reference is None:
             self.reference = vector
         elif float(np.dot(vector, self.reference) / np.linalg.norm(vector) / np.linalg.norm(self.reference)) < 0.9999:
-            return "EMBEDDING differs from the first response"
+            return f"{self.output} differs from the first response"
         return None
 
     async def _one(self, session) -> Outcome:

@@ -25,7 +25,7 @@ from harness.deployments import get_deployment
 from harness.measuring.records import machine
 from harness_lab.scaleout import ScaleoutError
 from harness_lab.scaleout.autoscale import autoscaling_signal
-from harness_lab.scaleout.load import RETRY, Load, Outcome, summarize
+from harness_lab.scaleout.load import RETRY, Outcome, stack_load, summarize
 from harness_lab.scaleout.nodes import NODE_PREFIX, add_worker
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init
 
@@ -110,7 +110,7 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
         stack.scale(count)
         stack.wait_converged(count, deadline_s=900)
         time.sleep(balancer_settle_s())
-        load = Load(stack.url, stack.models[0], concurrency).start()
+        load = stack_load(stack, concurrency).start()
         time.sleep(warmup_s)
         began = time.time()
         time.sleep(duration_s)
@@ -144,7 +144,7 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
     when the balancer stopped sending to the dead task, and when the service had all its replicas again."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     victim = stack.running()[-1]
-    load = Load(stack.url, stack.models[0], concurrency).start()
+    load = stack_load(stack, concurrency).start()
     time.sleep(before_s)
     served_before = served_by(list(load.outcomes))
     asked_at, killed_at = stack.kill(victim)
@@ -191,7 +191,7 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: f
     task at a time, each healthy and watched for ``monitor`` before the next). We only watch."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     before = stack.bundle
-    load = Load(stack.url, stack.models[0], concurrency).start()
+    load = stack_load(stack, concurrency).start()
     time.sleep(2.0)
     watch = Watch(stack).start()
     began = time.time()
@@ -255,7 +255,7 @@ def drain_node(stack: Stack, concurrency: int, node: str, after_s: float = 5.0) 
     stops its tasks (the gate drains each) and starts replacements on the other node."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     on_node = tasks_on(stack, node)
-    load = Load(stack.url, stack.models[0], concurrency).start()
+    load = stack_load(stack, concurrency).start()
     time.sleep(3.0)
     watch = Watch(stack).start()
     began = time.time()
@@ -298,7 +298,7 @@ def kill_node(stack: Stack, concurrency: int, node: str, container: str, after_s
     )
     stack.wait_converged(stack.replicas, deadline_s=600)
     on_node = tasks_on(stack, node)
-    load = Load(stack.url, stack.models[0], concurrency).start()
+    load = stack_load(stack, concurrency).start()
     time.sleep(3.0)
     asked_at = time.time()
     docker("kill", container)
