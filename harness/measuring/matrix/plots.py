@@ -201,10 +201,10 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
 
 
 # -- the headline screen's figures -------------------------------------------------------
-def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict[str, list] | None = None) -> None:
+def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | None = None, label_marks=False) -> None:
     """Grouped bars with a value label on each; a bar's mark (its ceiling) is a tick in the bar's own
-    colour over that bar, joined to it by a dotted stem; a mark beyond the axis is an arrow at the top
-    of the axis over its bar, labelled with its value."""
+    colour over that bar, joined to it by a dotted stem (with its value when ``label_marks``); a mark
+    beyond the axis is an arrow at the top of the axis over its bar, labelled with its value."""
     width = 0.8 / max(len(series), 1)
     values = [v for vs in series.values() for v in vs if v and v == v]
     top = max(values, default=1.0)
@@ -234,6 +234,8 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict[str
             ax.vlines(x, height, mark, colors=[colour], linestyles="dotted", linewidth=1)
             ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors=[colour], linewidth=2.2)
             ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors="black", linewidth=0.6)
+            if label_marks and mark - height > 0.08 * ceiling:  # at the bar's top the bar's own label says it
+                ax.annotate(rate(mark), (x, mark), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=6)
         else:
             ax.annotate(
                 f"{rate(mark)}\n(off scale)",
@@ -268,9 +270,8 @@ def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
             f"{k}\n(make bench, unshaped)" if k == "loopback" and network["loopback_from_bench"] else k for k in links
         ]
         series = {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]}
-        _bars(
-            ax, groups, series, {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
-        )
+        ceilings = {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
+        _bars(ax, groups, series, ceilings, label_marks=True)
         handles, labels = ax.get_legend_handles_labels()
         handle, text = _ceiling_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
         ax.set(
