@@ -3,14 +3,17 @@
     python -m harness gate-cost --deployment <d>    # the model of <d>'s [reliability] table, c=8
     python -m harness gate-cost --deployment <d> --model <entry model> --rounds 3 --duration 10
     python -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json   # worst case
+    python -m harness gate-cost --model echo --workers 1,2    # the gate with 1 and with 2 worker processes
 
 Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table (its
 ``workload`` checks every answer; ``--workload`` overrides it).
 
-Servers run one at a time (never both at once), in alternating rounds (gate, direct, gate,
-direct, ...) so that drift of a shared machine hits both; each round measures ``duration``
-seconds of verified requests (every answer checked) after ``warmup`` seconds. The report
-(results/reliability/gate_cost.json) gives per-round and median throughput and p50/p99.
+Servers run one at a time (never two at once), in alternating rounds (gate with each worker
+count, direct, gate, ...) so that drift of a shared machine hits all; each round measures
+``duration`` seconds of verified requests (every answer checked) after ``warmup`` seconds, and
+the CPU seconds the gate's processes and tritonserver's (with its stubs) spent meanwhile, per
+request. The report (results/reliability/gate_cost.json) gives per-round and median throughput,
+p50/p99, CPU milliseconds per request and each variant's throughput over direct's.
 """
 
 from __future__ import annotations
@@ -20,22 +23,55 @@ import statistics
 import time
 from pathlib import Path
 
+import psutil
+
 from harness.manifest import ManifestError
 from harness.testing.servers import model_server, stop_server
 from harness_lab.reliability.load import run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, write_json
 from harness_lab.reliability.servers import checked_workload, defaults
 
+#: Processes of a server counted as tritonserver's (the rest of the tree is the gate's).
+TRITON_PROCESSES = ("tritonserver", "triton_python_backend_stub")
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the process tree at ``pid``: the gate's processes and tritonserver's."""
+    root = psutil.Process(pid)
+    spent = {"gate": 0.0, "triton": 0.0}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times, command = proc.cpu_times(), proc.cmdline()
+        except psutil.Error:
+            continue
+        spent["triton" if command and command[0].endswith(TRITON_PROCESSES) else "gate"] += times.user + times.system
+    return spent
+
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:
-    log = run_checked_load(workload, server.http_url, concurrency=concurrency, duration_s=warmup_s + duration_s)
+    window: dict = {}
+
+    def during(log) -> None:
+        time.sleep(warmup_s)
+        window["began"], window["cpu_before"] = time.monotonic(), cpu_seconds(server.process.pid)
+        time.sleep(duration_s)
+        window["ended"], window["cpu_after"] = time.monotonic(), cpu_seconds(server.process.pid)
+
+    log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
     steady = log.steady(warmup_s)
+    ok = max(log.count("ok", ended_from=window["began"], ended_before=window["ended"]), 1)
+    cpu = {
+        f"{part}_cpu_ms_per_request": round(1e3 * (window["cpu_after"][part] - window["cpu_before"][part]) / ok, 3)
+        for part in ("gate", "triton")
+    }
     return {
         "requests": steady["requests"],
         "ok": steady["ok"],
         "not_ok": steady["requests"] - steady["ok"],
+        "first_problem": steady["first_problem"],
         "throughput_rps": steady["throughput_rps"],
         **steady["latency_all"],
+        **cpu,
     }
 
 
@@ -47,29 +83,38 @@ def run(
     duration_s: float,
     warmup_s: float,
     workload_reference: str | None = None,
+    workers: tuple[int, ...] = (1,),
 ) -> dict:
+    """Rounds of the gate with each of ``workers`` worker processes, then direct; the report. Its
+    ``gate`` is the first worker count's summary, ``gate_workers_<n>`` each one's."""
+    variants = [f"gate_workers_{n}" for n in workers] + ["direct"]
     rows = []
     for index in range(rounds):
-        for gated in (True, False):
-            server = model_server(deployment, model, gate=gated)
+        for variant, count in zip(variants, [*workers, 0]):
+            server = model_server(deployment, model, gate=count > 0)
+            if count:
+                server.gate_workers = count
             server.start()
             try:
                 server.wait_ready()
                 workload = checked_workload(deployment, model, server.http_url, workload_reference)
-                row = {"round": index, "gate": gated, **measure(server, workload, concurrency, duration_s, warmup_s)}
+                measured = measure(server, workload, concurrency, duration_s, warmup_s)
             finally:
                 stop_server(server)
+            row = {"round": index, "gate": count > 0, "variant": variant, **measured}
             rows.append(row)
             print(row, flush=True)
     summary = {}
-    for gated in (True, False):
-        mine = [r for r in rows if r["gate"] is gated]
-        summary["gate" if gated else "direct"] = {
-            "throughput_rps_median": statistics.median(r["throughput_rps"] for r in mine),
-            "p50_ms_median": statistics.median(r["p50_ms"] for r in mine),
-            "p99_ms_median": statistics.median(r["p99_ms"] for r in mine),
+    for variant in variants:
+        mine = [r for r in rows if r["variant"] == variant]
+        summary[variant] = {
+            key + "_median": statistics.median(r[key] for r in mine)
+            for key in ("throughput_rps", "p50_ms", "p99_ms", "gate_cpu_ms_per_request", "triton_cpu_ms_per_request")
         }
-    cost = 1 - summary["gate"]["throughput_rps_median"] / summary["direct"]["throughput_rps_median"]
+    direct = summary["direct"]["throughput_rps_median"]
+    for variant in variants:
+        summary[variant]["over_direct"] = round(summary[variant]["throughput_rps_median"] / direct, 3)
+    summary["gate"] = summary[variants[0]]
     return {
         "deployment": deployment,
         "model": model,
@@ -77,10 +122,12 @@ def run(
         "rounds": rounds,
         "duration_s": duration_s,
         "warmup_s": warmup_s,
+        "workers": list(workers),
         "rows": rows,
         **summary,
-        "throughput_cost_pct": round(100 * cost, 1),
+        "throughput_cost_pct": round(100 * (1 - summary["gate"]["over_direct"]), 1),
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_average_1m": round(psutil.getloadavg()[0], 2),
     }
 
 
@@ -93,15 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--workers", default="1", help="gate worker counts to measure, comma-separated (e.g. 1,2)")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "gate_cost.json")
     args = parser.parse_args(argv)
     try:
         deployment, model = defaults(args.deployment, args.model)
     except ManifestError as exc:
         parser.error(str(exc))
-    report = run(deployment, model, args.concurrency, args.rounds, args.duration, args.warmup, args.workload)
+    workers = tuple(int(n) for n in args.workers.split(","))
+    report = run(deployment, model, args.concurrency, args.rounds, args.duration, args.warmup, args.workload, workers)
     write_json(report, args.json)
-    print(f"gate {report['gate']} | direct {report['direct']} | throughput cost {report['throughput_cost_pct']} %")
+    for variant in [f"gate_workers_{n}" for n in workers] + ["direct"]:
+        print(f"{variant}: {report[variant]}")
     print(f"report: {args.json}")
     return 0
 
