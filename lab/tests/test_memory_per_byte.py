@@ -21,6 +21,7 @@ from harness_lab.reliability.memory_per_byte import (
     longer_element,
     markdown,
     measure_model,
+    mixed_requests,
     noise_image,
     peak_growth,
     safe_limit,
@@ -123,6 +124,31 @@ def test_growers_follow_the_config():
     grown = growers(tensors, {"input_ids": np.ones((1, 16), np.int64)}, 200, MIB, 2)
     assert [g.mode for g in grown] == ["length:input_ids"]
     assert grown[0].make(2000)["input_ids"].shape == (10, 16)  # first variable dim
+
+
+def test_mixed_bursts_are_half_base_half_full_batches_of_long_rows():
+    text_config = {"max_batch_size": 8, "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}]}
+    base = {"TEXT": np.array([[b"a short query"]], dtype=np.object_)}
+    burst = mixed_requests(text_config, base, None, 4)
+    longs = [r for r in burst if r is not base]
+    assert len(burst) == 4 and len(longs) == 2
+    lengths = [len(t) for t in longs[0]["TEXT"].reshape(-1)]
+    assert longs[0]["TEXT"].shape == (8, 1) and min(lengths) >= 1024 and len(set(lengths)) > 1
+    ids_config = {
+        "max_batch_size": 4,
+        "input": [
+            {"name": "input_ids", "data_type": "TYPE_INT64", "dims": [-1]},
+            {"name": "attention_mask", "data_type": "TYPE_INT64", "dims": [-1]},
+        ],
+    }
+    ids = {"input_ids": np.arange(6).reshape(1, 6), "attention_mask": np.ones((1, 6), np.int64)}
+    for request in mixed_requests(ids_config, ids, {"input_ids": [512], "attention_mask": [512]}, 3):
+        if request is ids:
+            continue
+        assert request["input_ids"].shape == request["attention_mask"].shape
+        rows, length = request["input_ids"].shape
+        assert rows == 4 and 128 <= length <= 512 and request["input_ids"][0, 7] == 1
+    assert mixed_requests({"max_batch_size": 0, "input": []}, ids, None, 4) is None
 
 
 @pytest.fixture(scope="module")

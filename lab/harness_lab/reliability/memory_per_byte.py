@@ -20,7 +20,10 @@ Per model: the worst ratio (over bodies of at least ``--min-bytes``; smaller one
 sampling noise), the worst growth of one request, the gate's current limit, and the limit that
 keeps ``--budget-concurrency`` worst-case requests within ``--budget-fraction`` of this machine's
 memory: ``budget / (concurrency x ratio)``. A model whose growth passes ``--abort-mib`` has its
-tritonserver killed and is reported aborted. Results: results/memory-per-byte.json and a
+tritonserver killed and is reported aborted. Before growing, ``--mixed-bursts`` (4 and 16) sends
+that many requests at once of mixed lengths: half the workload's request, half a full batch of long
+rows (texts of 1-8 KiB, token ids up to the gate's bound), seeded; their peak growth and what is
+still held ``--settle`` s after (what a token budget, ``max_batch_tokens``, bounds). Results: results/memory-per-byte.json and a
 Markdown table on stdout.
 """
 
@@ -391,6 +394,41 @@ def growers(config: dict, base: dict[str, np.ndarray], base_bytes: int, limit: i
     return out
 
 
+def mixed_requests(
+    config: dict, base: dict[str, np.ndarray], max_dims: dict | None, count: int, seed: int = 0
+) -> list[dict] | None:
+    """``count`` requests of mixed lengths for one burst (seeded): half of them ``base`` as it is,
+    half a full batch (``max_batch_size`` rows) of long rows: each text repeated to 1-8 KiB (each row
+    its own length), or every tensor with a variable dim tiled to one length between a quarter of
+    and all of the gate's bound for it (``max_dims``; else 16 x its length). None for a model
+    without batching."""
+    max_batch = int(config.get("max_batch_size") or 0)
+    if max_batch < 1 or not all(a.shape and a.shape[0] == 1 for a in base.values()):
+        return None
+    specs = {s["name"]: s for s in config.get("input") or []}
+    rng = np.random.default_rng(seed)
+
+    def long_request() -> dict:
+        tensors = {}
+        length = None
+        for name, array in base.items():
+            rows = np.repeat(array, max_batch, axis=0)
+            if array.dtype == np.object_:
+                first = array.flat[0] if isinstance(array.flat[0], bytes) else str(array.flat[0]).encode()
+                for index in range(rows.size):
+                    rows.flat[index] = longer_element(first, int(rng.integers(1024, 8193)))
+            elif (axis := _variable_axis(specs.get(name, {}), True)) is not None and array.shape[axis] > 0:
+                bound = ((max_dims or {}).get(name) or [16 * array.shape[axis]])[axis - 1]
+                length = length or int(rng.integers(max(1, bound // 4), bound + 1))
+                factor = -(-length // array.shape[axis])
+                rows = np.take(np.concatenate([rows] * factor, axis=axis), range(length), axis=axis)
+            tensors[name] = rows
+        return tensors
+
+    kinds = rng.permutation([True] * ((count + 1) // 2) + [False] * (count // 2))
+    return [long_request() if long else base for long in kinds]
+
+
 def synthetic_inputs(config: dict) -> dict[str, np.ndarray]:
     """A minimal request from the config alone (for a model no workload covers): text for BYTES,
     ones for tensors, variable dims 1."""
@@ -438,14 +476,20 @@ class Measurement:
         self.path = f"/v2/models/{model}/infer"
 
     def send(self, body: bytes, header_length: int | None, headers: dict, concurrency: int) -> dict:
+        return self.send_all([(body, header_length)] * concurrency, headers)
+
+    def send_all(self, bodies: list[tuple[bytes, int | None]], headers: dict) -> dict:
+        """``bodies`` sent at once (one thread each), RSS growth over the idle value just before."""
         self.sampler.refresh()
         before = self.sampler.idle(self.args.idle)
         self.sampler.reset()
+        concurrency = len(bodies)
         results = [None] * concurrency
         barrier = threading.Barrier(concurrency)
 
         def one(index: int) -> None:
             barrier.wait()
+            body, header_length = bodies[index]
             results[index] = post(self.server.http_url, self.path, body, header_length, headers, self.args.timeout)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(concurrency)]
@@ -458,9 +502,10 @@ class Measurement:
         statuses = sorted({str(r["status"]) for r in results})
         errors = [r["error"] for r in results if r["error"]]
         growth = peak_growth([peaks["total"]], before["total"])
+        sent = sum(len(body) for body, _ in bodies)
         return {
             "concurrency": concurrency,
-            "request_bytes": len(body),
+            "request_bytes": max(len(body) for body, _ in bodies),
             "statuses": statuses,
             "error": errors[0][:200] if errors else None,
             "seconds_max": max(r["seconds"] for r in results),
@@ -469,20 +514,21 @@ class Measurement:
             "server_growth_mib": round(peak_growth([peaks["server"]], before["server"]) / MIB, 1),
             "stubs_growth_mib": round(peak_growth([peaks["stubs"]], before["stubs"]) / MIB, 1),
             "gate_growth_mib": round(peak_growth([peaks["gate"]], before["gate"]) / MIB, 1),
-            "bytes_per_byte": round(bytes_per_byte(growth, len(body), concurrency), 3),
+            "bytes_per_byte": round(bytes_per_byte(growth, sent), 3),
             "samples": self.sampler.samples,
         }
 
 
 def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: int, max_dims: dict | None):
     """The body and header length if the gate would accept it, else (None, the gate's reason)."""
+    from harness.repository import config_from_json
     from harness.serving.gate.validate import GateError, validate_infer
 
     body, header_length = request_body(inputs, outputs, parameters)
     if len(body) > limit:
         return None, f"{len(body)} bytes over the gate's limit {limit}"
     try:
-        validate_infer(model, config, body, header_length, max_dims)
+        validate_infer(model, config_from_json(config), body, header_length, max_dims)
     except GateError as exc:
         return None, f"gate {exc.status}: {exc.message}"
     return (body, header_length), None
@@ -492,12 +538,14 @@ def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: 
 
 
 def _current_limit(server, model: str, config: dict) -> tuple[int, dict | None]:
+    from harness.repository import config_from_json
     from harness.serving.gate.policy import GatePolicy
     from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
 
     policy = server.options.gate_policy or GatePolicy()
     default = int(getattr(server, "gate_options", {}).get("max_body_bytes") or DEFAULT_MAX_BODY)
-    return body_limit(config, default, policy.max_body_bytes.get(model)), policy.max_dims.get(model)
+    limit = body_limit(config_from_json(config), default, policy.max_body_bytes.get(model))
+    return limit, policy.max_dims.get(model)
 
 
 def _config(server, model: str) -> dict:
@@ -516,6 +564,35 @@ def _config(server, model: str) -> dict:
 
 class Aborted(Exception):
     pass
+
+
+def mixed_bursts(measurement, config, inputs, outputs, parameters, headers, limit, max_dims) -> list[dict]:
+    """``--mixed-bursts``: for each size, that many ``mixed_requests`` at once; the peak growth, and
+    what is still held ``--settle`` seconds after (over the idle value before the burst)."""
+    out = []
+    for count in measurement.args.mixed_bursts:
+        requests = mixed_requests(config, inputs, max_dims, count)
+        if not requests:
+            break
+        made = [accepted_body(measurement.model, config, r, outputs, parameters, limit, max_dims) for r in requests]
+        refused = next((reason for body, reason in made if body is None), None)
+        if refused:
+            out.append({"burst": count, "refused_by_gate": refused})
+            break
+        row = {"burst": count, "long": sum(r is not inputs for r in requests)}
+        row.update(measurement.send_all([body for body, _ in made], headers))
+        time.sleep(measurement.args.settle)
+        row["held_after_mib"] = round(
+            measurement.sampler.idle(measurement.args.idle)["total"] / MIB - row["baseline_mib"], 1
+        )
+        out.append(row)
+        print(
+            f"  {measurement.model} mixed burst x{count} ({row['long']} long): +{row['peak_growth_mib']} MiB "
+            f"(tritonserver +{row['server_growth_mib']}, stubs +{row['stubs_growth_mib']}), "
+            f"held {row['held_after_mib']} MiB after {measurement.args.settle} s, {row['statuses']} {row['seconds_max']} s",
+            flush=True,
+        )
+    return out
 
 
 def measure_model(server, deployment, model: str, args, budget_bytes: float) -> dict:
@@ -550,9 +627,14 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
         measurement = Measurement(server, sampler, model, args)
         rows.append({"mode": "base", **measurement.send(*base, headers, 1)})
         print(f"  {model} base {rows[-1]['request_bytes']} B: +{rows[-1]['peak_growth_mib']} MiB", flush=True)
+        report["mixed_bursts"] = mixed_bursts(
+            measurement, config, inputs, outputs, parameters, headers, limit, max_dims
+        )
+        if over.is_set():
+            raise Aborted(f"RSS growth passed {args.abort_mib} MiB in a mixed-length burst")
         began = time.monotonic()
         top = min(limit, args.max_bytes or limit)
-        for grower in growers(config, inputs, len(base[0]), top, args.steps):
+        for grower in [] if args.mixed_only else growers(config, inputs, len(base[0]), top, args.steps):
             targets, single_only = list(grower.targets), False
             while targets:
                 target = targets.pop(0)
@@ -688,6 +770,19 @@ def markdown(report: dict) -> str:
             f"| {_mb(m.get('largest_accepted_bytes'))} | {_mb(m.get('current_limit_bytes'))} "
             f"| {_mb(m.get('safe_limit_bytes'))} | {safe} |"
         )
+    bursts = [(m, b) for m in report["models"] for b in m.get("mixed_bursts") or [] if "peak_growth_mib" in b]
+    if bursts:
+        lines += [
+            "",
+            "| deployment | model | mixed burst (long) | growth MiB | tritonserver | stubs | held after MiB | seconds |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for m, b in bursts:
+            lines.append(
+                f"| {m['deployment']} | {m['model']} | {b['burst']} ({b['long']}) | {b['peak_growth_mib']:,.0f} "
+                f"| {b['server_growth_mib']:,.0f} | {b['stubs_growth_mib']:,.0f} | {b['held_after_mib']:,.0f} "
+                f"| {b['seconds_max']} |"
+            )
     return "\n".join(lines)
 
 
@@ -713,6 +808,15 @@ def arguments() -> argparse.ArgumentParser:
         action="store_false",
         help="one server per deployment (default: a fresh server per model, no memory held from another model)",
     )
+    parser.add_argument(
+        "--mixed-bursts",
+        type=int,
+        nargs="*",
+        default=[4, 16],
+        help="burst sizes of mixed-length requests (half the workload's, half a full batch of long rows)",
+    )
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds after a mixed burst before 'held after'")
+    parser.add_argument("--mixed-only", action="store_true", help="only the mixed-length bursts, no growing")
     parser.add_argument("--max-bytes", type=int, default=None, help="grow no further (default: the gate's limit)")
     parser.add_argument("--min-bytes", type=int, default=1 << 20, help="smallest body counted in the ratio")
     parser.add_argument("--budget-fraction", type=float, default=0.5, help="share of machine memory for requests")
