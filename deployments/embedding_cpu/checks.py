@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from harness import provenance
 from harness.deployments import load_module
+from harness.fixtures import read_fixture
 from harness.measuring.loadgen import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +54,7 @@ def _assert_served_weights(repository, fixture: dict) -> None:
 
 @cache
 def _fixture(name: str = "expected_embeddings.json") -> dict:
-    fixture = json.loads((HERE / "fixtures" / name).read_text())
+    fixture = read_fixture(HERE / "fixtures" / name)
     _assert_served_weights(HERE / "model_repository", fixture)
     return fixture
 
@@ -102,7 +103,7 @@ def _check_sentence_model(ctx, model: str, skip_empty: bool = False) -> None:
 def check_served_weights_match_fixtures(ctx):
     """The ONNX stamps and the installed weights are those both fixture files were made with."""
     for name in ("expected_embeddings.json", "expected_documents.json"):
-        _assert_served_weights(ctx, json.loads((ctx.deployment.fixtures_path / name).read_text()))
+        _assert_served_weights(ctx, read_fixture(ctx.deployment.fixtures_path / name))
 
 
 def check_embedding_py_matches_reference(ctx):
@@ -516,6 +517,50 @@ def workload_embedding_onnx_text_ensemble_sentence(ctx) -> Workload:
         outputs=["EMBEDDING"],
         variant="embedding_onnx_text_ensemble fp32 (tokenize -> onnx -> pool ensemble)",
         ceiling=_ceiling("fp32"),
+    )
+
+
+#: The mixed-length workload: one request in four is a passage of 200-500 tokens (cut from the
+#: fixture notes, served truncated to the model's 256), the others short queries; seeded.
+MIXED_PASSAGE_SHARE = 0.25
+
+
+@cache
+def _mixed_texts(count: int = 1024, seed: int = 0) -> list[str]:
+    """``count`` texts in a seeded order: short queries and, at ``MIXED_PASSAGE_SHARE``, passages
+    of 200-500 tokens each (cut at a token boundary of the notes read as a ring)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    notes = " ".join((DOCUMENTS / "serving_notes.txt").read_text().split())
+    rng = np.random.default_rng(seed)
+    texts = []
+    for _ in range(count):
+        if rng.random() >= MIXED_PASSAGE_SHARE:
+            texts.append(SHORT_SENTENCES[int(rng.integers(len(SHORT_SENTENCES)))])
+            continue
+        start = int(rng.integers(len(notes)))
+        ring = (notes[start:] + " " + notes[:start] + " ") * 2
+        offsets = tokenizer.encode(ring, add_special_tokens=False).offsets
+        texts.append(ring[: offsets[int(rng.integers(200, 501)) - 1][1]])
+    return texts
+
+
+def workload_embedding_onnx_text_mixed(ctx) -> Workload:
+    """One text a request, short queries and 200-500-token passages mixed (``_mixed_texts``)."""
+    texts = _mixed_texts()
+    counter = iter(range(1 << 62))
+
+    def prepare():
+        return {"TEXT": np.array([[texts[next(counter) % len(texts)].encode()]], dtype=object)}
+
+    return Workload(
+        model="embedding_onnx_text",
+        prepare=prepare,
+        outputs=["EMBEDDING"],
+        variant=f"embedding_onnx_text fp32, mixed lengths ({MIXED_PASSAGE_SHARE:.0%} passages of 200-500 tokens)",
     )
 
 
