@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from harness import provenance
 from harness.deployments import load_module
+from harness.fixtures import read_fixture
 from harness.measuring.loadgen import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +54,7 @@ def _assert_served_weights(repository, fixture: dict) -> None:
 
 @cache
 def _fixture(name: str = "expected_embeddings.json") -> dict:
-    fixture = json.loads((HERE / "fixtures" / name).read_text())
+    fixture = read_fixture(HERE / "fixtures" / name)
     _assert_served_weights(HERE / "model_repository", fixture)
     return fixture
 
@@ -102,7 +103,7 @@ def _check_sentence_model(ctx, model: str, skip_empty: bool = False) -> None:
 def check_served_weights_match_fixtures(ctx):
     """The ONNX stamps and the installed weights are those both fixture files were made with."""
     for name in ("expected_embeddings.json", "expected_documents.json"):
-        _assert_served_weights(ctx, json.loads((ctx.deployment.fixtures_path / name).read_text()))
+        _assert_served_weights(ctx, read_fixture(ctx.deployment.fixtures_path / name))
 
 
 def check_embedding_py_matches_reference(ctx):

@@ -3,19 +3,20 @@
 Run after changing the sentence list or the weights:
 ``python deployments/embedding_cpu/make_fixtures.py`` (``python -m harness refresh embedding_cpu``
 runs export, this, then the NNCF gate, in that order). The model is ``default_model_dir()``: the
-deployment's ``model/`` folder when ``export.py --model-dir`` wrote one. The fixtures record the weights' identity
+deployment's ``model/`` folder when ``export.py --model-dir`` wrote one. A fixture over 1 MiB
+of JSON (a larger model's vectors) is written as NPZ instead (harness.fixtures). The fixtures record the weights' identity
 (harness.provenance, the installed model.safetensors) under ``"weights"`` for every model that
 serves them, so checks fail loudly, not subtly, when the model changes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 from harness import provenance
+from harness.fixtures import write_fixture
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -123,11 +124,6 @@ def document_fixture(model, model_dir: Path) -> dict:
     return {"aggregation": "mean of the chunk vectors, L2-normalised", "cases": cases}
 
 
-def write_json(path: Path, text: str) -> None:
-    """``text`` written beside ``path``, then renamed over it."""
-    provenance.replace_atomically(path, lambda temporary: temporary.write_text(text + "\n", encoding="utf-8"))
-
-
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import sentence_transformers
@@ -138,36 +134,21 @@ def main() -> None:
     model = SentenceTransformer(str(model_dir), device="cpu")
     weights = provenance.fixtures_record(dict.fromkeys(SERVED, weights_identity(model_dir)), REGENERATE)
     vectors = model.encode(SENTENCES, convert_to_numpy=True)
-    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    write_json(
+    written = write_fixture(
         FIXTURE,
-        json.dumps(
-            {
-                "reference": f"sentence-transformers {sentence_transformers.__version__} encode()",
-                "model": f"{model_dir.parent.name}/{model_dir.name}",
-                provenance.FIXTURES_KEY: weights,
-                "sentences": SENTENCES,
-                "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
-            },
-            ensure_ascii=False,
-            indent=1,
-        ),
+        {
+            "reference": f"sentence-transformers {sentence_transformers.__version__} encode()",
+            "model": f"{model_dir.parent.name}/{model_dir.name}",
+            provenance.FIXTURES_KEY: weights,
+            "sentences": SENTENCES,
+            "embeddings": [[round(float(x), 7) for x in row] for row in vectors],
+        },
     )
-    print(f"wrote {FIXTURE} ({len(SENTENCES)} sentences, dim {vectors.shape[1]})")
+    print(f"wrote {written} ({len(SENTENCES)} sentences, dim {vectors.shape[1]})")
     documents = document_fixture(model, model_dir)
-    write_json(
-        DOCUMENT_FIXTURE,
-        json.dumps(
-            {
-                "reference": f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks",
-                provenance.FIXTURES_KEY: weights,
-                **documents,
-            },
-            ensure_ascii=False,
-            indent=1,
-        ),
-    )
-    print(f"wrote {DOCUMENT_FIXTURE} ({len(documents['cases'])} cases)")
+    reference = f"sentence-transformers {sentence_transformers.__version__} encode() on the chunks"
+    written = write_fixture(DOCUMENT_FIXTURE, {"reference": reference, provenance.FIXTURES_KEY: weights, **documents})
+    print(f"wrote {written} ({len(documents['cases'])} cases)")
 
 
 if __name__ == "__main__":

@@ -89,8 +89,9 @@ def main(argv=None) -> int:
     from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 
     from harness import provenance
+    from harness.fixtures import read_fixture
 
-    fixture = json.loads(FIXTURE.read_text())
+    fixture = read_fixture(FIXTURE)
     stamped, described = provenance.read_stamp(SOURCE), provenance.fixtures_identity(fixture, "embedding_onnx")
     if stamped is None or stamped.sha256 != described.sha256:
         print(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 
+from harness.fixtures import read_fixture
 from harness.testing.python_models import Request, TritonError, load_model, model_config
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
@@ -90,7 +91,7 @@ def test_nncf_calibration_sentences_are_fixed_and_never_a_fixture_sentence():
     from harness.deployments import load_module
 
     quantize = load_module(REPOSITORY.parent / "quantize_openvino.py", "embedding_cpu_quantize_openvino")
-    fixture = json.loads((REPOSITORY.parent / "fixtures" / "expected_embeddings.json").read_text())
+    fixture = read_fixture(REPOSITORY.parent / "fixtures" / "expected_embeddings.json")
     sentences = quantize.calibration_sentences(300, set(fixture["sentences"]))
     assert len(sentences) == len(set(sentences)) == 300
     assert not set(sentences) & set(fixture["sentences"])
