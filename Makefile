@@ -146,7 +146,7 @@ faults: install ## Kill a stub, unload+reload, restart the server under verified
 fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py $(PYTEST_ARGS)
 
-reliability: install ## Run soak, faults and fuzz, then regenerate the figures in docs/reliability.md
+reliability: install ## Run soak, faults and fuzz, then regenerate the figures in lab/docs/reliability.md
 	$(PY) -m harness soak --deployment $(RELIABILITY_DEPLOYMENT) --duration $(SOAK_DURATION) $(SOAK_ARGS)
 	$(PY) -m harness faults --deployment $(RELIABILITY_DEPLOYMENT) $(FAULTS_ARGS)
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py -q $(PYTEST_ARGS)
@@ -182,7 +182,7 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), swarm kill + roll of 2 replicas
 	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py lab/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
-# --- beyond one machine: Kubernetes objects, multi-replica runs (lab/harness_lab/scaleout/, docs/scaling.md) ---
+# --- beyond one machine: Kubernetes objects, multi-replica runs (lab/harness_lab/scaleout/, lab/docs/scaling.md) ---
 K8S_ARGS ?=
 # make scaleout DEPLOYMENT=<d>: its deployment.toml's [scaleout] names the model clients call (default:
 # the deployment whose [scaleout] table names one). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
@@ -208,7 +208,7 @@ gate-cost: install ## Throughput with and without the front gate at c=8 on RELIA
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT)
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT) --model echo --json results/reliability/gate_cost_echo.json
 
-# --- hostile inputs against a server you run (lab/harness_lab/hostile/, docs/reliability.md) ---
+# --- hostile inputs against a server you run (lab/harness_lab/hostile/, lab/docs/reliability.md) ---
 URL ?= 127.0.0.1:8000
 GRPC_URL ?=
 HOSTILE_ARGS ?=

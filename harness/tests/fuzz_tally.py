@@ -1,6 +1,6 @@
 """Bookkeeping of the hostile-input fuzz (test_fuzz_preprocessing_*.py): the hypothesis settings, one
 ``attempt`` per case (a result or an InputError within the time bound, anything else fails), and the
-counts written to ``results/reliability/fuzz.json`` for docs/reliability.md (``make reliability``).
+counts written to ``results/reliability/fuzz.json`` for lab/docs/reliability.md (``make reliability``).
 
 Bounded for the default suite: ``FUZZ_EXAMPLES`` (default 40) examples per property.
 """

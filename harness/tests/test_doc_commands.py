@@ -1,4 +1,4 @@
-"""Every command a reader types from README.md, docs/ and the deployment READMEs runs as written.
+"""Every command a reader types from README.md, docs/, lab/docs/ and the deployment READMEs runs as written.
 
 Each line of a ```bash block is either run exactly as written (through bash, from the project
 root), or a server command (`make deploy-*`) started in the background and waited for ("ready
@@ -26,6 +26,7 @@ DOCS = sorted(
     [
         PROJECT_ROOT / "README.md",
         *(PROJECT_ROOT / "docs").rglob("*.md"),
+        *(PROJECT_ROOT / "lab" / "docs").rglob("*.md"),
         *(PROJECT_ROOT / "deployments").glob("*/README.md"),
         *(PROJECT_ROOT / "images").glob("*/README.md"),
     ]

@@ -1,5 +1,5 @@
-"""Docs cannot rot: every make target, script, module, CLI command, path and link that README.md
-and docs/ name must exist (generated files count when git ignores them: they are produced by a
+"""Docs cannot rot: every make target, script, module, CLI command, path and link that README.md,
+docs/ and lab/docs/ name must exist (generated files count when git ignores them: they are produced by a
 command the docs name)."""
 
 from __future__ import annotations
@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.__main__ import TOOLS
+from harness.__main__ import tools
 
-DOCS = [PROJECT_ROOT / "README.md"] + sorted((PROJECT_ROOT / "docs").rglob("*.md"))
-TOP_LEVEL = ("deployments/", "harness/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
+DOCS = (
+    [PROJECT_ROOT / "README.md"]
+    + sorted((PROJECT_ROOT / "docs").rglob("*.md"))
+    + sorted((PROJECT_ROOT / "lab" / "docs").rglob("*.md"))
+)
+TOP_LEVEL = ("deployments/", "harness/", "lab/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
 PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
-HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", *TOOLS)
+HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", *tools())
 
 
 def _code(text: str) -> list[str]:

@@ -111,7 +111,7 @@ def test_served_entry_models_survive_hostile_input(server_pool, deployment, requ
                 SERVED["models"].add(f"{deployment.name}/{model}")
                 SERVED["outcomes"][outcome] = SERVED["outcomes"].get(outcome, 0) + 1
     ctx.assert_healthy()
-    # A model stays READY after its stub died (docs/reliability.md): check the stub processes too.
+    # A model stays READY after its stub died (lab/docs/reliability.md): check the stub processes too.
     died = stubs_before - _children(ctx.server)
     assert not died, f"processes of the {deployment.name} server died during the fuzz: {sorted(died)}"
 

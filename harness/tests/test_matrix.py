@@ -371,7 +371,7 @@ def test_the_matrix_replaces_its_own_figures_and_keeps_the_others(toy):
     plots = docs / "plots"
     plots.mkdir(parents=True)
     (plots / "gone-throughput.png").write_bytes(b"stale figure of a deployment that no longer exists")
-    (plots / "soak_toy-rss.png").write_bytes(b"a reliability figure docs/reliability.md shows")
+    (plots / "soak_toy-rss.png").write_bytes(b"a reliability figure lab/docs/reliability.md shows")
     _generate(toy, [_record()])
     assert not (plots / "gone-throughput.png").exists()
     assert (plots / "soak_toy-rss.png").exists(), "make matrix must not delete the reliability figures"

@@ -40,7 +40,7 @@ def test_killed_stub_is_not_restarted_by_triton_and_a_reload_brings_it_back(expl
     print(format_fault(report))
     assert report["wrong_answers"] == 0, report["wrong_examples"]
     assert report["timeouts"] == 0
-    # What Triton 2.51 does (docs/reliability.md): requests to the dead instance fail, the model stays READY.
+    # What Triton 2.51 does (lab/docs/reliability.md): requests to the dead instance fail, the model stays READY.
     assert not report["stub_restarted_by_triton"] and not report["recovered_by_itself"]
     assert report["errors"] > 0
     assert report["ready_flag_while_broken"] is True

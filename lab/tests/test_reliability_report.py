@@ -1,4 +1,4 @@
-"""docs/reliability.md's results section: written from the reports, never emptied by a checkout without them."""
+"""lab/docs/reliability.md's results section: written from the reports, never emptied by a checkout without them."""
 
 from __future__ import annotations
 

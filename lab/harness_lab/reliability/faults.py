@@ -6,7 +6,7 @@ operator's remedy where Triton does not recover by itself, and reports what the 
 how many errors, from when to when after the fault, how long until service was back, and
 whether any request got a wrong answer or another request's answer (must be none).
 
-Findings on tritonserver 2.51 (measured by these scenarios; see docs/reliability.md):
+Findings on tritonserver 2.51 (measured by these scenarios; see lab/docs/reliability.md):
 
 - A killed stub is NOT restarted: the model stays READY (``/v2/models/<m>/ready`` says true)
   while every request routed to the dead instance fails with ``Stub process '<m>_<i>' is not
@@ -19,7 +19,7 @@ Findings on tritonserver 2.51 (measured by these scenarios; see docs/reliability
 
     python -m harness faults --deployment <d>   # all scenarios on the model of <d>'s [reliability] table
     python -m harness faults --deployment <d> --scenario kill_stub --model <entry model>
-    python -m harness faults --write-docs       # only regenerate docs/reliability.md's results
+    python -m harness faults --write-docs       # only regenerate lab/docs/reliability.md's results
 
 Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table; the
 checked workload is that table's ``workload`` (``--workload`` overrides it).
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", choices=SCENARIOS)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "faults.json")
-    parser.add_argument("--write-docs", action="store_true", help="only regenerate docs/reliability.md's results")
+    parser.add_argument("--write-docs", action="store_true", help="only regenerate lab/docs/reliability.md's results")
     args = parser.parse_args(argv)
     if args.write_docs:
         try:

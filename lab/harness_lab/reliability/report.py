@@ -1,6 +1,6 @@
 """Where the reliability reports go (``results/reliability/*.json``) and how the results section
-of docs/reliability.md is written from them: tables of the soaks, the faults and the hostile
-inputs, and a figure of each long soak's memory over time (docs/plots/)."""
+of lab/docs/reliability.md is written from them: tables of the soaks, the faults and the hostile
+inputs, and a figure of each long soak's memory over time (lab/docs/plots/)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from harness import PROJECT_ROOT
 
 RESULTS_DIR = PROJECT_ROOT / "results" / "reliability"
-DOCS = PROJECT_ROOT / "docs" / "reliability.md"
+DOCS = PROJECT_ROOT / "lab" / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability-results:begin -->", "<!-- reliability-results:end -->"
 
 
@@ -28,7 +28,7 @@ def _read(path: Path):
 
 
 def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
-    """Replace the results section of docs/reliability.md with the figures in ``results_dir``.
+    """Replace the results section of lab/docs/reliability.md with the figures in ``results_dir``.
 
     Refuses (``NoReports``) when there is no report at all, so a fresh checkout keeps the committed section."""
     soak = _read(results_dir / "soak.json")
@@ -220,7 +220,7 @@ def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
 
 
 def plot_long_soak(soak: dict, plots: Path) -> Path | None:
-    """docs/plots/soak-<deployment>-rss.png: RSS of tritonserver, the gate and the stubs over time."""
+    """lab/docs/plots/soak-<deployment>-rss.png: RSS of tritonserver, the gate and the stubs over time."""
     try:
         import matplotlib
 

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "--lb",
         default="haproxy",
         choices=["haproxy", "nginx"],
-        help="the stack's balancer (docs/scaling.md: why haproxy)",
+        help="the stack's balancer (lab/docs/scaling.md: why haproxy)",
     )
     run.add_argument("--keep", action="store_true", help="leave the stack running (build/scaleout/<d>/)")
     run.add_argument(
