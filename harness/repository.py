@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 ModelConfig = model_config_pb2.ModelConfig
@@ -32,6 +32,12 @@ def read_config(path: str | Path) -> ModelConfig:
         return text_format.Parse(path.read_text(), ModelConfig())
     except text_format.ParseError as exc:
         raise RepositoryError(f"{path}: {exc}") from exc
+
+
+def config_from_json(config: dict) -> ModelConfig:
+    """A config as a server's model-config endpoint returns it (JSON), typed; fields this
+    tritonclient does not know are left out."""
+    return json_format.ParseDict(config, ModelConfig(), ignore_unknown_fields=True)
 
 
 def write_config(config: ModelConfig, path: str | Path) -> None:

@@ -18,6 +18,9 @@ import json
 import struct
 from dataclasses import dataclass
 
+from harness.repository import ModelConfig
+from harness.serving.gate.validate import ModelInput, triton_datatype
+
 #: Not UTF-8 (nor BOM-marked UTF-16), not an image or document magic number.
 UNDECODABLE = b"\x80\x9c\xc3\x28 neither text nor an image \xa0\xa1\xfe"  # no BOM: not UTF-16 either
 KINDS = ("empty", "undecodable", "oversized")
@@ -36,23 +39,17 @@ class BadRequest:
     header_length: int | None = None
 
 
-def datatype_of(spec: dict) -> str:
-    name = spec.get("data_type", "TYPE_FP32")[len("TYPE_") :]
-    return "BYTES" if name == "STRING" else name
+def _shape(spec: ModelInput, batched: bool, fill: int) -> list[int]:
+    return ([1] if batched else []) + [fill if d < 0 else d for d in spec.dims]
 
 
-def _shape(spec: dict, batched: bool, fill: int) -> list[int]:
-    dims = [int(d) for d in spec.get("dims") or []]
-    return ([1] if batched else []) + [fill if d < 0 else d for d in dims]
-
-
-def _input(spec: dict, batched: bool, datatype: str, fill: int, element: bytes) -> tuple[dict, bytes]:
+def _input(spec: ModelInput, batched: bool, datatype: str, fill: int, element: bytes) -> tuple[dict, bytes]:
     """One input of the request (JSON) and its binary data (BYTES elements, length-prefixed)."""
     shape = _shape(spec, batched, fill)
     count = 1
     for d in shape:
         count *= d
-    item = {"name": spec["name"], "shape": shape, "datatype": datatype}
+    item = {"name": spec.name, "shape": shape, "datatype": datatype}
     if datatype == "BYTES":
         binary = (struct.pack("<I", len(element)) + element) * count
         return {**item, "parameters": {"binary_data_size": len(binary)}}, binary
@@ -71,21 +68,19 @@ def _request(kind: str, parts: list[tuple[dict, bytes]], statuses: tuple[int, ..
     return BadRequest(kind, header + binary, statuses, len(header) if binary else None)
 
 
-def bad_requests(config: dict) -> list[BadRequest]:
-    """The standard bad requests of a model, from its config (the JSON form Triton serves)."""
-    batched = int(config.get("max_batch_size") or 0) > 0
-    specs = [s for s in config.get("input") or [] if not s.get("optional")]
+def bad_requests(config: ModelConfig) -> list[BadRequest]:
+    """The standard bad requests of a model, from its config (as the server auto-completed it)."""
+    batched = config.max_batch_size > 0
+    specs = [s for s in config.input if not s.optional]
     if not specs:
         return []
     found = []
-    has_bytes = any(datatype_of(s) == "BYTES" for s in specs)
-    has_variable = any(int(d) < 0 for s in specs for d in s.get("dims") or [])
-    if has_bytes or has_variable:
-        inputs = [_input(s, batched, datatype_of(s), 0 if datatype_of(s) != "BYTES" else 1, b"") for s in specs]
+    datatypes = [triton_datatype(s.data_type) for s in specs]
+    if "BYTES" in datatypes or any(d < 0 for s in specs for d in s.dims):
+        inputs = [_input(s, batched, t, 1 if t == "BYTES" else 0, b"") for s, t in zip(specs, datatypes)]
         found.append(_request("empty", inputs, (200, 400, 413)))
     undecodable = []
-    for spec in specs:
-        datatype = datatype_of(spec)
+    for spec, datatype in zip(specs, datatypes):
         if datatype == "BYTES":
             undecodable.append(_input(spec, batched, "BYTES", 1, UNDECODABLE))
         else:

@@ -13,6 +13,7 @@ import pytest
 
 from harness.deployments import discover_with_errors
 from harness.measuring.bench import run_benchmark
+from harness.repository import config_from_json
 from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
 from harness.session import variant_key
 from harness.testing.standard_checks import KINDS, bad_requests
@@ -120,7 +121,7 @@ def test_standard_bad_input(server_pool, deployment, model, kind, request):
     a 4xx that says what is wrong (``empty`` may also be answered), never a 5xx; the server stays ready."""
     ctx = _context(server_pool, deployment, request, _checked_config(deployment, request))
     with ctx.http_client() as client:
-        config = client.get_model_config(model)
+        config = config_from_json(client.get_model_config(model))
     cases = {case.kind: case for case in bad_requests(config)}
     if kind not in cases:
         pytest.skip(f"{model} has no input that can be {kind}")

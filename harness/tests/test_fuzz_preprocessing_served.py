@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from harness.repository import config_from_json
 from harness.tests.fuzz_tally import SERVED, write_tally  # noqa: F401 - write_tally: autouse fixture
 from harness.tests.hostile_inputs import encode, png_header_bomb, png_zip_bomb
 
@@ -95,7 +96,7 @@ def test_served_entry_models_survive_hostile_input(server_pool, deployment, requ
     with ctx.http_client(network_timeout=120, connection_timeout=120) as client:
         for model in deployment.entry_models:
             metadata = client.get_model_metadata(model)
-            max_batch = int(client.get_model_config(model).get("max_batch_size", 0))
+            max_batch = config_from_json(client.get_model_config(model)).max_batch_size
             for index, inputs in enumerate(_served_cases(metadata, max_batch, seed=index_seed(model))):
                 began = time.monotonic()
                 try:

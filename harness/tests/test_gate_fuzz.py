@@ -12,16 +12,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.repository import config_from_json
 from harness.serving.gate.validate import GateError, validate_infer
 
-CONFIG = {
-    "name": "m",
-    "max_batch_size": 4,
-    "input": [
-        {"name": "X", "data_type": "TYPE_FP32", "dims": [-1, 3]},
-        {"name": "T", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
-    ],
-}
+CONFIG = config_from_json(
+    {
+        "name": "m",
+        "max_batch_size": 4,
+        "input": [
+            {"name": "X", "data_type": "TYPE_FP32", "dims": [-1, 3]},
+            {"name": "T", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
+        ],
+    }
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),

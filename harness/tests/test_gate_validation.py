@@ -9,16 +9,16 @@ import struct
 
 import pytest
 
-from harness.serving.gate.validate import GateError, body_limit, validate_infer
+from harness.repository import config_from_json, read_config
+from harness.serving.gate.validate import GateError, body_limit, triton_datatype, validate_infer
 from harness.tests.gate_cases import DEEP_DATA, DEEP_PARAMETERS, HUGE_SHAPE, nested
 
-SINK = {
-    "name": "sink",
-    "max_batch_size": 8,
-    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, -1]}],
-    "parameters": {},
-}
-TEXT = {"name": "t", "max_batch_size": 4, "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}]}
+SINK = config_from_json(
+    {"name": "sink", "max_batch_size": 8, "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, -1]}]}
+)
+TEXT = config_from_json(
+    {"name": "t", "max_batch_size": 4, "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}]}
+)
 
 
 @pytest.mark.parametrize(
@@ -75,36 +75,33 @@ def test_validation_checks_binary_sections_against_the_declared_shape():
 
 def test_body_limit_comes_from_the_config():
     assert body_limit(SINK, explicit=1000) == 1000
-    fixed = {"max_batch_size": 2, "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [3, 8, 8]}]}
+    fixed = config_from_json(
+        {"max_batch_size": 2, "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [3, 8, 8]}]}
+    )
     assert body_limit(fixed) == 2 * 3 * 8 * 8 * 32 + 64 * 1024
     assert body_limit(TEXT, default=123) == 123
 
 
 # -- every model of every deployment -----------------------------------------------------------
 def _deployment_configs():
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
-
     from harness.deployments import discover
 
     for deployment in discover():
         for path in sorted(deployment.model_repository.glob("*/config.pbtxt")):
-            config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-            as_json = json_format.MessageToDict(config, preserving_proto_field_name=True)
-            yield pytest.param(path.parent.name, as_json, id=f"{deployment.name}/{path.parent.name}")
+            yield pytest.param(path.parent.name, read_config(path), id=f"{deployment.name}/{path.parent.name}")
 
 
 @pytest.mark.parametrize("model,config", list(_deployment_configs()))
 def test_crashers_are_refused_for_every_model_of_every_deployment(model, config):
     """For each input: a huge declared shape with one value, and 50,000 nested brackets."""
-    max_batch = int(config.get("max_batch_size") or 0)
-    for spec in config.get("input") or []:
-        dims = [int(d) for d in spec.get("dims") or []]
+    max_batch = config.max_batch_size
+    for spec in config.input:
+        dims = list(spec.dims)
         shape = ([1] if max_batch > 0 else []) + [131072 if d < 0 else d for d in dims]
         if all(d >= 0 for d in dims):  # fixed dims: a declared batch far over max_batch_size
             shape = [max(max_batch, 1) * 131072] + shape[1:] if max_batch > 0 else [131072] + shape
-        datatype = "BYTES" if spec["data_type"] == "TYPE_STRING" else spec["data_type"][5:]
-        item = {"name": spec["name"], "shape": shape, "datatype": datatype, "data": ["a" if datatype == "BYTES" else 1]}
+        datatype = triton_datatype(spec.data_type)
+        item = {"name": spec.name, "shape": shape, "datatype": datatype, "data": ["a" if datatype == "BYTES" else 1]}
         for body in (
             json.dumps({"inputs": [item]}).encode(),
             json.dumps({"inputs": [{**item, "data": "@"}]}).encode().replace(b'"@"', nested(50000)),
@@ -115,7 +112,9 @@ def test_crashers_are_refused_for_every_model_of_every_deployment(model, config)
 
 
 def test_policy_max_dims_bound_a_variable_input():
-    detector = {"max_batch_size": 8, "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}]}
+    detector = config_from_json(
+        {"max_batch_size": 8, "input": [{"name": "images", "data_type": "TYPE_FP32", "dims": [3, -1, -1]}]}
+    )
     bounds = {"images": [3, 1280, 1280]}
     ok = {"inputs": [{"name": "images", "shape": [1, 3, 2, 2], "datatype": "FP32", "data": [0.0] * 12}]}
     validate_infer("detector", detector, json.dumps(ok).encode(), None, bounds)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.repository import ModelConfig, config_from_json
 from harness.serving.gate.stub_watch import StubWatch, expected_stubs
 
-PYTHON = {"backend": "python", "runtime": "", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}
-PYTHON_BASED = {"backend": "onnxruntime", "runtime": "model.py", "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
-NATIVE = {"backend": "onnxruntime", "runtime": "libtriton_onnxruntime.so", "instance_group": [{"count": 1}]}
-ENSEMBLE = {"backend": "", "platform": "ensemble", "runtime": "", "instance_group": []}
+PYTHON = config_from_json({"backend": "python", "instance_group": [{"kind": "KIND_CPU", "count": 2}]})
+PYTHON_BASED = config_from_json(
+    {"backend": "onnxruntime", "runtime": "model.py", "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
+)
+NATIVE = config_from_json(
+    {"backend": "onnxruntime", "runtime": "libtriton_onnxruntime.so", "instance_group": [{"count": 1}]}
+)
+ENSEMBLE = config_from_json({"platform": "ensemble"})
 
 
 class Round(StubWatch):
@@ -23,7 +28,7 @@ class Round(StubWatch):
     async def ready_models(self, strict: bool = False) -> set[str]:
         return set(self.configs)
 
-    async def model_config(self, model: str) -> dict | None:
+    async def model_config(self, model: str) -> ModelConfig | None:
         return self.configs[model]
 
     def stubs(self) -> dict[str, set[int]]:

@@ -93,25 +93,23 @@ def _tensor(spec: dict, batched: bool) -> tuple:
     return spec["name"], spec.get("data_type", "TYPE_FP32"), len(dims)
 
 
-def _dims(spec: dict, batched: bool) -> list[int]:
-    dims = [int(d) for d in spec.get("dims") or []]
+def _dims(spec, batched: bool) -> list[int]:
+    dims = list(spec.dims)
     return dims[1:] if not batched and dims and dims[0] == -1 else dims
 
 
 def _dims_agree(base, variant) -> list[str]:
     """Fixed dims of one config must be fixed the same in the other (-1 may become a size)."""
-    from google.protobuf import json_format
-
     from harness.repository import read_config
 
     found = []
-    configs = [json_format.MessageToDict(read_config(p), preserving_proto_field_name=True) for p in (base, variant)]
+    configs = [read_config(p) for p in (base, variant)]
+    batched = [c.max_batch_size > 0 for c in configs]
     for field in ("input", "output"):
-        for a, b in zip(*(c.get(field) or [] for c in configs)):
-            batched = [int(c.get("max_batch_size") or 0) > 0 for c in configs]
+        for a, b in zip(*(getattr(c, field) for c in configs)):
             for x, y in zip(_dims(a, batched[0]), _dims(b, batched[1])):
                 if x != y and -1 not in (x, y):
-                    found.append(f"{field} {a['name']}: dims {a.get('dims')} vs {b.get('dims')}")
+                    found.append(f"{field} {a.name}: dims {list(a.dims)} vs {list(b.dims)}")
     return found
 
 
@@ -120,8 +118,9 @@ def _comparable(path):
 
     from harness.repository import read_config
 
-    config = json_format.MessageToDict(read_config(path), preserving_proto_field_name=True)
-    batched = int(config.get("max_batch_size") or 0) > 0
+    typed = read_config(path)
+    config = json_format.MessageToDict(typed, preserving_proto_field_name=True)
+    batched = typed.max_batch_size > 0
     for field in ("input", "output"):
         config[field] = [_tensor(t, batched) for t in config.get(field) or []]
     for field in MAY_DIFFER + ("optimization",):

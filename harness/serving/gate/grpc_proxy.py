@@ -23,6 +23,7 @@ import tempfile
 import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from harness.serving.gate.auth import PROBE_METHODS, bearer_ok
 from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, triton_datatype
@@ -69,9 +70,11 @@ STATUS = {
 }
 
 
-def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict, max_dims: dict | None = None) -> None:
+def validate_grpc_infer(
+    request: service_pb2.ModelInferRequest, config: ModelConfig, max_dims: dict | None = None
+) -> None:
     """Declared shape x datatype against the data actually in the message (raw or typed contents)."""
-    specs = {spec["name"]: spec for spec in config.get("input") or []}
+    specs = {spec.name: spec for spec in config.input}
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise GateError(400, f"{len(request.inputs)} inputs but {len(raw)} raw_input_contents")
@@ -80,7 +83,7 @@ def validate_grpc_infer(request: service_pb2.ModelInferRequest, config: dict, ma
         spec = specs.get(item.name)
         if spec is None:
             raise GateError(400, f"unexpected inference input '{item.name}' for model '{request.model_name}'")
-        expected = triton_datatype(spec.get("data_type", ""))
+        expected = triton_datatype(spec.data_type)
         if item.datatype != expected:
             raise GateError(400, f"{where}: datatype {item.datatype!r}, model expects {expected}")
         shape = list(item.shape)

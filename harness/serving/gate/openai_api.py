@@ -51,6 +51,8 @@ try:  # float32 vectors straight to JSON (shortest float32 digits), ~20x the std
 except ImportError:  # an image without it: the stdlib's encoder, same numbers (as float64 digits)
     orjson = None
 
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
+
 from harness.serving.gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
 from harness.serving.gate.validate import GateError, parse_json, triton_datatype
 
@@ -189,19 +191,18 @@ def parse_infer_response(payload: bytes, header_length: int | None) -> dict[str,
 DTYPES = {"FP32": "<f4", "FP16": "<f2", "FP64": "<f8", "INT64": "<i8", "INT32": "<i4", "BOOL": "?"}
 
 
-def _last_dim(config: dict, output: str) -> int | None:
-    for spec in config.get("output") or []:
-        if spec["name"] == output:
-            dims = [int(d) for d in spec.get("dims") or []]
-            return dims[-1] if dims and dims[-1] > 0 else None
+def _last_dim(config: ModelConfig, output: str) -> int | None:
+    for spec in config.output:
+        if spec.name == output:
+            return spec.dims[-1] if spec.dims and spec.dims[-1] > 0 else None
     return None
 
 
-def _input_spec(config: dict, name: str) -> dict:
-    for spec in config.get("input") or []:
-        if spec["name"] == name:
+def _input_spec(config: ModelConfig, name: str) -> ModelInput:
+    for spec in config.input:
+        if spec.name == name:
             return spec
-    raise OpenAIError(503, f"model '{config.get('name')}' has no input '{name}' (the deployment's [openai] table)")
+    raise OpenAIError(503, f"model '{config.name}' has no input '{name}' (the deployment's [openai] table)")
 
 
 def dump(answer: dict) -> bytes:
@@ -279,7 +280,7 @@ class OpenAIFront:
         return {"id": name, "object": "model", "created": CREATED, "owned_by": "triton"}
 
     # -- upstream ---------------------------------------------------------------------------
-    async def _config(self, model: str) -> dict:
+    async def _config(self, model: str) -> ModelConfig:
         if self.draining:
             raise OpenAIError(503, "server is shutting down")
         if model in self.broken:
@@ -316,10 +317,9 @@ class OpenAIFront:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # upstream gone (stopping, crashed)
             raise OpenAIError(503, f"tritonserver unavailable: {type(exc).__name__}") from None
 
-    def _text_input(self, config: dict, name: str, texts: list[str]) -> tuple:
+    def _text_input(self, config: ModelConfig, name: str, texts: list[str]) -> tuple:
         spec = _input_spec(config, name)
-        dims = [int(d) for d in spec.get("dims") or []]
-        return (name, triton_datatype(spec.get("data_type", "")), [len(texts)] + [1] * len(dims), bytes_tensor(texts))
+        return (name, triton_datatype(spec.data_type), [len(texts)] + [1] * len(spec.dims), bytes_tensor(texts))
 
     async def _tokenize(self, spec: OpenAITokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask) of ``texts`` from the tokenizer model (mask: ids != pad where it has none)."""
@@ -333,7 +333,7 @@ class OpenAIFront:
     async def _tokens_model(self, spec: OpenAITokens, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         config = await self._config(spec.model)
         ids_spec = _input_spec(config, spec.ids)
-        inputs = [(spec.ids, triton_datatype(ids_spec["data_type"]), list(ids.shape), ids.astype("<i8").tobytes())]
+        inputs = [(spec.ids, triton_datatype(ids_spec.data_type), list(ids.shape), ids.astype("<i8").tobytes())]
         if spec.mask:
             inputs.append((spec.mask, "INT64", list(mask.shape), mask.astype("<i8").tobytes()))
         hidden = (await self._infer(spec.model, inputs, [spec.output]))[spec.output]
@@ -353,7 +353,7 @@ class OpenAIFront:
     async def _pad_ids(self, spec: OpenAITokens, rows: list[list[int]], offset: int) -> tuple[np.ndarray, np.ndarray]:
         """Client token ids as a padded INT64 batch and its mask (400 for ids the model cannot take)."""
         config = await self._config(spec.model)
-        dims = [int(d) for d in _input_spec(config, spec.ids).get("dims") or []]
+        dims = list(_input_spec(config, spec.ids).dims)
         fixed = dims[-1] if dims and dims[-1] > 0 else None
         bound = (self.policy.max_dims.get(spec.model, {}).get(spec.ids) or [None])[-1]
         longest = max(len(r) for r in rows)
@@ -409,7 +409,7 @@ class OpenAIFront:
         sizes = []
         for part in parts:
             if part is not None:
-                sizes.append((await self._config(part.model)).get("max_batch_size") or 1)
+                sizes.append((await self._config(part.model)).max_batch_size or 1)
         return min(sizes)
 
     async def _dimension(self, spec: OpenAIModel, kind: str) -> int | None:

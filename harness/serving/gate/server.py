@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from google.protobuf import json_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
 
 from harness.serving.gate import log
@@ -113,7 +115,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.configs.clear()
         self.config_epoch["epoch"] = time.time_ns()
 
-    async def model_config(self, model: str) -> dict | None:
+    async def model_config(self, model: str) -> ModelConfig | None:
         epoch = self.config_epoch.get("epoch")
         if epoch != self.seen_config_epoch:
             self.configs.clear()
@@ -124,7 +126,8 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             async with self.session.get(url) as resp:
                 if resp.status != 200:
                     return None
-                config = json.loads(await resp.read())
+                # typed once, as tritonserver's JSON of it (fields this tritonclient lacks left out)
+                config = json_format.Parse(await resp.read(), ModelConfig(), ignore_unknown_fields=True)
             self.configs[model] = config
         return config
 
@@ -157,7 +160,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
                 raise RuntimeError(f"{action} {model}: HTTP {resp.status} {text[:200]!r}")
 
     # -- access (HTTP and gRPC) ---------------------------------------------------------------
-    async def check_model_access(self, model: str, admin: bool) -> dict:
+    async def check_model_access(self, model: str, admin: bool) -> ModelConfig:
         """The model's config, or GateError: unknown, internal to a non-admin, or being reloaded."""
         config = await self.model_config(model)
         if config is None:
@@ -176,7 +179,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         if api is not None and not admin and (api in self.cfg["restricted_apis"] or self.user_mode == "none"):
             raise GateError(403, f"This API is restricted, expecting header '{header}'")
 
-    async def check_inference(self, model: str, admin: bool) -> dict:
+    async def check_inference(self, model: str, admin: bool) -> ModelConfig:
         """``check_model_access`` for an inference call, refused with 503 while draining."""
         if self.draining:
             raise GateError(503, "server is shutting down")

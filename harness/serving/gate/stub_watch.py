@@ -16,21 +16,21 @@ import signal
 import time
 
 import psutil
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from harness.serving.gate import log
 from harness.serving.gate.workers import exited
 
 
-def expected_stubs(config: dict) -> int:
+def expected_stubs(config: ModelConfig) -> int:
     """Stub processes a READY model has from its (auto-completed) config: one per instance for a
     Python model or a Python-based backend (``runtime: "model.py"``), none for any other backend."""
-    if config.get("backend") != "python" and not str(config.get("runtime") or "").endswith(".py"):
+    if config.backend != "python" and not config.runtime.endswith(".py"):
         return 0
     total = 0
-    for group in config.get("instance_group") or []:
-        count = int(group.get("count", 1) or 1)
-        gpus = group.get("gpus") or []
-        total += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
+    for group in config.instance_group:
+        gpus = len(group.gpus) if group.kind == ModelInstanceGroup.KIND_GPU else 0
+        total += (group.count or 1) * (gpus or 1)
     return total
 
 

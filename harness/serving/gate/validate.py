@@ -25,6 +25,9 @@ import json
 import math
 import struct
 
+from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
+
 #: Bytes per element of each Triton datatype (BYTES is variable).
 DTYPE_SIZE = {
     "BOOL": 1,
@@ -59,22 +62,24 @@ class GateError(Exception):
         self.message = message
 
 
-def triton_datatype(config_type: str) -> str:
-    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
-    name = config_type[5:] if config_type.startswith("TYPE_") else config_type
+def triton_datatype(config_type: int | str) -> str:
+    """``TYPE_FP32`` (a config's ``data_type``, or its name) -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
+    if isinstance(config_type, int):
+        config_type = model_config_pb2.DataType.Name(config_type)
+    name = config_type.removeprefix("TYPE_")
     return "BYTES" if name == "STRING" else name
 
 
-def body_limit(config: dict, default: int = DEFAULT_MAX_BODY, explicit: int | None = None) -> int:
+def body_limit(config: ModelConfig, default: int = DEFAULT_MAX_BODY, explicit: int | None = None) -> int:
     """Largest request body accepted for this model, in bytes: ``explicit`` (the gate policy's
     ``max_body_bytes``), else a bound from the config's fixed-size inputs, else ``default``."""
     if explicit:
         return int(explicit)
-    batch = max(int(config.get("max_batch_size") or 0), 1)
+    batch = max(config.max_batch_size, 1)
     total = 0
-    for spec in config.get("input") or []:
-        dims = [int(d) for d in spec.get("dims") or []]
-        size = DTYPE_SIZE.get(triton_datatype(spec.get("data_type", "")))
+    for spec in config.input:
+        dims = list(spec.dims)
+        size = DTYPE_SIZE.get(triton_datatype(spec.data_type))
         if size is None or any(d < 0 for d in dims):
             return default
         total += batch * math.prod(dims) * max(size, JSON_CHARS_PER_ELEMENT)
@@ -251,15 +256,16 @@ def count_bytes_elements(section: memoryview, limit: int) -> int:
     return count
 
 
-def check_shape(model: str, config: dict, spec: dict, shape: list[int], bound: list[int] | None = None) -> None:
+def check_shape(
+    model: str, config: ModelConfig, spec: ModelInput, shape: list[int], bound: list[int] | None = None
+) -> None:
     """The declared shape against the config: rank, fixed dims, batch within max_batch_size,
     and the optional ``bound`` (the gate policy's ``max_dims`` of this input, batch dim excluded)."""
-    name = spec["name"]
-    where = f"input '{name}'"
-    max_batch = int(config.get("max_batch_size") or 0)
-    dims = [int(d) for d in spec.get("dims") or []]
+    where = f"input '{spec.name}'"
+    max_batch = config.max_batch_size
+    dims = list(spec.dims)
     full = ([-1] if max_batch > 0 else []) + dims
-    ragged = bool(spec.get("allow_ragged_batch"))
+    ragged = spec.allow_ragged_batch
     if len(shape) != len(full) and not ragged:
         raise GateError(
             400,
@@ -287,7 +293,7 @@ def check_shape(model: str, config: dict, spec: dict, shape: list[int], bound: l
 
 
 def validate_infer(
-    model: str, config: dict, body: bytes, header_length: int | None, max_dims: dict | None = None
+    model: str, config: ModelConfig, body: bytes, header_length: int | None, max_dims: dict | None = None
 ) -> tuple[bytes, int | None]:
     """Refuse (``GateError``) an inference request Triton must not see; else the body to forward:
     the validated header re-serialized (``canonical_json``) followed by the binary data unchanged,
@@ -300,7 +306,9 @@ def validate_infer(
     return canonical + bytes(binary), len(canonical)
 
 
-def check_header(model: str, config: dict, header: dict, binary: memoryview, max_dims: dict | None = None) -> None:
+def check_header(
+    model: str, config: ModelConfig, header: dict, binary: memoryview, max_dims: dict | None = None
+) -> None:
     """The checks of ``validate_infer`` on an already parsed header and its binary section
     (``max_dims``: the policy's bounds of this model's inputs)."""
     _check_parameters(header.get("parameters"), "request")
@@ -317,7 +325,7 @@ def check_header(model: str, config: dict, header: dict, binary: memoryview, max
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise GateError(400, "each output must be an object with a 'name' string")
             _check_parameters(out.get("parameters"), f"output '{out.get('name')}'", "output")
-    specs = {spec["name"]: spec for spec in config.get("input") or []}
+    specs = {spec.name: spec for spec in config.input}
     binary_offset = 0
     seen = set()
     for item in inputs:
@@ -334,7 +342,7 @@ def check_header(model: str, config: dict, header: dict, binary: memoryview, max
         seen.add(name)
         spec = specs[name]
         datatype = item.get("datatype")
-        expected_type = triton_datatype(spec.get("data_type", ""))
+        expected_type = triton_datatype(spec.data_type)
         if datatype != expected_type:
             raise GateError(400, f"{where}: datatype {datatype!r}, model '{model}' expects {expected_type}")
         shape = item.get("shape")
