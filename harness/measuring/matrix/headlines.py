@@ -27,6 +27,7 @@ from harness.measuring.matrix.cells import freshness_note, generator_family, net
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.fmt import rate, ratio, size, spread
 from harness.measuring.matrix.rows import NOT_MEASURED
+from harness.measuring.matrix.side_by_side import per_round, workloads_of
 
 #: What reproduces each lesson (Makefile targets; test_matrix_headlines checks they exist).
 COMMANDS = {
@@ -169,14 +170,6 @@ def render_network_lesson(lesson: dict) -> list[str]:
 
 
 # -- lesson 2: which way to serve an embedding model on a CPU ------------------------------
-def _rounds(record: dict) -> list[float]:
-    return [float(v) for v in record.get("rounds_items_per_second") or []]
-
-
-def _quotients(top: dict, bottom: dict) -> list[float]:
-    return [a / b for a, b in zip(_rounds(top), _rounds(bottom)) if b]
-
-
 def latest_side_by_side_run(records: list[dict]) -> list[dict]:
     """The records of the latest side-by-side run (``comparison: side-by-side``) that measured a
     served model (not only peers) beside at least one other target, and not only config variants."""
@@ -200,12 +193,12 @@ def serving_lesson(records: list[dict]) -> dict:
     run = latest_side_by_side_run(records)
     if not run:
         return {"measured": False, "command": COMMANDS["serving"]}
-    workloads: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
-    for r in run:
-        workloads[(int(r["items_per_request"]), int(r["concurrency"]))][r["model"]] = r
-    targets = sorted({r["model"] for r in run}, key=lambda m: -statistics.median(_rate_of(run, m)))
+    targets = sorted(
+        {r["model"] for r in run},
+        key=lambda m: -statistics.median(r["items_per_second"] for r in run if r["model"] == m),
+    )
     result = []
-    for (batch, concurrency), found in sorted(workloads.items()):
+    for (batch, concurrency), found in sorted(workloads_of(run).items()):
         best = max(found.values(), key=lambda r: r["items_per_second"])
         result.append(
             {
@@ -217,7 +210,7 @@ def serving_lesson(records: list[dict]) -> dict:
                 "versus": {
                     m: {"median": statistics.median(q), "rounds": q}
                     for m, r in found.items()
-                    if m != best["model"] and (q := _quotients(best, r))
+                    if m != best["model"] and (q := [a / b for a, b in zip(per_round(best), per_round(r)) if b])
                 },
             }
         )
@@ -236,10 +229,6 @@ def serving_lesson(records: list[dict]) -> dict:
         "records": run,
         "command": COMMANDS["serving"],
     }
-
-
-def _rate_of(run: list[dict], model: str) -> list[float]:
-    return [r["items_per_second"] for r in run if r["model"] == model]
 
 
 def peer_suffix(lesson: dict, model: str) -> str:

@@ -56,12 +56,12 @@ RATE_KEYS = ("rounds_items_per_second", "rounds_ceiling_items_per_second")
 CPU_KEYS = ("rounds_cpu_ms_per_item", "rounds_ceiling_cpu_ms_per_item")
 
 
-def _per_round(record: dict, key: str = "rounds_items_per_second") -> list[float]:
+def per_round(record: dict, key: str = "rounds_items_per_second") -> list[float]:
     values = [float(v) for v in record.get(key) or []]
     return [1e3 / v if v else 0.0 for v in values] if "cpu_ms" in key else values
 
 
-def _workloads(run: list[dict]) -> dict[tuple[int, int], dict[str, dict]]:
+def workloads_of(run: list[dict]) -> dict[tuple[int, int], dict[str, dict]]:
     """(batch, concurrency) -> target name -> record."""
     workloads: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for record in run:
@@ -81,23 +81,23 @@ def ratios(run: list[dict]) -> list[dict]:
     if spec is None:
         return []
     rows = []
-    for (batch, concurrency), targets in sorted(_workloads(run).items()):
+    for (batch, concurrency), targets in sorted(workloads_of(run).items()):
 
         def series(name: str, keys: tuple[str, str]) -> list[float] | None:
             served, ceiling = keys
             if name.startswith("ceiling:"):
                 kind = name.split(":", 1)[1]
                 found = next((r for r in targets.values() if r.get("ceiling_kind") == kind), None)
-                return _per_round(found, ceiling) if found else None
+                return per_round(found, ceiling) if found else None
             if name == "best-peer":
-                peers = [_per_round(r, served) for n, r in targets.items() if _is_infinity(n, r)]
+                peers = [per_round(r, served) for n, r in targets.items() if _is_infinity(n, r)]
                 return [max(values) for values in zip(*peers)] if all(peers) and peers else None
-            return _per_round(targets[name], served) if name in targets else None
+            return per_round(targets[name], served) if name in targets else None
 
         def quotients(top: str, bottom: str, keys: tuple[str, str]) -> list[float]:
             numerator = series(top, keys)
             if bottom == "ceiling":
-                denominator = _per_round(targets[top], keys[1]) if top in targets else None
+                denominator = per_round(targets[top], keys[1]) if top in targets else None
             else:
                 denominator = series(bottom, keys)
             return [a / b for a, b in zip(numerator or [], denominator or []) if b]
@@ -127,7 +127,7 @@ def ratios(run: list[dict]) -> list[dict]:
 
 
 def _median_rate(record: dict | None) -> float | None:
-    values = _per_round(record) if record else []
+    values = per_round(record) if record else []
     return statistics.median(values) if values else None
 
 
@@ -139,10 +139,10 @@ def paths(run: list[dict]) -> list[dict]:
     if spec is None:
         return []
     rows = []
-    for (batch, concurrency), targets in sorted(_workloads(run).items()):
+    for (batch, concurrency), targets in sorted(workloads_of(run).items()):
         infinity = {n: r for n, r in targets.items() if _is_infinity(n, r)}
         best = max(infinity, key=lambda n: _median_rate(infinity[n]) or 0.0, default=None)
-        per_round_best = [max(v) for v in zip(*(_per_round(r) for r in infinity.values()))] if infinity else []
+        per_round_best = [max(v) for v in zip(*(per_round(r) for r in infinity.values()))] if infinity else []
         naive = next((r for n, r in targets.items() if r.get("peer") == "naive" or n.startswith("naive-")), None)
         for model in spec.openai_models:
             native, openai = targets.get(model), targets.get(f"openai:{model}")
@@ -150,7 +150,7 @@ def paths(run: list[dict]) -> list[dict]:
                 continue
 
             def quotient(top: dict | None, bottom: list[float]) -> float | None:
-                values = [a / b for a, b in zip(_per_round(top) if top else [], bottom) if b]
+                values = [a / b for a, b in zip(per_round(top) if top else [], bottom) if b]
                 return statistics.median(values) if values else None
 
             rows.append(
@@ -163,7 +163,7 @@ def paths(run: list[dict]) -> list[dict]:
                     "best_infinity": best,
                     "infinity": _median_rate(infinity.get(best)),
                     "naive": _median_rate(naive),
-                    "openai_over_native": quotient(openai, _per_round(native)),
+                    "openai_over_native": quotient(openai, per_round(native)),
                     "openai_over_infinity": quotient(openai, per_round_best),
                     "native_over_infinity": quotient(native, per_round_best),
                     "gate": native.get("gate"),
@@ -224,7 +224,7 @@ def render(records: list[dict]) -> list[str]:
             r["concurrency"],
             r["model"],
             f"{r['items_per_second']:.1f}",
-            ", ".join(f"{v:.0f}" for v in _per_round(r)),
+            ", ".join(f"{v:.0f}" for v in per_round(r)),
             f"{r.get('perf_latency_p50', 0):.1f}",
             f"{r.get('perf_latency_p99', 0):.1f}",
             r.get("errors", 0),
