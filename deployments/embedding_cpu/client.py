@@ -46,6 +46,12 @@ def bytes_input(module, name: str, items: list[bytes]):
     return infer_input
 
 
+def binary_outputs(module, names: list[str]) -> list:
+    """The outputs to ask for, as binary tensors: over HTTP, Triton answers in JSON text when a
+    request names no output (gRPC answers are always binary)."""
+    return [module.InferRequestedOutput(name) for name in names]
+
+
 def text_input(module, texts: list[str]):
     """``TEXT``: one UTF-8 text per row."""
     return bytes_input(module, "TEXT", [t.encode("utf-8") for t in texts])
@@ -67,9 +73,11 @@ def embed_texts(client, texts: list[str], model: str = "embedding_py") -> np.nda
     module = _module(client)
     if model in TOKEN_MODELS:
         inputs, mask = token_inputs(module, texts)
-        hidden = client.infer(model, inputs).as_numpy("last_hidden_state")
+        hidden = client.infer(model, inputs, outputs=binary_outputs(module, ["last_hidden_state"]))
+        hidden = hidden.as_numpy("last_hidden_state")
         return EmbeddingModelInfo.read().pool(hidden, mask)
-    return client.infer(model, [text_input(module, texts)]).as_numpy("EMBEDDING")
+    result = client.infer(model, [text_input(module, texts)], outputs=binary_outputs(module, ["EMBEDDING"]))
+    return result.as_numpy("EMBEDDING")
 
 
 def file_parameters(chunk_tokens: int | None = None, aggregation: str | None = None) -> dict | None:
@@ -84,10 +92,14 @@ def file_parameters(chunk_tokens: int | None = None, aggregation: str | None = N
 
 def embed_file(client, data: bytes, model: str = "pipeline_orchestrator", **options) -> dict[str, np.ndarray]:
     """FINAL_EMBEDDING, CHUNK_COUNT (and CHUNK_EMBEDDINGS with aggregation='none') of one file."""
-    result = client.infer(
-        model, [bytes_input(_module(client), "RAW_FILE", [data])], parameters=file_parameters(**options)
-    )
+    module = _module(client)
     names = ["FINAL_EMBEDDING", "CHUNK_COUNT"] + (["CHUNK_EMBEDDINGS"] if options.get("aggregation") == "none" else [])
+    result = client.infer(
+        model,
+        [bytes_input(module, "RAW_FILE", [data])],
+        outputs=binary_outputs(module, names),
+        parameters=file_parameters(**options),
+    )
     return {name: result.as_numpy(name) for name in names}
 
 
@@ -125,7 +137,10 @@ async def embed_files_async(
         async with limit:
             try:
                 result = await client.infer(
-                    model, [bytes_input(module, "RAW_FILE", [path.read_bytes()])], parameters=parameters
+                    model,
+                    [bytes_input(module, "RAW_FILE", [path.read_bytes()])],
+                    outputs=binary_outputs(module, ["FINAL_EMBEDDING"]),
+                    parameters=parameters,
                 )
             except InferenceServerException as exc:
                 return path, exc
@@ -148,7 +163,9 @@ async def embed_texts_async(
 
     async def one(text: str) -> np.ndarray:
         async with limit:
-            result = await client.infer(model, [text_input(module, [text])])
+            result = await client.infer(
+                model, [text_input(module, [text])], outputs=binary_outputs(module, ["EMBEDDING"])
+            )
             return result.as_numpy("EMBEDDING")[0]
 
     try:
