@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import time
 
@@ -15,6 +16,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
+from harness.serving.gate.workers import SharedDict
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import GATE_POLICY, make_gate_repository
 
@@ -22,6 +24,20 @@ WORKERS = 2
 #: Fresh connections opened to reach every worker: SO_REUSEPORT hashes each to one worker's socket.
 CONNECTIONS = 24
 ECHO = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["hi"]}]})
+
+
+def test_shared_dict_writes_of_a_forked_worker_reach_the_primary():
+    shared = SharedDict()
+    shared["broken"] = 1.5
+    pid = os.fork()
+    if pid == 0:  # the worker: sees the primary's write, writes its own
+        seen = shared.get("broken") == 1.5
+        shared["changing"] = float("inf")
+        del shared["broken"]
+        os._exit(0 if seen else 1)
+    assert os.waitpid(pid, 0)[1] == 0, "the forked worker did not see the primary's write"
+    assert dict(shared) == {"changing": float("inf")}
+    assert "broken" not in shared
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +134,38 @@ def test_grpc_through_workers(workers_server):
             assert client.infer("echo", [text]).as_numpy("TEXT_OUT")[0, 0] == b"hi"
             with pytest.raises(Exception, match="internal"):
                 client.infer("internal_echo", [text])
+
+
+@pytest.mark.server
+@pytest.mark.timeout(120)
+def test_a_stub_death_turns_every_worker_not_ready_until_the_reload(workers_server):
+    found = connections_by_worker(workers_server)
+    assert len(found) == WORKERS
+    probes = [conns[0] for conns in found.values()]  # one keep-alive connection per worker
+
+    def readiness() -> list[int]:
+        statuses = []
+        for conn in probes:
+            conn.request("GET", "/v2/models/echo/ready")
+            resp = conn.getresponse()
+            resp.read()
+            statuses.append(resp.status)
+        return statuses
+
+    assert readiness() == [200] * WORKERS
+    triton = next(p for p in psutil.Process(workers_server.process.pid).children() if p.name() == "tritonserver")
+    stubs = [p for p in triton.children() if len(p.cmdline()) > 1]
+    stub = next(p for p in stubs if re.search(r"(^|/)echo/\d+/[^/]+$", p.cmdline()[1]))
+    stub.kill()
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        seen.append(readiness())
+        if [400] * WORKERS in seen and seen[-1] == [200] * WORKERS:
+            break
+        time.sleep(0.05)
+    assert [400] * WORKERS in seen, f"not every worker answered not-ready: {seen[:5]} ... {seen[-3:]}"
+    assert seen[-1] == [200] * WORKERS, "the model did not come back on every worker"
 
 
 @pytest.mark.server

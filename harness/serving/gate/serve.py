@@ -176,7 +176,7 @@ def serve_main(argv: list[str]) -> int:
         "--gate-workers",
         type=int,
         default=int(os.environ.get("TRITON_GATE_WORKERS") or 0) or None,
-        help="gate processes serving the public ports (harness.serving.gate.workers; default: one per 8 cores, 1-4)",
+        help="gate processes serving the public ports (harness.serving.gate.workers; default: one per 10 cores, at least 1)",
     )
     parser.add_argument(
         "--policy-file",

@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator, MutableMapping
 
 from harness.serving.gate.isolation import sigterm_when_parent_dies
 
-#: Gate workers when none is asked for: one per 8 cores, at most 4 (docs/tuning.md, "The gate's cost").
-CORES_PER_WORKER, MAX_DEFAULT_WORKERS = 8, 4
+#: Gate workers when none is asked for: one per 10 cores, at least one, so that the gate can take
+#: no more than a tenth of the machine (docs/tuning.md, "The front gate's cost and its workers").
+CORES_PER_WORKER = 10
 
 
 def default_workers(cores: int | None = None) -> int:
-    cores = cores or len(os.sched_getaffinity(0))
-    return max(1, min(MAX_DEFAULT_WORKERS, cores // CORES_PER_WORKER))
+    return max(1, (cores or len(os.sched_getaffinity(0))) // CORES_PER_WORKER)
 
 
 class SharedDict(MutableMapping):
