@@ -452,3 +452,11 @@ def test_records_say_which_commit_of_the_model_repository_they_measured(tmp_path
     (record,) = read_records(tmp_path / "records.jsonl")
     assert record["model_repository_commit"] == repository_commit(deployment.model_repository)
     assert record["model_repository_commit"]
+
+
+def test_without_a_records_file_the_command_says_so_and_writes_nothing(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    assert matrix.main(["--records", str(tmp_path / "records.jsonl"), "--docs", str(docs)]) == 1
+    err = capsys.readouterr().err
+    assert f"no records at {tmp_path / 'records.jsonl'}" in err and "make bench" in err
+    assert not docs.exists(), "docs/ left as they are"
