@@ -156,6 +156,11 @@ def last_token_pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray) -
 def pool(last_hidden_state: np.ndarray, attention_mask: np.ndarray, normalize: bool, mode: str = "mean") -> np.ndarray:
     """``mode`` pooling (mean over the mask, the first [CLS] token, or the last token), then L2
     normalisation when the model folder declares it."""
+    if last_hidden_state.ndim != 3 or attention_mask.shape != last_hidden_state.shape[:2]:
+        raise ValueError(
+            f"last_hidden_state {list(last_hidden_state.shape)} and attention_mask {list(attention_mask.shape)}: "
+            "want [batch, tokens, dim] and [batch, tokens]"
+        )
     if mode == "mean":
         vectors = mean_pool(last_hidden_state, attention_mask)
     elif mode == "cls":
