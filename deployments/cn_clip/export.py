@@ -120,8 +120,14 @@ def main(argv=None) -> int:
         for version, dynamic, opset in variants:
             path = repo / name / version / "model.onnx"
             sample = example if dynamic else example[:1]
-            _export(module, sample, path, input_name, dynamic, opset)
-            provenance.stamp_onnx(path, identity, "deployments/cn_clip/export.py")
+
+            def write(
+                temporary: Path, module=module, sample=sample, input_name=input_name, dynamic=dynamic, opset=opset
+            ):
+                _export(module, sample, temporary, input_name, dynamic, opset)
+                provenance.stamp_onnx(temporary, identity, "deployments/cn_clip/export.py")
+
+            provenance.replace_atomically(path, write)  # beside, then renamed over: a copy's file is never written into
             check = torch.cat([example, example[:1]]) if dynamic else sample  # another batch size than traced
             err = _verify(path, module, check)
             print(

@@ -148,19 +148,25 @@ def export(
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     EXPORTED.mkdir(exist_ok=True)
     dummy = torch.zeros(2, 3, image_size, image_size)
-    torch.onnx.export(
-        model,
-        (dummy,),
-        str(onnx_path),
-        dynamo=False,
-        opset_version=OPSET,
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
-        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-        do_constant_folding=True,
-    )
-    onnx.checker.check_model(str(onnx_path))
-    provenance.stamp_onnx(onnx_path, identity, "deployments/resnet_npu/export.py")
+
+    def write(temporary: Path) -> None:
+        torch.onnx.export(
+            model,
+            (dummy,),
+            str(temporary),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            do_constant_folding=True,
+        )
+        onnx.checker.check_model(str(temporary))
+        provenance.stamp_onnx(temporary, identity, "deployments/resnet_npu/export.py")
+
+    provenance.replace_atomically(onnx_path, write)  # beside, then renamed over: a copy's file is never written into
+    for stale in onnx_path.parent.glob("model_int8.*"):  # quantize_int8.py's, made from the file just replaced
+        stale.unlink()
     torch.save(state, EXPORTED / f"{name}.pt")
     print(
         f"{name}: wrote {onnx_path.relative_to(HERE)} ({onnx_path.stat().st_size / 1e6:.1f} MB), "
@@ -217,7 +223,7 @@ def fold_pixels(name: str) -> Path:
     onnx.checker.check_model(model)
     target = REPO / folded_name(name) / "1" / "model.onnx"
     target.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(target))
+    provenance.replace_atomically(target, lambda temporary: onnx.save(model, str(temporary)))
     print(f"{folded_name(name)}: wrote {target.relative_to(HERE)} (uint8 NHWC in, normalisation folded)")
     return target
 
