@@ -237,7 +237,7 @@ def test_the_openai_table_becomes_the_gate_policy(tmp_path):
         ),
         (
             ('tokens = { model = "m", output', 'tokens = { model = "m", pooling = "max", output'),
-            "openai.models.m.tokens.pooling: input should be 'mean' or 'none', not 'max'",
+            "openai.models.m.tokens.pooling: input should be 'mean'",
         ),
     ],
 )
@@ -247,3 +247,44 @@ def test_bad_openai_tables_are_refused(tmp_path, change, message):
     with pytest.raises(ManifestError) as refused:
         read_manifest(path)
     assert message in str(refused.value), str(refused.value)
+
+
+PROFILES = """
+[profiles]
+openvino = { backend = "openvino", parameters = { NUM_STREAMS = "1", INFERENCE_NUM_THREADS = "2" } }
+padded = { max_batch_size = 16, parameters = { ENABLE_BATCH_PADDING = "YES" } }
+"""
+
+
+def test_profiles_apply_in_order_then_the_benchmarks_own_keys(tmp_path):
+    text = GOOD.replace(
+        "config = { m = { instance_count = 2 } }",
+        'config = { m = { profiles = ["openvino", "padded"], max_batch_size = 8, parameters = { NUM_STREAMS = "2" } } }',
+    )
+    _, manifest = _read(tmp_path, text + PROFILES)
+    assert manifest.benchmarks[0].overrides == {
+        "m": {
+            "backend": "openvino",
+            "max_batch_size": 8,
+            "parameters": {"NUM_STREAMS": "2", "INFERENCE_NUM_THREADS": "2", "ENABLE_BATCH_PADDING": "YES"},
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("instance_count = 2", 'profiles = ["openvno"]'), "benchmark 'm-b1': no [profiles.openvno]"),
+        (
+            ("max_batch_size = 16", "max_batch_size = true"),
+            "profiles.padded.max_batch_size: input should be a valid integer",
+        ),
+        (("max_batch_size = 16", 'profiles = ["openvino"]'), "[profiles.padded] names profiles"),
+    ],
+)
+def test_bad_profiles_are_refused(tmp_path, change, message):
+    path = tmp_path / "deployment.toml"
+    path.write_text((GOOD + PROFILES).replace(*change, 1))
+    with pytest.raises(ManifestError) as refused:
+        read_manifest(path)
+    assert str(path) in str(refused.value) and message in str(refused.value), str(refused.value)
