@@ -284,6 +284,19 @@ def render_serving_lesson(lesson: dict) -> list[str]:
 
 
 # -- lesson 3: what processing on the server, the container and the gate cost -------------
+def _cost(kind: str, deployment, label: str, values: list[float], over: str, records: list[dict]) -> dict:
+    """One ratio of the costs lesson: its median and spread over ``values`` (rounds or cells)."""
+    return {
+        "kind": kind,
+        "deployment": deployment,
+        "label": label,
+        "median": statistics.median(values),
+        "spread": values,
+        "over": over,
+        "records": records,
+    }
+
+
 def _pair_rows(matrix: dict) -> list[dict]:
     """Per deployment one ratio: its first entry model (manifest order) with a pair run, local
     mode where measured, every round at every concurrency of that run."""
@@ -299,18 +312,9 @@ def _pair_rows(matrix: dict) -> list[dict]:
         found = [r for r in pairs if r.get("server_mode") == mode and r.get("entry_benchmark") == entry]
         rounds = [float(v) for r in found for v in r.get("rounds_ratio") or []]
         if rounds:
-            rows.append(
-                {
-                    "kind": "processing",
-                    "deployment": name,
-                    "label": f"{name}: {entry} / {found[0].get('model_only_benchmark')} ({mode})",
-                    "median": statistics.median(rounds),
-                    "spread": rounds,
-                    "over": f"{len(rounds)} rounds at c="
-                    + ",".join(str(c) for c in sorted({int(r["concurrency"]) for r in found})),
-                    "records": found,
-                }
-            )
+            levels = ",".join(str(c) for c in sorted({int(r["concurrency"]) for r in found}))
+            label = f"{name}: {entry} / {found[0].get('model_only_benchmark')} ({mode})"
+            rows.append(_cost("processing", name, label, rounds, f"{len(rounds)} rounds at c={levels}", found))
     return rows
 
 
@@ -326,17 +330,8 @@ def _container_rows(matrix: dict) -> list[dict]:
         if pairs:
             values = [p["ratio"] for p in pairs]
             used = [r for r in data["rows"] if r.get("measured") and r.get("server_mode") == "docker"]
-            rows.append(
-                {
-                    "kind": "container",
-                    "deployment": name,
-                    "label": f"{name}: docker / local",
-                    "median": statistics.median(values),
-                    "spread": values,
-                    "over": f"{len(values)} variant x c cells, {_apart(pairs)} apart",
-                    "records": used,
-                }
-            )
+            over = f"{len(values)} variant x c cells, {_apart(pairs)} apart"
+            rows.append(_cost("container", name, f"{name}: docker / local", values, over, used))
     return rows
 
 
@@ -361,17 +356,10 @@ def _gate_rows(reports: list[dict]) -> list[dict]:
             rounds[int(r["round"])][bool(r["gate"])] = float(r["throughput_rps"])
         values = [r[True] / r[False] for r in rounds.values() if r.get(False) and True in r]
         if values:
-            rows.append(
-                {
-                    "kind": "gate",
-                    "deployment": report.get("deployment"),
-                    "label": f"{report.get('deployment')}: {report.get('model')} gate / direct (c={report.get('concurrency')})",
-                    "median": statistics.median(values),
-                    "spread": values,
-                    "over": f"{len(values)} rounds, {str(report.get('measured_at', ''))[:10]}",
-                    "records": [],
-                }
-            )
+            name = report.get("deployment")
+            label = f"{name}: {report.get('model')} gate / direct (c={report.get('concurrency')})"
+            over = f"{len(values)} rounds, {str(report.get('measured_at', ''))[:10]}"
+            rows.append(_cost("gate", name, label, values, over, []))
     return rows
 
 
