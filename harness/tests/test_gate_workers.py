@@ -184,3 +184,25 @@ def test_stop_leaves_no_worker_behind(tmp_path):
     time.sleep(0.5)
     left = [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left after stop: {left}"
+
+
+@pytest.mark.server
+@pytest.mark.timeout(120)
+def test_a_killed_worker_stops_the_whole_gate_and_leaves_nothing(tmp_path):
+    server = LocalTritonServer(
+        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["echo"]), gate_workers=2
+    )
+    server.start()
+    try:
+        server.wait_ready(120)
+        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+        gate_workers(server)[1].kill()
+        deadline = time.monotonic() + 60
+        while server.is_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not server.is_running(), "the gate kept serving with a worker gone"
+        time.sleep(0.5)
+        left = [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"processes left after a worker died: {left}"
+    finally:
+        server.stop()
