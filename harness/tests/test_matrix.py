@@ -81,6 +81,26 @@ def toy(tmp_path):
     return root, results, tmp_path / "docs"
 
 
+def table_blocks(markdown: str) -> dict[str, list[tuple[str, str]]]:
+    """``{deployment: [(variant, "mode / target"), ...]}`` read back from a results.md: the rows of
+    the tables whose header is the matrix's (``variant | server / target | ...``), per ``## `` section."""
+    blocks: dict[str, list[tuple[str, str]]] = {}
+    current, in_table = None, False
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            blocks[current] = []
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == ["variant", "server / target"]:
+            in_table = True
+        elif current and in_table and not line.startswith("|--") and (cells[0], cells[1]) not in blocks[current]:
+            blocks[current].append((cells[0], cells[1]))
+    return blocks
+
+
 def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -100,7 +120,7 @@ def test_measured_and_never_measured_rows(toy):
     ]
     written = _generate(toy, rows)
     text = written["markdown"].read_text()
-    blocks = matrix.table_blocks(text)
+    blocks = table_blocks(text)
     # cpu benchmark: local (measured) and docker (never measured); npu benchmark: docker only
     assert blocks["toy"] == [("m-b1", "local / cpu"), ("m-b1", "docker / cpu"), ("m-npu", "docker / npu")]
     lines = [line for line in text.splitlines() if line.startswith("| m-")]
@@ -170,7 +190,7 @@ def test_container_cost_pairs_docker_with_local_rows(toy):
 def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
     written = _generate(toy, [])
     text = written["markdown"].read_text()
-    assert matrix.table_blocks(text)["toy"] == [
+    assert table_blocks(text)["toy"] == [
         ("m-b1", "local / cpu"),
         ("m-b1", "docker / cpu"),
         ("m-npu", "docker / npu"),
@@ -325,7 +345,7 @@ def test_the_renderer_lists_every_declared_row_of_every_deployment():
     scenario x target x server mode, in manifest order, measured or not (here: from no records)."""
     deployments = discover()
     text = matrix.render_markdown(matrix.build([], deployments, []), "", "no records", [], deployments)
-    blocks = matrix.table_blocks(text)
+    blocks = table_blocks(text)
     for deployment in deployments:
         assert blocks[deployment.name] == _table_order(deployment), deployment.name
 
@@ -336,7 +356,7 @@ def test_committed_results_md_rows_follow_the_manifests():
     (the test above shows it would appear, "not measured"), but it has a section per deployment and
     every row it shows is a declared scenario, those of each server / target in the manifest's order."""
     committed = (PROJECT_ROOT / "docs" / "results.md").read_text()
-    blocks = matrix.table_blocks(committed)
+    blocks = table_blocks(committed)
     for deployment in discover():
         expected = _table_order(deployment)
         assert deployment.name in blocks, f"docs/results.md has no section {deployment.name}: run `make matrix`"

@@ -25,7 +25,7 @@ the results folder (``pytest --junitxml=results/junit.xml``).
 from harness.measuring.matrix.cells import generator_family
 from harness.measuring.matrix.cli import main
 from harness.measuring.matrix.outputs import DOCS, generate
-from harness.measuring.matrix.render import render_markdown, table_blocks
+from harness.measuring.matrix.render import render_markdown
 from harness.measuring.matrix.rows import NOT_MEASURED, build, expected_grid
 
 __all__ = [
@@ -37,5 +37,4 @@ __all__ = [
     "generator_family",
     "main",
     "render_markdown",
-    "table_blocks",
 ]

@@ -31,26 +31,6 @@ ABOVE_CEILING = (
 )
 
 
-def table_blocks(markdown: str) -> dict[str, list[tuple[str, str]]]:
-    """``{deployment: [(variant, "mode / target"), ...]}`` read back from a results.md: the rows of
-    the tables whose header is the matrix's (``variant | server / target | ...``), per ``## `` section."""
-    blocks: dict[str, list[tuple[str, str]]] = {}
-    current, in_table = None, False
-    for line in markdown.splitlines():
-        if line.startswith("## "):
-            current = line[3:].strip()
-            blocks[current] = []
-        if not line.startswith("|"):
-            in_table = False
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[:2] == ["variant", "server / target"]:
-            in_table = True
-        elif current and in_table and not line.startswith("|--") and (cells[0], cells[1]) not in blocks[current]:
-            blocks[current].append((cells[0], cells[1]))
-    return blocks
-
-
 def latency_bytes_server_cells(r: dict) -> list[str]:
     """p50 ms, p99 ms, sent B/req, received B/req, queue ms, compute ms of a record, formatted."""
     return [
