@@ -11,6 +11,7 @@ checks every deployment of this project (CI).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ from harness import PROJECT_ROOT
 from harness.__main__ import main
 from harness.deployments import discover, get_deployment
 from harness.new import MODEL_MIN_BYTES, copy_deployment, edit_first_note, install_packages
+from harness.provenance import file_sha256
 
 #: The deployment the doc walk copies: one ONNX model to keep and three to drop.
 DEFAULT_SOURCE = "yolo11_ensemble"
@@ -173,26 +175,50 @@ def doc_walk() -> list[tuple[str, str]]:
 def test_doc_walk_is_parsed():
     steps = doc_walk()
     assert steps[0] == ("run", f"make new NAME={DOC_NAME} FROM={DEFAULT_SOURCE}")
-    assert [s[1] for s in steps if s[0] == "run"].count(f".venv/bin/pytest harness/ -k {DOC_NAME}") == 2
+    assert [s[1] for s in steps if s[0] == "run"].count(
+        f".venv/bin/pytest harness/ deployments/{DOC_NAME}/ -k {DOC_NAME}"
+    ) == 2
     written = {s[1] for s in steps if s[0] == "write"}
     assert {f"deployments/{DOC_NAME}/{f}" for f in ("deployment.toml", "checks.py", "export.py")} <= written
 
 
+#: The ONNX model the walk keeps, per deployment it copies (the doc names them).
+KEPT_MODEL = {
+    "yolo11_ensemble": "yolo11_detector",
+    "resnet_npu": "resnet50",
+    "embedding_cpu": "embedding_onnx",
+    "cn_clip": "image_encoder",
+}
+
+
+def test_the_doc_names_the_model_to_keep_of_every_deployment():
+    text = DOC.read_text()
+    for source, kept in KEPT_MODEL.items():
+        assert f"`{source}`" in text and f"`{kept}`" in text, f"{DOC.name} does not say what a {source} copy keeps"
+        assert (PROJECT_ROOT / "deployments" / source / "model_repository" / kept).is_dir(), kept
+
+
 @pytest.mark.server
-def test_doc_walk_from_make_new_to_your_own_onnx_file(tmp_path):
+@pytest.mark.parametrize("source", list(KEPT_MODEL))
+def test_doc_walk_from_make_new_to_your_own_onnx_file(tmp_path, source):
     """docs/adding-a-deployment.md as a reader follows it, from the project root: `make new`, the
     copy's checks, then its own ONNX model's export, fixtures and checks. In a temporary project
-    layout (the source linked into its deployments root), under a name of this run's own."""
+    layout (the source linked into its deployments root), under a name of this run's own; from
+    the doc's yolo11_ensemble, and from the other deployments with HARNESS_NEW_ALL=1 (CI)."""
+    if source != DEFAULT_SOURCE and not ALL:
+        pytest.skip(f"HARNESS_NEW_ALL=1 runs the walk from {source} too (minutes)")
     root = _project_layout(tmp_path)
-    (root / DEFAULT_SOURCE).symlink_to(PROJECT_ROOT / "deployments" / DEFAULT_SOURCE)
+    (root / source).symlink_to(PROJECT_ROOT / "deployments" / source)
     name = f"{DOC_NAME}{os.getpid()}"  # the venv is shared: never another run's (or your) my_model
 
     def local(text: str) -> str:
+        text = text.replace(f"FROM={DEFAULT_SOURCE}", f"FROM={source}")
+        text = text.replace(KEPT_MODEL[DEFAULT_SOURCE], KEPT_MODEL[source])
         text = text.replace(f"deployments/{DOC_NAME}", f"{root}/{DOC_NAME}")
         return text.replace(DOC_NAME, name).replace(DOC_NAME.replace("_", "-"), name.replace("_", "-"))
 
     env = {**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)}
-    made_from = get_deployment(DEFAULT_SOURCE, PROJECT_ROOT / "deployments")
+    made_from = get_deployment(source, PROJECT_ROOT / "deployments")
     before = [(p, p.stat().st_mtime_ns) for p in made_from.export_outputs() if p.exists()]
     try:
         for kind, what, *content in doc_walk():
@@ -217,3 +243,82 @@ def test_doc_walk_from_make_new_to_your_own_onnx_file(tmp_path):
     assert [(p, p.stat().st_mtime_ns) for p in made_from.export_outputs() if p.exists()] == before, (
         "the original's exported files were written into"
     )
+
+
+SWAP = "## Swapping the embedding model"
+SWAP_SOURCE = "embedding_cpu"
+
+
+def doc_swap() -> list[tuple[str, str]]:
+    """The swap guide of docs/adding-a-deployment.md in order: ``("bash", line)`` for each line of a
+    bash block, ``("python", block)`` for each ```python run block."""
+    text = DOC.read_text()
+    section = text[text.index(SWAP) : text.index(WALK)]
+    steps = []
+    for kind, block in re.findall(r"^```(bash|python run)\n(.*?)^```", section, flags=re.S | re.M):
+        if kind == "bash":
+            steps += [("bash", line) for line in block.splitlines() if line and not line.startswith("#")]
+        else:
+            steps.append(("python", block))
+    return steps
+
+
+def test_doc_swap_is_parsed():
+    steps = doc_swap()
+    assert steps[0] == ("bash", f"make new NAME={DOC_NAME} FROM={SWAP_SOURCE}")
+    assert [kind for kind, _ in steps].count("python") == 1
+    assert ("bash", f"make refresh NAME={DOC_NAME}") in steps
+    assert steps[-1] == ("bash", f".venv/bin/pytest harness/ deployments/{DOC_NAME}/ -k {DOC_NAME}")
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.server
+def test_doc_swap_of_the_embedding_model(tmp_path):
+    """The swap guide as a reader follows it: copy embedding_cpu, a tiny CLS-pooled BERT folder of
+    another size in its model/, `make refresh`, then the copy's checks and tests on every path;
+    the original's files stay byte for byte and its fixtures still describe what it serves."""
+    root = _project_layout(tmp_path)
+    (root / SWAP_SOURCE).symlink_to(PROJECT_ROOT / "deployments" / SWAP_SOURCE)
+    name = f"{DOC_NAME}{os.getpid()}"
+    original = get_deployment(SWAP_SOURCE, PROJECT_ROOT / "deployments")
+    watched = [original.model_repository, original.fixtures_path]
+    before = [_digests(folder) for folder in watched]
+
+    def local(text: str) -> str:
+        text = text.replace(f"deployments/{DOC_NAME}", f"{root}/{DOC_NAME}")
+        return text.replace(DOC_NAME, name)
+
+    env = {**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)}
+    try:
+        for kind, step in doc_swap():
+            command = ["bash", "-c", local(step)] if kind == "bash" else [sys.executable, "-"]
+            done = subprocess.run(
+                command,
+                input=local(step) if kind == "python" else None,
+                cwd=PROJECT_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=2400,
+            )
+            tail = (done.stdout + done.stderr).strip().splitlines()[-40:]
+            assert done.returncode == 0, f"`{step[:200]}` failed ({done.returncode}):\n" + "\n".join(tail)
+            if "pytest" in step:
+                assert re.search(r"\d+ passed", tail[-1]) and "failed" not in tail[-1], tail[-1]
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "uninstall", "-y", "-q", f"{name.replace('_', '-')}-processing"],
+            capture_output=True,
+            check=False,
+        )
+    copy = root / name
+    assert json.loads((copy / "model" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "cls"
+    assert len(json.loads((copy / "fixtures" / "expected_embeddings.json").read_text())["embeddings"][0]) == 128
+    assert [_digests(folder) for folder in watched] == before, "the original's files were written into"
+    for fixture in ("expected_embeddings.json", "expected_documents.json"):
+        original.checks_module._assert_served_weights(
+            original.model_repository, json.loads((original.fixtures_path / fixture).read_text())
+        )
