@@ -4,8 +4,10 @@ The copy owns every name that would clash with its original's when both are inst
 collected at once, and nothing else changes:
 
 - the manifest's ``name`` (and the conda env name of ``environment.yml``), and the deployment's
-  name wherever it stands as a word (README title and text, docstrings, ``client.py --help``),
-  except where it is also a model's name (models keep theirs);
+  name wherever it stands as a word or a word's prefix (README title and text, docstrings,
+  ``client.py --help``, ``<old>_client`` module names), except in model names and where it is
+  also a model's or an importable library's name (``cn_clip``): then only the paths and commands
+  below and the README title;
 - the deployment's own packages, any ``<old>_*`` folder with a ``pyproject.toml`` (folder,
   imports and distribution name become ``<new>_*``), installed with ``pip install --no-deps -e``
   into the running interpreter's environment, as ``make install`` does for the originals;
