@@ -16,6 +16,12 @@ def stamp(record: dict) -> str:
     return str(record.get("timestamp", ""))
 
 
+def dates(records: list[dict]) -> str:
+    """The days the records were taken: ``2026-12-01``, ``2026-12-01 to 2026-12-02``, or "no date"."""
+    days = sorted({stamp(r)[:10] for r in records if stamp(r)})
+    return days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "") if days else "no date"
+
+
 def hours(record: dict) -> float:
     """A record's timestamp in hours (NaN when it has none)."""
     try:

@@ -23,7 +23,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from harness.measuring.matrix.cells import freshness_note, generator_family, network_records, stamp
+from harness.measuring.matrix.cells import dates, freshness_note, generator_family, network_records, stamp
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.fmt import rate, ratio, size, spread
 from harness.measuring.matrix.rows import NOT_MEASURED
@@ -51,11 +51,6 @@ def _machine(record: dict) -> str:
 def _load(records: list[dict]) -> str:
     loads = [r["load_average_1m"] for r in records if r.get("load_average_1m") is not None]
     return f"load {min(loads):.1f}-{max(loads):.1f}" if loads else "load not recorded"
-
-
-def _when(records: list[dict]) -> str:
-    days = sorted({stamp(r)[:10] for r in records if stamp(r)})
-    return days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "") if days else "no date"
 
 
 # -- lesson 1: the same input sent three ways through links of three rates ------------------
@@ -131,7 +126,7 @@ def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -
             for p in paths
         },
         "speed_run": sorted({p for p in paths for r in table[p].values() if _speed_run(r)}),
-        "when": _when(used),
+        "when": dates(used),
         "machine": _machine(used[0]),
         "load": _load(used),
         "gate": sorted({str(r.get("gate")) for r in used}),
@@ -223,7 +218,7 @@ def serving_lesson(records: list[dict]) -> dict:
         # peer servers (server_mode "peer"): the kind of peer their records name (infinity-emb, naive)
         "peers": {r["model"]: r.get("peer") or "" for r in run if r.get("server_mode") == "peer"},
         "workloads": result,
-        "when": _when(run),
+        "when": dates(run),
         "machine": _machine(first),
         "load": _load(run),
         "records": run,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.measuring.matrix.cells import generator_family, stamp
+from harness.measuring.matrix.cells import dates, generator_family, stamp
 from harness.measuring.matrix.fmt import rate, ratio, size
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
@@ -74,10 +74,8 @@ def variants_in_order(rows: list[dict], model_only: dict[str, str] | None = None
 
 
 def caption(mode: str, rows: list[dict]) -> str:
-    days = sorted(stamp(r)[:10] for r in rows)
     machine = rows[0].get("machine") or {}
-    when = days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "")
-    return f"{mode} server, {when}, {machine.get('cpu_model', 'unknown CPU')}, {machine.get('cpu_cores')} cores"
+    return f"{mode} server, {dates(rows)}, {machine.get('cpu_model', 'unknown CPU')}, {machine.get('cpu_cores')} cores"
 
 
 def sweeps(rows: list[dict]) -> dict[str, list[dict]]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from harness.measuring.matrix.cells import (
     ceiling,
     compute_ms,
+    dates,
     freshness_note,
     generator_family,
     network_label,
     network_records,
     pinning_label,
     run_label,
-    stamp,
 )
 from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
 from harness.measuring.matrix.fmt import number, size, table
@@ -104,10 +104,8 @@ def _caption(data: dict, mode: str) -> str:
         behind = {True: ", behind the front gate", False: ", no front gate"}.get(gate, "")
         parts.append(f"{cpu}, {cores} cores, {os_name}; tritonserver {version or 'unknown version'}{behind}")
     pinned = sorted({pinning_label(r) for r in measured} - {""})
-    days = sorted(stamp(r)[:10] for r in measured)
-    when = days[0] + (f" to {days[-1]}" if days[-1] != days[0] else "")
     return (
-        f"`{mode}` server mode, measured {when}: "
+        f"`{mode}` server mode, measured {dates(measured)}: "
         + "; ".join(parts)
         + (f"; pinned: {', '.join(pinned)}" if pinned else "")
     )
