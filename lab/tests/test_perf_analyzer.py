@@ -99,7 +99,7 @@ def test_perf_analyzer_scenario_writes_records_naming_the_generator(tmp_path, mo
     deployment = types.SimpleNamespace(name="toy", resolve=lambda ref: lambda ctx: workload)
     ctx = types.SimpleNamespace(deployment=deployment, server=server, target="cpu", http_client=Client)
     rows = perf_analyzer.run_scenario(
-        ctx, Benchmark(id="m-b1", workload="checks.py:w", concurrency=(1,)), duration_s=1, binary=str(fake)
+        ctx, Benchmark(id="m-b1", workload="checks.py:w", concurrency=[1]), duration_s=1, binary=str(fake)
     )
     perf_analyzer.availability.cache_clear()
     assert len(rows) == 1 and rows[0]["generator"].startswith("perf_analyzer")
@@ -214,7 +214,7 @@ def test_container_runner_measures_a_real_server(echo_server, text, tmp_path, mo
         # stability 100 %: this checks the runner, not the machine's noise
         rows = perf_analyzer.run_scenario(
             ctx,
-            Benchmark(id="echo-b1", workload="w", concurrency=(2,), protocol="grpc"),
+            Benchmark(id="echo-b1", workload="w", concurrency=[2], protocol="grpc"),
             duration_s=1,
             runner=runner,
             stability_percent=100,
