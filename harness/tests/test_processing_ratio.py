@@ -52,12 +52,12 @@ def test_the_table_flags_ratios_below_the_goal():
 
 
 def test_a_pinned_row_says_its_cores_in_the_generator_column():
-    from harness.measuring.matrix.render import _pinned
+    from harness.measuring.matrix.cells import pinning_label
 
-    assert _pinned({"pinning": "server cpus 1 (12 processes), generator cpus 0"}) == (
-        " (pinned: server cpus 1, generator cpus 0)"
+    assert pinning_label({"pinning": "server cpus 1 (12 processes), generator cpus 0"}) == (
+        "server cpus 1, generator cpus 0"
     )
-    assert _pinned({"pinning": "none"}) == _pinned({}) == ""
+    assert pinning_label({"pinning": "none"}) == pinning_label({}) == ""
 
 
 def test_container_cost_pairs_only_records_pinned_alike():

@@ -111,12 +111,6 @@ def _caption(data: dict, mode: str) -> str:
     )
 
 
-def _pinned(record: dict) -> str:
-    """`` (pinned: server cpus 1, generator cpus 0)`` when the generator and server ran on their own cores."""
-    pinning = pinning_label(record)
-    return f" (pinned: {pinning})" if pinning else ""
-
-
 def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
     """A short table: what the container costs, as docker / local items/s of the same variant and c."""
     pairs = container_cost(rows, history)
