@@ -22,9 +22,8 @@ from harness.measuring.matrix.fmt import rate, ratio, size
 PLOT_KINDS = ("throughput", "latency", "bytes")
 #: A concurrency sweep with at least this many levels is drawn as a line too.
 SWEEP_POINTS = 4
-#: Values spanning more than this factor get a logarithmic axis (headline bars: ``HEADLINE_LOG_SPAN``).
-LOG_SPAN = 20.0
-HEADLINE_LOG_SPAN = 50.0
+#: Headline bars spanning more than this factor get a logarithmic axis.
+LOG_SPAN = 50.0
 
 
 def _pyplot():
@@ -217,7 +216,7 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | N
                 drawn.append((x, height if height == height else 0.0, mark, colour))
     ax.set_xticks(range(len(groups)), groups)
     shown = [m for _, _, m, _ in drawn if m <= 2 * top]  # farther than twice the tallest bar: off scale
-    if values and max(values) / min(values) > HEADLINE_LOG_SPAN:
+    if values and max(values) / min(values) > LOG_SPAN:
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
         ax.set_yscale("log")
