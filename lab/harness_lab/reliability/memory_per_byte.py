@@ -691,11 +691,18 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
     return report
 
 
-def start_server(deployment):
+def start_server(deployment, overrides: dict | None = None):
+    """A gated local server of ``deployment``; ``overrides``: config changes (``harness.variants``)."""
     from harness.serving.launchers import LocalTritonServer
+    from harness.variants import variant_repository
 
     deployment.export()
-    server = LocalTritonServer(deployment.server_options("cpu"), gate=True)
+    options = deployment.server_options("cpu")
+    if overrides:
+        options = deployment.server_options(
+            "cpu", model_repository=str(variant_repository(deployment.model_repository, overrides))
+        )
+    server = LocalTritonServer(options, gate=True)
     server.start()
     try:
         server.wait_ready()
@@ -718,7 +725,7 @@ def measure_deployment(deployment, args, budget_bytes: float, models: list[str] 
                 server = None
             print(f"{deployment.name}/{model}", flush=True)
             try:
-                server = server or start_server(deployment)
+                server = server or start_server(deployment, args.triton_config)
                 report = measure_model(server, deployment, model, args, budget_bytes)
             except Exception as exc:  # noqa: BLE001 - one model's failure must not hide the others
                 report = {"model": model, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "rows": []}
@@ -817,6 +824,12 @@ def arguments() -> argparse.ArgumentParser:
     )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after a mixed burst before 'held after'")
     parser.add_argument("--mixed-only", action="store_true", help="only the mixed-length bursts, no growing")
+    parser.add_argument(
+        "--triton-config",
+        type=json.loads,
+        default=None,
+        help='config overrides (harness.variants), e.g. \'{"embedding_onnx": {"parameters": {"max_batch_tokens": ""}}}\'',
+    )
     parser.add_argument("--max-bytes", type=int, default=None, help="grow no further (default: the gate's limit)")
     parser.add_argument("--min-bytes", type=int, default=1 << 20, help="smallest body counted in the ratio")
     parser.add_argument("--budget-fraction", type=float, default=0.5, help="share of machine memory for requests")
