@@ -175,8 +175,9 @@ def serve_main(argv: list[str]) -> int:
     parser.add_argument(
         "--gate-workers",
         type=int,
-        default=int(os.environ.get("TRITON_GATE_WORKERS") or 0) or None,
-        help="gate processes serving the public ports (harness.serving.gate.workers; default: one per 10 cores, at least 1)",
+        default=None,
+        help="gate processes serving the public ports (harness.serving.gate.workers; default: $TRITON_GATE_WORKERS, "
+        "else one per 10 cores, at least 1)",
     )
     parser.add_argument(
         "--policy-file",

@@ -31,6 +31,9 @@ CORES_PER_WORKER = 10
 
 
 def default_workers(cores: int | None = None) -> int:
+    """``$TRITON_GATE_WORKERS`` when set, else one worker per ``CORES_PER_WORKER`` cores (at least one)."""
+    if os.environ.get("TRITON_GATE_WORKERS"):
+        return int(os.environ["TRITON_GATE_WORKERS"])
     return max(1, (cores or len(os.sched_getaffinity(0))) // CORES_PER_WORKER)
 
 
