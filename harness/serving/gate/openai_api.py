@@ -43,8 +43,10 @@ import base64
 import json
 import struct
 import time
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 
 try:  # float32 vectors straight to JSON (shortest float32 digits), ~20x the stdlib's speed
     import orjson
@@ -58,7 +60,6 @@ from harness.serving.gate.validate import GateError, parse_json, triton_datatype
 
 #: OpenAI's bound on the number of inputs of one embeddings request.
 MAX_INPUTS = 2048
-FIELDS = {"input", "model", "encoding_format", "dimensions", "user"}
 ERROR_TYPES = {401: "invalid_request_error", 404: "invalid_request_error", 503: "server_error"}
 ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 413: "request_too_large", 503: "service_unavailable"}
 CREATED = int(time.time())
@@ -79,80 +80,75 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code or ERROR_CODES.get(status)}}
 
 
-def parse_input(value) -> tuple[str, list]:
-    """(``"text"``, [str, ...]) or (``"tokens"``, [[int, ...], ...]) from OpenAI's ``input`` forms."""
-    if isinstance(value, str):
-        value = [value]
-    elif not isinstance(value, list):
-        raise OpenAIError(400, "'input' must be a string, a list of strings or token ids", "input")
-    if not value:
-        raise OpenAIError(400, "'input' is an empty list: give at least one text", "input")
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        value = [value]  # one text as token ids
-    if len(value) > MAX_INPUTS:
-        raise OpenAIError(400, f"'input' has {len(value)} items, more than the {MAX_INPUTS} allowed", "input")
-    if all(isinstance(v, str) for v in value):
-        for i, text in enumerate(value):
-            if not text:
-                raise OpenAIError(400, f"'input[{i}]' is an empty string", "input")
-            if not text.isascii():
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise OpenAIError(400, f"'input[{i}]' holds an unpaired UTF-16 surrogate escape", "input") from None
-        return "text", value
-    if all(isinstance(v, list) for v in value):
-        for i, ids in enumerate(value):
-            if not ids:
-                raise OpenAIError(400, f"'input[{i}]' is an empty list of token ids", "input")
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise OpenAIError(400, f"'input[{i}]' must hold integers only (token ids)", "input")
-        return "tokens", value
-    raise OpenAIError(
-        400, "'input' must be a string, a list of strings, a list of ints or a list of lists of ints", "input"
-    )
+#: The message of a request field of the wrong type (OpenAI's wording: what the field must be).
+FIELD_ERRORS = {
+    "input": "'input' must be a string, a list of strings, a list of ints or a list of lists of ints",
+    "model": "'model' must be a string",
+    "encoding_format": "'encoding_format' must be 'float' or 'base64'",
+    "dimensions": "'dimensions' must be a positive integer",
+    "user": "'user' must be a string",
+}
+
+
+class EmbeddingsRequest(BaseModel):
+    """OpenAI's embeddings request; ``user`` is accepted and ignored, any other field refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: PositiveInt | None = None
+    user: str | None = None
 
 
 def parse_request(body: bytes, mapping: OpenAIMapping) -> dict:
-    """The checked fields of an embeddings request (``OpenAIError`` 400/404)."""
+    """The checked fields of an embeddings request (``OpenAIError`` 400/404); ``kind`` is ``"text"``
+    (items: strings) or ``"tokens"`` (items: lists of token ids)."""
     try:
-        request = parse_json(body)
+        request = EmbeddingsRequest.model_validate(parse_json(body))
     except GateError as exc:
         raise OpenAIError(400, exc.message) from None
-    if not isinstance(request, dict):
-        raise OpenAIError(400, "the request body must be a JSON object")
-    unknown = sorted(set(request) - FIELDS)
-    if unknown:
-        raise OpenAIError(400, f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
-    if "input" not in request:
-        raise OpenAIError(400, "'input' is a required property", "input")
-    name = request.get("model", mapping.default)
-    if not isinstance(name, str):
-        raise OpenAIError(400, "'model' must be a string", "model")
+    except ValidationError as exc:
+        error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # as OpenAI: unknown first
+        field = str(error["loc"][0]) if error["loc"] else None
+        if error["type"] == "extra_forbidden":
+            raise OpenAIError(400, f"Unrecognized request argument supplied: {field}", field) from None
+        if error["type"] == "missing":
+            raise OpenAIError(400, f"'{field}' is a required property", field) from None
+        if field is None:
+            raise OpenAIError(400, "the request body must be a JSON object") from None
+        sent = "" if field == "input" else f", not {json.dumps(error['input'])}"
+        raise OpenAIError(400, FIELD_ERRORS[field] + sent, field) from None
+    name = request.model or mapping.default
     if name not in mapping.models:
         raise OpenAIError(404, f"The model '{name}' does not exist; this server has {sorted(mapping.models)}", "model")
-    encoding = request.get("encoding_format", "float")
-    if encoding is None:
-        encoding = "float"
-    if encoding not in ("float", "base64"):
-        raise OpenAIError(
-            400, f"'encoding_format' must be 'float' or 'base64', not {json.dumps(encoding)}", "encoding_format"
-        )
-    dimensions = request.get("dimensions")
-    if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1):
-        raise OpenAIError(400, "'dimensions' must be a positive integer", "dimensions")
-    user = request.get("user")
-    if user is not None and not isinstance(user, str):
-        raise OpenAIError(400, "'user' must be a string", "user")
-    kind, items = parse_input(request["input"])
-    return {"model": name, "kind": kind, "items": items, "encoding": encoding, "dimensions": dimensions}
+    items = request.input
+    if isinstance(items, str) or (items and isinstance(items[0], int)):
+        items = [items]  # one text, or one text as token ids
+    if not items:
+        raise OpenAIError(400, "'input' is an empty list: give at least one text", "input")
+    if len(items) > MAX_INPUTS:
+        raise OpenAIError(400, f"'input' has {len(items)} items, more than the {MAX_INPUTS} allowed", "input")
+    for i, item in enumerate(items):
+        if not item:
+            what = "string" if isinstance(item, str) else "list of token ids"
+            raise OpenAIError(400, f"'input[{i}]' is an empty {what}", "input")
+        if isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise OpenAIError(400, f"'input[{i}]' holds an unpaired UTF-16 surrogate escape", "input") from None
+    kind = "text" if isinstance(items[0], str) else "tokens"
+    encoding = request.encoding_format or "float"
+    return {"model": name, "kind": kind, "items": items, "encoding": encoding, "dimensions": request.dimensions}
 
 
 def bytes_tensor(texts: list[str]) -> bytes:
     """Triton's binary BYTES layout: a 4-byte little-endian length before each element."""
     parts = []
     for text in texts:
-        data = text.encode("utf-8")  # parse_input refused unpaired surrogates
+        data = text.encode("utf-8")  # parse_request refused unpaired surrogates
         parts.append(struct.pack("<I", len(data)))
         parts.append(data)
     return b"".join(parts)
