@@ -140,45 +140,31 @@ def parse_header(body: bytes, header_length: int | None) -> tuple[dict, memoryvi
     return header, memoryview(body)[header_length:]
 
 
-#: Parameters Triton 2.51 reads with a type of its own (anything else there answers HTTP 500).
-UINT64, BOOL = "a non-negative integer", "true or false"
+def _is_uint64(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64
+
+
+#: What each parameter Triton 2.51 reads with a type of its own must be (anything else there answers
+#: HTTP 500): its description and its test.
+UINT64 = ("a non-negative integer", _is_uint64)
+BOOL = ("true or false", lambda value: isinstance(value, bool))
+STRING = ("a string", lambda value: isinstance(value, str))
+SHARED_MEMORY = {"shared_memory_region": STRING, "shared_memory_byte_size": UINT64, "shared_memory_offset": UINT64}
 TYPED_PARAMETERS = {
     "request": {
-        "sequence_id": "a non-negative integer or a string",
+        "sequence_id": (
+            "a non-negative integer or a string",
+            lambda value: _is_uint64(value) or isinstance(value, str),
+        ),
         "sequence_start": BOOL,
         "sequence_end": BOOL,
         "binary_data_output": BOOL,
         "priority": UINT64,
         "timeout": UINT64,
     },
-    "input": {
-        "binary_data_size": UINT64,
-        "shared_memory_region": "a string",
-        "shared_memory_byte_size": UINT64,
-        "shared_memory_offset": UINT64,
-    },
-    "output": {
-        "binary_data": BOOL,
-        "classification": UINT64,
-        "shared_memory_region": "a string",
-        "shared_memory_byte_size": UINT64,
-        "shared_memory_offset": UINT64,
-    },
+    "input": {"binary_data_size": UINT64, **SHARED_MEMORY},
+    "output": {"binary_data": BOOL, "classification": UINT64, **SHARED_MEMORY},
 }
-
-
-def _is_uint64(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64
-
-
-def _has_type(value, kind: str) -> bool:
-    if kind == UINT64:
-        return _is_uint64(value)
-    if kind == BOOL:
-        return isinstance(value, bool)
-    if kind == "a string":
-        return isinstance(value, str)
-    return _is_uint64(value) or isinstance(value, str)  # sequence_id
 
 
 def _check_parameters(value, where: str, scope: str = "request") -> None:
@@ -189,8 +175,9 @@ def _check_parameters(value, where: str, scope: str = "request") -> None:
     typed = TYPED_PARAMETERS[scope]
     for key, item in value.items():
         if key in typed:
-            if not _has_type(item, typed[key]):
-                raise GateError(400, f"{where}: parameter '{key}' must be {typed[key]}, not {json.dumps(item)}")
+            kind, test = typed[key]
+            if not test(item):
+                raise GateError(400, f"{where}: parameter '{key}' must be {kind}, not {json.dumps(item)}")
         elif not isinstance(item, SCALAR) and item is not None:
             raise GateError(
                 400, f"{where}: parameter '{key}' must be a string, number or boolean, not {type(item).__name__}"
@@ -361,37 +348,26 @@ def check_header(
                 raise GateError(
                     400, f"{where}: shape {shape} declares {elements} values of {datatype}, 'data' holds {count}"
                 )
-        elif "binary_data_size" in params:
-            nbytes = params["binary_data_size"]
-            if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
-                raise GateError(400, f"{where}: binary_data_size must be a non-negative integer")
-            if binary_offset + nbytes > len(binary):
-                raise GateError(
-                    400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes of binary data sent"
-                )
-            section = binary[binary_offset : binary_offset + nbytes]
-            binary_offset += nbytes
-            if size is not None:
-                if nbytes != elements * size:
+        elif "binary_data_size" in params or "shared_memory_region" in params:
+            key = "binary_data_size" if "binary_data_size" in params else "shared_memory_byte_size"
+            nbytes = params.get(key)  # a non-negative integer where given (_check_parameters)
+            if nbytes is None:
+                raise GateError(400, f"{where}: shared_memory_byte_size must be a non-negative integer")
+            if key == "binary_data_size":
+                if binary_offset + nbytes > len(binary):
                     raise GateError(
-                        400,
-                        f"{where}: shape {shape} x {datatype} is {elements * size} bytes, binary_data_size is {nbytes}",
+                        400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes of binary data sent"
                     )
-            else:
-                count = count_bytes_elements(section, elements)
+                section = binary[binary_offset : binary_offset + nbytes]
+                binary_offset += nbytes
+                count = count_bytes_elements(section, elements) if size is None else elements
                 if count != elements:
                     raise GateError(
                         400, f"{where}: shape {shape} declares {elements} BYTES elements, the binary data holds {count}"
                     )
-        elif "shared_memory_region" in params:
-            nbytes = params.get("shared_memory_byte_size")
-            if not isinstance(nbytes, int) or nbytes < 0:
-                raise GateError(400, f"{where}: shared_memory_byte_size must be a non-negative integer")
             if size is not None and nbytes != elements * size:
                 raise GateError(
-                    400,
-                    f"{where}: shape {shape} x {datatype} is {elements * size} bytes, "
-                    f"shared_memory_byte_size is {nbytes}",
+                    400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, {key} is {nbytes}"
                 )
         else:
             raise GateError(400, f"{where} has no 'data', binary_data_size or shared_memory_region")
