@@ -18,8 +18,8 @@ import sys
 from importlib.metadata import entry_points
 
 from harness.deployments import ManifestError, discover, get_deployment
-from harness.serving.launchers import MODES, LocalTritonServer, create_server
-from harness.serving.launchers.base import port_in_use, serve_in_foreground
+from harness.serving.launchers import MODES, LocalTritonServer, create_server, default_mode
+from harness.serving.launchers.base import ports_in_use, serve_in_foreground
 
 
 def _list(args) -> int:
@@ -47,24 +47,12 @@ def api_keys(args) -> list[str]:
 
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
-    args.mode = args.mode or os.environ.get("TRITON_SERVER_MODE", "local")
+    args.mode = args.mode or default_mode()
     deployment.server_options(args.target)  # an unsupported target is refused before anything starts
     if args.mode in ("local", "docker"):
-        ports = {
-            "HTTP": (args.http_port, "--http-port"),
-            "gRPC": (args.grpc_port, "--grpc-port"),
-            "metrics": (args.metrics_port, "--metrics-port"),
-        }
-        busy = [(name, port, flag) for name, (port, flag) in ports.items() if port_in_use(args.host, port)]
+        busy = ports_in_use(args.host, (args.http_port, args.grpc_port, args.metrics_port))
         if busy:
-            print(
-                "python -m harness: error: "
-                + "; ".join(
-                    f"port {port} ({name}) on {args.host} is in use: pick a free one with {flag}"
-                    for name, port, flag in busy
-                ),
-                file=sys.stderr,
-            )
+            print("python -m harness: error: " + "; ".join(busy), file=sys.stderr)
             return 1
         deployment.export()
     options = deployment.server_options(args.target)

@@ -51,6 +51,19 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+#: What each of a server's (HTTP, gRPC, metrics) ports is, and the flag that picks another.
+PORT_FLAGS = (("HTTP", "--http-port"), ("gRPC", "--grpc-port"), ("metrics", "--metrics-port"))
+
+
+def ports_in_use(host: str, ports: tuple[int | None, int | None, int | None]) -> list[str]:
+    """A message per port of (HTTP, gRPC, metrics) that cannot be bound on ``host`` (None: not served)."""
+    return [
+        f"port {port} ({name}) on {host} is in use: stop what listens there or choose another port with {flag}"
+        for (name, flag), port in zip(PORT_FLAGS, ports)
+        if port is not None and port_in_use(host, port)
+    ]
+
+
 class ServerStartError(RuntimeError):
     """The server did not become ready; the message carries the server's own log lines."""
 

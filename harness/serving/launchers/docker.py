@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness.serving.gate.policy import write_policy
 from harness.serving.gate.serve import ADMIN_HEADER, free_port, serve_command
-from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, port_in_use
+from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, ports_in_use
 from harness.serving.launchers.docker_engine import (
     HOST_LABEL,
     OWNER_LABEL,
@@ -172,15 +172,11 @@ class DockerTritonServer(StartedTritonServer):
         return found
 
     def _check_ports(self) -> None:
-        named = [("HTTP", self.http_port, "--http-port"), ("metrics", self.metrics_port, "--metrics-port")]
-        if self.options.allow_grpc:
-            named.insert(1, ("gRPC", self.grpc_port, "--grpc-port"))
-        for what, port, flag in named:
-            if port_in_use(self.host, port):
-                raise DockerStartError(
-                    f"port {port} ({what}) on {self.host} is in use: stop what listens there or "
-                    f"choose another port with {flag}"
-                )
+        busy = ports_in_use(
+            self.host, (self.http_port, self.grpc_port if self.options.allow_grpc else None, self.metrics_port)
+        )
+        if busy:
+            raise DockerStartError("; ".join(busy))
 
     def _prepare_repository(self) -> None:
         """Packed env beside a generated copy of the repository; every env checked against the stub."""
