@@ -11,7 +11,8 @@ from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment, discover, get_deployment
-from harness.serving.launchers import ServerStartError, create_server, default_mode
+from harness.serving.launchers import create_server, default_mode
+from harness.serving.launchers.base import ServerStartError
 from harness.variants import describe, variant_repository
 
 

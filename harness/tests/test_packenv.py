@@ -23,7 +23,8 @@ from harness import packed_serving, repository
 from harness.deployments import Deployment, discover
 from harness.manifest import Manifest
 from harness.serving import packenv
-from harness.serving.launchers import LocalTritonServer, ServerOptions, ServerStartError
+from harness.serving.launchers import LocalTritonServer, ServerOptions
+from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
 from harness.tests.repositories import make_repository
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from harness.serving.launchers.base import ServerOptions, ServerStartError, TritonServer
+from harness.serving.launchers.base import ServerOptions, TritonServer
 from harness.serving.launchers.docker import DockerTritonServer
 from harness.serving.launchers.external import ExternalTritonServer
 from harness.serving.launchers.local import LocalTritonServer
@@ -32,16 +32,3 @@ def create_server(
             raise ValueError("external mode needs a server URL (--server-url or TRITON_SERVER_URL)")
         return ExternalTritonServer(options, url, grpc_url or os.environ.get("TRITON_GRPC_URL"))
     raise ValueError(f"unknown server mode {mode!r}; choose one of {MODES}")
-
-
-__all__ = [
-    "MODES",
-    "default_mode",
-    "ServerOptions",
-    "ServerStartError",
-    "TritonServer",
-    "create_server",
-    "LocalTritonServer",
-    "DockerTritonServer",
-    "ExternalTritonServer",
-]

@@ -27,9 +27,6 @@ never starts), numpy 2 in the env (corrupted tensors).
 """
 
 from harness.serving.packenv.pack import (
-    EnvInfo,
-    PackResult,
-    choose_tool,
     conda_plan,
     default_output,
     inspect_env,
@@ -47,38 +44,26 @@ from harness.serving.packenv.preflight import (
     server_target,
 )
 from harness.serving.packenv.recipe import (
-    ENV_PLACEHOLDER,
-    ENV_REFERENCE,
-    ENVS_DIR,
     PACKER_VERSION,
     RECIPE,
     TARGETS,
     PackedEnvError,
     PackEnvError,
     PythonEnvMismatch,
-    Recipe,
     find_python,
     load_recipe,
     local_python,
-    python_candidates,
 )
 
 __all__ = [
-    "ENV_PLACEHOLDER",
-    "ENV_REFERENCE",
-    "ENVS_DIR",
     "PACKER_VERSION",
     "RECIPE",
     "TARGETS",
-    "EnvInfo",
-    "PackResult",
     "PackEnvError",
     "PackedEnvError",
     "PythonEnvMismatch",
-    "Recipe",
     "assert_repository",
     "check_repository",
-    "choose_tool",
     "conda_plan",
     "default_output",
     "find_python",
@@ -89,7 +74,6 @@ __all__ = [
     "pack",
     "packed_repository",
     "packed_server_options",
-    "python_candidates",
     "render_conda_file",
     "resolve_env_path",
     "server_target",
