@@ -80,7 +80,7 @@ MAY_DIFFER = (
 #: Parameters of an engine or a packed environment, not of the model.
 ENGINE_PARAMETERS = re.compile(
     r"^(device_ids|static_model|profiling|dump_graph|plog|dump_data|EXECUTION_ENV_PATH|intra_op_thread_count"
-    r"|inter_op_thread_count|execution_mode|enable_mem_arena|enable_mem_pattern|session\..*"
+    r"|inter_op_thread_count|execution_mode|enable_mem_arena|enable_mem_pattern|session\..*|memory\..*|max_batch_tokens"
     r"|PERFORMANCE_HINT|NUM_STREAMS|INFERENCE_NUM_THREADS)$"
 )
 
