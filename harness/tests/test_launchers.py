@@ -20,9 +20,9 @@ from harness.serving.launchers import (
     ExternalTritonServer,
     LocalTritonServer,
     ServerOptions,
-    ServerStartError,
     create_server,
 )
+from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
 from harness.serving.packenv.recipe import stub_python_of
 from harness.tests.repositories import make_repository, ready_server
