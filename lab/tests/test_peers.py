@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from embedding_cpu_processing.bls import plan_batches
 
-from harness.measuring.matrix import side_by_side as ratios
+from harness_lab.matrix_sections import side_by_side as ratios
 
 
 def _record(model, rounds, ceiling_rounds, kind="onnx-fp32", batch=1, concurrency=8, run="r1"):
@@ -257,3 +257,14 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     assert "behind the front gate" in text and OPENAI_OVER_NATIVE in text
     (row,) = ratios.paths(records)
     assert row["native"] and row["openai"] and row["naive"] and row["infinity"] is None
+
+
+def test_native_text_replies_are_checked_on_the_output_the_config_names():
+    from harness_lab.peers.__main__ import check_triton_text
+
+    reply = b'{"outputs":[{"name":"VECTOR","shape":[2,3],"datatype":"FP32","data":[0,0,0,0,0,0]}]}'
+    check_triton_text(reply, 2, 3, output="VECTOR")
+    with pytest.raises(AssertionError, match=r"VECTOR shape \[2, 3\], expected \[2, 4\]"):
+        check_triton_text(reply, 2, 4, output="VECTOR")
+    with pytest.raises(AssertionError, match=r"no EMBEDDING in \['VECTOR'\]"):
+        check_triton_text(reply, 2, 3, output="EMBEDDING")

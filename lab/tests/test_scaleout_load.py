@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness.deployments import get_deployment
-from harness_lab.scaleout.load import Load, text_tensors
+from harness_lab.scaleout.load import Load
+from harness_lab.text_models import text_tensors
 
 
 def test_tensors_of_the_scaleout_model_come_from_its_config():

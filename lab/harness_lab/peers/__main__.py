@@ -56,6 +56,7 @@ from harness_lab.peers.ceiling import TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
 from harness_lab.peers.naive import NaiveServer
 from harness_lab.peers.processes import tree_cpu_s, wait_idle
+from harness_lab.text_models import text_tensors
 
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
 INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
@@ -149,10 +150,14 @@ def _route_exists(url: str) -> bool:
     return True
 
 
-def check_triton_text(reply: bytes, count: int, dimension: int) -> None:
-    output = next(o for o in json.loads(reply)["outputs"] if o["name"] == "EMBEDDING")
-    if output["shape"] != [count, dimension]:
-        raise AssertionError(f"EMBEDDING shape {output['shape']}, expected [{count}, {dimension}]")
+def check_triton_text(reply: bytes, count: int, dimension: int, output: str) -> None:
+    """The model's vector ``output`` (named by its config) has one row of ``dimension`` per sentence."""
+    outputs = json.loads(reply)["outputs"]
+    found = next((o for o in outputs if o["name"] == output), None)
+    if found is None:
+        raise AssertionError(f"no {output} in {[o['name'] for o in outputs]}")
+    if found["shape"] != [count, dimension]:
+        raise AssertionError(f"{output} shape {found['shape']}, expected [{count}, {dimension}]")
 
 
 def check_triton_tokens(reply: bytes, count: int, dimension: int) -> None:
@@ -291,15 +296,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run {run_id}: servers on cores {cores_label(server_cores)}, {generator.describe()}", flush=True)
 
     pieces = deployment.resolve(spec.embedding)()
-    #: The request body of each ``[peers.models.<m>] request``.
-    bodies = {
-        "text": workloads.triton_text_body,
-        "tokens": functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize),
-    }
-    checks = {
-        name: functools.partial(check, dimension=pieces.dimension)
-        for name, check in (("text", check_triton_text), ("tokens", check_triton_tokens), ("openai", check_openai))
-    }
+
+    def native(model: str, request: str) -> tuple[Callable, Callable]:
+        """(body maker, reply check) of ``model``'s ``[peers.models.<m>] request``: ``text`` (its text input
+        and vector output, from its config) or ``tokens`` (the client-tokenized contract)."""
+        if request == "tokens":
+            return functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize), functools.partial(
+                check_triton_tokens, dimension=pieces.dimension
+            )
+        text_input, output = text_tensors(deployment.model_repository, model)
+        return functools.partial(workloads.triton_text_body, text_input=text_input), functools.partial(
+            check_triton_text, dimension=pieces.dimension, output=output
+        )
+
     #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
     peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
     served_models = list(dict.fromkeys(models + openai_models + openai_calls(deployment, openai_models, spec)))
@@ -327,12 +336,12 @@ def main(argv: list[str] | None = None) -> int:
             version = triton.describe()["server_version"]
             for model in models:
                 served = spec.models[model]
-                check = checks[served.request]
+                make_body, check = native(model, served.request)
                 targets.append(
                     Target(
                         model,
                         f"http://{triton.http_url}/v2/models/{model}/infer",
-                        bodies[served.request],
+                        make_body,
                         served.ceiling,
                         served.describe,
                         {**ours, "server_version": version, "path": "native", "endpoint": f"/v2/models/{model}/infer"},
@@ -359,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                             "openai_model": name,
                             "encoding_format": args.encoding_format or "float",
                         },
-                        checks["openai"],
+                        functools.partial(check_openai, dimension=pieces.dimension),
                         triton.process.pid,
                     )
                 )
@@ -367,12 +376,12 @@ def main(argv: list[str] | None = None) -> int:
             version = server.describe()["server_version"]
             for model in variant_models:
                 served = spec.models[model]
-                check = checks[served.request]
+                make_body, check = native(model, served.request)
                 targets.append(
                     Target(
                         f"{model}[{name}]",
                         f"http://{server.http_url}/v2/models/{model}/infer",
-                        bodies[served.request],
+                        make_body,
                         served.ceiling,
                         f"{served.describe}, config {json.dumps(config, sort_keys=True)}",
                         {
@@ -404,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                         "endpoint": peer.url.split(str(peer.port), 1)[1],
                         "encoding_format": args.encoding_format or "float",
                     },
-                    checks["openai"],
+                    functools.partial(check_openai, dimension=pieces.dimension),
                     peer.process.pid,
                 )
             )

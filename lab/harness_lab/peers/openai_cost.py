@@ -12,6 +12,7 @@ paths so that drift hits each alike. Which model: the deployment's ``[peers] ope
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -27,6 +28,7 @@ from harness.serving.gate.policy import GatePolicy
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
 from harness_lab.peers.processes import wait_idle
+from harness_lab.text_models import text_tensors
 
 
 def process_cpu(root_pid: int) -> dict[str, float]:
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
     spec = deployment.manifest.peers
     model, name = next(iter(spec.openai_models.items()))
+    text_input = text_tensors(deployment.model_repository, model)[0]
     generator_cores = {int(c) for c in args.generator_cores.split(",")}
     all_cores = set(os.sched_getaffinity(0))
     server_cores = {int(c) for c in args.server_cores.split(",")} if args.server_cores else all_cores - generator_cores
@@ -117,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     report = {"model": model, "server_cores": cores_label(server_cores), "generator": generator.describe(), "rows": []}
     try:
         paths = {
-            "native": (servers[""], f"/v2/models/{model}/infer", workloads.triton_text_body),
+            "native": (
+                servers[""],
+                f"/v2/models/{model}/infer",
+                functools.partial(workloads.triton_text_body, text_input=text_input),
+            ),
             "openai float": (servers[""], "/v1/embeddings", lambda t: workloads.openai_body(t, name)),
             "openai base64": (servers[""], "/v1/embeddings", lambda t: workloads.openai_body(t, name, "base64")),
             "openai float, no usage": (servers["no-usage"], "/v1/embeddings", lambda t: workloads.openai_body(t, name)),

@@ -23,9 +23,10 @@ def sentences(count: int, offset: int = 0) -> list[str]:
     return [SENTENCES[(offset + i) % len(SENTENCES)] for i in range(count)]
 
 
-def triton_text_body(texts: list[str]) -> bytes:
-    """KServe v2 JSON: ``TEXT`` BYTES ``[n, 1]``; ``EMBEDDING`` comes back as JSON numbers."""
-    body = {"inputs": [{"name": "TEXT", "shape": [len(texts), 1], "datatype": "BYTES", "data": texts}]}
+def triton_text_body(texts: list[str], text_input: str) -> bytes:
+    """KServe v2 JSON: ``text_input`` BYTES ``[n, 1]`` (the model's one text input,
+    ``harness_lab.text_models``); the vectors come back as JSON numbers."""
+    body = {"inputs": [{"name": text_input, "shape": [len(texts), 1], "datatype": "BYTES", "data": texts}]}
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 

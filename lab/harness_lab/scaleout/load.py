@@ -1,9 +1,9 @@
 """Checked load against the stack's balancer: an asyncio client (aiohttp) holding ``concurrency``
 HTTP/JSON inference requests in flight, every response checked (a vector of the first one's size,
-equal to it; the model is text in, vector out: its one BYTES input and one float output, named by
-its config.pbtxt, ``text_tensors``), and the client retry policy (``RETRY``): a request is tried up to 3 times; it is
-retried on a connection error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or any other
-answer is final. A request is *lost* when all its tries fail."""
+equal to it; the model is text in, vector out, its tensors named by its config.pbtxt:
+``harness_lab.text_models``), and the client retry policy (``RETRY``): a request is tried up to 3
+times; it is retried on a connection error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or
+any other answer is final. A request is *lost* when all its tries fail."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
-from harness.repository import configs
+from harness_lab.text_models import text_tensors
 
 RETRY = {
     "tries": 3,
@@ -41,28 +40,6 @@ class Outcome:
     error: str | None = None
     #: Why the first try failed, when the request needed another.
     first_try_error: str | None = None
-
-
-FLOATS = {
-    model_config_pb2.TYPE_FP16,
-    model_config_pb2.TYPE_BF16,
-    model_config_pb2.TYPE_FP32,
-    model_config_pb2.TYPE_FP64,
-}
-
-
-def text_tensors(repository, model: str) -> tuple[str, str]:
-    """(input, output) of ``model`` in ``repository``: its one BYTES input and its one float output;
-    ValueError naming the model's tensors when it has other ones (this load fits text -> vector only)."""
-    config = configs(repository)[model]
-    texts = [i.name for i in config.input if i.data_type == model_config_pb2.TYPE_STRING]
-    vectors = [o.name for o in config.output if o.data_type in FLOATS]
-    if len(config.input) != 1 or len(texts) != 1 or len(vectors) != 1:
-        raise ValueError(
-            f"{model}: the scale-out load sends one sentence and checks one vector, but the model has inputs "
-            f"{[i.name for i in config.input]} and outputs {[o.name for o in config.output]}: not text in, vector out"
-        )
-    return texts[0], vectors[0]
 
 
 def infer_body(text_input: str, vector_output: str, text: str = SENTENCE) -> bytes:
