@@ -37,23 +37,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "FIXTURES_KEY",
-    "WeightsIdentity",
-    "assert_served_weights",
-    "file_identity",
-    "file_sha256",
-    "fixtures_identity",
-    "fixtures_record",
-    "read_stamp",
-    "replace_atomically",
-    "repository_commit",
-    "served_onnx_files",
-    "stamp_onnx",
-    "tensors_identity",
-    "tensors_sha256",
-]
-
 FIXTURES_KEY = "weights"
 STAMP_KEYS = ("weights_sha256", "weights_source", "exported_by")
 

@@ -55,43 +55,43 @@ class ServerPool:
         if key in self._failures:
             raise ServerStartError(f"{key}: its server failed to start earlier in this session:\n{self._failures[key]}")
         if key not in self._contexts:
-            if (self.mode or default_mode()) in ("local", "docker"):
-                try:
-                    deployment.export()
-                except Exception as exc:
-                    self._failures[key] = exc
-                    raise
-            options = deployment.server_options(self.target)
-            if self.image:
-                options.image = self.image
-            if config:
-                if self.mode == "external":
-                    raise ValueError("config variants need a server the harness starts (local or docker mode)")
-                repository = variant_repository(deployment.model_repository, config, models=models)
-                self._variant_dirs[key] = repository.parent
-                options.model_repository = str(repository)
-                if models:
-                    options.required_models = [m for m in options.required_models if m in models]
-            if (self.mode or default_mode()) == "docker":
-                from harness.serving.launchers.docker_envs import attach_packed_env
-
-                try:
-                    attach_packed_env(deployment, options)  # the launcher packs it when missing or stale
-                except Exception as exc:
-                    self._failures[key] = exc
-                    raise
-            server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
-            began = time.monotonic()
             try:
-                server.start()
-                server.wait_ready()
+                self._contexts[key] = self._start(deployment, config, models, key)
             except Exception as exc:
-                self._failures[key] = exc
-                server.stop()
+                self._failures[key] = exc  # not retried in this session
                 raise
-            self.start_times[key] = time.monotonic() - began
-            self._contexts[key] = DeploymentContext(deployment, server, self.target)
         return self._contexts[key]
+
+    def _start(self, deployment: Deployment, config: dict | None, models: tuple[str, ...], key: str):
+        """Export (a server the harness starts), write the variant's repository, start and wait ready."""
+        mode = self.mode or default_mode()
+        if config and mode == "external":
+            raise ValueError("config variants need a server the harness starts (local or docker mode)")
+        if mode in ("local", "docker"):
+            deployment.export()
+        options = deployment.server_options(self.target)
+        if self.image:
+            options.image = self.image
+        if config:
+            repository = variant_repository(deployment.model_repository, config, models=models)
+            self._variant_dirs[key] = repository.parent
+            options.model_repository = str(repository)
+            if models:
+                options.required_models = [m for m in options.required_models if m in models]
+        if mode == "docker":
+            from harness.serving.launchers.docker_envs import attach_packed_env
+
+            attach_packed_env(deployment, options)  # the launcher packs it when missing or stale
+        server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
+        began = time.monotonic()
+        try:
+            server.start()
+            server.wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        self.start_times[key] = time.monotonic() - began
+        return DeploymentContext(deployment, server, self.target)
 
     def release(self, name: str) -> None:
         """Stop the server of one deployment."""
