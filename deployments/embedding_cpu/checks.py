@@ -617,7 +617,7 @@ def reliability_workload(http_url: str, model: str):
     vector the same server gave that sentence alone before the load."""
     from harness_lab.reliability.load import text_embedding_workload
 
-    return text_embedding_workload(http_url, model)
+    return text_embedding_workload(http_url, model, input_name="TEXT", output="EMBEDDING")
 
 
 def peers_embedding():

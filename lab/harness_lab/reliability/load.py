@@ -109,12 +109,13 @@ def text_embedding_workload(
     http_url: str,
     model: str,
     *,
+    input_name: str,
+    output: str,
     cases: int = 256,
-    input_name: str = "TEXT",
-    output: str = "EMBEDDING",
     atol: float = 2e-4,
 ) -> CheckedWorkload:
-    """A text -> vector model: ``cases`` unique sentences, each embedded alone before the load.
+    """A text -> vector model (its text ``input_name``, its vector ``output``): ``cases`` unique sentences,
+    each embedded alone before the load.
 
     During the load request ``i`` sends sentence ``i % cases`` (batched by the server with
     others) and must get the vector it got alone, within ``atol`` (dynamic batching pads
