@@ -9,13 +9,10 @@ which env each stub really runs.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-
-import psutil
 
 from harness.context import DeploymentContext
 from harness.deployments import get_deployment
@@ -35,44 +32,6 @@ from harness.serving.packenv import (
     server_target,
     sidecar,
 )
-
-
-def start_server(options, **launcher_kwargs):
-    """A ready LocalTritonServer on ``options`` (stopped again if it does not become ready)."""
-    server = LocalTritonServer(options, **launcher_kwargs)
-    try:
-        server.start()
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def stub_envs(server) -> dict[str, list[str]]:
-    """Which packed env each Python-backend stub of a local ``server`` runs in.
-
-    ``{model path: [env folders]}`` read from ``/proc/<stub>/maps`` and ``environ``: the unpacked
-    env folders (``/tmp/python_env_*``) whose shared libraries (numpy's, cv2's ...) the stub has
-    loaded or whose ``bin`` the backend put on its PATH when it activated the env.
-    An empty list means the stub took its packages from elsewhere (the harness's own venv).
-    """
-    found: dict[str, list[str]] = {}
-    for child in psutil.Process(server.process.pid).children(recursive=True):
-        try:
-            cmdline = child.cmdline()
-            if not cmdline or not cmdline[0].endswith("triton_python_backend_stub"):
-                continue
-            seen = Path(f"/proc/{child.pid}/maps").read_text()
-            seen += "\n" + Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace").replace("\0", "\n")
-        except (psutil.Error, OSError):
-            continue
-        # maps: libraries loaded from the env (numpy's ...); environ: the activated env's bin on PATH.
-        envs = sorted({m.group(1) for m in re.finditer(r"(/tmp/python_env_[^/\s:]+/\d+)/", seen)})
-        model = cmdline[1] if len(cmdline) > 1 else str(child.pid)
-        found.setdefault(model, [])
-        found[model] = sorted(set(found[model]) | set(envs))
-    return found
 
 
 def run_checks(deployment, server, target: str) -> dict[str, str | None]:
@@ -198,7 +157,7 @@ def report_checks(deployment, server, target: str, models: list[str]) -> int:
     results = run_checks(deployment, server, target)
     for name, failure in results.items():
         print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
-    usage = {m: e for m, e in stub_envs(server).items() if any(f"/model_repository/{name}/" in m for name in models)}
+    usage = {m: e for m, e in server.stub_envs().items() if any(f"/model_repository/{name}/" in m for name in models)}
     for model, envs in sorted(usage.items()):
         print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
     failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]

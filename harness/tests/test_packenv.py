@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from harness import packed_serving, repository
+from harness import repository
 from harness.deployments import Deployment, discover
 from harness.manifest import Manifest
 from harness.serving import packenv
@@ -138,17 +138,13 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     )
     assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
     assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
-    # attempts: a concurrent harness server's stop() may delete our unpacked env (see start_server)
-    server = packed_serving.start_server(options)
-    try:
+    with LocalTritonServer(options) as server:
         info = _whoami(server)
-        used = packed_serving.stub_envs(server)
+        used = server.stub_envs()
         with httpclient.InferenceServerClient(server.http_url) as client:
             double_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
             double_input.set_data_from_numpy(np.ones((1, 4), np.float32))
             assert client.infer("double", [double_input]).as_numpy("OUTPUT").tolist() == [[2.0] * 4]
-    finally:
-        server.stop()
     assert info["prefix"].startswith("/tmp/python_env_") and info["prefix"] != sys.prefix, info
     assert info["marker"] and info["marker"].startswith(info["prefix"] + "/lib/"), info
     assert info["python"] == packenv.local_python() and int(info["numpy"].split(".")[0]) < 2, info

@@ -310,23 +310,30 @@ class LocalTritonServer(StartedTritonServer):
             return f"openvino via harness Python backend (openvino {version('openvino')})"
         return backend
 
-    def unpacked_envs(self) -> set[str]:
-        """``/tmp/python_env_*`` folders our own stubs run in (read from /proc, not guessed)."""
-        found: set[str] = set()
-        if not self.is_running():
-            return found
-        for child in psutil.Process(self.process.pid).children(recursive=True):
+    def stub_envs(self) -> dict[str, list[str]]:
+        """Which unpacked env (``/tmp/python_env_*/<n>``) each Python-backend stub runs in, by its
+        model path, read from ``/proc`` (not guessed): env folders whose shared libraries (numpy's,
+        cv2's ...) it loaded (``maps``) or whose ``bin`` the backend put on its PATH (``environ``).
+        An empty list: the stub took its packages from elsewhere (the harness's own venv)."""
+        found: dict[str, set[str]] = {}
+        for child in psutil.Process(self.process.pid).children(recursive=True) if self.is_running() else []:
             try:
+                cmdline = child.cmdline()
+                if not cmdline or not cmdline[0].endswith("triton_python_backend_stub"):
+                    continue
                 seen = Path(f"/proc/{child.pid}/maps").read_text()
-                seen += Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace")
-            except (OSError, psutil.Error):
+                seen += "\n" + Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace").replace(
+                    "\0", "\n"
+                )
+            except (psutil.Error, OSError):
                 continue
-            found |= set(re.findall(r"/tmp/python_env_[A-Za-z0-9]+", seen))
-        return found
+            model = cmdline[1] if len(cmdline) > 1 else str(child.pid)
+            found.setdefault(model, set()).update(re.findall(r"(/tmp/python_env_[^/\s:]+/\d+)/", seen))
+        return {model: sorted(envs) for model, envs in found.items()}
 
     def stop(self) -> None:
         """SIGTERM, wait, SIGKILL the group; then remove our shm regions and unpacked envs."""
-        own_envs = self.unpacked_envs()
+        own_envs = {str(Path(env).parent) for envs in self.stub_envs().values() for env in envs}
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
