@@ -65,8 +65,8 @@ class MountedRepository:
 
 def checked_packed_env(tarball: Path, profile: ImageProfile, pack_stale: bool = True) -> None:
     """The deployment's packed env (re)packed when missing or stale, as `make pack-env` would; then it
-    must exist and be of the stub's Python, else DockerStartError saying how to repack it."""
-    from harness.serving.packenv import RECIPE, PackEnvError, inspect_env, is_stale, load_recipe, pack
+    must exist, else DockerStartError saying how to build it (its Python: ``mounted_repository``)."""
+    from harness.serving.packenv import RECIPE, PackEnvError, is_stale, load_recipe, pack
 
     stub, target = profile.stub_python, profile.pack_target
     deployment = tarball.parent.parent.name
@@ -86,13 +86,6 @@ def checked_packed_env(tarball: Path, profile: ImageProfile, pack_stale: bool = 
     if not tarball.exists():
         raise DockerStartError(
             f"packed env {tarball} does not exist: build it with `make pack-env DEPLOYMENT={deployment} TARGET={target}`"
-        )
-    info = inspect_env(tarball)
-    if info.python != stub:
-        raise DockerStartError(
-            f"packed env {tarball} is Python {info.python or '(unknown)'} but {profile.image}'s Python "
-            f"backend stub is Python {stub}: repack it with `make pack-env DEPLOYMENT={deployment} "
-            f"TARGET={target}`"
         )
 
 
@@ -116,7 +109,11 @@ def mounted_repository(options: ServerOptions, profile: ImageProfile, pack_stale
         # The repository's own EXECUTION_ENV_PATHs too (e.g. configs written for another image): on the
         # host, $$TRITON_MODEL_DIRECTORY/../../envs is the folder mounted at /envs.
         problems = check_repository(
-            mounted.path, profile.stub_python, model_config_name=options.model_config_name, target=profile.pack_target
+            mounted.path,
+            profile.stub_python,
+            model_config_name=options.model_config_name,
+            deployment=Path(options.python_env).parent.parent.name if options.python_env else None,
+            target=profile.pack_target,
         )
         if problems:
             raise DockerStartError(
