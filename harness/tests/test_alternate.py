@@ -89,7 +89,7 @@ def test_alternating_rounds_are_a_comparison_not_the_matrix_cells(tmp_path):
     assert {r["comparison"] for r in rounds} == {COMPARISON} and len({r["run_id"] for r in rounds}) == 1
     assert all(r["items_per_second"] > 0 and r["timestamp"] > BENCH_RECORD["timestamp"] for r in rounds)
 
-    written = matrix.generate(records_file, tmp_path / "docs", root, perf_analyzer_note="(test)")
+    written = matrix.generate(records_file, tmp_path / "docs", root)
     cells = json.loads(written["json"].read_text())["deployments"]["toy_alternate"]["rows"]
     by_benchmark = {r["benchmark"]: r for r in cells if r["server_mode"] == "local"}
     assert by_benchmark["double-a"]["items_per_second"] == BENCH_RECORD["items_per_second"]

@@ -105,10 +105,10 @@ def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _generate(toy, rows, note="perf_analyzer: not usable here (test).") -> dict[str, Path]:
+def _generate(toy, rows, sections=None) -> dict[str, Path]:
     root, results, docs = toy
     _write(results / "records.jsonl", rows)
-    return matrix.generate(results / "records.jsonl", docs, root, perf_analyzer_note=note)
+    return matrix.generate(results / "records.jsonl", docs, root, sections=sections)
 
 
 def test_measured_and_never_measured_rows(toy):
@@ -133,7 +133,7 @@ def test_measured_and_never_measured_rows(toy):
     assert "`local` server mode, measured 2026-11-30: Test CPU, 2 cores, Debian 12; tritonserver 2.51.0" in text
     assert "`docker` server mode: no run recorded yet" not in text
     assert "onnxruntime via harness Python backend" in text
-    assert "harness-asyncio" in text and "perf_analyzer: not usable here (test)." in text
+    assert "harness-asyncio (tritonclient asyncio, `python -m harness bench`)" in text
     assert "> ceiling" not in text, "no row above its ceiling: no mark, no footnote"
     data = json.loads(written["json"].read_text())
     toy_rows = data["deployments"]["toy"]["rows"]
@@ -199,7 +199,7 @@ def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
     assert not any(k.startswith("plot") for k in written)
 
 
-def test_missing_level_perf_analyzer_rows_and_network_records_go_elsewhere(toy):
+def test_missing_level_and_perf_analyzer_rows(toy):
     rows = [
         _record(),
         _record(
@@ -211,11 +211,6 @@ def test_missing_level_perf_analyzer_rows_and_network_records_go_elsewhere(toy):
             perf_server_compute_infer=None,
             perf_server_compute_output=None,
         ),
-        _record(
-            network={"rate": "1mbit", "rtt_ms": 0, "rate_bits_per_s": 1e6},
-            perf_throughput=7.0,
-            link_ceiling_infer_per_s=74.85,
-        ),
     ]
     written = _generate(toy, rows)
     text = written["markdown"].read_text()
@@ -223,9 +218,6 @@ def test_missing_level_perf_analyzer_rows_and_network_records_go_elsewhere(toy):
     assert len(lines) == 4, lines  # c=1 and c=4 for each generator
     assert any("perf_analyzer" in line and "55.0" in line for line in lines)
     assert sum("not measured" in line for line in lines) == 2
-    assert "| 7.0 " not in text, "network-bound records stay out of results.md"
-    network = written["network"].read_text()
-    assert "1mbit" in network and "74.8" in network and "7.0" in network
 
 
 def test_correctness_from_plugin_outcomes_and_junit(toy):
@@ -344,7 +336,7 @@ def test_the_renderer_lists_every_declared_row_of_every_deployment():
     """What `make matrix` writes for the manifests as they are now: one row block per declared
     scenario x target x server mode, in manifest order, measured or not (here: from no records)."""
     deployments = discover()
-    text = matrix.render_markdown(matrix.build([], deployments, []), "", "no records", [], deployments)
+    text = matrix.render_markdown(matrix.build([], deployments, []), "no records", [], deployments)
     blocks = table_blocks(text)
     for deployment in deployments:
         assert blocks[deployment.name] == _table_order(deployment), deployment.name
@@ -396,30 +388,6 @@ def test_the_matrix_replaces_its_own_figures_and_keeps_the_others(toy):
     assert not (plots / "gone-throughput.png").exists()
     assert (plots / "soak_toy-rss.png").exists(), "make matrix must not delete the reliability figures"
     assert (plots / "toy-throughput.png").exists()
-
-
-def test_network_rows_say_link_ceiling_latency_bytes_and_server_times_in_order():
-    from harness.measuring.matrix.render import render_network
-
-    record = _record(network={"rate": "100mbit", "rtt_ms": 20}, link_ceiling_infer_per_s=2.4)
-    text = render_network([record])
-    row = next(line for line in text.splitlines() if line.startswith("| toy "))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2:] == [
-        "100mbit, +20 ms RTT",
-        "local / cpu",
-        "1",
-        "50.0",
-        "2.4",
-        "19.5",
-        "30.2",
-        "90",
-        "1,580",
-        "1.50",
-        "15.50",
-        "2026-11-30",
-    ]
-    assert render_network([_record()]) is None, "no network-bound record: no page"
 
 
 def test_a_section_measured_at_another_commit_of_its_model_repository_says_so(toy):
@@ -480,3 +448,24 @@ def test_without_a_records_file_the_command_says_so_and_writes_nothing(tmp_path,
     err = capsys.readouterr().err
     assert f"no records at {tmp_path / 'records.jsonl'}" in err and "make bench" in err
     assert not docs.exists(), "docs/ left as they are"
+
+
+def test_without_installed_sections_the_core_renders_its_own_and_names_none_of_theirs(toy):
+    """The lab's sections (side-by-side, network-bound, gate cost, perf_analyzer) come from its entry
+    points: without them the pages hold the core's tables and costs lesson, and no word of theirs."""
+    local = _record(timestamp="2026-11-30T10:00:00+00:00")
+    docker = _record(timestamp="2026-11-30T10:10:00+00:00", server_mode="docker", items_per_second=45.0)
+    shaped = _record(network={"rate": "1mbit", "rtt_ms": 0}, concurrency=4)
+    written = _generate(toy, [local, docker, shaped], sections=[])
+    text = written["markdown"].read_text()
+    assert "## Headlines\n\n### What processing on the server and the container cost (1.00 = nothing)" in text
+    assert "toy: docker / local 0.90x" in text
+    assert "Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`).\n" in text
+    for word in ("perf_analyzer", "network", "side by side", "gate-cost", "peers"):
+        assert word not in text.lower(), word
+    assert "network" not in written and sorted(json.loads(written["json"].read_text())) == [
+        "deployments",
+        "headlines",
+        "not_measured",
+        "source",
+    ]

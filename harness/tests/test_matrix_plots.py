@@ -63,34 +63,3 @@ def test_figures_are_written_for_measured_rows_only(tmp_path):
     assert sorted(written) == ["bytes", "latency", "throughput"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written.values())
     assert plot("toy", [r for r in ROWS if not r["measured"]], tmp_path / "none") == {}
-
-
-def test_each_ceiling_sits_over_its_own_bar_and_an_off_scale_one_says_so():
-    """The network figure's case: per link a JPEG, a tensor and a naive tensor bar, the JPEG's ceiling
-    far off the axis, the tensor's above both bars of its group, the naive one's just above its bar."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from harness.measuring.matrix.plots import _bars
-
-    series = {"jpeg": [14.0, 15.0], "tensor": [9.0, 2.4], "naive": [2.5, 0.6]}
-    ceilings = {"jpeg": [908.0, 90.8], "tensor": [24.4, 2.44], "naive": [6.1, 0.61]}
-    fig, ax = plt.subplots()
-    _bars(ax, ["1gbit", "100mbit"], series, ceilings, label_marks=True)
-    bars = {label: container.patches for label, container in zip(series, ax.containers)}
-    ticks = [seg for c in ax.collections for seg in c.get_segments() if seg[0][1] == seg[1][1]]
-    for label, patches in bars.items():
-        for patch, mark in zip(patches, ceilings[label]):
-            over = [s for s in ticks if abs(s[0][1] - mark) < 1e-9]
-            if mark > ax.get_ylim()[1]:
-                assert not over, f"{label}'s off-scale ceiling {mark} drawn inside the axis"
-                continue
-            assert over, f"{label}'s ceiling {mark} not drawn"
-            centre = patch.get_x() + patch.get_width() / 2
-            assert all(abs((s[0][0] + s[1][0]) / 2 - centre) < 1e-9 for s in over), f"{label}'s ceiling {mark}"
-    texts = [t.get_text() for t in ax.texts]
-    assert texts.count("908\n(off scale)") == 1 and texts.count("90.8\n(off scale)") == 1
-    assert "24.4" in texts, "a ceiling above its bar says its value"
-    plt.close(fig)

@@ -10,12 +10,12 @@ deployment and server mode; each says the date and run it comes from, and a sect
 another commit of its deployment's model repository says so (``cells.freshness_note``).
 
 Every number comes from a record written by a benchmark run (``make bench``, the benchmark
-tests, ``python -m harness_lab.perf_analyzer``, ``python -m harness_lab.netem``); nothing is typed in
-by hand. For each deployment the table has one block of rows per benchmark scenario x
-target x server mode that its manifest declares (``targets``): cells that were never
-measured on any machine stay in the table as "not measured". The latest record of each cell
-wins. Records of network-bound runs (``make bench-network``) go to
-``docs/results-network.md`` instead, so ``make bench matrix`` always gives the same layout.
+tests, the tools of installed distributions); nothing is typed in by hand. For each deployment the
+table has one block of rows per benchmark scenario x target x server mode that its manifest
+declares (``targets``): cells that were never measured on any machine stay in the table as "not
+measured". The latest record of each cell wins. Installed distributions add sections, pages and
+headline lessons of their own, and the records of their own kinds go there rather than into the
+tables (``sections.py``; the lab's network-bound and side-by-side runs).
 
 Correctness comes from the latest pytest outcomes recorded by the small pytest plugin in
 ``harness.testing.outcomes`` (``pytest -p harness.testing.outcomes``, or wired in by conftest), or from a JUnit XML in

@@ -36,17 +36,6 @@ def generator_family(record: dict) -> str:
     return "perf_analyzer" if generator.startswith("perf_analyzer") else generator.split(" ", 1)[0]
 
 
-def network_label(record: dict) -> str | None:
-    """``"100mbit"`` / ``"100mbit, +20 ms RTT"`` for a network-bound record, None otherwise."""
-    network = record.get("network")
-    if not network:
-        return None
-    label = str(network.get("rate") or "unlimited")
-    if network.get("rtt_ms"):
-        label += f", +{network['rtt_ms']:g} ms RTT"
-    return label
-
-
 def cell_key(record: dict) -> tuple:
     machine = record.get("machine") or {}
     return (
@@ -56,26 +45,20 @@ def cell_key(record: dict) -> tuple:
         record.get("server_mode", "local"),
         int(record.get("concurrency") or 0),
         generator_family(record),
-        network_label(record),
         machine.get("cpu_model"),
         machine.get("cpu_cores"),
     )
 
 
-def latest_records(records: list[dict]) -> list[dict]:
-    """The latest record of each cell (deployment, benchmark, target, mode, concurrency, generator,
-    network, machine); in first-seen order."""
+def latest_records(records: list[dict], key=cell_key) -> list[dict]:
+    """The latest record of each cell (``key``, default deployment, benchmark, target, mode,
+    concurrency, generator, machine); in first-seen order."""
     latest: dict[tuple, dict] = {}
     for record in records:
-        key = cell_key(record)
-        if key not in latest or stamp(record) >= stamp(latest[key]):
-            latest[key] = record
+        key_of = key(record)
+        if key_of not in latest or stamp(record) >= stamp(latest[key_of]):
+            latest[key_of] = record
     return list(latest.values())
-
-
-def network_records(records: list[dict]) -> list[dict]:
-    """The latest record of each network-bound cell (``make bench-network``)."""
-    return [r for r in latest_records(records) if network_label(r)]
 
 
 def run_label(record: dict) -> tuple:

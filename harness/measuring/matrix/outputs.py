@@ -1,5 +1,5 @@
-"""Write the matrix: ``results.md`` (with the side-by-side ratios), ``results.json``,
-``results.csv``, ``results-network.md`` and the plots."""
+"""Write the matrix: ``results.md``, ``results.json``, ``results.csv`` and the plots, with the
+sections and pages of installed distributions (``sections.py``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 from harness import PROJECT_ROOT
-from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family, network_label, network_records
+from harness.measuring.matrix import sections as installed_sections
+from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family
 from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.correctness import read_outcomes
 from harness.measuring.matrix.headlines import build_headlines, headlines_json, render_headlines
 from harness.measuring.matrix.plots import PLOT_KINDS, plot, plot_headlines
-from harness.measuring.matrix.render import render_markdown, render_network
+from harness.measuring.matrix.render import render_markdown
 from harness.measuring.matrix.rows import NOT_MEASURED, build
 from harness.measuring.records import read_records, records_path
 
@@ -27,7 +28,8 @@ CSV_FIELDS = (
 ).split()
 
 
-def _json_row(r: dict, in_matrix: bool) -> dict:
+def json_row(r: dict, in_matrix: bool) -> dict:
+    """A record as results.json / results.csv write it: its fields, the derived numbers, the machine."""
     machine = r.get("machine") or {}
     return {
         **{k: v for k, v in r.items() if k != "measured"},
@@ -48,22 +50,19 @@ def generate(
     docs: Path = DOCS,
     deployments_root: Path | None = None,
     outcomes_folder: Path | None = None,
-    perf_analyzer_note: str | None = None,
+    sections: list | None = None,
 ) -> dict[str, Path]:
-    """Write results.md, results.json, results.csv and plots; returns the paths written."""
+    """Write results.md, results.json, results.csv and plots, with ``sections`` (default: those
+    installed); returns the paths written."""
     records_file = Path(records_file or records_path())
     records = read_records(records_file)
+    sections = installed_sections.installed() if sections is None else sections
     from harness.deployments import discover
 
     deployments = discover(deployments_root)
     outcomes = read_outcomes(Path(outcomes_folder or records_file.parent))
-    if perf_analyzer_note is None:  # what made the perf_analyzer records, as they name it
-        runs = sorted({r["generator"] for r in records if generator_family(r) == "perf_analyzer"})
-        how = "`python -m harness perf-analyzer bench` (lab/)"
-        perf_analyzer_note = (
-            f"perf_analyzer: {', '.join(runs)} ({how})." if runs else f"perf_analyzer: no records ({how})."
-        )
-    matrix = build(records, deployments, outcomes)
+    tables = [r for r in records if not any(s.claims(r) for s in sections)]
+    matrix = build(tables, deployments, outcomes)
     plots_dir = docs / "plots"
     if plots_dir.exists():  # the matrix's own figures only: docs/plots also holds the reliability figures
         for kind in PLOT_KINDS:
@@ -73,28 +72,27 @@ def generate(
             old.unlink()
     for name, data in matrix.items():
         data["plots"] = plot(name, data["rows"], plots_dir, data.get("model_only"))
-    model_only = {d.name: {b.id: b.model_only for b in d.benchmarks if b.model_only} for d in deployments}
-    headlines = build_headlines(records, matrix, model_only, records_file.parent)
-    headline_plots = plot_headlines(headlines, plots_dir)
+    headlines = build_headlines(records, matrix, records_file.parent, sections)
+    headline_plots = plot_headlines(headlines, plots_dir, sections)
     try:
         source = str(records_file.resolve().relative_to(PROJECT_ROOT))
     except ValueError:
         source = str(records_file)
     docs.mkdir(parents=True, exist_ok=True)
     written = {"markdown": docs / "results.md", "json": docs / "results.json", "csv": docs / "results.csv"}
-    # ratio section: side-by-side runs (make bench-peers), ratios taken round by round
-    from harness.measuring.matrix import side_by_side
-
-    ratio_lines = side_by_side.render(records)
-    written["markdown"].write_text(
-        render_markdown(matrix, perf_analyzer_note, source, render_headlines(headlines, deployments), deployments)
-        + ("\n".join(ratio_lines) + "\n" if ratio_lines else "")
+    markdown = render_markdown(
+        matrix,
+        source,
+        render_headlines(headlines, sections, deployments),
+        deployments,
+        [clause for s in sections for clause in s.generators(records)],
+        [paragraph for s in sections for paragraph in s.intro(records)],
     )
-    latest_run = side_by_side.latest_run(records)
+    after = [line for s in sections for line in s.markdown(records)]
+    written["markdown"].write_text(markdown + ("\n".join(after) + "\n" if after else ""))
     payload = {
         "source": source,
-        "perf_analyzer": perf_analyzer_note,
-        "side_by_side": {"records": latest_run, "ratios": side_by_side.ratios(latest_run)},
+        **{k: v for s in sections for k, v in s.json_head(records).items()},
         "not_measured": NOT_MEASURED,
         "headlines": headlines_json(headlines),
         "deployments": {
@@ -102,31 +100,26 @@ def generate(
                 "summary": data["summary"],
                 "targets": data["targets"],
                 "correctness": data["correctness"],
-                "rows": [_json_row(r, True) for r in data["rows"]],
-                "other_records": [_json_row(r, False) for r in data["extra"]],
+                "rows": [json_row(r, True) for r in data["rows"]],
+                "other_records": [json_row(r, False) for r in data["extra"]],
                 "container_cost": container_cost(data["rows"], data["history"]),
                 "processing_pairs": data["processing_pairs"],
                 "plots": {k: str(p.relative_to(docs)) for k, p in data["plots"].items()},
             }
             for name, data in matrix.items()
         },
-        "network": [_json_row(r, False) for r in network_records(records)],
+        **{k: v for s in sections for k, v in s.json_tail(records).items()},
     }
     written["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n")
     with written["csv"].open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-        for name, data in matrix.items():
-            for r in data["rows"]:
-                row = _json_row(r, True)
-                row["network"] = network_label(r) or ""
-                writer.writerow(row)
-            for r in data["extra"]:
-                writer.writerow({**_json_row(r, False), "network": ""})
-    network = render_network(records, deployments)
-    if network:
-        written["network"] = docs / "results-network.md"
-        written["network"].write_text(network)
+        for data in matrix.values():
+            writer.writerows([json_row(r, True) for r in data["rows"]] + [json_row(r, False) for r in data["extra"]])
+    for s in sections:
+        for kind, (name, text) in s.pages(records, deployments).items():
+            written[kind] = docs / name
+            written[kind].write_text(text)
     for name, data in matrix.items():
         for kind, path in data["plots"].items():
             written[f"plot {name} {kind}"] = path

@@ -16,14 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.measuring.matrix.cells import dates, generator_family, stamp
-from harness.measuring.matrix.fmt import rate, ratio, size
+from harness.measuring.matrix.fmt import rate, ratio
+from harness.measuring.matrix.headlines import cost_kinds, costs_heading
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
 PLOT_KINDS = ("throughput", "latency", "bytes")
 #: A concurrency sweep with at least this many levels is drawn as a line too.
 SWEEP_POINTS = 4
-#: Headline bars spanning more than this factor get a logarithmic axis.
-LOG_SPAN = 50.0
 
 
 def _pyplot():
@@ -198,113 +197,15 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
 
 
 # -- the headline screen's figures -------------------------------------------------------
-def _bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | None = None, label_marks=False) -> None:
-    """Grouped bars with a value label on each; a bar's mark (its ceiling) is a tick in the bar's own
-    colour over that bar, joined to it by a dotted stem (with its value when ``label_marks``); a mark
-    beyond the axis is an arrow at the top of the axis over its bar, labelled with its value."""
-    width = 0.8 / max(len(series), 1)
-    values = [v for vs in series.values() for v in vs if v and v == v]
-    top = max(values, default=1.0)
-    drawn = []  # (x, bar height, mark, colour)
-    for i, (label, heights) in enumerate(series.items()):
-        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        bars = ax.bar(xs, [v if v == v else 0 for v in heights], width * 0.92, label=label)
-        ax.bar_label(bars, [rate(v) if v == v and v else "" for v in heights], fontsize=6, padding=1)
-        colour = bars.patches[0].get_facecolor() if bars.patches else "black"
-        for x, height, mark in zip(xs, heights, (marks or {}).get(label, [])):
-            if mark:
-                drawn.append((x, height if height == height else 0.0, mark, colour))
-    ax.set_xticks(range(len(groups)), groups)
-    shown = [m for _, _, m, _ in drawn if m <= 2 * top]  # farther than twice the tallest bar: off scale
-    if values and max(values) / min(values) > LOG_SPAN:
-        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-        ax.set_yscale("log")
-        ax.set_ylim(bottom=min(values) / 2)
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v)))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylim(top=max([top, *shown]) * (2.0 if ax.get_yscale() == "log" else 1.15))
-    ceiling = ax.get_ylim()[1]
-    for x, height, mark, colour in drawn:
-        if mark <= ceiling:
-            ax.vlines(x, height, mark, colors=[colour], linestyles="dotted", linewidth=1)
-            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors=[colour], linewidth=2.2)
-            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors="black", linewidth=0.6)
-            if label_marks and mark - height > 0.08 * ceiling:  # at the bar's top the bar's own label says it
-                ax.annotate(rate(mark), (x, mark), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=6)
-        else:
-            ax.annotate(
-                f"{rate(mark)}\n(off scale)",
-                (x, ceiling),
-                xytext=(0, -14),
-                textcoords="offset points",
-                ha="center",
-                va="top",
-                fontsize=6,
-                arrowprops={"arrowstyle": "->", "color": colour},
-            )
-    ax.grid(axis="y", alpha=0.3, which="both")
-
-
-def _ceiling_handle(label: str):
-    from matplotlib.lines import Line2D
-
-    return Line2D([], [], color="black", linewidth=1.6), label
-
-
-def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
-    """``headline-network.png``, ``headline-serving.png`` and ``headline-costs.png``, those measured."""
+def plot_headlines(headlines: dict, folder: Path, sections) -> dict[str, Path]:
+    """``headline-<lesson>.png`` of each measured lesson of the distributions and ``headline-costs.png``."""
     plt = _pyplot()
     written: dict[str, Path] = {}
     save = _saver(folder, "headline-", written)
-    network = headlines["network"]
-    if network["measured"]:
-        fig, ax = plt.subplots(figsize=(8, 5))
-        links = network["links"]
-        label = {p: f"{p} ({size(network['bytes_per_request'][p])}/req)" for p in network["paths"]}
-        groups = [
-            f"{k}\n(make bench, unshaped)" if k == "loopback" and network["loopback_from_bench"] else k for k in links
-        ]
-        series = {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]}
-        ceilings = {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
-        _bars(ax, groups, series, ceilings, label_marks=True)
-        handles, labels = ax.get_legend_handles_labels()
-        handle, text = _ceiling_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
-        ax.set(
-            xlabel="link between client and server",
-            ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),
-            title=f"{network['deployment']}: items/s of the same input sent three ways, by link rate\n"
-            f"c={network['concurrency']}, {network['when']}, {network['machine']}",
-        )
-        fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=2, frameon=False)
-        save(fig, "network", rect=(0, 0.14, 1, 1))
-
-    serving = headlines["serving"]
-    if serving["measured"]:
-        from harness.measuring.matrix.headlines import peer_suffix, shown_batches
-
-        batches = shown_batches(serving)
-        fig, axes = plt.subplots(1, len(batches), figsize=(6.2 * len(batches), 5.2), squeeze=False)
-        for ax, batch in zip(axes.flat, batches):
-            at = [w for w in serving["workloads"] if w["batch"] == batch]
-            label = {m: m + peer_suffix(serving, m) for m in serving["targets"]}
-            series = {label[m]: [w["items_per_second"].get(m, float("nan")) for w in at] for m in serving["targets"]}
-            marks = {label[m]: [w["ceiling"].get(m) for w in at] for m in serving["targets"]}
-            _bars(ax, [f"c={w['concurrency']}" for w in at], series, marks)
-            ax.set(
-                xlabel="concurrency (requests in flight)",
-                ylabel="sentences/s" if ax is axes.flat[0] else None,
-                title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
-            )
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        handle, text = _ceiling_handle("in-process ceiling of the method below it")
-        fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=4, frameon=False)
-        fig.suptitle(
-            f"{serving['deployment']}: sentences/s of each serving method, one run "
-            f"({serving['run_id']}, {serving['when']}, {serving['machine']})"
-        )
-        save(fig, "serving", rect=(0, 0.12, 1, 1))
+    kinds = cost_kinds(sections)
+    for lesson in (lesson for s in sections for lesson in s.lessons):
+        if headlines[lesson.name]["measured"]:
+            lesson.plot(headlines[lesson.name], plt, save)
 
     rows = [r for kind in headlines["costs"]["rows"].values() for r in kind]
     if rows:
@@ -315,17 +216,16 @@ def plot_headlines(headlines: dict, folder: Path) -> dict[str, Path]:
         medians = [r["median"] for r in rows]
         low = [r["median"] - min(r["spread"]) for r in rows]
         high = [max(r["spread"]) - r["median"] for r in rows]
-        colors = {"processing": "tab:blue", "container": "tab:orange", "gate": "tab:green"}
+        colors = {k.kind: k.colour for k in kinds}
         bars = ax.barh(ys, medians, xerr=[low, high], color=[colors[r["kind"]] for r in rows], capsize=3)
         ax.bar_label(bars, [ratio(m) for m in medians], fontsize=7, label_type="center", color="white")
         ax.axvline(1.0, color="black", linewidth=1)
         ax.set_yticks(ys, [r["label"].replace(": ", "\n", 1) for r in rows], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("ratio of items/s, with / without (median; whiskers: range over rounds or cells)")
-        fig.suptitle("What server-side processing, the container and the front gate cost (1.0 = nothing)")
-        kinds = [k for k in colors if any(r["kind"] == k for r in rows)]
-        names = {"processing": "server-side processing", "container": "container", "gate": "front gate"}
-        ax.legend([Patch(color=colors[k]) for k in kinds], [names[k] for k in kinds], fontsize=7, loc="lower right")
+        fig.suptitle(f"What {costs_heading(kinds)} cost (1.0 = nothing)")
+        shown = [k for k in kinds if any(r["kind"] == k.kind for r in rows)]
+        ax.legend([Patch(color=k.colour) for k in shown], [k.legend for k in shown], fontsize=7, loc="lower right")
         ax.grid(axis="x", alpha=0.3)
         save(fig, "costs")
     return written

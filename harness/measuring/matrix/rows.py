@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from harness.measuring.matrix.cells import generator_family, latest_records, network_label, run_label, stamp
+from harness.measuring.matrix.cells import generator_family, latest_records, run_label, stamp
 from harness.measuring.matrix.correctness import correctness_by_deployment, row_correctness, summarize_checks
 from harness.measuring.matrix.processing_ratio import paired_records
 
@@ -66,8 +66,8 @@ def _where(target: str, mode: str, variant: str) -> str:
 
 def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
     """The matrix as data: per deployment, the rows in table order, the runs and correctness."""
-    # network-bound runs and the side-by-side comparisons (peers, processing pairs) have sections of their own
-    latest = [r for r in latest_records(records) if network_label(r) is None and not r.get("comparison")]
+    # comparisons (processing pairs, the lab's side-by-side runs) have sections of their own
+    latest = [r for r in latest_records(records) if not r.get("comparison")]
     by_deployment: dict[str, list[dict]] = defaultdict(list)
     for record in latest:
         by_deployment[record.get("deployment")].append(record)
@@ -108,7 +108,7 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "targets": deployment.targets,
             "rows": rows,
             "extra": [r for r in mine if id(r) not in used],
-            "history": [r for r in records if r.get("deployment") == deployment.name and network_label(r) is None],
+            "history": [r for r in records if r.get("deployment") == deployment.name],
             "runs": sorted({run_label(r) for r in rows if r["measured"]}, key=str),
             "dates": (dates[0], dates[-1]) if dates else None,
             "variants": {b: variants[b] for b in benchmarks if b in variants},

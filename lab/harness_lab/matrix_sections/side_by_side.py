@@ -1,4 +1,5 @@
-"""Ratios of a side-by-side run (``python -m harness_lab.peers``), taken round by round.
+"""Side-by-side runs (``make bench-peers``: ``python -m harness_lab.peers``): their section of
+``docs/results.md`` and the headline lesson ``serving``, ratios taken round by round.
 
 Each record of a run carries every round's sentences/s; targets of one workload ran in the
 same rounds, alternating, so a ratio is the median over rounds of the per-round quotients
@@ -15,11 +16,24 @@ import statistics
 from collections import defaultdict
 
 from harness.manifest import PeersSpec
-from harness.measuring.matrix.fmt import table
+from harness.measuring.matrix.cells import dates, stamp
+from harness.measuring.matrix.fmt import rate, ratio, spread, table
+from harness.measuring.matrix.headlines import machine
+from harness.measuring.matrix.rows import NOT_MEASURED
+from harness.measuring.matrix.sections import Lesson
+from harness_lab.matrix_sections.shared import bars, ceiling_handle, load
+
+COMMAND = "make bench-peers && make matrix"
 
 
-def side_by_side_records(records: list[dict]) -> list[dict]:
-    return [r for r in records if r.get("comparison") == "side-by-side"]
+def _latest(records: list[dict], keep) -> list[dict]:
+    """The records of the latest side-by-side run (``comparison: side-by-side``) that ``keep(run)``."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        if record.get("comparison") == "side-by-side":
+            runs[record.get("run_id")].append(record)
+    kept = [run for run in runs.values() if keep(run)]
+    return max(kept, key=lambda run: max(stamp(r) for r in run)) if kept else []
 
 
 def peers_spec(records: list[dict]) -> PeersSpec | None:
@@ -34,20 +48,14 @@ def peers_spec(records: list[dict]) -> PeersSpec | None:
 
 
 def latest_run(records: list[dict]) -> list[dict]:
-    """The records of the latest side-by-side run that measured one of its deployment's
-    ``[peers.models]`` (not only peers or config variants)."""
-    runs: dict[str, list[dict]] = defaultdict(list)
-    for record in side_by_side_records(records):
-        runs[record.get("run_id")].append(record)
+    """The latest run that measured one of its deployment's ``[peers.models]`` (not only peers or
+    config variants)."""
 
     def served(run: list[dict]) -> bool:
         spec = peers_spec(run)
         return spec is not None and any(r.get("model") in spec.models for r in run)
 
-    full = [rs for rs in runs.values() if served(rs)]
-    if not full:
-        return []
-    return max(full, key=lambda rs: max(str(r.get("timestamp", "")) for r in rs))
+    return _latest(records, served)
 
 
 #: Per-round speeds a ratio is taken from: sentences/s (wall clock) of a target and of its ceiling,
@@ -102,25 +110,25 @@ def ratios(run: list[dict]) -> list[dict]:
                 denominator = series(bottom, keys)
             return [a / b for a, b in zip(numerator or [], denominator or []) if b]
 
-        for ratio in spec.ratios:
-            values = quotients(ratio.top, ratio.bottom, RATE_KEYS)
+        for goal in spec.ratios:
+            values = quotients(goal.top, goal.bottom, RATE_KEYS)
             if not values:
                 continue
-            cpu = quotients(ratio.top, ratio.bottom, CPU_KEYS)
-            condition = quotients(ratio.only_where_ahead, ratio.bottom, RATE_KEYS) if ratio.only_where_ahead else []
+            cpu = quotients(goal.top, goal.bottom, CPU_KEYS)
+            condition = quotients(goal.only_where_ahead, goal.bottom, RATE_KEYS) if goal.only_where_ahead else []
             rows.append(
                 {
                     "batch": batch,
                     "concurrency": concurrency,
-                    "ratio": ratio.label,
-                    "goal": ratio.goal,
+                    "ratio": goal.label,
+                    "goal": goal.goal,
                     "value": statistics.median(values),
                     "rounds": values,
                     "cpu_value": statistics.median(cpu) if cpu else None,
                     "generator": next(iter(targets.values())).get("generator"),
                     "applies": not condition or statistics.median(condition) >= 1.0,
                     "condition": statistics.median(condition) if condition else None,
-                    "only_where_ahead": ratio.only_where_ahead,
+                    "only_where_ahead": goal.only_where_ahead,
                 }
             )
     return rows
@@ -295,3 +303,140 @@ def render(records: list[dict]) -> list[str]:
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
     lines += ["", "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants), ""]
     return lines
+
+
+# -- the headline lesson "serving": which way to serve an embedding model on a CPU --------------
+def latest_side_by_side_run(records: list[dict]) -> list[dict]:
+    """The latest run that measured a served model (not only peers) beside at least one other
+    target, and not only config variants."""
+    return _latest(
+        records,
+        lambda run: (
+            len({r.get("model") for r in run}) > 1
+            and any(r.get("server_mode") != "peer" for r in run)
+            and not all(r.get("label") for r in run)
+        ),
+    )
+
+
+def serving_lesson(records: list[dict]) -> dict:
+    """The latest side-by-side run: per (items per request, concurrency), each target's items/s,
+    ceiling and round-by-round ratio of the fastest to each other target."""
+    run = latest_side_by_side_run(records)
+    if not run:
+        return {"measured": False, "command": COMMAND}
+    targets = sorted(
+        {r["model"] for r in run},
+        key=lambda m: -statistics.median(r["items_per_second"] for r in run if r["model"] == m),
+    )
+    result = []
+    for (batch, concurrency), found in sorted(workloads_of(run).items()):
+        best = max(found.values(), key=lambda r: r["items_per_second"])
+        result.append(
+            {
+                "batch": batch,
+                "concurrency": concurrency,
+                "best": best["model"],
+                "items_per_second": {m: r["items_per_second"] for m, r in found.items()},
+                "ceiling": {m: r.get("ceiling_items_per_second") for m, r in found.items()},
+                "versus": {
+                    m: {"median": statistics.median(q), "rounds": q}
+                    for m, r in found.items()
+                    if m != best["model"] and (q := [a / b for a, b in zip(per_round(best), per_round(r)) if b])
+                },
+            }
+        )
+    first = min(run, key=stamp)
+    return {
+        "measured": True,
+        "deployment": first.get("deployment"),
+        "run_id": first.get("run_id"),
+        "targets": targets,
+        # peer servers (server_mode "peer"): the kind of peer their records name (infinity-emb, naive)
+        "peers": {r["model"]: r.get("peer") or "" for r in run if r.get("server_mode") == "peer"},
+        "workloads": result,
+        "when": dates(run),
+        "machine": machine(first),
+        "load": load(run),
+        "records": run,
+        "command": COMMAND,
+    }
+
+
+def peer_suffix(lesson: dict, model: str) -> str:
+    """`` (peer)`` / `` (naive peer)`` after a peer server's name, "" after ours."""
+    if model not in lesson["peers"]:
+        return ""
+    kind = lesson["peers"][model]
+    return f" ({kind} peer)" if kind and kind not in model else " (peer)"
+
+
+def shown_batches(lesson: dict) -> list[int]:
+    """One item per request and the largest request of the run (the screen's two rows)."""
+    batches = sorted({w["batch"] for w in lesson["workloads"]})
+    return sorted({batches[0], batches[-1]})
+
+
+def render_serving_lesson(lesson: dict) -> list[str]:
+    lines = ["### Which way to serve an embedding model on a CPU", ""]
+    if not lesson["measured"]:
+        return lines + [f"{NOT_MEASURED}: `{lesson['command']}`", ""]
+
+    def name(model: str) -> str:
+        return f"`{model}`" + peer_suffix(lesson, model)
+
+    for batch in shown_batches(lesson):
+        at = [w for w in lesson["workloads"] if w["batch"] == batch]
+        focus = at[len(at) // 2]  # the middle concurrency: the ratios of the sentence
+        versus = sorted(focus["versus"].items(), key=lambda kv: kv[1]["median"])
+        levels = "/".join(str(w["concurrency"]) for w in at)
+        rates = " / ".join(rate(w["items_per_second"][w["best"]]) for w in at)
+        bests = {w["best"] for w in at}
+        fastest = (
+            f"{name(focus['best'])} is fastest at every c ({rates} sentences/s at c={levels})"
+            if len(bests) == 1
+            else "fastest: "
+            + ", ".join(f"c={w['concurrency']} {name(w['best'])}" for w in at)
+            + f" ({rates} sentences/s)"
+        )
+        lines.append(
+            f"- {batch} sentence{'s' if batch > 1 else ''} per request: {fastest}; at c={focus['concurrency']} "
+            f"{name(focus['best'])} serves "
+            + ", ".join(f"{ratio(v['median'])} ({spread(v['rounds'])}) {name(m)}" for m, v in versus)
+            + "."
+        )
+    lines += [
+        f"- ratios: median of per-round quotients (range over rounds); run `{lesson['run_id']}`, {lesson['when']}, "
+        f"{lesson['machine']}, {lesson['load']}. Reproduce: `{lesson['command']}`",
+        "",
+        "![sentences/s per serving method](plots/headline-serving.png)",
+        "",
+    ]
+    return lines
+
+
+def plot_serving_lesson(serving: dict, plt, save) -> None:
+    batches = shown_batches(serving)
+    fig, axes = plt.subplots(1, len(batches), figsize=(6.2 * len(batches), 5.2), squeeze=False)
+    for ax, batch in zip(axes.flat, batches):
+        at = [w for w in serving["workloads"] if w["batch"] == batch]
+        label = {m: m + peer_suffix(serving, m) for m in serving["targets"]}
+        series = {label[m]: [w["items_per_second"].get(m, float("nan")) for w in at] for m in serving["targets"]}
+        marks = {label[m]: [w["ceiling"].get(m) for w in at] for m in serving["targets"]}
+        bars(ax, [f"c={w['concurrency']}" for w in at], series, marks)
+        ax.set(
+            xlabel="concurrency (requests in flight)",
+            ylabel="sentences/s" if ax is axes.flat[0] else None,
+            title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
+        )
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    handle, text = ceiling_handle("in-process ceiling of the method below it")
+    fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=4, frameon=False)
+    fig.suptitle(
+        f"{serving['deployment']}: sentences/s of each serving method, one run "
+        f"({serving['run_id']}, {serving['when']}, {serving['machine']})"
+    )
+    save(fig, "serving", rect=(0, 0.12, 1, 1))
+
+
+LESSON = Lesson("serving", lambda records, matrix: serving_lesson(records), render_serving_lesson, plot_serving_lesson)

@@ -1,10 +1,13 @@
-"""The headline screen of docs/results.md, rendered from a small hand-made records file
-(harness/tests/fixtures/headline_results/: records.jsonl and a gate-cost report, with round values
+"""The lab's sections of the matrix (harness_lab.matrix_sections, found through its entry point).
+The headline screen of docs/results.md, rendered from a small hand-made records file
+(lab/tests/fixtures/headline_results/: records.jsonl and a gate-cost report, with round values
 chosen so that every number on the screen is known): every number it shows is one of those the
-records give, and every command it names is a Makefile target or a harness subcommand."""
+records give, and every command it names is a Makefile target or a harness subcommand. Then the
+network-bound page and the headline figures' ceiling marks."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,7 +18,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.measuring import matrix
 
-FIXTURE = PROJECT_ROOT / "harness" / "tests" / "fixtures" / "headline_results"
+FIXTURE = PROJECT_ROOT / "lab" / "tests" / "fixtures" / "headline_results"
 BENCHMARK = """
 [[benchmarks]]
 id = "{id}"
@@ -82,7 +85,7 @@ def rendered(tmp_path_factory):
         (root / "toy_detect" / "model_repository" / model).mkdir(parents=True)
     (root / "toy_detect" / "deployment.toml").write_text(MANIFEST)
     shutil.copytree(FIXTURE, tmp / "results")
-    written = matrix.generate(tmp / "results" / "records.jsonl", tmp / "docs", root, perf_analyzer_note="(test)")
+    written = matrix.generate(tmp / "results" / "records.jsonl", tmp / "docs", root)
     text = written["markdown"].read_text()
     return text.split("## Tables", 1)[0], written
 
@@ -149,19 +152,18 @@ def test_a_lesson_without_records_says_not_measured_and_its_command(tmp_path):
     (root / "toy_detect" / "model_repository" / "detector").mkdir(parents=True)
     (root / "toy_detect" / "deployment.toml").write_text(MANIFEST)
     (tmp_path / "results").mkdir()
-    written = matrix.generate(tmp_path / "results" / "records.jsonl", tmp_path / "docs", root, perf_analyzer_note="")
+    written = matrix.generate(tmp_path / "results" / "records.jsonl", tmp_path / "docs", root)
     screen = written["markdown"].read_text().split("## Tables", 1)[0]
-    from harness.measuring.matrix.headlines import COMMANDS
+    from harness.measuring.matrix.headlines import COSTS
+    from harness_lab.matrix_sections import GATE, network, side_by_side
 
-    for command in COMMANDS.values():
+    for command in [network.COMMAND, side_by_side.COMMAND, *(k.command for k in (*COSTS, GATE))]:
         assert f"{matrix.NOT_MEASURED}: `{command}`" in screen
     assert not any(k.startswith("plot headline") for k in written)
 
 
 def test_the_network_lesson_shows_the_speed_run_paths_when_their_records_exist():
-    import json
-
-    from harness.measuring.matrix.headlines import network_lesson
+    from harness_lab.matrix_sections.network import network_lesson
 
     records = [json.loads(line) for line in (FIXTURE / "records.jsonl").read_text().splitlines()]
     shaped = [r for r in records if r.get("network")]
@@ -178,3 +180,112 @@ def test_the_network_lesson_shows_the_speed_run_paths_when_their_records_exist()
     ]
     assert lesson["speed_run"] == sorted(lesson["paths"])
     assert network_lesson(records, model_only)["speed_run"] == [], "the real model's records say nothing"
+
+
+def test_the_lab_sections_are_found_through_the_entry_point():
+    from harness.measuring.matrix.sections import installed
+    from harness_lab.matrix_sections import SECTIONS
+
+    assert SECTIONS in installed()
+
+
+def test_network_records_go_to_their_own_page_not_the_tables(tmp_path):
+    record = {
+        "timestamp": "2026-11-30T10:00:00+00:00",
+        "machine": {"cpu_model": "Test CPU", "cpu_cores": 2},
+        "deployment": "toy_detect",
+        "benchmark": "tensor-in",
+        "model": "detector",
+        "target": "cpu",
+        "server_mode": "local",
+        "concurrency": 1,
+        "items_per_second": 7.0,
+        "perf_throughput": 7.0,
+    }
+    root = tmp_path / "deployments"
+    for model in ("pipeline", "detector"):
+        (root / "toy_detect" / "model_repository" / model).mkdir(parents=True)
+    (root / "toy_detect" / "deployment.toml").write_text(MANIFEST)
+    (tmp_path / "results").mkdir()
+    records = tmp_path / "results" / "records.jsonl"
+    shaped = {
+        **record,
+        "network": {"rate": "1mbit", "rtt_ms": 0, "rate_bits_per_s": 1e6},
+        "link_ceiling_infer_per_s": 74.85,
+    }
+    records.write_text(json.dumps(shaped) + "\n")
+    written = matrix.generate(records, tmp_path / "docs", root)
+    assert "| 7.0 " not in written["markdown"].read_text(), "network-bound records stay out of results.md"
+    network = written["network"].read_text()
+    assert "1mbit" in network and "74.8" in network and "7.0" in network
+
+
+def test_network_rows_say_link_ceiling_latency_bytes_and_server_times_in_order():
+    from harness_lab.matrix_sections.network import render_network
+
+    record = {
+        "timestamp": "2026-11-30T10:00:00+00:00",
+        "deployment": "toy",
+        "benchmark": "m-b1",
+        "target": "cpu",
+        "server_mode": "local",
+        "concurrency": 1,
+        "perf_throughput": 50.0,
+        "perf_latency_p50": 19.5,
+        "perf_latency_p99": 30.25,
+        "bytes_sent_per_request": 90,
+        "bytes_received_per_request": 1580,
+        "perf_server_queue": 1.5,
+        "perf_server_compute_input": 0.1,
+        "perf_server_compute_infer": 15.0,
+        "perf_server_compute_output": 0.4,
+    }
+    text = render_network([{**record, "network": {"rate": "100mbit", "rtt_ms": 20}, "link_ceiling_infer_per_s": 2.4}])
+    row = next(line for line in text.splitlines() if line.startswith("| toy "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == [
+        "100mbit, +20 ms RTT",
+        "local / cpu",
+        "1",
+        "50.0",
+        "2.4",
+        "19.5",
+        "30.2",
+        "90",
+        "1,580",
+        "1.50",
+        "15.50",
+        "2026-11-30",
+    ]
+    assert render_network([record]) is None, "no network-bound record: no page"
+
+
+def test_each_ceiling_sits_over_its_own_bar_and_an_off_scale_one_says_so():
+    """The network figure's case: per link a JPEG, a tensor and a naive tensor bar, the JPEG's ceiling
+    far off the axis, the tensor's above both bars of its group, the naive one's just above its bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness_lab.matrix_sections.shared import bars
+
+    series = {"jpeg": [14.0, 15.0], "tensor": [9.0, 2.4], "naive": [2.5, 0.6]}
+    ceilings = {"jpeg": [908.0, 90.8], "tensor": [24.4, 2.44], "naive": [6.1, 0.61]}
+    fig, ax = plt.subplots()
+    bars(ax, ["1gbit", "100mbit"], series, ceilings, label_marks=True)
+    drawn = {label: container.patches for label, container in zip(series, ax.containers)}
+    ticks = [seg for c in ax.collections for seg in c.get_segments() if seg[0][1] == seg[1][1]]
+    for label, patches in drawn.items():
+        for patch, mark in zip(patches, ceilings[label]):
+            over = [s for s in ticks if abs(s[0][1] - mark) < 1e-9]
+            if mark > ax.get_ylim()[1]:
+                assert not over, f"{label}'s off-scale ceiling {mark} drawn inside the axis"
+                continue
+            assert over, f"{label}'s ceiling {mark} not drawn"
+            centre = patch.get_x() + patch.get_width() / 2
+            assert all(abs((s[0][0] + s[1][0]) / 2 - centre) < 1e-9 for s in over), f"{label}'s ceiling {mark}"
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("908\n(off scale)") == 1 and texts.count("90.8\n(off scale)") == 1
+    assert "24.4" in texts, "a ceiling above its bar says its value"
+    plt.close(fig)
