@@ -107,7 +107,7 @@ NETWORK_RATE ?= loopback 1gbit 100mbit
 NETWORK_RTT_MS ?= 0
 .PHONY: matrix bench-network
 
-matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv and docs/plots/
+matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv, docs/plots/ and each deployment README's results block
 	$(PY) -m harness matrix
 
 bench-network: install ## The benchmarks marked network = true (or DEPLOYMENT's, BENCH_ONLY=...) through each link of NETWORK_RATE (loopback 1gbit 100mbit), NETWORK_RTT_MS=0 (root)
