@@ -31,9 +31,9 @@ def hours(record: dict) -> float:
 
 
 def generator_family(record: dict) -> str:
-    """``perf_analyzer`` or ``harness-asyncio`` (the default load generator)."""
-    generator = str(record.get("generator") or "harness-asyncio")
-    return "perf_analyzer" if generator.startswith("perf_analyzer") else generator.split(" ", 1)[0]
+    """The load generator's name: the first word of the record's ``generator`` (``harness-asyncio``
+    by default, ``perf_analyzer``, ...)."""
+    return str(record.get("generator") or "harness-asyncio").split(" ", 1)[0]
 
 
 def cell_key(record: dict) -> tuple:
@@ -94,8 +94,7 @@ def compute_ms(record: dict) -> float | None:
 
 def pinning_label(record: dict) -> str:
     """The cores server and generator were pinned to (``server cpus 1, generator cpus 0``), "" when not pinned."""
-    pinning = re.sub(r" \(\d+ processes\)", "", str(record.get("pinning") or ""))
-    pinning = re.sub(r" \(perf_analyzer container: [^)]*\)", "", pinning)
+    pinning = re.sub(r" \([^)]*\)", "", str(record.get("pinning") or ""))  # remarks: process counts, ...
     return "" if pinning in ("", "none") else pinning
 
 
