@@ -102,7 +102,12 @@ COSTS = (
 
 def costs_lesson(matrix: dict, results_dir: Path, kinds: tuple[CostKind, ...]) -> dict:
     rows = {k.kind: k.rows(matrix, results_dir) for k in kinds}
-    return {"measured": any(rows.values()), "rows": rows, "commands": {k.kind: k.command for k in kinds}}
+    return {
+        "measured": any(rows.values()),
+        "rows": rows,
+        "commands": {k.kind: k.command for k in kinds},
+        "records": [r for kind in rows.values() for row in kind for r in row["records"]],
+    }
 
 
 def costs_heading(kinds: tuple[CostKind, ...]) -> str:
@@ -140,10 +145,8 @@ def cost_kinds(sections) -> tuple[CostKind, ...]:
 
 
 def render_headlines(headlines: dict, sections, deployments=None) -> list[str]:
-    costs = headlines["costs"]
-    costs = {**costs, "records": [r for rows in costs["rows"].values() for row in rows for r in row["records"]]}
     rendered = [(lesson.render, headlines[lesson.name]) for s in sections for lesson in s.lessons]
-    rendered.append((lambda lesson: render_costs_lesson(lesson, cost_kinds(sections)), costs))
+    rendered.append((lambda lesson: render_costs_lesson(lesson, cost_kinds(sections)), headlines["costs"]))
     lines = ["## Headlines", ""]
     machines = sorted({machine(r) for _, lesson in rendered for r in lesson.get("records", [])})
     if len(machines) > 1:
