@@ -8,10 +8,10 @@ bench rows of the table above (one window each, taken minutes apart)."""
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import generator_family, hours, pinning_label, stamp
+from harness.measuring.matrix.cells import generator_family, hours, latest_records, pinning_label, stamp
 from harness.measuring.matrix.fmt import table
 
-#: The issue's goal for every JPEG- or text-in entry model on loopback.
+#: The goal for every JPEG- or text-in entry model on loopback.
 GOAL = 0.85
 #: ``comparison`` of the records ``python -m harness pair-bench --manifest --record-results`` writes.
 PAIR_COMPARISON = "processing-pair"
@@ -99,16 +99,15 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
     ]
 
 
+def _where(record: dict) -> tuple:
+    return (record.get("server_mode"), record.get("target"))
+
+
 def paired_records(records: list[dict], deployment: str) -> list[dict]:
     """The records of the latest pair run of each (server mode, target) of ``deployment``."""
     mine = [r for r in records if r.get("comparison") == PAIR_COMPARISON and r.get("deployment") == deployment]
-    latest: dict[tuple, dict] = {}
-    for record in mine:
-        key = (record.get("server_mode"), record.get("target"))
-        if key not in latest or stamp(record) >= stamp(latest[key]):
-            latest[key] = record
-    runs = {(k, r.get("run_id")) for k, r in latest.items()}
-    return [r for r in mine if ((r.get("server_mode"), r.get("target")), r.get("run_id")) in runs]
+    runs = {(r.get("server_mode"), r.get("target"), r.get("run_id")) for r in latest_records(mine, key=_where)}
+    return [r for r in mine if (*_where(r), r.get("run_id")) in runs]
 
 
 def render_paired_ratios(records: list[dict]) -> list[str]:
