@@ -35,11 +35,11 @@ def test_plan_batches_keeps_every_batch_within_the_token_budget(budget):
 
 
 def memory_bound(instances: int, max_batch_tokens: int, output_bytes: int) -> int:
-    """The stated bound of tritonserver + stub RSS growth for a burst of token-id requests: each
-    instance's run holds at most ``max_batch_tokens x RSS_PER_TOKEN``, and the burst's outputs
-    (``last_hidden_state``) are held about four times over (the run's chunks, their join, the
-    stub's shared-memory copy, tritonserver's response) plus 64 MiB of allocator slack."""
-    return instances * max_batch_tokens * RSS_PER_TOKEN + 4 * output_bytes + 64 * MIB
+    """The stated bound of tritonserver + stub RSS growth for a burst of token-id requests
+    (docs: lab/docs/reliability.md, "Token budgets"): each instance's run holds at most
+    ``max_batch_tokens x RSS_PER_TOKEN``; the burst's outputs (``last_hidden_state``) are held
+    about twice (the joined rows, the stub's shared-memory copy); plus 64 MiB of allocator slack."""
+    return instances * max_batch_tokens * RSS_PER_TOKEN + 2 * output_bytes + 64 * MIB
 
 
 class TreeRss(threading.Thread):
