@@ -65,15 +65,6 @@ ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 413: "request_too
 CREATED = int(time.time())
 
 
-class OpenAIError(GateError):
-    """A refusal on a /v1 route: the HTTP status, a message, and the request field it is about."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
-        super().__init__(status, message)
-        self.param = param
-        self.code = code
-
-
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     """OpenAI's error object."""
     kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
@@ -103,42 +94,40 @@ class EmbeddingsRequest(BaseModel):
 
 
 def parse_request(body: bytes, mapping: OpenAIMapping) -> dict:
-    """The checked fields of an embeddings request (``OpenAIError`` 400/404); ``kind`` is ``"text"``
+    """The checked fields of an embeddings request (``GateError`` 400/404); ``kind`` is ``"text"``
     (items: strings) or ``"tokens"`` (items: lists of token ids)."""
     try:
         request = EmbeddingsRequest.model_validate(parse_json(body))
-    except GateError as exc:
-        raise OpenAIError(400, exc.message) from None
     except ValidationError as exc:
         error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # as OpenAI: unknown first
         field = str(error["loc"][0]) if error["loc"] else None
         if error["type"] == "extra_forbidden":
-            raise OpenAIError(400, f"Unrecognized request argument supplied: {field}", field) from None
+            raise GateError(400, f"Unrecognized request argument supplied: {field}", field) from None
         if error["type"] == "missing":
-            raise OpenAIError(400, f"'{field}' is a required property", field) from None
+            raise GateError(400, f"'{field}' is a required property", field) from None
         if field is None:
-            raise OpenAIError(400, "the request body must be a JSON object") from None
+            raise GateError(400, "the request body must be a JSON object") from None
         sent = "" if field == "input" else f", not {json.dumps(error['input'])}"
-        raise OpenAIError(400, FIELD_ERRORS[field] + sent, field) from None
+        raise GateError(400, FIELD_ERRORS[field] + sent, field) from None
     name = request.model or mapping.default
     if name not in mapping.models:
-        raise OpenAIError(404, f"The model '{name}' does not exist; this server has {sorted(mapping.models)}", "model")
+        raise GateError(404, f"The model '{name}' does not exist; this server has {sorted(mapping.models)}", "model")
     items = request.input
     if isinstance(items, str) or (items and isinstance(items[0], int)):
         items = [items]  # one text, or one text as token ids
     if not items:
-        raise OpenAIError(400, "'input' is an empty list: give at least one text", "input")
+        raise GateError(400, "'input' is an empty list: give at least one text", "input")
     if len(items) > MAX_INPUTS:
-        raise OpenAIError(400, f"'input' has {len(items)} items, more than the {MAX_INPUTS} allowed", "input")
+        raise GateError(400, f"'input' has {len(items)} items, more than the {MAX_INPUTS} allowed", "input")
     for i, item in enumerate(items):
         if not item:
             what = "string" if isinstance(item, str) else "list of token ids"
-            raise OpenAIError(400, f"'input[{i}]' is an empty {what}", "input")
+            raise GateError(400, f"'input[{i}]' is an empty {what}", "input")
         if isinstance(item, str) and not item.isascii():
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                raise OpenAIError(400, f"'input[{i}]' holds an unpaired UTF-16 surrogate escape", "input") from None
+                raise GateError(400, f"'input[{i}]' holds an unpaired UTF-16 surrogate escape", "input") from None
     kind = "text" if isinstance(items[0], str) else "tokens"
     encoding = request.encoding_format or "float"
     return {"model": name, "kind": kind, "items": items, "encoding": encoding, "dimensions": request.dimensions}
@@ -198,7 +187,7 @@ def _input_spec(config: ModelConfig, name: str) -> ModelInput:
     for spec in config.input:
         if spec.name == name:
             return spec
-    raise OpenAIError(503, f"model '{config.name}' has no input '{name}' (the deployment's [openai] table)")
+    raise GateError(503, f"model '{config.name}' has no input '{name}' (the deployment's [openai] table)")
 
 
 def dump(answer: dict) -> bytes:
@@ -228,28 +217,25 @@ class OpenAIFront:
 
         try:
             if self.openai is None:
-                raise OpenAIError(
+                raise GateError(
                     404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)"
                 )
             if path == "/v1/models":
                 if request.method != "GET":
-                    raise OpenAIError(405, f"{request.method} {path}: use GET")
+                    raise GateError(405, f"{request.method} {path}: use GET")
                 return web.json_response(self.models_list())
             if path.startswith("/v1/models/"):
                 name = path[len("/v1/models/") :]
                 if name not in self.openai.models:
-                    raise OpenAIError(404, f"The model '{name}' does not exist", "model")
+                    raise GateError(404, f"The model '{name}' does not exist", "model")
                 return web.json_response(self.model_entry(name))
             if path != "/v1/embeddings":
-                raise OpenAIError(404, f"{path}: this server answers /v1/embeddings and /v1/models only")
+                raise GateError(404, f"{path}: this server answers /v1/embeddings and /v1/models only")
             if request.method != "POST":
-                raise OpenAIError(405, f"{request.method} {path}: use POST")
+                raise GateError(405, f"{request.method} {path}: use POST")
             if self.draining:
-                raise OpenAIError(503, "server is shutting down")
-            try:
-                body = await read_limited(request, self.openai_limit(), "/v1/embeddings")
-            except GateError as exc:
-                raise OpenAIError(exc.status, exc.message) from None
+                raise GateError(503, "server is shutting down")
+            body = await read_limited(request, self.openai_limit(), "/v1/embeddings")
             parsed = parse_request(body, self.openai)
             self.in_flight += 1
             try:
@@ -257,10 +243,8 @@ class OpenAIFront:
             finally:
                 self.in_flight -= 1
             return web.Response(body=dump(answer), content_type="application/json")
-        except OpenAIError as exc:
-            return web.json_response(error_body(exc.status, exc.message, exc.param, exc.code), status=exc.status)
         except GateError as exc:
-            return web.json_response(error_body(exc.status, exc.message), status=exc.status)
+            return web.json_response(error_body(exc.status, exc.message, exc.param, exc.code), status=exc.status)
         except Exception as exc:  # noqa: BLE001 - a bug here: logged, answered in OpenAI's shape
             import traceback
 
@@ -278,12 +262,12 @@ class OpenAIFront:
     # -- upstream ---------------------------------------------------------------------------
     async def _config(self, model: str) -> ModelConfig:
         if self.draining:
-            raise OpenAIError(503, "server is shutting down")
+            raise GateError(503, "server is shutting down")
         if model in self.broken:
-            raise OpenAIError(503, f"model '{model}' is being reloaded after its stub process died")
+            raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
         config = await self.model_config(model)
         if config is None:
-            raise OpenAIError(503, f"model '{model}' is not ready")
+            raise GateError(503, f"model '{model}' is not ready")
         return config
 
     async def _infer(self, model: str, inputs: list, outputs: list[str]) -> dict[str, np.ndarray]:
@@ -307,11 +291,11 @@ class OpenAIFront:
                     status = resp.status if resp.status in (400, 404, 413, 503) else 500
                     if status == 404:
                         status = 503  # a mapped model that is not loaded
-                    raise OpenAIError(status, f"model '{model}': {message}", "input" if status == 400 else None)
+                    raise GateError(status, f"model '{model}': {message}", "input" if status == 400 else None)
                 length = resp.headers.get("Inference-Header-Content-Length")
                 return parse_infer_response(payload, int(length) if length else None)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # upstream gone (stopping, crashed)
-            raise OpenAIError(503, f"tritonserver unavailable: {type(exc).__name__}") from None
+            raise GateError(503, f"tritonserver unavailable: {type(exc).__name__}") from None
 
     def _text_input(self, config: ModelConfig, name: str, texts: list[str]) -> tuple:
         spec = _input_spec(config, name)
@@ -356,13 +340,13 @@ class OpenAIFront:
         limit = fixed or bound
         if limit and longest > limit:
             i = next(i for i, r in enumerate(rows) if len(r) > limit)
-            raise OpenAIError(
+            raise GateError(
                 400, f"'input[{offset + i}]' has {len(rows[i])} tokens, more than the model's {limit}", "input"
             )
         vocab = spec.vocab_size or 1 << 63  # else any INT64 id
         for i, row in enumerate(rows):
             if min(row) < 0 or max(row) >= vocab:
-                raise OpenAIError(400, f"'input[{offset + i}]' holds a token id outside 0..{vocab - 1}", "input")
+                raise GateError(400, f"'input[{offset + i}]' holds a token id outside 0..{vocab - 1}", "input")
         width = fixed or longest
         ids = np.full((len(rows), width), spec.pad_id or 0, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -416,12 +400,12 @@ class OpenAIFront:
         name, kind, items = parsed["model"], parsed["kind"], parsed["items"]
         spec = self.openai.models[name]
         if kind == "tokens" and spec.tokens is None:
-            raise OpenAIError(400, f"model '{name}' takes text only: it maps no token-in model for token ids", "input")
+            raise GateError(400, f"model '{name}' takes text only: it maps no token-in model for token ids", "input")
         if kind == "text" and spec.text is None and not (spec.tokenizer and spec.tokens):
-            raise OpenAIError(400, f"model '{name}' takes token ids only: it maps no text-in model", "input")
+            raise GateError(400, f"model '{name}' takes token ids only: it maps no text-in model", "input")
         dimension = await self._dimension(spec, kind)
         if parsed["dimensions"] is not None and parsed["dimensions"] != dimension:
-            raise OpenAIError(
+            raise GateError(
                 400,
                 f"model '{name}' gives {dimension}-dimensional vectors; 'dimensions' = {parsed['dimensions']} "
                 "is not supported (no shortening)",

@@ -54,12 +54,15 @@ SCALAR = (str, int, float, bool)
 
 
 class GateError(Exception):
-    """A request refused by the gate: HTTP status and a message for the client."""
+    """A request refused by the gate: HTTP status, a message for the client and, on the OpenAI
+    routes (``openai_api``), the request field it is about and OpenAI's error code."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.param = param
+        self.code = code
 
 
 def triton_datatype(config_type: int | str) -> str:
