@@ -261,3 +261,38 @@ def test_capacity_model_uses_only_levels_that_met_the_target():
     assert per_replica(rows, 10) is None
     # 1000/s at 70 % of 120/s per replica: 1000 / 84 = 11.9 -> 12 replicas; never fewer than one.
     assert replicas_for(1000, 120.0, 0.7) == 12 and replicas_for(1, 120.0, 0.7) == 1
+
+
+def test_capacity_prediction_is_replicas_times_the_smallest_scenarios_replica(tmp_path):
+    """The two-node run's predicted throughput: the served model's scenario with the smallest requests
+    (nearest the run's one-sentence load), its best level within the p99 target, times the replicas."""
+    import json
+
+    from harness_lab.scaleout.capacity import predicted_throughput
+
+    def row(benchmark, size, c, infer_s, p99, model="m"):
+        return {
+            "benchmark": benchmark,
+            "model": model,
+            "bytes_sent_per_request": size,
+            "concurrency": c,
+            "perf_throughput": infer_s,
+            "perf_latency_p99": p99,
+            "server_mode": "local",
+            "target": "cpu",
+        }
+
+    rows = [
+        row("m-sentence", 100, 1, 50.0, 20.0),
+        row("m-sentence", 100, 8, 200.0, 250.0),
+        row("m-passages", 9000, 8, 20.0, 900.0),
+        row("other-sentence", 100, 8, 999.0, 10.0, model="other"),
+    ]
+    source = tmp_path / "results.json"
+    source.write_text(json.dumps({"deployments": {"d": {"rows": rows}}}))
+    three = predicted_throughput("d", "m", 3, p99_target_ms=300, source=source)
+    assert three["scenario"] == "m-sentence" and three["at_concurrency"] == 8
+    assert three["predicted_infer_s"] == 600.0
+    assert predicted_throughput("d", "m", 2, p99_target_ms=100, source=source)["predicted_infer_s"] == 100.0
+    assert predicted_throughput("d", "m", 1, p99_target_ms=10, source=source) is None
+    assert predicted_throughput("d", "absent", 1, source=source) is None

@@ -28,8 +28,8 @@ def _k8s(args) -> int:
     return 0
 
 
-#: ``scaleout run`` scenarios, in the order they run; the last needs a second node (``--scenarios ... drain``).
-SCENARIOS = ("throughput", "kill", "roll", "rollback", "signal", "drain")
+#: ``scaleout run`` scenarios, in the order they run; the last two need a second node (``--nodes 2``).
+SCENARIOS = ("throughput", "kill", "roll", "rollback", "signal", "drain", "node-loss")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--replicas", type=int, default=3)
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
-    run.add_argument("--scenarios", nargs="+", default=list(SCENARIOS[:-1]), choices=SCENARIOS)
+    run.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        choices=[1, 2],
+        help="2: a second swarm node (a dockerd in a container) joins; the replicas spread over both",
+    )
+    run.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=None,
+        choices=SCENARIOS,
+        help="default: throughput kill roll rollback signal; with --nodes 2: throughput drain node-loss",
+    )
     run.add_argument(
         "--lb",
         default="haproxy",
@@ -136,11 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                 replicas=args.replicas,
                 concurrency=args.concurrency,
                 duration_s=args.duration,
-                scenarios=tuple(args.scenarios),
+                scenarios=tuple(
+                    args.scenarios or (SCENARIOS[:-2] if args.nodes == 1 else ("throughput", "drain", "node-loss"))
+                ),
                 keep=args.keep,
                 out=Path(args.out) if args.out else None,
                 gate=args.gate,
                 lb=args.lb,
+                nodes=args.nodes,
             )
         except ScaleoutError as exc:
             print(f"error: {exc}", file=sys.stderr)

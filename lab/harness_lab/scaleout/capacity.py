@@ -99,3 +99,41 @@ def markdown(lines: list[dict], rates=(100, 1000)) -> str:
             + [line[f"replicas_for_{r}_per_s"] or "–" for r in rates]
         )
     return tabulate(table, headers=headers, tablefmt="github")
+
+
+def predicted_throughput(
+    deployment: str,
+    model_name: str,
+    replicas: int,
+    p99_target_ms: float = 300,
+    source: Path = SOURCE,
+    server_mode: str = "local",
+    target: str = "cpu",
+) -> dict | None:
+    """What the model predicts ``replicas`` replicas of ``model_name`` serve: replicas x the per-replica
+    figure (as ``model``: the highest one-server throughput whose p99 met the target) of the matrix
+    scenario with the smallest requests of that model (nearest a one-sentence load). Linear in the
+    replicas: it assumes each replica has cores of its own. None when no row fits."""
+    rows = [
+        r
+        for r in json.loads(Path(source).read_text())["deployments"].get(deployment, {}).get("rows", [])
+        if r.get("model") == model_name
+        and r.get("server_mode") == server_mode
+        and r.get("target") == target
+        and not r.get("config_overrides")
+        and r.get("gate") is not False
+    ]
+    if not rows:
+        return None
+    smallest = min(rows, key=lambda r: r.get("bytes_sent_per_request") or math.inf)["benchmark"]
+    best = per_replica([r for r in rows if r["benchmark"] == smallest], p99_target_ms)
+    if best is None:
+        return None
+    return {
+        "scenario": smallest,
+        "p99_target_ms": p99_target_ms,
+        "per_replica_infer_s": best["perf_throughput"],
+        "at_concurrency": best["concurrency"],
+        "measured_at": best.get("timestamp"),
+        "predicted_infer_s": round(replicas * best["perf_throughput"], 1),
+    }

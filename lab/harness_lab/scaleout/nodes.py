@@ -1,11 +1,21 @@
 """A second swarm node on this machine: a worker running its own dockerd in a container with every
 capability this machine allows (images/swarm-node, Debian's docker.io), joined to the swarm; images reach it by ``docker save |
-docker load`` (no registry). ``remove_workers`` takes every such node of ours down (teardown)."""
+docker load`` (no registry). ``remove_workers`` takes every such node of ours down (teardown).
+
+The overlay's data path between the host's engine and the nested one: the host sends its VXLAN
+packets (UDP 4789) to the worker from its address on the bridge the worker sits on (docker0), not
+from the address it advertises on its default route. The worker's kernel holds the advertised
+address as the remote end for the manager's tasks (a permanent forwarding entry) and drops every
+packet whose outer source differs (drop reason ``VXLAN_ENTRY_EXISTS``): the tasks of the two nodes
+never reach each other. So a swarm with a worker here is made with ``--data-path-addr`` = the host's
+address towards the worker (``start_worker`` first, then ``swarm_init``, then ``join``)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
+from dataclasses import dataclass
 
 from harness_lab.scaleout import ScaleoutError
 
@@ -14,6 +24,27 @@ NODE_PREFIX = "tsw-node"
 
 def _docker(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s)
+
+
+@dataclass
+class Worker:
+    """A worker node: its container, its address on the host's bridge, its swarm node ID once joined."""
+
+    name: str
+    address: str
+    node: str = ""
+
+    @property
+    def data_path_address(self) -> str:
+        """The host's address towards the worker: the source of the host's VXLAN packets to it."""
+        return route_source(self.address)
+
+
+def route_source(address: str) -> str:
+    """The local address the kernel sends from to ``address``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((address, 4789))
+        return sock.getsockname()[0]
 
 
 def remove_workers() -> list[str]:
@@ -32,17 +63,25 @@ def remove_workers() -> list[str]:
     return removed
 
 
-def add_worker(
-    manager_address: str,
-    node_image: str,
-    images: list[str],
-    shared: list[str],
-    index: int = 1,
-    deadline_s: float = 180,
-) -> str:
-    """Start worker ``tsw-node-<index>`` from ``node_image`` (images/swarm-node: its own dockerd),
-    load ``images`` into it by ``docker save | docker load``, bind ``shared`` host paths at the same
-    paths (the bundles), and join it to the host's swarm; its swarm node ID."""
+def _wait_engine(name: str, deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while _docker("exec", name, "docker", "info", timeout_s=30).returncode != 0:
+        if time.monotonic() > deadline:
+            logs = _docker("logs", "--tail", "20", name)
+            raise ScaleoutError(f"the dockerd in {name} never answered: {(logs.stdout + logs.stderr)[-800:]}")
+        time.sleep(1)
+
+
+def _address(name: str) -> str:
+    return _docker("inspect", name, "--format", "{{.NetworkSettings.IPAddress}}").stdout.strip()
+
+
+def start_worker(
+    node_image: str, images: list[str], shared: list[str], index: int = 1, deadline_s: float = 180
+) -> Worker:
+    """Start worker ``tsw-node-<index>`` from ``node_image`` (images/swarm-node: its own dockerd), load
+    ``images`` into it by ``docker save | docker load`` and bind ``shared`` host paths at the same
+    paths (the bundles). Not joined yet (``join``)."""
     name = f"{NODE_PREFIX}-{index}"
     _docker("rm", "-f", "-v", name)
     mounts = [arg for path in shared for arg in ("-v", f"{path}:{path}:ro")]
@@ -60,12 +99,7 @@ def add_worker(
     )
     if started.returncode != 0:
         raise ScaleoutError(f"docker run {name} failed: {started.stderr.strip()[-400:]}")
-    deadline = time.monotonic() + deadline_s
-    while _docker("exec", name, "docker", "info", timeout_s=30).returncode != 0:
-        if time.monotonic() > deadline:
-            logs = _docker("logs", "--tail", "20", name)
-            raise ScaleoutError(f"the dockerd in {name} never answered: {(logs.stdout + logs.stderr)[-800:]}")
-        time.sleep(1)
+    _wait_engine(name, deadline_s)
     for each in images:
         # No registry: the image goes over a pipe into the worker's engine.
         save = subprocess.Popen(["docker", "save", each], stdout=subprocess.PIPE)
@@ -75,15 +109,57 @@ def add_worker(
         save.wait()
         if save.returncode or load.returncode:
             raise ScaleoutError(f"docker save {each} | docker load in {name} failed: {load.stderr.strip()[-400:]}")
+    return Worker(name, _address(name))
+
+
+def join(worker: Worker, manager_address: str, deadline_s: float = 120) -> str:
+    """``docker swarm join`` the worker (advertising its bridge address) and wait until the manager
+    reports it ready; its swarm node ID."""
     token = _docker("swarm", "join-token", "-q", "worker").stdout.strip()
     joined = _docker(
-        "exec", name, "docker", "swarm", "join", "--token", token, f"{manager_address}:2377", timeout_s=120
+        "exec",
+        worker.name,
+        *("docker", "swarm", "join", "--token", token, "--advertise-addr", worker.address),
+        f"{manager_address}:2377",
+        timeout_s=120,
     )
     if joined.returncode != 0:
-        raise ScaleoutError(f"{name} could not join the swarm: {(joined.stderr or joined.stdout).strip()[-600:]}")
-    node = _docker("exec", name, "docker", "info", "--format", "{{.Swarm.NodeID}}").stdout.strip()
-    while "Ready" not in _docker("node", "inspect", node, "--format", "{{.Status.State}}").stdout.title():
-        if time.monotonic() > deadline + 120:
-            raise ScaleoutError(f"node {name} ({node}) joined but is not ready")
-        time.sleep(1)
-    return node
+        raise ScaleoutError(
+            f"{worker.name} could not join the swarm: {(joined.stderr or joined.stdout).strip()[-600:]}"
+        )
+    worker.node = _docker("exec", worker.name, "docker", "info", "--format", "{{.Swarm.NodeID}}").stdout.strip()
+    wait_node(worker.node, "ready", deadline_s)
+    return worker.node
+
+
+def node_state(node: str) -> str:
+    return _docker("node", "inspect", node, "--format", "{{.Status.State}}", timeout_s=30).stdout.strip().lower()
+
+
+def wait_node(node: str, state: str, deadline_s: float) -> float:
+    """Until the manager reports ``node`` in ``state`` (ready, down); seconds it took."""
+    began = time.monotonic()
+    while node_state(node) != state:
+        if time.monotonic() - began > deadline_s:
+            raise ScaleoutError(f"node {node} not {state} within {deadline_s:.0f} s (it is {node_state(node)!r})")
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def kill_worker(worker: Worker) -> None:
+    """The node lost: SIGKILL its container (its dockerd and every task container in it die at once)."""
+    done = _docker("kill", worker.name)
+    if done.returncode != 0:
+        raise ScaleoutError(f"docker kill {worker.name} failed: {done.stderr.strip()[-300:]}")
+
+
+def restart_worker(worker: Worker, deadline_s: float = 180) -> None:
+    """The node back: start its container again; its dockerd keeps its swarm state (the volume at
+    /var/lib/docker) and rejoins as the same node. Returns once the manager reports it ready."""
+    done = _docker("start", worker.name)
+    if done.returncode != 0:
+        raise ScaleoutError(f"docker start {worker.name} failed: {done.stderr.strip()[-300:]}")
+    _wait_engine(worker.name, deadline_s)
+    if _address(worker.name) != worker.address:
+        raise ScaleoutError(f"{worker.name} came back on {_address(worker.name)}, not {worker.address}")
+    wait_node(worker.node, "ready", deadline_s)

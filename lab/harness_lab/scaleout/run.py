@@ -25,11 +25,14 @@ from harness.deployments import get_deployment
 from harness.measuring.records import machine
 from harness_lab.scaleout import ScaleoutError
 from harness_lab.scaleout.autoscale import autoscaling_signal
+from harness_lab.scaleout.capacity import predicted_throughput
 from harness_lab.scaleout.load import RETRY, Outcome, stack_load, summarize
-from harness_lab.scaleout.nodes import NODE_PREFIX, add_worker
+from harness_lab.scaleout.nodes import Worker, join, kill_worker, node_state, restart_worker, start_worker
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init
 
 RESULTS = PROJECT_ROOT / "results" / "scaleout"
+#: Scenarios that need the second node (``--nodes 2``).
+NODE_SCENARIOS = ("drain", "node-loss")
 
 
 def served_by(outcomes: list[Outcome]) -> dict[str, int]:
@@ -104,11 +107,15 @@ def balancer_settle_s() -> float:
 
 
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
-    """The same offered load to 1, 2, ... N replicas (the engine scales the service)."""
+    """The same offered load to 1, 2, ... N replicas (the engine scales the service); beside each level,
+    what the capacity model predicts for that many replicas (``capacity.predicted_throughput``) and
+    the linear prediction from this run's own 1-replica level."""
     rows = []
     for count in range(1, stack.replicas + 1):
         stack.scale(count)
         stack.wait_converged(count, deadline_s=900)
+        tasks = stack.running()
+        stack.wait_balanced(count, addresses={t["address"] for t in tasks if t["address"]})
         time.sleep(balancer_settle_s())
         load = stack_load(stack, concurrency).start()
         time.sleep(warmup_s)
@@ -124,10 +131,25 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
                 "duration_s": duration_s,
                 **summarize(window),
                 "served_by": served_by(window),
+                "served_by_node": served_by_node(window, tasks),
+                "tasks_per_node": placement(stack),
                 "lost_whole_level": summarize(outcomes)["lost"],
                 "host_load_avg_1m": round(os.getloadavg()[0], 1),
             }
         )
+        measured = rows[-1]["infer_per_s"] or 0
+        model = predicted_throughput(stack.deployment.name, stack.models[0], count)
+        if model:
+            rows[-1]["capacity_model"] = {
+                **model,
+                "predicted_over_measured": round(model["predicted_infer_s"] / measured, 2) if measured else None,
+            }
+        if rows[0]["infer_per_s"] and measured:
+            linear = count * rows[0]["infer_per_s"]
+            rows[-1]["linear_from_1_replica"] = {
+                "predicted_infer_s": round(linear, 1),
+                "predicted_over_measured": round(linear / measured, 2),
+            }
         print(
             f"scaleout: {count} replica(s), c={concurrency}: {rows[-1]['infer_per_s']} infer/s, "
             f"p99 {rows[-1]['p99_ms']} ms, lost {rows[-1]['lost']}",
@@ -250,44 +272,114 @@ def tasks_on(stack: Stack, node: str) -> int:
     return sum(1 for t in stack.running() if t["node"] == node)
 
 
-def drain_node(stack: Stack, concurrency: int, node: str, after_s: float = 5.0) -> dict:
+def node_names() -> dict[str, str]:
+    """Swarm node ID -> hostname."""
+    out = docker("node", "ls", "--format", "{{.ID}} {{.Hostname}}", check=False)
+    return dict(line.split(maxsplit=1) for line in out.splitlines() if " " in line)
+
+
+def placement(stack: Stack) -> dict[str, int]:
+    """Running tasks per node (hostname)."""
+    names = node_names()
+    counts: dict[str, int] = {}
+    for t in stack.running():
+        name = names.get(t["node"], t["node"][:12])
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def served_by_node(outcomes: list[Outcome], tasks: list[dict]) -> dict[str, int]:
+    """Successful requests per node (hostname), from the balancer's ``X-Upstream`` and the tasks' addresses."""
+    names = node_names()
+    node_of = {t["address"]: names.get(t["node"], t["node"][:12]) for t in tasks if t["address"]}
+    counts: dict[str, int] = {}
+    for address, count in served_by(outcomes).items():
+        counts[node_of.get(address, "?")] = counts.get(node_of.get(address, "?"), 0) + count
+    return counts
+
+
+def under_load(stack: Stack, concurrency: int, action, done, what: str, before_s: float = 3.0, after_s: float = 5.0):
+    """Load on; ``action()`` asked of the engine; until ``done()``; load off. (result of action, seconds
+    from the ask to done, outcomes, engine events, the tasks seen over the whole time)."""
+    load = stack_load(stack, concurrency).start()
+    time.sleep(before_s)
+    watch = Watch(stack).start()
+    seen = {t["id"]: t for t in stack.tasks()}
+    asked_at = time.time()
+    answer = action()
+
+    def finished():
+        seen.update({t["id"]: t for t in stack.tasks()})
+        return done()
+
+    wait_for(finished, 900, what)
+    took = time.time() - asked_at
+    time.sleep(after_s)
+    outcomes = load.stop()
+    return answer, took, asked_at, outcomes, watch.stop(), list(seen.values())
+
+
+def _scenario_result(stack, concurrency, node, on_node, took, asked_at, outcomes, events, tasks) -> dict:
+    names = node_names()
+    return {
+        "node": names.get(node, node),
+        "tasks_on_node_before": on_node,
+        "replicas": stack.replicas,
+        "concurrency": concurrency,
+        "client": summarize(outcomes),
+        "after_ask": summarize(outcomes, began=asked_at),
+        "served_by_node": served_by_node(outcomes, tasks),
+        "placement_after": placement(stack),
+        "fewest_running": min((len(e["running"]) for e in events), default=None),
+        "engine_events": [{**e, "t": round(e["t"] - asked_at, 1)} for e in events],
+        # The engine's own record: each task of the node, its state, and the new tasks on the others.
+        "tasks": [
+            {
+                "id": t["id"][:12],
+                "node": names.get(t["node"], t["node"][:12]),
+                "desired": t["desired"],
+                "state": t["state"],
+            }
+            for t in stack.tasks()
+        ],
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+
+
+def _say(what: str, result: dict, took_key: str) -> None:
+    client = result["client"]
+    print(
+        f"scaleout: {what} {result['node']} ({result['tasks_on_node_before']} task(s)) under c={result['concurrency']}: "
+        f"lost {client['lost']} of {client['requests']} (client retries {client['retried_by_client']}); "
+        f"{took_key} {result[took_key]} s; now {result['placement_after']}",
+        flush=True,
+    )
+
+
+def drain_node(stack: Stack, concurrency: int, node: str) -> dict:
     """``docker node update --availability drain`` of a node holding replicas, under load: the engine
     stops its tasks (the gate drains each) and starts replacements on the other node."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     on_node = tasks_on(stack, node)
-    load = stack_load(stack, concurrency).start()
-    time.sleep(3.0)
-    watch = Watch(stack).start()
-    began = time.time()
-    docker("node", "update", "--availability", "drain", node)
-    wait_for(lambda: tasks_on(stack, node) == 0 and len(stack.running()) == stack.replicas, 900, f"the drain of {node}")
-    finished = time.time()
-    time.sleep(after_s)
-    outcomes = load.stop()
-    events = watch.stop()
-    result = {
-        "node": node,
-        "tasks_on_node_before": on_node,
-        "replicas": stack.replicas,
-        "concurrency": concurrency,
-        "all_replicas_running_elsewhere_s": round(finished - began, 1),
-        "fewest_running_during_drain": min((len(e["running"]) for e in events), default=None),
-        "client": summarize(outcomes),
-        "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
-        "host_load_avg_1m": round(os.getloadavg()[0], 1),
-    }
-    print(
-        f"scaleout: drained node {node[:12]} ({on_node} task(s)): lost {result['client']['lost']} of "
-        f"{result['client']['requests']}; {stack.replicas} running elsewhere after {result['all_replicas_running_elsewhere_s']} s",
-        flush=True,
+    _, took, asked_at, outcomes, events, tasks = under_load(
+        stack,
+        concurrency,
+        lambda: docker("node", "update", "--availability", "drain", node),
+        lambda: tasks_on(stack, node) == 0 and len(stack.running()) == stack.replicas,
+        f"the drain of {node}",
     )
+    result = _scenario_result(stack, concurrency, node, on_node, took, asked_at, outcomes, events, tasks)
+    result["all_replicas_running_elsewhere_s"] = round(took, 1)
+    _say("drained", result, "all_replicas_running_elsewhere_s")
     return result
 
 
-def kill_node(stack: Stack, concurrency: int, node: str, container: str, after_s: float = 5.0) -> dict:
-    """The worker back in service and the replicas spread again (``docker service update --force``:
-    the engine rolls them), then the worker's whole engine killed under load (``docker kill`` of its
-    container): the manager marks the node down and reschedules its tasks."""
+def spread_again(stack: Stack, node: str) -> float:
+    """The node active again and the replicas spread over both nodes: the engine does not move running
+    tasks by itself, so ``docker service update --force`` (it rolls them, start-first, the placement
+    preference spreading them); until the update completed with tasks on ``node`` and the balancer
+    reaching every replica. Seconds it took."""
+    began = time.monotonic()
     docker("node", "update", "--availability", "active", node)
     stack.service_update("--force")
     wait_for(
@@ -297,40 +389,55 @@ def kill_node(stack: Stack, concurrency: int, node: str, container: str, after_s
         period_s=2.0,
     )
     stack.wait_converged(stack.replicas, deadline_s=600)
-    on_node = tasks_on(stack, node)
-    load = stack_load(stack, concurrency).start()
-    time.sleep(3.0)
-    asked_at = time.time()
-    docker("kill", container)
+    stack.wait_balanced(stack.replicas, addresses={t["address"] for t in stack.running() if t["address"]})
+    return time.monotonic() - began
 
-    def down_at():
-        return docker("node", "inspect", node, "--format", "{{.Status.State}}", check=False).strip() == "down"
 
-    wait_for(down_at, 300, f"node {node} marked down", period_s=0.5)
-    marked_down = time.time()
-    wait_for(
-        lambda: len([t for t in stack.running() if t["node"] != node]) == stack.replicas,
-        900,
-        f"{stack.replicas} replicas running without {node}",
+def kill_node(stack: Stack, concurrency: int, worker: Worker) -> dict:
+    """The node lost under load: its whole engine killed (``docker kill`` of the worker's container,
+    every task in it dies at once). The manager marks the node down and reschedules its tasks."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    on_node = tasks_on(stack, worker.node)
+    marked: dict[str, float] = {}
+
+    def done():
+        if "down" not in marked and node_state(worker.node) == "down":
+            marked["down"] = time.time()
+        return "down" in marked and len([t for t in stack.running() if t["node"] != worker.node]) == stack.replicas
+
+    _, took, asked_at, outcomes, events, tasks = under_load(
+        stack,
+        concurrency,
+        lambda: kill_worker(worker),
+        done,
+        f"{stack.replicas} replicas running without {worker.name}",
     )
-    recovered = time.time()
-    time.sleep(after_s)
-    outcomes = load.stop()
-    result = {
-        "node": node,
-        "tasks_on_node_before": on_node,
-        "node_marked_down_s": round(marked_down - asked_at, 1),
-        "all_replicas_running_elsewhere_s": round(recovered - asked_at, 1),
-        "client": summarize(outcomes),
-        "after_kill": summarize(outcomes, began=asked_at),
-        "host_load_avg_1m": round(os.getloadavg()[0], 1),
-    }
-    print(
-        f"scaleout: killed node {node[:12]} ({on_node} task(s)): lost {result['client']['lost']} of "
-        f"{result['client']['requests']}; marked down after {result['node_marked_down_s']} s, "
-        f"{stack.replicas} running elsewhere after {result['all_replicas_running_elsewhere_s']} s",
-        flush=True,
+    result = _scenario_result(stack, concurrency, worker.node, on_node, took, asked_at, outcomes, events, tasks)
+    result["node_marked_down_s"] = round(marked["down"] - asked_at, 1)
+    result["all_replicas_running_elsewhere_s"] = round(took, 1)
+    _say("killed node", result, "all_replicas_running_elsewhere_s")
+    return result
+
+
+def node_back(stack: Stack, concurrency: int, worker: Worker) -> dict:
+    """The lost node back under load: its container started again (its dockerd rejoins as the same node),
+    then the replicas spread over both nodes again (``spread_again``); time to full capacity: from the
+    start until every replica runs, both nodes hold some, and the balancer reaches each."""
+    stack.wait_converged(stack.replicas, deadline_s=600)
+    ready: dict[str, float] = {}
+
+    def back():
+        restart_worker(worker)
+        ready["at"] = time.time()
+        return spread_again(stack, worker.node)
+
+    _, took, asked_at, outcomes, events, tasks = under_load(
+        stack, concurrency, back, lambda: True, f"{worker.name} back with replicas"
     )
+    result = _scenario_result(stack, concurrency, worker.node, 0, took, asked_at, outcomes, events, tasks)
+    result["node_ready_s"] = round(ready["at"] - asked_at, 1)
+    result["full_capacity_s"] = round(took, 1)
+    _say("brought back node", result, "full_capacity_s")
     return result
 
 
@@ -345,9 +452,22 @@ def run(
     gate: bool = True,
     lb: str = "haproxy",
     name: str | None = None,
+    nodes: int = 1,
 ) -> dict:
-    """Deploy the stack, run the scenarios, write the results JSON, tear everything down."""
-    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate, lb=lb, **({"name": name} if name else {}))
+    """Deploy the stack, run the scenarios, write the results JSON, tear everything down. ``nodes=2``
+    adds a worker node (``nodes.py``) before the deploy; the replicas spread over both nodes."""
+    if nodes not in (1, 2):
+        raise ScaleoutError(f"--nodes {nodes}: this machine runs 1 or 2 nodes")
+    if set(scenarios) & set(NODE_SCENARIOS) and nodes < 2:
+        raise ScaleoutError(f"scenarios {sorted(set(scenarios) & set(NODE_SCENARIOS))} need a second node: --nodes 2")
+    stack = Stack(
+        get_deployment(deployment),
+        replicas=replicas,
+        gate=gate,
+        lb=lb,
+        spread=nodes > 1,
+        **({"name": name} if name else {}),
+    )
     results = {
         "deployment": stack.deployment.name,
         "replicas": replicas,
@@ -360,22 +480,17 @@ def run(
         "retry_policy": RETRY,
         "machine": machine(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "nodes": nodes,
         "command": f"python -m harness scaleout run --deployment {deployment} --replicas {replicas} "
-        f"--concurrency {concurrency} --duration {duration_s:g} --lb {lb} --scenarios {' '.join(scenarios)}"
-        + ("" if gate else " --no-gate"),
+        f"--concurrency {concurrency} --duration {duration_s:g} --lb {lb} --nodes {nodes} "
+        f"--scenarios {' '.join(scenarios)}" + ("" if gate else " --no-gate"),
     }
     stack.prepare()
     results["lb_image"], results["prometheus_image"] = stack.lb_image, stack.prometheus_image
     results["update_config"] = stack.triton_service()["deploy"]["update_config"]
     failure = None
-    worker = None
     try:
-        if "drain" in scenarios:
-            stack.initialised_swarm = swarm_init()
-            began = time.monotonic()
-            worker = add_worker(host_address(), build_image("swarm-node"), [stack.image], [str(stack.work_dir)])
-            results["worker"] = {"node": worker, "joined_s": round(time.monotonic() - began, 1)}
-            print(f"scaleout: worker node {worker[:12]} joined in {results['worker']['joined_s']} s", flush=True)
+        worker = add_node(stack, results) if nodes > 1 else None
         results["up_s"] = round(stack.up(), 1)
         print(
             f"scaleout: {replicas} replicas of {deployment} healthy behind {lb} at {stack.url} in {results['up_s']} s",
@@ -392,9 +507,13 @@ def run(
         if "signal" in scenarios:
             results["signal"] = autoscaling_signal(stack, concurrency)
         if worker:
-            results["placement"] = {t["id"][:12]: t["node"][:12] for t in stack.running()}
-            results["drain"] = drain_node(stack, concurrency, worker)
-            results["kill_node"] = kill_node(stack, concurrency, worker, f"{NODE_PREFIX}-1")
+            results["placement"] = placement(stack)
+        if "drain" in scenarios:
+            results["drain"] = drain_node(stack, concurrency, worker.node)
+            results["spread_again_s"] = round(spread_again(stack, worker.node), 1)
+        if "node-loss" in scenarios:
+            results["kill_node"] = kill_node(stack, concurrency, worker)
+            results["node_back"] = node_back(stack, concurrency, worker)
     except (Exception, KeyboardInterrupt) as exc:
         failure = exc
         results["failed"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -409,6 +528,28 @@ def run(
     if failure is not None:
         raise failure
     return results
+
+
+def add_node(stack: Stack, results: dict) -> Worker:
+    """A worker node joined to a swarm this run makes (its data path address: ``nodes.py``)."""
+    began = time.monotonic()
+    worker = start_worker(build_image("swarm-node"), [stack.image], [str(stack.work_dir)])
+    stack.initialised_swarm = swarm_init(worker.data_path_address)
+    if not stack.initialised_swarm:
+        raise ScaleoutError(
+            "a second node needs a swarm made by this run (with the host's data path address towards it), "
+            "but the engine is in a swarm already: `make scaleout-down` leaves it"
+        )
+    join(worker, host_address())
+    results["worker"] = {
+        "name": worker.name,
+        "node": worker.node,
+        "address": worker.address,
+        "manager_data_path_address": worker.data_path_address,
+        "joined_s": round(time.monotonic() - began, 1),
+    }
+    print(f"scaleout: worker node {worker.name} ({worker.node[:12]}) joined in {results['worker']['joined_s']} s")
+    return worker
 
 
 def leftovers(stack: Stack) -> dict:

@@ -105,8 +105,10 @@ def host_address() -> str:
             return "127.0.0.1"
 
 
-def swarm_init() -> bool:
-    """Make this engine a swarm manager; True when this call did (so ``down`` leaves it)."""
+def swarm_init(data_path_address: str | None = None) -> bool:
+    """Make this engine a swarm manager; True when this call did (so ``down`` leaves it).
+    ``data_path_address``: the address its overlay (VXLAN) traffic uses (harness_lab.scaleout.nodes:
+    the host's address towards a worker node on this machine)."""
     if swarm_state() == "active":
         return False
     # The overlay subnets come from a pool no bridge network of the engine uses.
@@ -115,6 +117,7 @@ def swarm_init() -> bool:
         "init",
         "--advertise-addr",
         host_address(),
+        *(("--data-path-addr", data_path_address) if data_path_address else ()),
         "--default-addr-pool",
         "10.213.0.0/16",
         "--default-addr-pool-mask-length",
@@ -215,7 +218,7 @@ class Stack:
     initialised_swarm: bool = False
     #: Bundle the service mounts now.
     bundle: str = "v1"
-    #: Placement: extra constraints of the triton service (e.g. spread over nodes).
+    #: Spread the replicas evenly over the swarm's nodes (a placement preference).
     spread: bool = False
 
     def __post_init__(self):
@@ -345,7 +348,7 @@ class Stack:
                     "max_failure_ratio": 0,
                 },
                 "rollback_config": {"parallelism": 1, "order": "start-first", "monitor": f"{self.monitor_s}s"},
-                **({"placement": {"max_replicas_per_node": 2}} if self.spread else {}),
+                **({"placement": {"preferences": [{"spread": "node.id"}]}} if self.spread else {}),
                 "labels": {"triton-harness/deployment": self.deployment.name.replace("_", "-")},
             },
         }
@@ -529,21 +532,26 @@ class Stack:
         self.wait_balanced(self.replicas)
         return time.monotonic() - began
 
-    def wait_balanced(self, count: int, deadline_s: float = 60) -> None:
-        """Until the balancer sends requests to ``count`` different tasks (its DNS and checks caught up)."""
+    def wait_balanced(self, count: int, deadline_s: float = 60, addresses: set[str] | None = None) -> float:
+        """Until the balancer sends requests to ``count`` different tasks (its DNS and checks caught up),
+        or to each of ``addresses`` (task addresses); seconds it took."""
         import requests
 
+        began = time.monotonic()
         seen: set[str] = set()
-        deadline = time.monotonic() + deadline_s
-        while len(seen) < count:
-            if time.monotonic() > deadline:
-                raise ScaleoutError(f"the balancer reached {sorted(seen)}, not {count} tasks, in {deadline_s:.0f} s")
+        while not (addresses <= seen if addresses else len(seen) >= count):
+            if time.monotonic() - began > deadline_s:
+                raise ScaleoutError(
+                    f"the balancer reached {sorted(seen)}, not {sorted(addresses or []) or count} tasks, in {deadline_s:.0f} s"
+                )
             try:
-                seen.add(requests.get(f"{self.url}/v2/health/ready", timeout=5).headers.get("X-Upstream", ""))
+                upstream = requests.get(f"{self.url}/v2/health/ready", timeout=5).headers.get("X-Upstream", "")
+                seen.add(upstream.rsplit(":", 1)[0] if addresses else upstream)
             except requests.RequestException:
                 pass
             seen.discard("")
             time.sleep(0.2)
+        return time.monotonic() - began
 
     def down(self) -> None:
         """Remove the stack (and the swarm when this run made it), whatever state it is in."""
@@ -564,6 +572,12 @@ class Stack:
         for task in json.loads(docker("inspect", *ids, check=False) or "[]"):
             spec = task["Spec"]["ContainerSpec"]
             mounts = [m.get("Source", "") for m in spec.get("Mounts", []) if m.get("Target") == BUNDLE_ROOT]
+            addresses = [
+                a.split("/")[0]
+                for n in task.get("NetworksAttachments") or []
+                if n["Network"]["Spec"]["Name"] == f"{self.name}_replicas"
+                for a in n.get("Addresses") or []
+            ]
             out.append(
                 {
                     "id": task["ID"],
@@ -574,6 +588,7 @@ class Stack:
                     "error": task["Status"].get("Err", ""),
                     "container": (task["Status"].get("ContainerStatus") or {}).get("ContainerID", ""),
                     "bundle": Path(mounts[0]).name.removeprefix("bundle-") if mounts else "",
+                    "address": addresses[0] if addresses else "",
                     "updated": task.get("UpdatedAt", ""),
                 }
             )
