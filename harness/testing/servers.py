@@ -1,6 +1,6 @@
-"""Local tritonservers of a deployment's subset: its named models and the models they call, on a
-derived repository of links (removed when the server stops), or the toy ``echo`` model alone (the
-cheapest model there is: the worst case for any per-request overhead)."""
+"""Local tritonservers of a deployment's subset: its named models and the models they call (or all of
+them), with config overrides, on a derived repository of links (removed by ``stop_server``), or the
+toy ``echo`` model alone (the cheapest model there is: the worst case for any per-request overhead)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,35 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.repository import dependencies, derive
+from harness.repository import dependencies
 from harness.testing.toy_models import echo_repository
 
 
 def deployment_server(
-    deployment: str, models: list[str], *, model_control_mode: str = "none", target: str = "cpu", gate: bool = True
+    deployment,
+    models: list[str] | None = None,
+    *,
+    overrides: dict | None = None,
+    model_control_mode: str = "none",
+    target: str = "cpu",
+    gate: bool = True,
+    gate_policy=None,
 ):
-    """A LocalTritonServer on a subset of a deployment's repository (the models + dependencies)."""
+    """A LocalTritonServer (not started) of ``deployment`` (a name or a Deployment): ``models`` and
+    their dependencies (all models when None) with ``overrides`` (``harness.variants``) applied."""
     from harness.deployments import get_deployment
     from harness.serving.launchers import LocalTritonServer
+    from harness.variants import variant_repository
 
-    dep = get_deployment(deployment)
+    dep = get_deployment(deployment) if isinstance(deployment, str) else deployment
     dep.export()
-    repo = derive(dep.model_repository, models=dependencies(dep.model_repository, models), prefix="triton-subset-")
-    every = sorted(p.name for p in repo.iterdir())  # explicit mode loads only what is named: all of them
-    options = dep.server_options(
-        target, model_repository=str(repo), required_models=every, model_control_mode=model_control_mode
-    )
+    served = dependencies(dep.model_repository, models) if models else ()
+    repo = variant_repository(dep.model_repository, overrides or {}, models=served)
+    options = dep.server_options(target, model_repository=str(repo), model_control_mode=model_control_mode)
+    if models:  # explicit mode loads only what is named: all of them
+        options.required_models = sorted(p.name for p in repo.iterdir())
+    if gate_policy is not None:
+        options.gate_policy = gate_policy
     server = LocalTritonServer(options, gate=gate)
     server.cleanup_dirs = [repo.parent]  # type: ignore[attr-defined]
     return server
@@ -41,6 +52,28 @@ def model_server(deployment: str, model: str, *, model_control_mode: str = "none
     options = ServerOptions(str(echo_repository(root)), required_models=["echo"], model_control_mode=model_control_mode)
     server = LocalTritonServer(options, gate=gate)
     server.cleanup_dirs = [root]  # type: ignore[attr-defined]
+    return server
+
+
+def restarted(server):
+    """A new LocalTritonServer (not started) of ``server``'s options on its ports; it serves (and
+    removes) the same repository."""
+    from harness.serving.launchers import LocalTritonServer
+
+    ports = (server.http_port, server.grpc_port, server.metrics_port)
+    new = LocalTritonServer(server.options, ports=ports, gate=server.gate, exit_timeout_s=server.exit_timeout_s)
+    new.cleanup_dirs = getattr(server, "cleanup_dirs", [])  # type: ignore[attr-defined]
+    return new
+
+
+def started(server, timeout_s: float | None = None):
+    """``server`` started and ready; stopped (and its repository removed) when it is not."""
+    server.start()
+    try:
+        server.wait_ready(timeout_s)
+    except BaseException:
+        stop_server(server)
+        raise
     return server
 
 

@@ -58,17 +58,14 @@ def perf_analyzer_cpu(runner, cmd: list[str], workdir: Path) -> float:
 
 def generator_cost(args, runner) -> int:
     from harness.measuring.loadgen import Workload, _stats, run_load
-    from harness.serving.launchers import LocalTritonServer, ServerOptions
-    from harness.testing.toy_models import echo_repository
+    from harness.testing.servers import model_server, started, stop_server
 
     text = np.array([[SENTENCE]], dtype=object)
     workload = Workload(model="echo", inputs={"TEXT": text}, outputs=["TEXT_OUT"])
     with tempfile.TemporaryDirectory(prefix="generator-cost-") as tmp:
         workdir = Path(tmp)
-        server = LocalTritonServer(ServerOptions(str(echo_repository(workdir)), required_models=["echo"]))
-        server.start()
+        server = started(model_server("", "echo"), 120)
         try:
-            server.wait_ready(120)
             data, batch = input_data({"TEXT": text}, batched=True)
             (workdir / "input.json").write_text(json.dumps(data))
 
@@ -102,7 +99,7 @@ def generator_cost(args, runner) -> int:
                             flush=True,
                         )
         finally:
-            server.stop()
+            stop_server(server)
     return 0
 
 

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.testing.servers import deployment_server, restarted, started, stop_server
 from harness_lab.hostile.cases import CLASSES, all_cases, declared_bytes, overcommit_always
 from harness_lab.hostile.runner import NOT_RUN, REFUSED, SEVERITY, Endpoint, by_class, choose_target, run_cases
 
@@ -63,30 +64,23 @@ class LocalServer:
         from harness.serving.launchers import LocalTritonServer, ServerOptions
 
         if args.repository:
-            self.options = ServerOptions(str(Path(args.repository).resolve()))
+            options = ServerOptions(str(Path(args.repository).resolve()))
+            self.server = LocalTritonServer(options, gate=not args.no_gate)
         else:
-            from harness.deployments import get_deployment
-
-            deployment = get_deployment(args.deployment)
-            deployment.export()
-            self.options = deployment.server_options("cpu")
-        self.factory = lambda ports=None: LocalTritonServer(self.options, gate=not args.no_gate, ports=ports)
-        self.server = self.factory()
+            self.server = deployment_server(args.deployment, gate=not args.no_gate)
         self.restarts = 0
 
     def start(self):
-        self.server.start()
-        self.server.wait_ready(180)
+        started(self.server, 180)
 
     def restart(self):
-        ports = (self.server.http_port, self.server.grpc_port, self.server.metrics_port)
         self.server.stop()
-        self.server = self.factory(ports)
+        self.server = restarted(self.server)
         self.restarts += 1
         self.start()
 
     def stop(self):
-        self.server.stop()
+        stop_server(self.server)
 
 
 def report_line(klass: str, verdict: str, outcomes) -> str:

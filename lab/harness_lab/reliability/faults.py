@@ -38,7 +38,7 @@ import tritonclient.http as httpclient
 
 from harness.manifest import ManifestError
 from harness.testing.processes import stub_processes
-from harness.testing.servers import model_server, stop_server
+from harness.testing.servers import model_server, restarted, stop_server
 from harness_lab.reliability.load import CheckedWorkload, LoadLog, run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
 from harness_lab.reliability.servers import checked_workload, defaults
@@ -241,23 +241,11 @@ def restart_server(
     concurrency: int = 16,
     before_s: float = 2.0,
     after_s: float = 3.0,
-    make_server=None,
 ) -> tuple[dict, object]:
     """Stop the server (SIGTERM, as an orchestrator does) under load and start a new one on the
     same ports. Returns (report, the new server)."""
-    from harness.serving.launchers import LocalTritonServer
-
     info: dict = {"scenario": "restart_server", "model": workload.model, "concurrency": concurrency}
     holder = {"server": server}
-
-    def same_server(old):
-        new = LocalTritonServer(
-            old.options, ports=(old.http_port, old.grpc_port, old.metrics_port), exit_timeout_s=old.exit_timeout_s
-        )
-        new.cleanup_dirs = getattr(old, "cleanup_dirs", [])  # the new server serves (and removes) the same repository
-        return new
-
-    make_server = make_server or same_server
 
     def during(log: LoadLog) -> None:
         time.sleep(before_s)
@@ -265,7 +253,7 @@ def restart_server(
         old = holder["server"]
         old.stop()
         log.events["stopped"] = time.monotonic()
-        new = make_server(old)
+        new = restarted(old)
         holder["server"] = new
         new.start()
         new.wait_ready()

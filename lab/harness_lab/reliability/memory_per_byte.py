@@ -47,6 +47,7 @@ import numpy as np
 import psutil
 
 from harness import PROJECT_ROOT
+from harness.testing.servers import deployment_server, started, stop_server
 
 MIB = 2**20
 RESULTS = PROJECT_ROOT / "results" / "memory-per-byte.json"
@@ -691,27 +692,6 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
     return report
 
 
-def start_server(deployment, overrides: dict | None = None):
-    """A gated local server of ``deployment``; ``overrides``: config changes (``harness.variants``)."""
-    from harness.serving.launchers import LocalTritonServer
-    from harness.variants import variant_repository
-
-    deployment.export()
-    options = deployment.server_options("cpu")
-    if overrides:
-        options = deployment.server_options(
-            "cpu", model_repository=str(variant_repository(deployment.model_repository, overrides))
-        )
-    server = LocalTritonServer(options, gate=True)
-    server.start()
-    try:
-        server.wait_ready()
-    except Exception:
-        server.stop()
-        raise
-    return server
-
-
 def measure_deployment(deployment, args, budget_bytes: float, models: list[str] | None = None) -> list[dict]:
     """Every entry model of ``deployment`` (or those of ``models``), each on a fresh server unless
     ``--shared-server`` (then a fresh one after a model that was aborted); a server that does not
@@ -721,21 +701,21 @@ def measure_deployment(deployment, args, budget_bytes: float, models: list[str] 
     try:
         for model in [m for m in deployment.entry_models if not models or m in models]:
             if server is not None and (args.fresh_server or not server.is_running()):
-                server.stop()  # a server of its own: no memory held from an earlier model's requests
+                stop_server(server)  # a server of its own: no memory held from an earlier model's requests
                 server = None
             print(f"{deployment.name}/{model}", flush=True)
             try:
-                server = server or start_server(deployment, args.triton_config)
+                server = server or started(deployment_server(deployment, overrides=args.triton_config))
                 report = measure_model(server, deployment, model, args, budget_bytes)
             except Exception as exc:  # noqa: BLE001 - one model's failure must not hide the others
                 report = {"model": model, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "rows": []}
             reports.append({"deployment": deployment.name, **report})
             if report.get("aborted") and server is not None:
-                server.stop()
+                stop_server(server)
                 server = None
     finally:
         if server is not None:
-            server.stop()
+            stop_server(server)
     return reports
 
 
