@@ -232,3 +232,14 @@ def test_the_default_precision_is_the_engines_and_records_name_what_ran(server):
     assert ran.startswith(f"precision={default} cpu_flags="), ran
     assert engine_ran(server.logs(), "double_dynamic").startswith("precision=f32 cpu_flags="), server.logs()
     assert engine_ran(server.logs(), "no_such_model") == ""
+
+
+def test_max_batch_tokens_runs_an_unbatched_request_in_row_chunks(backend):
+    """Dynamic dims (max_batch_size 0): a request of 5 rows x 4 under a budget of 8 runs as 2 + 2 + 1
+    rows, its output joined back in order."""
+    calls = []
+    arrays = [{"INPUT": np.arange(20, dtype=np.float32).reshape(5, 4)}]
+    results = backend.run_requests(backend.row_chunks(doubling_run(calls), 8), arrays, [["OUTPUT"]])
+    assert [c["INPUT"].shape for c in calls] == [(2, 4), (2, 4), (1, 4)]
+    np.testing.assert_array_equal(results[0]["OUTPUT"], arrays[0]["INPUT"] * 2)
+    assert "max_batch_tokens" not in backend.ignored_keys({"parameters": {"max_batch_tokens": {"string_value": "8"}}})

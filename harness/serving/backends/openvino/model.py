@@ -22,6 +22,11 @@ of NGC's images. It reads the native backend's keys (its README), with their sem
   dynamic dimensions (``max_batch_size: 0`` with ``-1`` dims for the batch), or the config's ``-1``
   dims with ``RESHAPE_IO_LAYERS``.
 
+Ours only too: ``max_batch_tokens`` on a model with dynamic dims (``max_batch_size: 0``, the first
+dim the batch) runs a request's rows in chunks of at most that many rows x longest non-batch dim,
+one after another, outputs joined (a token budget: a transformer's memory grows with rows x length).
+A fixed-batch model runs ``max_batch_size`` rows a call whatever the key: that is its bound.
+
 Unlike the native backend (one compiled model shared by all instances of a model, one infer request
 each), each instance here is its own stub process with its own compiled model and thread pool.
 """
@@ -48,6 +53,8 @@ MODEL_KEYS = (
 )
 #: Ours only (the native backend ignores it): an explicit inference precision.
 OUR_KEYS = ("INFERENCE_PRECISION_HINT",)
+#: Ours only, read by the execution, not the device: the token budget of one infer call.
+RUN_KEYS = ("max_batch_tokens",)
 PRECISIONS = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
 
 CONFIG_TYPES = {
@@ -118,7 +125,7 @@ def device_properties(config):
 
 def ignored_keys(config):
     """Parameters neither backend reads (e.g. onnxruntime's, kept by a config variant)."""
-    known = set(DEVICE_KEYS + MODEL_KEYS + OUR_KEYS)
+    known = set(DEVICE_KEYS + MODEL_KEYS + OUR_KEYS + RUN_KEYS)
     return sorted(k for k in config.get("parameters", {}) if k not in known)
 
 
@@ -176,6 +183,22 @@ def fit_batch(feed, rows, max_batch_size, pad):
             input_fault=True,
         )
     return {n: np.concatenate([a, np.zeros((max_batch_size - rows, *a.shape[1:]), a.dtype)]) for n, a in feed.items()}
+
+
+def row_chunks(run, max_tokens):
+    """``run`` on a feed's rows (axis 0) in chunks of at most ``max_tokens`` (rows x the longest
+    non-batch dim; at least one row a chunk), outputs joined on axis 0."""
+
+    def run_in_chunks(feed):
+        rows = len(next(iter(feed.values())))
+        width = max((a.shape[1] for a in feed.values() if a.ndim > 1), default=1)
+        step = max(1, max_tokens // max(width, 1))
+        if rows <= step:
+            return run(feed)
+        parts = [run({n: a[start : start + step] for n, a in feed.items()}) for start in range(0, rows, step)]
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+    return run_in_chunks
 
 
 def run_requests(run, arrays, requested, max_batch_size=0, pad=False):
@@ -288,6 +311,10 @@ class TritonPythonModel:
         self.input_names = [i["name"] for i in self.config["input"]]
         self.output_dtypes = {o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in self.config["output"]}
         self.ports = {n: self.compiled.output(n) for n in self.output_dtypes}
+        self.run = self._run
+        max_batch_tokens = parameter(self.config, "max_batch_tokens")
+        if self.max_batch_size == 0 and max_batch_tokens.isdigit() and int(max_batch_tokens) > 0:
+            self.run = row_chunks(self._run, int(max_batch_tokens))
         ran = {"INFERENCE_PRECISION_HINT": self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()}
         ran["PERFORMANCE_HINT"] = self.compiled.get_property("PERFORMANCE_HINT")
         ran.update({key: self.compiled.get_property(key) for key in ("NUM_STREAMS", "INFERENCE_NUM_THREADS")})
@@ -299,6 +326,7 @@ class TritonPythonModel:
             f"INFERENCE_NUM_THREADS={ran['INFERENCE_NUM_THREADS']} "
             f"batch={'fixed ' + str(self.max_batch_size) + (' padded' if self.pad else '') if self.max_batch_size else 'none'} "
             f"cpu_flags={','.join(cpu_flags()) or 'none'}"
+            + (" max_batch_tokens=" + max_batch_tokens if self.run is not self._run else "")
             + (f" ignored_parameters={','.join(ignored)}" if ignored else "")
         )
 
@@ -311,7 +339,7 @@ class TritonPythonModel:
         arrays = [self._inputs(request) for request in requests]
         requested = [self._requested_outputs(request) for request in requests]
         responses = []
-        for result in run_requests(self._run, arrays, requested, self.max_batch_size, self.pad):
+        for result in run_requests(self.run, arrays, requested, self.max_batch_size, self.pad):
             if isinstance(result, str):
                 code = pb_utils.TritonError.INVALID_ARG if getattr(result, "input_fault", False) else None
                 error = pb_utils.TritonError(result, code) if code is not None else pb_utils.TritonError(result)
