@@ -52,15 +52,21 @@ def make_feed(session, batch: int, length: int, seed: int = 0) -> dict[str, np.n
     return feed
 
 
-def engines(path: str, f32: bool):
-    """``{name: (run(feed) -> list of arrays, precision)}``, one thread each."""
+def cpu_session(path: str, threads: int = 1):
+    """An onnxruntime CPU session of ``path``: ``threads`` intra-op threads, one inter-op."""
     import onnxruntime as ort
-    import openvino as ov
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def engines(path: str, f32: bool):
+    """``{name: (run(feed) -> list of arrays, precision)}``, one thread each."""
+    import openvino as ov
+
+    session = cpu_session(path)
     names = [o.name for o in session.get_outputs()]
     found = {"onnxruntime": (lambda feed: session.run(names, feed), "f32")}
     core = ov.Core()

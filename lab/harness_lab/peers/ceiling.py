@@ -42,15 +42,11 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64)
         torch.set_num_threads(threads)
         model = SentenceTransformer(str(pieces.model_dir), device="cpu")
         return lambda texts: model.encode(texts, batch_size=len(texts), normalize_embeddings=True)
-    import onnxruntime as ort
+    from harness.measuring.engines import cpu_session
 
     if served_parameter(deployment, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    onnx_file = deployment.path / deployment.manifest.peers.ceiling_onnx[kind]
-    session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(deployment.path / deployment.manifest.peers.ceiling_onnx[kind], threads)
     return lambda texts: pieces.embed(session.run, texts, max_rows)
 
 
@@ -90,38 +86,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds)}")
     max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
     encode = encoder(deployment, args.kind, args.threads, max_rows)
+
+    def report(batch: int, duration_s: float) -> None:
+        rate, cpu_ms = measure(encode, sentences(batch), duration_s)
+        line = {"kind": args.kind, "batch": batch, "threads": args.threads}
+        print(json.dumps({**line, "items_per_second": round(rate, 2), "cpu_ms_per_item": round(cpu_ms, 4)}), flush=True)
+
     if args.serve:
         print(json.dumps({"ready": args.kind}), flush=True)
         for line in sys.stdin:
             batch, duration = line.split()
-            rate, cpu_ms = measure(encode, sentences(int(batch)), float(duration))
-            print(
-                json.dumps(
-                    {
-                        "kind": args.kind,
-                        "batch": int(batch),
-                        "threads": args.threads,
-                        "items_per_second": round(rate, 2),
-                        "cpu_ms_per_item": round(cpu_ms, 4),
-                    }
-                ),
-                flush=True,
-            )
+            report(int(batch), float(duration))
         return 0
     for batch in [int(b) for b in args.batch.split(",")]:
-        rate, cpu_ms = measure(encode, sentences(batch), args.duration)
-        print(
-            json.dumps(
-                {
-                    "kind": args.kind,
-                    "batch": batch,
-                    "threads": args.threads,
-                    "items_per_second": round(rate, 2),
-                    "cpu_ms_per_item": round(cpu_ms, 4),
-                }
-            ),
-            flush=True,
-        )
+        report(batch, args.duration)
     return 0
 
 
