@@ -65,46 +65,13 @@ def tc_commands(rate: str | None, rtt_ms: float = 0.0) -> list[list[str]]:
     commands = []
     parent = ["root"]
     if rtt_ms:
-        commands.append(
-            [
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "lo",
-                "root",
-                "handle",
-                "1:",
-                "netem",
-                "delay",
-                f"{rtt_ms / 2:g}ms",
-                "limit",
-                "100000",
-            ]
-        )
+        commands.append(f"tc qdisc add dev lo root handle 1: netem delay {rtt_ms / 2:g}ms limit 100000".split())
         parent = ["parent", "1:1"]
     if rate:
         bits = rate_bits(rate)
         burst = max(int(bits / 8 / 100), 16 * 1024, 70 * 1024)  # >= 10 ms of traffic and > the loopback MTU
-        commands.append(
-            [
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "lo",
-                *parent,
-                "handle",
-                "2:",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                str(burst),
-                "latency",
-                "200ms",
-            ]
-        )
+        shape = f"handle 2: tbf rate {rate} burst {burst} latency 200ms".split()
+        commands.append(["tc", "qdisc", "add", "dev", "lo", *parent, *shape])
     return commands
 
 
