@@ -44,13 +44,14 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment, ManifestError, declaring, get_deployment
+from harness.measuring.engines import cpu_flags
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
 from harness.serving.gate.policy import GatePolicy
+from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
@@ -60,13 +61,6 @@ from harness_lab.text_models import text_tensors
 
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
 INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"
-
-
-def cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
 
 
 def int8_kernel_path() -> str:
@@ -185,26 +179,15 @@ def start_triton(
     gate: bool,
     gate_policy: GatePolicy | None = None,
 ):
-    from harness.repository import dependencies
-    from harness.serving.launchers import LocalTritonServer
-    from harness.variants import variant_repository
-
-    deployment.export()
-    served = dependencies(deployment.model_repository, models)  # the models and what they call
-    repository = variant_repository(deployment.model_repository, overrides or {}, models=served)
-    # as users serve it (``harness serve``): the deployment's cpu options and gate policy, this repository
-    options = deployment.server_options("cpu", model_repository=str(repository), required_models=list(models))
-    if gate_policy is not None:
-        options.gate_policy = gate_policy
-    server = LocalTritonServer(options, gate=gate)
+    """As users serve it (``harness serve``): the deployment's cpu options and gate policy (or
+    ``gate_policy``), on ``models`` and what they call, pinned to ``cores``."""
+    server = deployment_server(deployment, models, overrides=overrides, gate=gate, gate_policy=gate_policy)
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
     try:
-        server.start()
+        return started(server)
     finally:
         os.sched_setaffinity(0, previous)
-    server.wait_ready()
-    return server
 
 
 def openai_calls(deployment: Deployment, models: list[str], spec) -> list[str]:
@@ -309,12 +292,30 @@ def main(argv: list[str] | None = None) -> int:
             check_triton_text, dimension=pieces.dimension, output=output
         )
 
+    #: What a record of our server says about it (``gate``: behind the front gate).
+    ours = {"server_mode": "local", "gate": args.gate}
+
+    def native_targets(server, names: list[str], suffix: str, config: dict | None) -> list[Target]:
+        """``/v2/models/<m>/infer`` of ``names`` on ``server`` (a variant's: ``config`` overrides)."""
+        found, version = [], server.describe()["server_version"]
+        for model in names:
+            served, endpoint = spec.models[model], f"/v2/models/{model}/infer"
+            make_body, check = native(model, served.request)
+            record = {**ours, "server_version": version, "path": "native", "endpoint": endpoint}
+            describe = served.describe
+            if config is not None:
+                record["config_overrides"] = config
+                describe += f", config {json.dumps(config, sort_keys=True)}"
+            url = f"http://{server.http_url}{endpoint}"
+            found.append(
+                Target(model + suffix, url, make_body, served.ceiling, describe, record, check, server.process.pid)
+            )
+        return found
+
     #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
     peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
     served_models = list(dict.fromkeys(models + openai_models + openai_calls(deployment, openai_models, spec)))
     triton = start_triton(deployment, served_models, server_cores, overrides, args.gate) if served_models else None
-    #: What a record of our server says about it (``gate``: behind the front gate).
-    ours = {"server_mode": "local", "gate": args.gate}
     variants = []
     peers = []
     workers: dict[str, CeilingWorker] = {}
@@ -334,21 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = []
         if triton:
             version = triton.describe()["server_version"]
-            for model in models:
-                served = spec.models[model]
-                make_body, check = native(model, served.request)
-                targets.append(
-                    Target(
-                        model,
-                        f"http://{triton.http_url}/v2/models/{model}/infer",
-                        make_body,
-                        served.ceiling,
-                        served.describe,
-                        {**ours, "server_version": version, "path": "native", "endpoint": f"/v2/models/{model}/infer"},
-                        check,
-                        triton.process.pid,
-                    )
-                )
+            targets += native_targets(triton, models, "", None)
             for model in openai_models:
                 served = spec.models[model]
                 name = spec.openai_models.get(model, model)
@@ -373,28 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
         for name, config, server in variants:
-            version = server.describe()["server_version"]
-            for model in variant_models:
-                served = spec.models[model]
-                make_body, check = native(model, served.request)
-                targets.append(
-                    Target(
-                        f"{model}[{name}]",
-                        f"http://{server.http_url}/v2/models/{model}/infer",
-                        make_body,
-                        served.ceiling,
-                        f"{served.describe}, config {json.dumps(config, sort_keys=True)}",
-                        {
-                            **ours,
-                            "server_version": version,
-                            "config_overrides": config,
-                            "path": "native",
-                            "endpoint": f"/v2/models/{model}/infer",
-                        },
-                        check,
-                        server.process.pid,
-                    )
-                )
+            targets += native_targets(server, variant_models, f"[{name}]", config)
         for peer in peers:
             infinity = isinstance(peer, InfinityServer)
             targets.append(
@@ -521,9 +487,9 @@ def main(argv: list[str] | None = None) -> int:
         for peer in peers:
             peer.stop()
         for _, _, server in variants:
-            server.stop()
+            stop_server(server)
         if triton:
-            triton.stop()
+            stop_server(triton)
         generator.close()
     return 0
 

@@ -25,6 +25,7 @@ import psutil
 from harness.deployments import declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.serving.gate.policy import GatePolicy
+from harness.testing.servers import stop_server
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
 from harness_lab.peers.processes import wait_idle
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         generator.close()
         for server in servers.values():
-            server.stop()
+            stop_server(server)
     report["load_average_1m"] = os.getloadavg()[0]
     if args.json:
         with open(args.json, "w") as handle:
