@@ -1,5 +1,6 @@
 """The processes of a served tree: RSS of tritonserver, the front gate and each Python-backend stub
-(``process_memory``), and the stubs serving one model (``stub_processes``)."""
+(``process_memory``), the tree by role (``served_processes``) and the stubs serving one model
+(``stub_processes``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,21 @@ def process_memory(pid: int) -> dict[str, dict]:
         role = _role(process) or ("server" if process.pid == pid else None)
         key = role if role and role not in out else f"{_label(process)}#{process.pid}"
         out[key] = {"pid": process.pid, "rss_mib": rss}
+    return out
+
+
+def served_processes(pid: int) -> dict[str, list[psutil.Process]]:
+    """The tree under ``pid`` by role: ``server`` (tritonserver), ``stubs`` (Python-backend stubs), ``gate``."""
+    out: dict[str, list[psutil.Process]] = {"server": [], "stubs": [], "gate": []}
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for process in tree:
+        role = _role(process) or ("stubs" if _label(process).startswith("stub:") else None)
+        if role:
+            out[role].append(process)
     return out
 
 

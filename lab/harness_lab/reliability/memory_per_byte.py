@@ -47,6 +47,7 @@ import numpy as np
 import psutil
 
 from harness import PROJECT_ROOT
+from harness.testing.processes import served_processes
 from harness.testing.servers import deployment_server, started, stop_server
 
 MIB = 2**20
@@ -146,28 +147,6 @@ def summarize(
 
 
 # ---------------------------------------------------------------- RSS sampling
-
-
-def served_processes(root_pid: int) -> dict[str, list[psutil.Process]]:
-    """tritonserver, its Python-backend stubs and the gate under the launcher's ``root_pid``."""
-    out = {"server": [], "stubs": [], "gate": []}
-    try:
-        root = psutil.Process(root_pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return out
-    for process in tree:
-        try:
-            cmdline = process.cmdline()
-        except psutil.Error:
-            continue
-        if cmdline and Path(cmdline[0]).name == "tritonserver":
-            out["server"].append(process)
-        elif cmdline and cmdline[0].endswith("triton_python_backend_stub"):
-            out["stubs"].append(process)
-        elif "harness.serving.gate" in cmdline:
-            out["gate"].append(process)
-    return out
 
 
 def _rss(processes: list[psutil.Process]) -> float:
