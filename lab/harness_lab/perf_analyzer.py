@@ -132,29 +132,10 @@ def command(
     ``stability_percent`` (its default, 10 %, rarely holds on 2 shared cores: it then fails).
     """
     levels = sorted(set(concurrency))
-    cmd = [
-        binary,
-        "-m",
-        model,
-        "-u",
-        url,
-        "-i",
-        protocol,
-        "-b",
-        str(batch),
-        "--input-data",
-        str(input_file),
-        "--measurement-mode",
-        "time_windows",
-        "--measurement-interval",
-        str(measurement_ms),
-        "--concurrency-range",
-        f"{levels[0]}:{levels[-1]}",
-        "--stability-percentage",
-        str(stability_percent),
-        "-f",
-        str(csv_file),
-    ]
+    cmd = [binary, "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--input-data", str(input_file)]
+    cmd += ["--measurement-mode", "time_windows", "--measurement-interval", str(measurement_ms)]
+    cmd += ["--concurrency-range", f"{levels[0]}:{levels[-1]}", "--stability-percentage", str(stability_percent)]
+    cmd += ["-f", str(csv_file)]
     for name, value in (headers or {}).items():
         cmd += ["-H", f"{name}:{value}"]
     return cmd
