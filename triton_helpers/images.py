@@ -80,4 +80,3 @@ def open_image(
         return image if image.mode == "RGB" else image.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"cannot decode {image.format or 'image'}: {exc}") from None
-
