@@ -36,12 +36,11 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from harness.manifest import ManifestError
 from harness.testing.processes import stub_processes
-from harness.testing.servers import model_server, restarted, stop_server
+from harness.testing.servers import model_server, restarted, started, stop_server
 from harness_lab.reliability.load import CheckedWorkload, LoadLog, run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
-from harness_lab.reliability.servers import checked_workload, defaults
+from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
 
@@ -279,11 +278,9 @@ def run_all(
     workload_reference: str | None = None,
 ) -> list[dict]:
     """Every scenario on one server of ``deployment`` (subset: ``model`` + dependencies, explicit mode)."""
-    server = model_server(deployment, model, model_control_mode="explicit")
+    server = started(model_server(deployment, model, model_control_mode="explicit"))
     reports = []
-    server.start()
     try:
-        server.wait_ready()
         workload = checked_workload(deployment, model, server.http_url, workload_reference)
         for name in scenarios:
             began = time.monotonic()
@@ -322,9 +319,7 @@ def format_fault(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
-    parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
-    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    add_target_arguments(parser)
     parser.add_argument("--stub-model", default=None, help="whose stub to kill (default: --model)")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -338,10 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             return 2
         return 0
-    try:
-        deployment, model = defaults(args.deployment, args.model)
-    except ManifestError as exc:
-        parser.error(str(exc))
+    deployment, model = chosen_target(parser, args)
     scenarios = args.scenario or list(SCENARIOS)
     reports = run_all(deployment, model, scenarios, args.concurrency, args.stub_model, args.workload)
     write_json(reports, args.json)

@@ -25,11 +25,10 @@ from pathlib import Path
 
 import psutil
 
-from harness.manifest import ManifestError
-from harness.testing.servers import model_server, stop_server
+from harness.testing.servers import model_server, started, stop_server
 from harness_lab.reliability.load import run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, write_json
-from harness_lab.reliability.servers import checked_workload, defaults
+from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
 
 #: Processes of a server counted as tritonserver's (the rest of the tree is the gate's).
 TRITON_PROCESSES = ("tritonserver", "triton_python_backend_stub")
@@ -94,9 +93,8 @@ def run(
             server = model_server(deployment, model, gate=count > 0)
             if count:
                 server.gate_workers = count
-            server.start()
+            started(server)
             try:
-                server.wait_ready()
                 workload = checked_workload(deployment, model, server.http_url, workload_reference)
                 measured = measure(server, workload, concurrency, duration_s, warmup_s)
             finally:
@@ -133,9 +131,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
-    parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
-    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    add_target_arguments(parser)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
@@ -143,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1", help="gate worker counts to measure, comma-separated (e.g. 1,2)")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "gate_cost.json")
     args = parser.parse_args(argv)
-    try:
-        deployment, model = defaults(args.deployment, args.model)
-    except ManifestError as exc:
-        parser.error(str(exc))
+    deployment, model = chosen_target(parser, args)
     workers = tuple(int(n) for n in args.workers.split(","))
     report = run(deployment, model, args.concurrency, args.rounds, args.duration, args.warmup, args.workload, workers)
     write_json(report, args.json)

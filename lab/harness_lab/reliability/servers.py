@@ -6,6 +6,23 @@ from __future__ import annotations
 from harness_lab.reliability.load import CheckedWorkload, echo_workload
 
 
+def add_target_arguments(parser) -> None:
+    """``--deployment``, ``--model`` and ``--workload`` of a reliability command (``defaults``)."""
+    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
+    parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
+    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+
+
+def chosen_target(parser, args) -> tuple[str, str]:
+    """(deployment, model) of ``args`` as ``defaults`` completes them; a manifest without them: a usage error."""
+    from harness.deployments import ManifestError
+
+    try:
+        return defaults(args.deployment, args.model)
+    except ManifestError as exc:
+        parser.error(str(exc))
+
+
 def defaults(deployment: str | None, model: str | None) -> tuple[str, str]:
     """(deployment, model) of a run: as given, else the one deployment with a ``[reliability]``
     table and its ``model``; ``echo`` needs no deployment."""

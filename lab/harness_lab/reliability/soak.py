@@ -36,9 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.manifest import ManifestError
 from harness.testing.processes import process_memory
-from harness.testing.servers import deployment_server, stop_server
+from harness.testing.servers import model_server, started, stop_server
 from harness_lab.reliability.load import (
     CheckedWorkload,
     LoadLog,
@@ -49,7 +48,7 @@ from harness_lab.reliability.load import (
 )
 from harness_lab.reliability.memory import memory_growth, memory_trend, rss_sample
 from harness_lab.reliability.report import RESULTS_DIR, write_json
-from harness_lab.reliability.servers import checked_workload, defaults
+from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
@@ -150,9 +149,7 @@ def check_soak(report: dict, max_growth_mib: float, max_growth_pct: float, max_p
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
-    parser.add_argument("--model", default=None, help="an entry model (default: its [reliability] model)")
-    parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    add_target_arguments(parser)
     parser.add_argument("--input", default=None, help="with --output: the input of a text -> vector model")
     parser.add_argument("--output", default=None)
     parser.add_argument("--concurrency", type=int, default=64)
@@ -183,14 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--images {args.images} matches no file")
     if (args.images or args.input) and not (args.input and args.output):
         parser.error("--images and --input need both --input and --output")
+    args.deployment, args.model = chosen_target(parser, args)
+    server = started(model_server(args.deployment, args.model))
     try:
-        args.deployment, args.model = defaults(args.deployment, args.model)
-    except ManifestError as exc:
-        parser.error(str(exc))
-    server = deployment_server(args.deployment, [args.model])
-    server.start()
-    try:
-        server.wait_ready()
         if files:
             workload = bytes_workload(
                 server.http_url,
