@@ -246,15 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = deployment.manifest.peers
     if spec is None:
         parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
-    models = [m for m in args.models.split(",") if m] if args.models is not None else list(spec.default_models)
-    variant_models = (
-        [m for m in args.variant_models.split(",") if m]
-        if args.variant_models is not None
-        else list(spec.variant_models)
-    )
-    openai_models = (
-        [m for m in args.openai_models.split(",") if m] if args.openai_models is not None else list(spec.openai_models)
-    )
+
+    def names(given: str | None, default) -> list[str]:
+        return [m for m in given.split(",") if m] if given is not None else list(default)
+
+    models = names(args.models, spec.default_models)
+    variant_models = names(args.variant_models, spec.variant_models)
+    openai_models = names(args.openai_models, spec.openai_models)
     if openai_models and not args.gate:
         print(f"--no-gate: no /v1/embeddings without the front gate; {openai_models} native only", flush=True)
         openai_models = []
