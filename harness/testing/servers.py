@@ -46,13 +46,20 @@ def model_server(deployment: str, model: str, *, model_control_mode: str = "none
     """``deployment_server`` for ``model``; ``echo``: a repository of the toy echo model alone."""
     if model != "echo":
         return deployment_server(deployment, [model], model_control_mode=model_control_mode, gate=gate)
-    from harness.serving.launchers import LocalTritonServer, ServerOptions
-
     root = Path(tempfile.mkdtemp(prefix="triton-echo-"))
-    options = ServerOptions(str(echo_repository(root)), required_models=["echo"], model_control_mode=model_control_mode)
-    server = LocalTritonServer(options, gate=gate)
+    server = repository_server(echo_repository(root), ["echo"], model_control_mode=model_control_mode, gate=gate)
     server.cleanup_dirs = [root]  # type: ignore[attr-defined]
     return server
+
+
+def repository_server(repository, required_models=(), *, model_control_mode: str = "none", gate: bool = True):
+    """A LocalTritonServer (not started) of a model repository as it is (kept when it stops)."""
+    from harness.serving.launchers import LocalTritonServer, ServerOptions
+
+    options = ServerOptions(
+        str(Path(repository).resolve()), required_models=list(required_models), model_control_mode=model_control_mode
+    )
+    return LocalTritonServer(options, gate=gate)
 
 
 def restarted(server):

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.testing.servers import deployment_server, restarted, started, stop_server
+from harness.testing.servers import deployment_server, repository_server, restarted, started, stop_server
 from harness_lab.hostile.cases import CLASSES, all_cases, declared_bytes, overcommit_always
 from harness_lab.hostile.runner import NOT_RUN, REFUSED, SEVERITY, Endpoint, by_class, choose_target, run_cases
 
@@ -61,11 +61,8 @@ class LocalServer:
     """Local mode: a server the command starts, and starts again on the same ports after a death."""
 
     def __init__(self, args):
-        from harness.serving.launchers import LocalTritonServer, ServerOptions
-
         if args.repository:
-            options = ServerOptions(str(Path(args.repository).resolve()))
-            self.server = LocalTritonServer(options, gate=not args.no_gate)
+            self.server = repository_server(args.repository, gate=not args.no_gate)
         else:
             self.server = deployment_server(args.deployment, gate=not args.no_gate)
         self.restarts = 0
