@@ -29,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-# availability: re-exported for the matrix note (harness/measuring/matrix/outputs.py)
 from harness_lab.perf_analyzer_container import DEFAULT_IMAGE, IMAGE_ENV, Runner, select_runner
 from harness_lab.perf_analyzer_container import availability as availability
+
+# availability: re-exported for the matrix note (harness/measuring/matrix/outputs.py)
+from harness_lab.text_models import is_utf8
 
 #: perf_analyzer -f CSV columns (µs) -> the harness's record fields (ms), model_analyzer names.
 CSV_COLUMNS = {
@@ -94,7 +96,7 @@ def input_data(inputs: dict[str, np.ndarray], batched: bool) -> tuple[dict, int]
             shape = shape[1:]
         if array.dtype == object:
             items = [v if isinstance(v, bytes) else str(v).encode() for v in np.ravel(array)]
-            if all(_is_text(v) for v in items):
+            if all(is_utf8(v) for v in items):
                 content = [v.decode() for v in items]
                 entry[name] = {"content": content, "shape": shape}
             else:  # perf_analyzer sends b64 data as the raw tensor: Triton's length-prefixed BYTES serialization
@@ -103,14 +105,6 @@ def input_data(inputs: dict[str, np.ndarray], batched: bool) -> tuple[dict, int]
         else:
             entry[name] = {"content": np.ravel(array).tolist(), "shape": shape}
     return {"data": [entry]}, batch
-
-
-def _is_text(value: bytes) -> bool:
-    try:
-        value.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def command(

@@ -49,6 +49,7 @@ import psutil
 from harness import PROJECT_ROOT
 from harness.testing.processes import served_processes
 from harness.testing.servers import deployment_server, started, stop_server
+from harness_lab.text_models import is_utf8
 
 MIB = 2**20
 RESULTS = PROJECT_ROOT / "results" / "memory-per-byte.json"
@@ -253,14 +254,6 @@ def _image_kind(data: bytes) -> str | None:
     return None
 
 
-def _is_text(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def noise_image(kind: str, target_bytes: int, seed: int = 0) -> bytes:
     """A valid image of random pixels whose file is about ``target_bytes`` (more pixels, not padding)."""
     from PIL import Image
@@ -295,7 +288,7 @@ def longer_element(data: bytes, target_bytes: int) -> bytes:
     kind = _image_kind(data)
     if kind:
         return noise_image(kind, target_bytes)
-    glue = b" " if _is_text(data) else b""
+    glue = b" " if is_utf8(data) else b""
     copies = max(1, target_bytes // max(1, len(data) + len(glue)))
     return glue.join([data] * copies)
 
