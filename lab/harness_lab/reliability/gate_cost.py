@@ -25,26 +25,19 @@ from pathlib import Path
 
 import psutil
 
+from harness.measuring.pair_bench import cpu_seconds as pair_cpu_seconds
 from harness.testing.servers import model_server, started, stop_server
 from harness_lab.reliability.load import run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, write_json
 from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
 
-#: Processes of a server counted as tritonserver's (the rest of the tree is the gate's).
-TRITON_PROCESSES = ("tritonserver", "triton_python_backend_stub")
-
 
 def cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds so far of the process tree at ``pid``: the gate's processes and tritonserver's."""
-    root = psutil.Process(pid)
-    spent = {"gate": 0.0, "triton": 0.0}
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times, command = proc.cpu_times(), proc.cmdline()
-        except psutil.Error:
-            continue
-        spent["triton" if command and command[0].endswith(TRITON_PROCESSES) else "gate"] += times.user + times.system
-    return spent
+    """CPU seconds so far of the process tree at ``pid``: tritonserver's (with its stubs) and the gate's (the rest)."""
+    parts = pair_cpu_seconds(pid)
+    parts.pop("generator")
+    triton = sum(v for k, v in parts.items() if k == "tritonserver" or k.startswith("stub:"))
+    return {"gate": sum(parts.values()) - triton, "triton": triton}
 
 
 def measure(server, workload, concurrency: int, duration_s: float, warmup_s: float) -> dict:
