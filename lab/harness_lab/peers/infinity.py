@@ -16,7 +16,8 @@ import urllib.request
 from pathlib import Path
 
 from harness import PROJECT_ROOT
-from harness_lab.peers.processes import PeerServer, PeerStartError, free_port
+from harness.serving.gate.serve import free_port
+from harness_lab.peers.processes import PeerServer, PeerStartError
 from harness_lab.peers.workloads import openai_body
 
 VENV = Path(os.environ.get("INFINITY_VENV") or PROJECT_ROOT / ".venv-infinity")

@@ -10,7 +10,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from harness import PROJECT_ROOT
-from harness_lab.peers.processes import PeerServer, free_port
+from harness.serving.gate.serve import free_port
+from harness_lab.peers.processes import PeerServer
 from harness_lab.peers.workloads import openai_body
 
 #: The name requests ask the naive server for (any: it serves one model).

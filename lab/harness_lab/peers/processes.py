@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -48,12 +47,6 @@ def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
         if (after - before) / 0.25 < busy_share:
             return
     print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PeerStartError(RuntimeError):
