@@ -89,6 +89,14 @@ def test_every_shipped_manifest_reads():
         assert read_manifest(path).name == path.parent.name
 
 
+def test_the_documented_manifest_reads(tmp_path):
+    """docs/adding-a-deployment.md's annotated deployment.toml is a manifest the schema takes."""
+    doc = (PROJECT_ROOT / "docs" / "adding-a-deployment.md").read_text()
+    example = doc.split("## deployment.toml", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    _, manifest = _read(tmp_path, example)
+    assert manifest.benchmarks and manifest.profiles
+
+
 TABLES = """
 [reliability]
 model = "m"
