@@ -60,7 +60,12 @@ def _serve(args) -> int:
         options.image = args.image
     options.api_keys = api_keys(args)
     if args.mode == "local":
-        server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
+        server = LocalTritonServer(
+            options,
+            ports=(args.http_port, args.grpc_port, args.metrics_port),
+            host=args.host,
+            gate_workers=args.gate_workers,
+        )
     elif args.mode == "docker":
         from harness.serving.launchers.docker import DockerTritonServer
         from harness.serving.launchers.docker_envs import attach_packed_env
@@ -184,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         "default $HARNESS_API_KEY, else off)",
     )
     serve.add_argument("--api-key-file", default=None, help="API keys, one per line (as --api-key)")
+    serve.add_argument(
+        "--gate-workers",
+        type=int,
+        default=None,
+        help="front-gate processes sharing the ports (local mode; default $TRITON_GATE_WORKERS, else one per 10 cores)",
+    )
     serve.set_defaults(func=_serve)
 
     bench = sub.add_parser("bench", help="run the benchmark scenarios of one or all deployments")
