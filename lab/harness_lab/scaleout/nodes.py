@@ -94,6 +94,8 @@ def start_worker(
         *("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE"),
         *("--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"),
         *("--security-opt", "systempaths=unconfined", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"),
+        # /run fresh at every start: a restarted worker's dockerd refuses to start over its old pid file.
+        *("--tmpfs", "/run"),
         *("--name", name, "--hostname", name, *mounts, node_image),
         *("dockerd", f"--cgroup-parent=/{name}"),
     )

@@ -1,8 +1,9 @@
 """The multi-replica run (``make scaleout``) on Docker swarm: throughput with 1, 2, 3 replicas
 (``docker service scale``), a replica's container killed under load (the engine restarts it), a new
 model version rolled by ``docker service update`` (the engine rolls, start-first, health-gated), a
-bad version whose replicas never turn healthy (the engine rolls back by itself), a node drained
-(with a second node), and the autoscaling signal evaluated by Prometheus. Our code asks the engine
+bad version whose replicas never turn healthy (the engine rolls back by itself), the autoscaling
+signal evaluated by Prometheus, and with a second node (``--nodes 2``) a node drained, a node lost
+(its engine killed) and brought back. Our code asks the engine
 and watches it: no code of ours picks which replica serves or when the next one rolls.
 
 Load: checked requests with the documented client retry policy (``harness_lab.scaleout.load``).
@@ -375,20 +376,22 @@ def drain_node(stack: Stack, concurrency: int, node: str) -> dict:
 
 
 def spread_again(stack: Stack, node: str) -> float:
-    """The node active again and the replicas spread over both nodes: the engine does not move running
-    tasks by itself, so ``docker service update --force`` (it rolls them, start-first, the placement
-    preference spreading them); until the update completed with tasks on ``node`` and the balancer
-    reaching every replica. Seconds it took."""
+    """The node active again and the replicas spread over both nodes. The engine does not move running
+    tasks by itself, and a forced rolling update (start-first) can place every new task on one node
+    (the old ones still count while the new start). So: ask for twice the replicas (the placement
+    preference puts the new tasks on the emptier node), then for the replicas again (the engine
+    removes tasks from the node holding the most copies first); no capacity is lost on the way.
+    Until the balancer reaches every replica; seconds it took."""
     began = time.monotonic()
     docker("node", "update", "--availability", "active", node)
-    stack.service_update("--force")
+    stack.scale(2 * stack.replicas)
+    wait_for(lambda: len(stack.running()) == 2 * stack.replicas, 900, f"{2 * stack.replicas} replicas running")
+    stack.scale(stack.replicas)
     wait_for(
-        lambda: stack.update_state().get("State") == "completed" and tasks_on(stack, node) > 0,
-        1800,
+        lambda: len(stack.running()) == stack.replicas and tasks_on(stack, node) > 0,
+        900,
         "replicas spread over both nodes again",
-        period_s=2.0,
     )
-    wait_for(lambda: len(stack.running()) == stack.replicas, 600, f"{stack.replicas} replicas running")
     stack.wait_balanced(stack.replicas, addresses={t["address"] for t in stack.running() if t["address"]})
     return time.monotonic() - began
 
