@@ -117,7 +117,8 @@ class Deployment:
 
     def gate_policy(self) -> GatePolicy:
         """What the front gate enforces for this deployment: clients call the entry models only
-        (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds."""
+        (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds and the
+        ``[openai]`` table's ``/v1`` mapping."""
         gate = self.manifest.gate
         return GatePolicy(
             public=self.entry_models,
