@@ -26,6 +26,7 @@ from harness.serving import packenv
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
+from harness.serving.packenv.pack import choose_tool
 from harness.tests.repositories import make_repository
 
 MARKER = "tinydb"
@@ -109,7 +110,7 @@ def test_pack_builds_a_tarball_with_the_stubs_python_and_numpy_below_2(packed):
     deployment, result = packed
     tarball = deployment.path / "envs" / "cpu.tar.gz"
     assert result.output == str(tarball) and tarball.stat().st_size == result.size_bytes > 0
-    assert result.tool == ("conda-pack" if packenv.choose_tool() == "conda" else "venv-pack")
+    assert result.tool == ("conda-pack" if choose_tool() == "conda" else "venv-pack")
     assert result.python == packenv.local_python()
     assert MARKER in result.packages and int(result.packages["numpy"].split(".")[0]) < 2
     assert json.loads(packenv.sidecar(tarball).read_text())["tool"] == result.tool
