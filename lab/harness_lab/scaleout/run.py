@@ -383,7 +383,14 @@ def spread_again(stack: Stack, node: str) -> float:
     removes tasks from the node holding the most copies first); no capacity is lost on the way.
     Until the balancer reaches every replica; seconds it took."""
     began = time.monotonic()
-    docker("node", "update", "--availability", "active", node)
+    for attempt in range(10):  # a node that just rejoined is still being updated: "update out of sequence"
+        try:
+            docker("node", "update", "--availability", "active", node)
+            break
+        except ScaleoutError as exc:
+            if "out of sequence" not in str(exc) or attempt == 9:
+                raise
+            time.sleep(1)
     stack.scale(2 * stack.replicas)
     wait_for(lambda: len(stack.running()) == 2 * stack.replicas, 900, f"{2 * stack.replicas} replicas running")
     stack.scale(stack.replicas)
