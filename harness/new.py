@@ -6,8 +6,8 @@ collected at once, and nothing else changes:
 - the manifest's ``name`` (and the conda env name of ``environment.yml``), and the deployment's
   name wherever it stands as a word or a word's prefix (README title and text, docstrings,
   ``client.py --help``, ``<old>_client`` module names), except in model names and where it is
-  also a model's or an importable library's name (``cn_clip``): then only the paths and commands
-  below and the README title;
+  also a model's or an importable library's name (a deployment named after the library it
+  imports): then only the paths and commands below and the README title;
 - the deployment's own packages, any ``<old>_*`` folder with a ``pyproject.toml`` (folder,
   imports and distribution name become ``<new>_*``), installed with ``pip install --no-deps -e``
   into the running interpreter's environment, as ``make install`` does for the originals;
@@ -189,7 +189,7 @@ def copy_deployment(
             f"pick another NAME or `pip uninstall` it"
         )
     kept = {p.name for p in original.model_repository.iterdir() if p.is_dir()}
-    if importlib.util.find_spec(old) is not None:  # a library of that name (cn_clip): its imports stay
+    if importlib.util.find_spec(old) is not None:  # a library of that name: its imports stay
         kept.add(old)
     rules = _rewrite_rules(old, name, names, kept)
     models = []
