@@ -245,15 +245,16 @@ def test_doc_walk_from_make_new_to_your_own_onnx_file(tmp_path, source):
     )
 
 
-SWAP = "## Swapping the embedding model"
-SWAP_SOURCE = "embedding_cpu"
+#: The swap guides of docs/adding-a-deployment.md, one section each; the first step names the source.
+SWAP_HEADINGS = re.findall(r"^## Swapping the .*$", DOC.read_text(), flags=re.M)
 
 
-def doc_swap() -> list[tuple[str, str]]:
-    """The swap guide of docs/adding-a-deployment.md in order: ``("bash", line)`` for each line of a
+def doc_swap(heading: str) -> list[tuple[str, str]]:
+    """One swap guide of docs/adding-a-deployment.md in order: ``("bash", line)`` for each line of a
     bash block, ``("python", block)`` for each ```python run block."""
     text = DOC.read_text()
-    section = text[text.index(SWAP) : text.index(WALK)]
+    start = text.index(heading)
+    section = text[start : text.index("\n## ", start + len(heading))]
     steps = []
     for kind, block in re.findall(r"^```(bash|python run)\n(.*?)^```", section, flags=re.S | re.M):
         if kind == "bash":
@@ -263,10 +264,15 @@ def doc_swap() -> list[tuple[str, str]]:
     return steps
 
 
-def test_doc_swap_is_parsed():
-    steps = doc_swap()
-    assert steps[0] == ("bash", f"make new NAME={DOC_NAME} FROM={SWAP_SOURCE}")
-    assert [kind for kind, _ in steps].count("python") == 1
+def swap_source(heading: str) -> str:
+    """The deployment a swap guide copies, from its first step (``make new NAME=... FROM=...``)."""
+    return re.fullmatch(rf"make new NAME={DOC_NAME} FROM=(\w+)", doc_swap(heading)[0][1]).group(1)
+
+
+@pytest.mark.parametrize("heading", SWAP_HEADINGS)
+def test_doc_swap_is_parsed(heading):
+    steps = doc_swap(heading)
+    assert swap_source(heading) in SOURCES, steps[0]
     assert ("bash", f"make refresh NAME={DOC_NAME}") in steps
     assert steps[-1] == ("bash", f".venv/bin/pytest harness/ deployments/{DOC_NAME}/ -k {DOC_NAME}")
 
@@ -275,25 +281,25 @@ def _digests(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.server
-def test_doc_swap_of_the_embedding_model(tmp_path):
-    """The swap guide as a reader follows it: copy embedding_cpu, a tiny CLS-pooled BERT folder of
-    another size in its model/, `make refresh`, then the copy's checks and tests on every path;
-    the original's files stay byte for byte and its fixtures still describe what it serves."""
+def run_swap_guide(tmp_path: Path, heading: str) -> Path:
+    """Follows one swap guide as a reader does, from the project root, on a copy under a name of
+    this run's own in a temporary project layout; asserts each step succeeds, every pytest step
+    passes, and the original's model repository and fixtures stay byte for byte. Returns the copy."""
+    source = swap_source(heading)
     root = _project_layout(tmp_path)
-    (root / SWAP_SOURCE).symlink_to(PROJECT_ROOT / "deployments" / SWAP_SOURCE)
-    name = f"{DOC_NAME}{os.getpid()}"
-    original = get_deployment(SWAP_SOURCE, PROJECT_ROOT / "deployments")
+    (root / source).symlink_to(PROJECT_ROOT / "deployments" / source)
+    name = f"{DOC_NAME}{os.getpid()}"  # the venv is shared: never another run's (or your) my_model
+    original = get_deployment(source, PROJECT_ROOT / "deployments")
     watched = [original.model_repository, original.fixtures_path]
     before = [_digests(folder) for folder in watched]
 
     def local(text: str) -> str:
         text = text.replace(f"deployments/{DOC_NAME}", f"{root}/{DOC_NAME}")
-        return text.replace(DOC_NAME, name)
+        return text.replace(DOC_NAME, name).replace(DOC_NAME.replace("_", "-"), name.replace("_", "-"))
 
     env = {**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)}
     try:
-        for kind, step in doc_swap():
+        for kind, step in doc_swap(heading):
             command = ["bash", "-c", local(step)] if kind == "bash" else [sys.executable, "-"]
             done = subprocess.run(
                 command,
@@ -314,10 +320,19 @@ def test_doc_swap_of_the_embedding_model(tmp_path):
             capture_output=True,
             check=False,
         )
-    copy = root / name
+    assert [_digests(folder) for folder in watched] == before, "the original's files were written into"
+    return root / name
+
+
+@pytest.mark.server
+def test_doc_swap_of_the_embedding_model(tmp_path):
+    """The embedding swap guide: a tiny CLS-pooled BERT folder of another size in a copy of
+    embedding_cpu, `make refresh`, the copy's checks and tests on every path; the original's
+    fixtures still describe what it serves."""
+    copy = run_swap_guide(tmp_path, "## Swapping the embedding model")
+    original = get_deployment(swap_source("## Swapping the embedding model"), PROJECT_ROOT / "deployments")
     assert json.loads((copy / "model" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "cls"
     assert len(json.loads((copy / "fixtures" / "expected_embeddings.json").read_text())["embeddings"][0]) == 128
-    assert [_digests(folder) for folder in watched] == before, "the original's files were written into"
     for fixture in ("expected_embeddings.json", "expected_documents.json"):
         original.checks_module._assert_served_weights(
             original.model_repository, json.loads((original.fixtures_path / fixture).read_text())
