@@ -19,42 +19,21 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness.serving.launchers.docker_engine import DockerStartError, engine
-from harness.serving.launchers.docker_images import CPU_IMAGE
 from harness_lab.scaleout import k8s
 from harness_lab.scaleout.autoscale import query, read_counters, task_address, wait_scraped
 from harness_lab.scaleout.load import RETRY, stack_load
 from harness_lab.scaleout.run import kill_under_load, leftovers, roll_version
 from harness_lab.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
 
-
-def _engine_or_none():
-    try:
-        return engine(timeout_s=5)
-    except DockerStartError:
-        return None
-
-
-ENGINE = _engine_or_none()
-pytestmark = [
-    pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
-    pytest.mark.timeout(900),
-]
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def stack(request):
-    if request.config.getoption("--server-mode") != "docker":
-        pytest.skip("the swarm run needs the image and the packed envs: make test-docker (--server-mode docker)")
-    image = request.config.getoption("--image") or CPU_IMAGE
-    try:
-        ENGINE.images.get(image)
-    except Exception:  # noqa: BLE001
-        pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
+def stack(swarm_image):
     stack = Stack(
         get_deployment("embedding_cpu"),
         replicas=2,
-        image=image,
+        image=swarm_image,
         name="tsw-test",
         work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-embedding_cpu",
     )

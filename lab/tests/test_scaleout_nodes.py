@@ -18,38 +18,17 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness.serving.launchers.docker_engine import DockerStartError, engine
-from harness.serving.launchers.docker_images import CPU_IMAGE
 from harness_lab.scaleout import ScaleoutError
 from harness_lab.scaleout.load import RETRY
 from harness_lab.scaleout.nodes import NODE_PREFIX, join, node_state, remove_workers, start_worker
 from harness_lab.scaleout.run import drain_node, kill_node, leftovers, node_back, placement, spread_again
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init, swarm_state
 
-
-def _engine_or_none():
-    try:
-        return engine(timeout_s=5)
-    except DockerStartError:
-        return None
-
-
-ENGINE = _engine_or_none()
-pytestmark = [
-    pytest.mark.skipif(ENGINE is None, reason="no Docker engine answers: `make docker-engine` starts one"),
-    pytest.mark.timeout(1800),
-]
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
-def nodes(request):
-    if request.config.getoption("--server-mode") != "docker":
-        pytest.skip("the two-node run needs the image and the packed envs: make test-docker (--server-mode docker)")
-    image = request.config.getoption("--image") or CPU_IMAGE
-    try:
-        ENGINE.images.get(image)
-    except Exception:  # noqa: BLE001
-        pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
+def nodes(swarm_image):
     if swarm_state() != "inactive":
         pytest.skip(
             "the engine is in a swarm already (a second node needs a swarm this test makes): make scaleout-down"
@@ -57,7 +36,7 @@ def nodes(request):
     stack = Stack(
         get_deployment("embedding_cpu"),
         replicas=2,
-        image=image,
+        image=swarm_image,
         name="tsw-nodes",
         work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-nodes-embedding_cpu",
         spread=True,
@@ -66,7 +45,7 @@ def nodes(request):
     stack.prepare()
     try:
         try:
-            worker = start_worker(build_image("swarm-node"), [image], [str(stack.work_dir)])
+            worker = start_worker(build_image("swarm-node"), [swarm_image], [str(stack.work_dir)])
         except ScaleoutError as exc:
             pytest.skip(f"a second swarm node cannot start on this machine: {exc}")
         stack.initialised_swarm = swarm_init(worker.data_path_address)

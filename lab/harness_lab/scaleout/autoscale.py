@@ -1,12 +1,5 @@
-"""The autoscaling signal for real: the stack's Prometheus scrapes every task's metrics port and
-records the prometheus-adapter rule of the Kubernetes ConfigMap (``k8s.adapter_query``, filled in
-with the swarm's labels); this reads it at three loads (idle, one replica saturated, the same load
-over all replicas) and says what the HPA of ``make k8s`` would do with it.
-
-HPA arithmetic (``AverageValue`` target, Kubernetes' documented algorithm): desired =
-ceil(current x average / target), no change while |average / target - 1| <= 0.1, clamped to
-[minReplicas, maxReplicas]. The behaviour windows (scale-down after 5 min) are not simulated.
-"""
+"""The HPA signal on the stack's Prometheus at three loads and what the HPA would decide with it
+(Kubernetes' ``AverageValue`` algorithm; behaviour windows not simulated)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""Capacity model: replicas needed for N requests/s at a p99 target, from measured per-replica rows.
-
-``python -m harness_lab.scaleout capacity`` reads the published results matrix (docs/results.json,
-written by ``make matrix`` from results/records.jsonl) and, for every default-config scenario of
-every deployment on one server mode / target, takes the highest measured throughput of one server
-among the concurrency levels whose p99 latency met the target. Replicas for a rate N are then
-
-    replicas = ceil(N / (per_replica_infer_s * utilisation))
-
-with ``utilisation`` (default 0.7) the share of a replica's measured throughput the autoscaler is
-asked to hold: a replica driven at its measured maximum has no queue slack, so one more request
-burst shows up as queue time (and p99) at once. Only measured levels are used: a target that no
-level met gives no number (more concurrency levels in the manifest give a finer model).
-"""
+"""Replicas for N requests/s at a p99 target: ``ceil(N / (per_replica_infer_s * utilisation))`` from the
+best measured one-server level that met the target (docs/results.json; lab/docs/scaling.md)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,5 @@
-"""Measured footprint of one replica: what a Kubernetes pod of a deployment must request.
-
-``python -m harness_lab.scaleout footprint [deployment ...]`` serves each deployment in the CPU image
-(docker mode, its packed env, exactly as ``make test-docker`` does), then runs every default-config
-benchmark scenario of its manifest at its highest concurrency while the container's cgroup is
-sampled through the Docker stats API. Recorded per deployment:
-
-- ``start_to_ready_s``: container start to every entry model ready (packed env unpacked, models loaded);
-- ``idle_mib``: working set (usage minus inactive file cache, as ``docker stats`` and the kubelet
-  count it) once ready;
-- ``peak_mib``: highest working set seen under load;
-- ``cpu_cores_under_load``: mean cores the container used during its busiest scenario (each scenario's
-  own mean is in ``scenarios``; on this 2-core machine, at most 2).
-
-The result is ``lab/harness_lab/scaleout/footprints.json`` (kept in git: it is the measured input of
-``make k8s``, with the machine and command that produced it).
-"""
+"""The measured footprint of one replica in the CPU image (``python -m harness scaleout footprint``),
+written to ``footprints.json`` beside this module (lab/docs/scaling.md)."""
 
 from __future__ import annotations
 

@@ -1,33 +1,5 @@
-"""Kubernetes objects for a deployment, built as Python dicts from its manifest and dumped with PyYAML.
-
-``make k8s DEPLOYMENT=<d>`` (``python -m harness_lab.scaleout k8s <d>``) writes ``build/k8s/<d>/``:
-
-- ``triton.yaml``: a ``Deployment`` (the CPU image of ``make image``; the model repository and the
-  packed env delivered by an init container from a *bundle image* into an ``emptyDir``; requests
-  from the measured footprint of one replica; startup/readiness/liveness probes on
-  ``/v2/health/ready`` and ``/v2/health/live``; a ``preStop`` pause so endpoints drop the pod
-  before tritonserver gets SIGTERM), a ``Service``, a ``HorizontalPodAutoscaler`` on Triton's
-  queue time per request (a Pods metric served by prometheus-adapter from
-  ``nv_inference_queue_duration_us`` / ``nv_inference_request_success``), a
-  ``PodDisruptionBudget`` and the prometheus-adapter rule as a ``ConfigMap``;
-- ``inferenceservice.yaml``: the same server as a KServe ``InferenceService`` (``modelFormat:
-  triton``, runtime ``kserve-tritonserver``, protocol v2), the bundle at ``storageUri``.
-
-By default (``RenderOptions.gate``; ``--no-gate`` turns it off) the container runs the front gate
-(``python -m harness.serving.gate serve -- tritonserver ...``, harness/serving/gate/serve.py) in front of
-tritonserver: requests are validated before Triton parses them (one malformed request cannot abort
-the pod), the model-repository and other admin APIs are closed (no admin token is mounted), and
-the probes read the gate's readiness, which turns false when a Python stub dies (Triton's own
-stays true). The CPU image of ``make image`` carries the gate; an image without it (NGC, Ascend)
-needs ``--no-gate``. The KServe object keeps the runtime's own command (KServe owns it).
-
-The bundle is the layout ``harness.serving.packenv.packed_repository`` writes (``model_repository/`` with
-every Python config pointing at ``$$TRITON_MODEL_DIRECTORY/../../envs/<env>`` + ``envs/``), so the
-same tree serves from ``/mnt/models`` in the Deployment and under KServe's storage initializer.
-A ``[scaleout]`` table in deployment.toml overrides any default below (``replicas``,
-``min_replicas``, ``max_replicas``, ``queue_target_us``, ``memory_mib``, ``cpu``, ``bundle_image``,
-``storage_uri``), so a copied deployment folder renders with no harness change.
-"""
+"""Kubernetes objects of a deployment (``make k8s``), built as dicts from its manifest and dumped with
+PyYAML; a ``[scaleout]`` table overrides the defaults (lab/docs/scaling.md)."""
 
 from __future__ import annotations
 

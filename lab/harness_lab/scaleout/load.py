@@ -1,9 +1,5 @@
-"""Checked load against the stack's balancer: an asyncio client (aiohttp) holding ``concurrency``
-HTTP/JSON inference requests in flight, every response checked (a vector of the first one's size,
-equal to it; the model is text in, vector out, its tensors named by its config.pbtxt:
-``harness_lab.text_models``), and the client retry policy (``RETRY``): a request is tried up to 3
-times; it is retried on a connection error or an HTTP 502/503/504, 50 ms after the failure; a 4xx or
-any other answer is final. A request is *lost* when all its tries fail."""
+"""Checked load on the stack's balancer: ``concurrency`` HTTP/JSON requests in flight (aiohttp), every
+answer checked, with the client retry policy ``RETRY``; a request is lost when all its tries fail."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""A second swarm node on this machine: a worker running its own dockerd in a container with every
-capability this machine allows (images/swarm-node, Debian's docker.io), joined to the swarm; images reach it by ``docker save |
-docker load`` (no registry). ``remove_workers`` takes every such node of ours down (teardown).
-
-The overlay's data path between the host's engine and the nested one: the host sends its VXLAN
-packets (UDP 4789) to the worker from its address on the bridge the worker sits on (docker0), not
-from the address it advertises on its default route. The worker's kernel holds the advertised
-address as the remote end for the manager's tasks (a permanent forwarding entry) and drops every
-packet whose outer source differs (drop reason ``VXLAN_ENTRY_EXISTS``): the tasks of the two nodes
-never reach each other. So a swarm with a worker here is made with ``--data-path-addr`` = the host's
-address towards the worker (``start_worker`` first, then ``swarm_init``, then ``join``)."""
+"""A second swarm node: a worker dockerd in a container (images/swarm-node), images by ``docker save |
+docker load``; why the swarm is made with ``--data-path-addr``: lab/docs/scaling.md."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""The multi-replica run (``make scaleout``) on Docker swarm: throughput with 1, 2, 3 replicas
-(``docker service scale``), a replica's container killed under load (the engine restarts it), a new
-model version rolled by ``docker service update`` (the engine rolls, start-first, health-gated), a
-bad version whose replicas never turn healthy (the engine rolls back by itself), the autoscaling
-signal evaluated by Prometheus, and with a second node (``--nodes 2``) a node drained, a node lost
-(its engine killed) and brought back. Our code asks the engine
-and watches it: no code of ours picks which replica serves or when the next one rolls.
-
-Load: checked requests with the documented client retry policy (``harness_lab.scaleout.load``).
-The balancer itself retries a request on another task when the connection fails, is reset or gets a
-503 from a draining gate (``harness_lab.scaleout.swarm``).
-
-Results: ``results/scaleout/<deployment>.json`` (and printed).
-"""
+"""The multi-replica run (``make scaleout``): throughput, kill, roll, rollback, the autoscaling signal,
+and with ``--nodes 2`` drain and node loss; results in ``results/scaleout/<deployment>.json``."""
 
 from __future__ import annotations
 
@@ -19,12 +7,13 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.measuring.records import machine
-from harness_lab.scaleout import ScaleoutError
+from harness_lab.scaleout import ScaleoutError, wait_for
 from harness_lab.scaleout.autoscale import autoscaling_signal
 from harness_lab.scaleout.capacity import predicted_throughput
 from harness_lab.scaleout.load import RETRY, Outcome, stack_load, summarize
@@ -34,24 +23,17 @@ from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address,
 RESULTS = PROJECT_ROOT / "results" / "scaleout"
 #: Scenarios that need the second node (``--nodes 2``).
 NODE_SCENARIOS = ("drain", "node-loss")
+#: How long the balancer may take to see a changed task set (DNS every 1 s, health checks every 1 s).
+BALANCER_SETTLE_S = 4.0
 
 
 def served_by(outcomes: list[Outcome]) -> dict[str, int]:
     """Successful requests per task address (the balancer's ``X-Upstream``)."""
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        if o.ok:
-            address = o.upstream.split(",")[-1].strip().rsplit(":", 1)[0] or "?"
-            counts[address] = counts.get(address, 0) + 1
-    return counts
+    return dict(Counter(o.upstream.split(",")[-1].strip().rsplit(":", 1)[0] or "?" for o in outcomes if o.ok))
 
 
 def by_version(outcomes: list[Outcome]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        if o.ok:
-            counts[str(o.version)] = counts.get(str(o.version), 0) + 1
-    return counts
+    return dict(Counter(str(o.version) for o in outcomes if o.ok))
 
 
 class Watch:
@@ -88,36 +70,18 @@ class Watch:
         return self.events
 
 
-def wait_for(predicate, deadline_s: float, what: str, period_s: float = 0.5):
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise ScaleoutError(f"{what}: not within {deadline_s:.0f} s")
-        time.sleep(period_s)
-
-
-def balancer_settle_s() -> float:
-    """How long the balancer may take to see a changed task set (DNS every 1 s, health checks every 1 s)."""
-    return 4.0
-
-
 # ---------------------------------------------------------------------------------------- scenarios
 
 
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
-    """The same offered load to 1, 2, ... N replicas (the engine scales the service); beside each level,
-    what the capacity model predicts for that many replicas (``capacity.predicted_throughput``) and
-    the linear prediction from this run's own 1-replica level."""
+    """The same load on 1 .. N replicas; beside each level the capacity model's and the linear prediction."""
     rows = []
     for count in range(1, stack.replicas + 1):
         stack.scale(count)
         stack.wait_converged(count, deadline_s=900)
         tasks = stack.running()
         stack.wait_balanced(count, addresses={t["address"] for t in tasks if t["address"]})
-        time.sleep(balancer_settle_s())
+        time.sleep(BALANCER_SETTLE_S)
         load = stack_load(stack, concurrency).start()
         time.sleep(warmup_s)
         began = time.time()
@@ -158,13 +122,12 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
         )
     stack.scale(stack.replicas)
     stack.wait_converged(stack.replicas, deadline_s=900)
-    time.sleep(balancer_settle_s())
+    time.sleep(BALANCER_SETTLE_S)
     return rows
 
 
 def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after_s: float = 8.0) -> dict:
-    """SIGKILL one task's container under load; the engine starts a replacement. What the client saw,
-    when the balancer stopped sending to the dead task, and when the service had all its replicas again."""
+    """SIGKILL one task's container under load; what the client saw until the engine replaced it."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     victim = stack.running()[-1]
     load = stack_load(stack, concurrency).start()
@@ -210,8 +173,7 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
 
 
 def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: float = 3.0) -> dict:
-    """``docker service update`` to bundle ``version`` under load; the engine rolls (start-first, one
-    task at a time, each healthy and watched for ``monitor`` before the next). We only watch."""
+    """``docker service update`` to bundle ``version`` under load; the engine rolls, we watch."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     before = stack.bundle
     load = stack_load(stack, concurrency).start()
@@ -260,8 +222,7 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: f
 
 
 def rollback_bad(stack: Stack, concurrency: int) -> dict:
-    """``docker service update`` to a version that cannot load: its first new task never turns healthy
-    (its server exits), the engine's ``failure_action: rollback`` restores the previous spec."""
+    """A version that cannot load: the engine's ``failure_action: rollback`` restores the previous spec."""
     result = roll_version(stack, concurrency, version="bad")
     result["rolled_back"] = (
         result["engine_final_state"] == "rollback_completed" and "bad" not in result["bundles_running_after"]
@@ -282,21 +243,17 @@ def node_names() -> dict[str, str]:
 def placement(stack: Stack) -> dict[str, int]:
     """Running tasks per node (hostname)."""
     names = node_names()
-    counts: dict[str, int] = {}
-    for t in stack.running():
-        name = names.get(t["node"], t["node"][:12])
-        counts[name] = counts.get(name, 0) + 1
-    return counts
+    return dict(Counter(names.get(t["node"], t["node"][:12]) for t in stack.running()))
 
 
 def served_by_node(outcomes: list[Outcome], tasks: list[dict]) -> dict[str, int]:
     """Successful requests per node (hostname), from the balancer's ``X-Upstream`` and the tasks' addresses."""
     names = node_names()
     node_of = {t["address"]: names.get(t["node"], t["node"][:12]) for t in tasks if t["address"]}
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for address, count in served_by(outcomes).items():
-        counts[node_of.get(address, "?")] = counts.get(node_of.get(address, "?"), 0) + count
-    return counts
+        counts[node_of.get(address, "?")] += count
+    return dict(counts)
 
 
 def under_load(stack: Stack, concurrency: int, action, done, what: str, before_s: float = 3.0, after_s: float = 5.0):
@@ -358,8 +315,7 @@ def _say(what: str, result: dict, took_key: str) -> None:
 
 
 def drain_node(stack: Stack, concurrency: int, node: str) -> dict:
-    """``docker node update --availability drain`` of a node holding replicas, under load: the engine
-    stops its tasks (the gate drains each) and starts replacements on the other node."""
+    """``docker node update --availability drain`` of a node holding replicas, under load."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     on_node = tasks_on(stack, node)
     _, took, asked_at, outcomes, events, tasks = under_load(
@@ -376,12 +332,8 @@ def drain_node(stack: Stack, concurrency: int, node: str) -> dict:
 
 
 def spread_again(stack: Stack, node: str) -> float:
-    """The node active again and the replicas spread over both nodes. The engine does not move running
-    tasks by itself, and a forced rolling update (start-first) can place every new task on one node
-    (the old ones still count while the new start). So: ask for twice the replicas (the placement
-    preference puts the new tasks on the emptier node), then for the replicas again (the engine
-    removes tasks from the node holding the most copies first); no capacity is lost on the way.
-    Until the balancer reaches every replica; seconds it took."""
+    """The node active again and the replicas spread over both nodes (twice the replicas, then the
+    replicas again: the engine moves no running task by itself); seconds until the balancer reaches each."""
     began = time.monotonic()
     for attempt in range(10):  # a node that just rejoined is still being updated: "update out of sequence"
         try:
@@ -404,8 +356,7 @@ def spread_again(stack: Stack, node: str) -> float:
 
 
 def kill_node(stack: Stack, concurrency: int, worker: Worker) -> dict:
-    """The node lost under load: its whole engine killed (``docker kill`` of the worker's container,
-    every task in it dies at once). The manager marks the node down and reschedules its tasks."""
+    """The node lost under load: its worker container killed; the manager reschedules its tasks."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     on_node = tasks_on(stack, worker.node)
     marked: dict[str, float] = {}
@@ -430,9 +381,8 @@ def kill_node(stack: Stack, concurrency: int, worker: Worker) -> dict:
 
 
 def node_back(stack: Stack, concurrency: int, worker: Worker) -> dict:
-    """The lost node back under load: its container started again (its dockerd rejoins as the same node),
-    then the replicas spread over both nodes again (``spread_again``); time to full capacity: from the
-    start until every replica runs, both nodes hold some, and the balancer reaches each."""
+    """The lost node back under load, then ``spread_again``; seconds until every replica runs, both
+    nodes hold some and the balancer reaches each."""
     # Not wait_converged: the lost node's tasks stay "running" (desired shutdown) in the engine's
     # record until that node reports again.
     wait_for(lambda: len(stack.running()) == stack.replicas, 600, f"{stack.replicas} replicas running")
@@ -466,8 +416,7 @@ def run(
     name: str | None = None,
     nodes: int = 1,
 ) -> dict:
-    """Deploy the stack, run the scenarios, write the results JSON, tear everything down. ``nodes=2``
-    adds a worker node (``nodes.py``) before the deploy; the replicas spread over both nodes."""
+    """Deploy the stack (``nodes=2``: with a worker node), run the scenarios, write the results, tear down."""
     if nodes not in (1, 2):
         raise ScaleoutError(f"--nodes {nodes}: this machine runs 1 or 2 nodes")
     if set(scenarios) & set(NODE_SCENARIOS) and nodes < 2:
@@ -510,14 +459,15 @@ def run(
         )
         if "throughput" in scenarios:
             results["throughput"] = throughput(stack, concurrency, duration_s)
-        if "kill" in scenarios:
-            results["kill"] = kill_under_load(stack, concurrency)
-        if "roll" in scenarios:
-            results["roll"] = roll_version(stack, concurrency)
-        if "rollback" in scenarios:
-            results["rollback"] = rollback_bad(stack, concurrency)
-        if "signal" in scenarios:
-            results["signal"] = autoscaling_signal(stack, concurrency)
+        one_node = {
+            "kill": kill_under_load,
+            "roll": roll_version,
+            "rollback": rollback_bad,
+            "signal": autoscaling_signal,
+        }
+        for scenario, run_scenario in one_node.items():
+            if scenario in scenarios:
+                results[scenario] = run_scenario(stack, concurrency)
         if worker:
             results["placement"] = placement(stack)
         if "drain" in scenarios:

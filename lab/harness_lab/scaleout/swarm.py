@@ -1,30 +1,5 @@
-"""A multi-replica stack run by Docker swarm (the engine's own orchestrator) on this machine.
-
-Rendered from the deployment's manifest as data and dumped with PyYAML, as ``make k8s`` renders
-Kubernetes objects; ``docker stack deploy`` hands it to the engine, which then schedules, restarts,
-rolls and rolls back the replicas itself. Our code only deploys, asks (``docker service update``,
-``docker service scale``, ``docker node update``) and watches.
-
-- ``bundle-v1/``, ``bundle-v2/``, ``bundle-bad/``: the deployment's repository with its packed env
-  beside it (``harness.serving.packenv.packed_repository``: ``model_repository/`` + ``envs/``, hard
-  links), the layout the Kubernetes objects deliver too; v2 adds version ``2`` of the rolled models
-  (their version 1 files, linked) so a roll is visible in every response's ``model_version``; bad
-  adds a version 2 whose files are garbage (a model that cannot load: the replica never turns healthy);
-- ``stack.yml``: service ``triton`` (the CPU image, replicas, memory/CPU from the measured footprint,
-  a health check on the gate's ``/v2/health/ready``, a start-first rolling update with ``monitor``
-  and ``failure_action: rollback``, a restart policy, a stop grace period for the gate's drain, the
-  bundle bind-mounted read-only at ``/mnt/models``, ``endpoint_mode: dnsrr``: this kernel has no
-  IPVS, so no VIP and no routing mesh); service ``lb`` (``images/lb``: haproxy 2.6 resolving
-  ``tasks.triton`` through Docker's DNS every second with ``server-template``, or nginx 1.22 with a
-  resolver and a variable ``proxy_pass``), published in host mode on a loopback-reachable port;
-  service ``prometheus`` (``images/prometheus``) scraping every task's metrics port found by DNS,
-  with the prometheus-adapter rule of the Kubernetes ConfigMap as a recording rule;
-- ``haproxy.cfg`` / ``nginx.conf``, ``prometheus.yml``, ``rules.yml``.
-
-Teardown (``down``): ``docker stack rm``, then wait until the stack's containers and networks are
-gone, then ``docker swarm leave --force`` when this run initialised the swarm. ``python -m harness
-scaleout down`` does the same after a crashed run.
-"""
+"""A multi-replica stack on Docker swarm: rendered from the manifest as data, handed to the engine by
+``docker stack deploy``; our code only deploys, asks and watches (lab/docs/scaling.md, "The stack")."""
 
 from __future__ import annotations
 
@@ -43,11 +18,11 @@ from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.repository import dependencies
 from harness.serving.gate.serve import free_port, serve_command
+from harness.serving.launchers.docker_images import CPU_IMAGE
 from harness_lab.scaleout import ScaleoutError
-from harness_lab.scaleout.k8s import QUEUE_METRIC, adapter_query
+from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query
 from harness_lab.scaleout.sizing import resources
 
-BUNDLE_ROOT = "/mnt/models"
 IMAGES = PROJECT_ROOT / "images"
 #: Every stack, network and container of ours starts with this (other runs share the engine).
 PREFIX = "tsw"
@@ -62,8 +37,9 @@ SWARM_MATCHERS = f'job="{JOB}"'
 SWARM_GROUP_BY = "instance"
 
 
-def docker(*args: str, timeout_s: float = 300, check: bool = True, stdin: str | None = None) -> str:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s, input=stdin)
+def docker(*args: str, timeout_s: float = 300, check: bool = True) -> str:
+    """``docker <args>``'s stdout; ``check``: ScaleoutError when it fails."""
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s)
     if check and done.returncode != 0:
         raise ScaleoutError(f"docker {' '.join(args[:3])} failed: {(done.stderr or done.stdout).strip()[-600:]}")
     return done.stdout
@@ -78,8 +54,7 @@ def build_image(recipe: str) -> str:
 
 
 def add_version(repository: Path, model: str, version: str = "2", broken: bool = False) -> None:
-    """Add version ``version`` of ``model``: its version-1 files, linked; ``broken``: garbage files
-    of the same names (the model cannot load)."""
+    """Add version ``version`` of ``model`` (its version-1 files, linked; ``broken``: garbage in their place)."""
     source, target = repository / model / "1", repository / model / version
     if target.exists():
         shutil.rmtree(target)
@@ -107,8 +82,7 @@ def host_address() -> str:
 
 def swarm_init(data_path_address: str | None = None) -> bool:
     """Make this engine a swarm manager; True when this call did (so ``down`` leaves it).
-    ``data_path_address``: the address its overlay (VXLAN) traffic uses (harness_lab.scaleout.nodes:
-    the host's address towards a worker node on this machine)."""
+    ``data_path_address``: the address its overlay (VXLAN) traffic uses (``nodes``)."""
     if swarm_state() == "active":
         return False
     # The overlay subnets come from a pool no bridge network of the engine uses.
@@ -196,21 +170,17 @@ class Stack:
     #: Models loaded in each replica (explicit model control); the first is the one clients call.
     models: tuple[str, ...] = ()
     rolled_models: tuple[str, ...] = ()
-    image: str = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
+    image: str = CPU_IMAGE
     work_dir: Path | None = None
     name: str = f"{PREFIX}-run"
     lb: str = "haproxy"
     lb_port: int = field(default_factory=free_port)
     prometheus_port: int = field(default_factory=free_port)
     gate: bool = True
-    #: Seconds swarm watches a new task after it turned healthy before the next one rolls; a failure
-    #: within it rolls the whole update back.
+    #: Seconds swarm watches a new healthy task before the next one rolls (a failure rolls the update back).
     monitor_s: int = 10
     stop_grace_s: int = 30
-    #: Health-check failures do not count for this long after a start. A version that cannot load
-    #: leaves tritonserver 2.51 hanging after its failed load (it neither exits nor turns ready), so
-    #: this is also how long the engine takes to see a bad version fail. 3 minutes: replicas of this
-    #: machine turned healthy in 45-110 s at load averages of 10-20.
+    #: Health-check failures do not count for this long after a start (also how long a bad version takes to fail).
     start_period_s: int = 180
     prometheus: bool = True
     lb_image: str | None = None
@@ -353,6 +323,23 @@ class Stack:
             },
         }
 
+    def manager_service(
+        self, image: str | None, command: list[str], config: str, mount: str, port: int, published: int
+    ):
+        """A service on the manager: its config folder ``work_dir/<config>`` at ``mount``, published in host mode."""
+        return {
+            "image": image,
+            "command": command,
+            "volumes": [{"type": "bind", "source": str(self.work_dir / config), "target": mount, "read_only": True}],
+            "ports": [{"target": port, "published": published, "protocol": "tcp", "mode": "host"}],
+            "networks": ["replicas"],
+            "deploy": {
+                "endpoint_mode": "dnsrr",
+                "placement": {"constraints": ["node.role == manager"]},
+                "restart_policy": {"condition": "any"},
+            },
+        }
+
     def stack_file(self) -> dict:
         lb_command = {
             "haproxy": ["haproxy", "-W", "-db", "-f", "/etc/lb/haproxy.cfg"],
@@ -360,130 +347,27 @@ class Stack:
         }[self.lb]
         services = {
             "triton": self.triton_service(),
-            "lb": {
-                "image": self.lb_image,
-                "command": lb_command,
-                "volumes": [
-                    {"type": "bind", "source": str(self.work_dir / "lb"), "target": "/etc/lb", "read_only": True}
-                ],
-                "ports": [{"target": 8080, "published": self.lb_port, "protocol": "tcp", "mode": "host"}],
-                "networks": ["replicas"],
-                "deploy": {
-                    "endpoint_mode": "dnsrr",
-                    "placement": {"constraints": ["node.role == manager"]},
-                    "restart_policy": {"condition": "any"},
-                },
-            },
+            "lb": self.manager_service(self.lb_image, lb_command, "lb", "/etc/lb", 8080, self.lb_port),
         }
         if self.prometheus:
-            services["prometheus"] = {
-                "image": self.prometheus_image,
-                "command": [
-                    "prometheus",
-                    "--config.file=/etc/prom/prometheus.yml",
-                    "--storage.tsdb.path=/tmp/prometheus",
-                    "--web.listen-address=:9090",
-                ],
-                "volumes": [
-                    {
-                        "type": "bind",
-                        "source": str(self.work_dir / "prometheus"),
-                        "target": "/etc/prom",
-                        "read_only": True,
-                    }
-                ],
-                "ports": [{"target": 9090, "published": self.prometheus_port, "protocol": "tcp", "mode": "host"}],
-                "networks": ["replicas"],
-                "deploy": {
-                    "endpoint_mode": "dnsrr",
-                    "placement": {"constraints": ["node.role == manager"]},
-                    "restart_policy": {"condition": "any"},
-                },
-            }
+            command = [
+                "prometheus",
+                "--config.file=/etc/prom/prometheus.yml",
+                "--storage.tsdb.path=/tmp/prometheus",
+                "--web.listen-address=:9090",
+            ]
+            services["prometheus"] = self.manager_service(
+                self.prometheus_image, command, "prometheus", "/etc/prom", 9090, self.prometheus_port
+            )
         return {
             "version": "3.8",
             "services": services,
             "networks": {"replicas": {"driver": "overlay", "attachable": True}},
         }
 
-    def haproxy_cfg(self) -> str:
-        return "\n".join(
-            [
-                "global",
-                "    log stdout format raw local0 warning",
-                "    maxconn 4096",
-                "defaults",
-                "    mode http",
-                "    log global",
-                "    timeout connect 1s",
-                "    timeout client 60s",
-                "    timeout server 30s",
-                "    timeout http-request 30s",
-                # A failed connection, an empty or reset answer, or a 503 (a draining gate) goes to another task.
-                "    retries 3",
-                "    option redispatch 1",
-                "    retry-on conn-failure empty-response junk-response response-timeout 502 503 504",
-                "    http-reuse safe",
-                # Docker's DNS inside the stack's network: tasks.<service> is every running task's address.
-                "resolvers docker",
-                "    nameserver dns 127.0.0.11:53",
-                "    resolve_retries 2",
-                "    timeout resolve 1s",
-                "    timeout retry 1s",
-                "    hold valid 1s",
-                "    hold obsolete 0s",
-                "    hold nx 0s",
-                "    hold refused 0s",
-                "    hold timeout 1s",
-                "    accepted_payload_size 8192",
-                "frontend triton",
-                "    bind :8080",
-                "    http-request return status 200 content-type text/plain string ok if { path /lb/health }",
-                "    http-response set-header X-Upstream %si:%sp",
-                "    default_backend replicas",
-                "backend replicas",
-                "    balance roundrobin",
-                "    option httpchk GET /v2/health/ready",
-                # 3 missed checks (5 s each at most) take a task out: one slow answer on a loaded machine
-                # must not empty the pool (fall 1 did: "503 No server is available" during a roll).
-                # A dead or draining task is skipped sooner by the retries above.
-                "    timeout check 5s",
-                "    default-server check inter 1s fall 3 rise 1 resolvers docker init-addr none",
-                f"    server-template t 8 tasks.{self.service}:8000",
-                "",
-            ]
-        )
-
-    def nginx_conf(self) -> str:
-        return "\n".join(
-            [
-                "worker_processes 1;",
-                "error_log stderr warn;",
-                "pid /tmp/nginx.pid;",
-                "events { worker_connections 2048; }",
-                "http {",
-                "    access_log off;",
-                # The variable makes nginx resolve the name per request through Docker's DNS (cached 1 s).
-                "    resolver 127.0.0.11 valid=1s ipv6=off;",
-                "    server {",
-                "        listen 8080;",
-                "        client_max_body_size 8m;",
-                '        location = /lb/health { return 200 "ok\\n"; }',
-                "        location / {",
-                f"            set $replicas tasks.{self.service};",
-                "            proxy_pass http://$replicas:8000;",
-                "            proxy_http_version 1.1;",
-                "            proxy_connect_timeout 1s;",
-                "            proxy_read_timeout 30s;",
-                "            proxy_next_upstream error timeout http_502 http_503 http_504 non_idempotent;",
-                "            proxy_next_upstream_tries 3;",
-                "            add_header X-Upstream $upstream_addr always;",
-                "        }",
-                "    }",
-                "}",
-                "",
-            ]
-        )
+    def lb_config(self, name: str) -> str:
+        """The balancer's config (``haproxy.cfg``, ``nginx.conf`` beside this module) for this stack's service."""
+        return (Path(__file__).parent / name).read_text().replace("@SERVICE@", self.service)
 
     def recording_rule(self) -> str:
         """The Kubernetes ConfigMap's adapter rule with the swarm's matchers (one function renders both)."""
@@ -512,8 +396,8 @@ class Stack:
         (self.work_dir / "lb").mkdir(parents=True, exist_ok=True)
         (self.work_dir / "prometheus").mkdir(parents=True, exist_ok=True)
         (self.work_dir / "stack.yml").write_text(yaml.safe_dump(self.stack_file(), sort_keys=False))
-        (self.work_dir / "lb" / "haproxy.cfg").write_text(self.haproxy_cfg())
-        (self.work_dir / "lb" / "nginx.conf").write_text(self.nginx_conf())
+        for name in ("haproxy.cfg", "nginx.conf"):
+            (self.work_dir / "lb" / name).write_text(self.lb_config(name))
         for name, text in self.prometheus_files().items():
             (self.work_dir / "prometheus" / name).write_text(text)
 

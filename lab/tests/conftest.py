@@ -1,0 +1,25 @@
+"""Fixtures shared by the lab's tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.serving.launchers.docker_engine import DockerStartError, engine
+from harness.serving.launchers.docker_images import CPU_IMAGE
+
+
+@pytest.fixture(scope="module")
+def swarm_image(request) -> str:
+    """The CPU image for a swarm run: skipped unless in docker mode with an engine; fails when it is missing."""
+    if request.config.getoption("--server-mode") != "docker":
+        pytest.skip("a swarm run needs the image and the packed envs: make test-docker (--server-mode docker)")
+    try:
+        docker_engine = engine(timeout_s=5)
+    except DockerStartError:
+        pytest.skip("no Docker engine answers: `make docker-engine` starts one")
+    image = request.config.getoption("--image") or CPU_IMAGE
+    try:
+        docker_engine.images.get(image)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
+    return image
