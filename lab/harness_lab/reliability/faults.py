@@ -1,28 +1,10 @@
-"""Faults under load: kill a Python stub, unload + reload a model, stop + restart the server.
-
-Each scenario holds verified load (``harness_lab.reliability.load.run_checked_load``: every request's answer
-is checked against its own expected answer) on one model, injects the fault, applies the
-operator's remedy where Triton does not recover by itself, and reports what the clients saw:
-how many errors, from when to when after the fault, how long until service was back, and
-whether any request got a wrong answer or another request's answer (must be none).
-
-Findings on tritonserver 2.51 (measured by these scenarios; see lab/docs/reliability.md):
-
-- A killed stub is NOT restarted: the model stays READY (``/v2/models/<m>/ready`` says true)
-  while every request routed to the dead instance fails with ``Stub process '<m>_<i>' is not
-  healthy``. The remedy is an unload + load of the model (explicit mode; a plain load of the
-  unchanged model may be a no-op), or restarting the server (``--model-control-mode=none``).
-- Unload during load: in-flight requests finish; new ones fail (``... is not found`` /
-  ``unavailable``) until the load call returns.
-- Stop during load: the server drains in-flight requests, refuses new ones, exits; clients
-  see connection errors until the new server is ready.
+"""Faults under verified load (``harness_lab.reliability.load``): kill a Python stub, unload +
+reload a model, stop + restart the server; what the clients saw (errors, their window, when service
+was back, wrong answers). What tritonserver does in each: lab/docs/reliability.md.
 
     python -m harness faults --deployment <d>   # all scenarios on the model of <d>'s [reliability] table
     python -m harness faults --deployment <d> --scenario kill_stub --model <entry model>
     python -m harness faults --write-docs       # only regenerate lab/docs/reliability.md's results
-
-Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table; the
-checked workload is that table's ``workload`` (``--workload`` overrides it).
 """
 
 from __future__ import annotations
@@ -74,8 +56,17 @@ def client_view(log: LoadLog, fault_at: float) -> dict:
     }
 
 
-def _rel(log: LoadLog, at: float) -> float:
-    return round(at - log.events["fault"], 2)
+def _outcome(info: dict, log: LoadLog, marks: dict[str, str], back: str) -> dict:
+    """``info`` with what the clients saw, each of ``marks`` (key: event) in seconds after the fault,
+    and ``recovered``: no error after event ``back`` (when it happened), else none after the fault."""
+    info.update(client_view(log, log.events["fault"]))
+    info.update(
+        {key: round(log.events[event] - log.events["fault"], 2) for key, event in marks.items() if event in log.events}
+    )
+    if back in log.events:
+        info[f"errors_after_{back}"] = log.count("failed", started_from=log.events[back])
+    info["recovered"] = info.get(f"errors_after_{back}", info["errors"]) == 0
+    return info
 
 
 def _admin(server) -> dict:
@@ -197,13 +188,8 @@ def kill_stub(
         info["stubs_after"] = [p.pid for p in stub_processes(server.process.pid, stub_model)]
 
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
-    info.update(client_view(log, log.events["fault"]))
-    if "remedy" in log.events:
-        info["remedy_at_s"] = _rel(log, log.events["remedy"])
-        info["errors_after_remedy_done"] = log.count("failed", started_from=log.events["remedy_done"])
-    info["recovered"] = info["errors_after_remedy_done" if "remedy" in log.events else "errors"] == 0 or (
-        info.get("recovered_by_itself", False)
-    )
+    _outcome(info, log, {"remedy_at_s": "remedy"}, "remedy_done")
+    info["recovered"] = info["recovered"] or info["recovered_by_itself"]
     return info
 
 
@@ -221,16 +207,11 @@ def unload_reload(
             _wait(lambda: not client.is_model_ready(workload.model), 60)
             log.events["unloaded"] = time.monotonic()
             client.load_model(workload.model, headers=_admin(server))
-            log.events["loaded"] = time.monotonic()
+            log.events["load_returned"] = time.monotonic()
         time.sleep(after_s)
 
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
-    info.update(client_view(log, log.events["fault"]))
-    info["unload_s"] = _rel(log, log.events["unloaded"])
-    info["load_returned_s"] = _rel(log, log.events["loaded"])
-    info["errors_after_load_returned"] = log.count("failed", started_from=log.events["loaded"])
-    info["recovered"] = info["errors_after_load_returned"] == 0
-    return info
+    return _outcome(info, log, {"unload_s": "unloaded", "load_returned_s": "load_returned"}, "load_returned")
 
 
 def restart_server(
@@ -260,12 +241,7 @@ def restart_server(
         time.sleep(after_s)
 
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)
-    info.update(client_view(log, log.events["fault"]))
-    info["stop_s"] = _rel(log, log.events["stopped"])
-    info["ready_again_s"] = _rel(log, log.events["ready"])
-    info["errors_after_ready"] = log.count("failed", started_from=log.events["ready"])
-    info["recovered"] = info["errors_after_ready"] == 0
-    return info, holder["server"]
+    return _outcome(info, log, {"stop_s": "stopped", "ready_again_s": "ready"}, "ready"), holder["server"]
 
 
 # -- CLI ------------------------------------------------------------------------------------------

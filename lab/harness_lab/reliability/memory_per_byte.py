@@ -1,36 +1,17 @@
 """How much tritonserver memory an accepted request byte costs, per entry model, and the body
-limits that follow.
+limits that follow (the method and the findings: lab/docs/reliability.md, "Memory per request byte").
 
     python -m harness memory-per-byte                       # every deployment the harness finds
     python -m harness memory-per-byte <deployment> ... --budget-fraction 0.5 --budget-concurrency 4
 
-Each deployment is served by the local launcher behind the front gate. For each entry model the
-tool takes a real request (the deployment's benchmark workload for that model; else one made
-from the config), warms the model with it, then grows it toward the gate's body limit for that
-model, one way at a time: the batch (up to ``max_batch_size``), the number of elements of a
-variable BYTES or tensor dim, the length of one BYTES element (text repeated, a noise JPEG/PNG
-of more pixels, other bytes repeated), and for images a flat picture of many pixels (small file,
-large decode). Every body is checked with the gate's own ``validate_infer`` first: only requests
-the gate accepts are sent (the model may still refuse them with a 4xx). Each size is sent alone,
-then ``--concurrency`` at once; a sampler thread reads the RSS of tritonserver and of every
-Python-backend stub every ``--interval`` seconds, and the peak of their sum over the idle value
-just before, divided by the bytes in flight, is the growth per request byte.
-
-Per model: the worst ratio (over bodies of at least ``--min-bytes``; smaller ones are within the
-sampling noise), the worst growth of one request, the gate's current limit, and the limit that
-keeps ``--budget-concurrency`` worst-case requests within ``--budget-fraction`` of this machine's
-memory: ``budget / (concurrency x ratio)``. A model whose growth passes ``--abort-mib`` has its
-tritonserver killed and is reported aborted. Before growing, ``--mixed-bursts`` (4 and 16) sends
-that many requests at once of mixed lengths: half the workload's request, half a full batch of long
-rows (texts of 1-8 KiB, token ids up to the gate's bound), seeded; their peak growth and what is
-still held ``--settle`` s after (what a token budget, ``max_batch_tokens``, bounds). Results: results/memory-per-byte.json and a
-Markdown table on stdout.
+Each entry model's real request is grown toward the gate's body limit, one way at a time (batch,
+elements, element length, image pixels); only bodies the gate's ``validate_infer`` accepts are sent,
+alone then ``--concurrency`` at once, while a thread samples the RSS of tritonserver and its stubs.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import io
 import json
 import math
@@ -39,23 +20,23 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import numpy as np
 import psutil
+import requests
+import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
+from harness.tensors import make_inputs
 from harness.testing.processes import served_processes
 from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.text_models import is_utf8
 
 MIB = 2**20
 RESULTS = PROJECT_ROOT / "results" / "memory-per-byte.json"
-
-
-# ---------------------------------------------------------------- arithmetic (no server)
 
 
 def peak_growth(samples: list[float], baseline: float) -> float:
@@ -147,9 +128,6 @@ def summarize(
     }
 
 
-# ---------------------------------------------------------------- RSS sampling
-
-
 def _rss(processes: list[psutil.Process]) -> float:
     total = 0
     for process in processes:
@@ -164,10 +142,10 @@ class RssSampler(threading.Thread):
     """Samples RSS of tritonserver + stubs (and, apart, the gate) every ``interval_s``; keeps the
     peaks since ``reset``; calls ``on_over`` once when tritonserver + stubs pass ``bound_bytes``."""
 
-    def __init__(self, root_pid: int, interval_s: float, bound_bytes: float | None = None, on_over=None):
+    def __init__(self, root_pid: int, interval_s: float):
         super().__init__(daemon=True)
         self.root_pid, self.interval_s = root_pid, interval_s
-        self.bound_bytes, self.on_over = bound_bytes, on_over
+        self.bound_bytes, self.on_over = None, None
         self.lock = threading.Lock()
         self.halt = threading.Event()
         self.refresh()
@@ -206,44 +184,29 @@ class RssSampler(threading.Thread):
                 callback(now["total"])
 
 
-# ---------------------------------------------------------------- requests
-
-
 def request_body(inputs: dict[str, np.ndarray], outputs: list[str] | None, parameters: dict | None = None):
     """(body, header length) of a binary-tensor HTTP inference request, as tritonclient sends it."""
-    import tritonclient.http as httpclient
-
-    from harness.tensors import make_inputs
-
-    infer_inputs = make_inputs("http", inputs)
     requested = [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs or []]
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(
-        infer_inputs, outputs=requested or None, parameters=parameters
+    return httpclient.InferenceServerClient.generate_request_body(
+        make_inputs("http", inputs), outputs=requested or None, parameters=parameters
     )
-    return body, json_size
 
 
 def post(url: str, path: str, body: bytes, header_length: int | None, headers: dict, timeout_s: float) -> dict:
     """POST one request; its status, the first bytes of an error and seconds taken."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    sent = {"Content-Type": "application/octet-stream", **(headers or {})}
+    if header_length is not None:
+        sent["Inference-Header-Content-Length"] = str(header_length)
     began = time.monotonic()
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
     try:
-        sent = {"Content-Type": "application/octet-stream", **(headers or {})}
-        if header_length is not None:
-            sent["Inference-Header-Content-Length"] = str(header_length)
-        connection.request("POST", path, body=body, headers=sent)
-        response = connection.getresponse()
-        payload = response.read()
-        error = None if response.status == 200 else payload[:300].decode("utf-8", "replace")
-        return {"status": response.status, "error": error, "seconds": round(time.monotonic() - began, 2)}
-    except (OSError, http.client.HTTPException) as exc:
-        return {"status": None, "error": f"{type(exc).__name__}: {exc}", "seconds": round(time.monotonic() - began, 2)}
-    finally:
-        connection.close()
-
-
-# ---------------------------------------------------------------- growing a real request
+        response = requests.post(f"http://{url}{path}", data=body, headers=sent, timeout=timeout_s)
+        status, error = (
+            response.status_code,
+            None if response.status_code == 200 else response.content[:300].decode("utf-8", "replace"),
+        )
+    except requests.RequestException as exc:
+        status, error = None, f"{type(exc).__name__}: {exc}"
+    return {"status": status, "error": error, "seconds": round(time.monotonic() - began, 2)}
 
 
 def _image_kind(data: bytes) -> str | None:
@@ -438,9 +401,6 @@ def model_workload(deployment, server, model: str):
     return None
 
 
-# ---------------------------------------------------------------- measuring one model
-
-
 class Measurement:
     """Sends requests to one model of a running gated server and measures RSS growth."""
 
@@ -457,37 +417,27 @@ class Measurement:
         before = self.sampler.idle(self.args.idle)
         self.sampler.reset()
         concurrency = len(bodies)
-        results = [None] * concurrency
         barrier = threading.Barrier(concurrency)
 
-        def one(index: int) -> None:
+        def one(made: tuple[bytes, int | None]) -> dict:
             barrier.wait()
-            body, header_length = bodies[index]
-            results[index] = post(self.server.http_url, self.path, body, header_length, headers, self.args.timeout)
+            return post(self.server.http_url, self.path, *made, headers, self.args.timeout)
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(concurrency)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(concurrency) as pool:
+            results = list(pool.map(one, bodies))
         time.sleep(2 * self.args.interval)
-        peaks = dict(self.sampler.peaks)
-        statuses = sorted({str(r["status"]) for r in results})
+        growth = {k: peak_growth([v], before[k]) for k, v in self.sampler.peaks.items()}
         errors = [r["error"] for r in results if r["error"]]
-        growth = peak_growth([peaks["total"]], before["total"])
-        sent = sum(len(body) for body, _ in bodies)
         return {
             "concurrency": concurrency,
             "request_bytes": max(len(body) for body, _ in bodies),
-            "statuses": statuses,
+            "statuses": sorted({str(r["status"]) for r in results}),
             "error": errors[0][:200] if errors else None,
             "seconds_max": max(r["seconds"] for r in results),
             "baseline_mib": round(before["total"] / MIB, 1),
-            "peak_growth_mib": round(growth / MIB, 1),
-            "server_growth_mib": round(peak_growth([peaks["server"]], before["server"]) / MIB, 1),
-            "stubs_growth_mib": round(peak_growth([peaks["stubs"]], before["stubs"]) / MIB, 1),
-            "gate_growth_mib": round(peak_growth([peaks["gate"]], before["gate"]) / MIB, 1),
-            "bytes_per_byte": round(bytes_per_byte(growth, sent), 3),
+            "peak_growth_mib": round(growth["total"] / MIB, 1),
+            **{f"{k}_growth_mib": round(growth[k] / MIB, 1) for k in ("server", "stubs", "gate")},
+            "bytes_per_byte": round(bytes_per_byte(growth["total"], sum(len(body) for body, _ in bodies)), 3),
             "samples": self.sampler.samples,
         }
 
@@ -507,9 +457,6 @@ def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: 
     return (body, header_length), None
 
 
-# ---------------------------------------------------------------- a deployment
-
-
 def _current_limit(server, model: str, config: dict) -> tuple[int, dict | None]:
     from harness.repository import config_from_json
     from harness.serving.gate.policy import GatePolicy
@@ -521,20 +468,6 @@ def _current_limit(server, model: str, config: dict) -> tuple[int, dict | None]:
     return limit, policy.max_dims.get(model)
 
 
-def _config(server, model: str) -> dict:
-    parts = urlsplit(f"http://{server.http_url}" if "://" not in server.http_url else server.http_url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-    try:
-        connection.request("GET", f"/v2/models/{model}/config")
-        response = connection.getresponse()
-        payload = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"config of {model}: HTTP {response.status} {payload[:200]!r}")
-        return json.loads(payload)
-    finally:
-        connection.close()
-
-
 class Aborted(Exception):
     pass
 
@@ -544,15 +477,15 @@ def mixed_bursts(measurement, config, inputs, outputs, parameters, headers, limi
     what is still held ``--settle`` seconds after (over the idle value before the burst)."""
     out = []
     for count in measurement.args.mixed_bursts:
-        requests = mixed_requests(config, inputs, max_dims, count)
-        if not requests:
+        burst = mixed_requests(config, inputs, max_dims, count)
+        if not burst:
             break
-        made = [accepted_body(measurement.model, config, r, outputs, parameters, limit, max_dims) for r in requests]
+        made = [accepted_body(measurement.model, config, r, outputs, parameters, limit, max_dims) for r in burst]
         refused = next((reason for body, reason in made if body is None), None)
         if refused:
             out.append({"burst": count, "refused_by_gate": refused})
             break
-        row = {"burst": count, "long": sum(r is not inputs for r in requests)}
+        row = {"burst": count, "long": sum(r is not inputs for r in burst)}
         row.update(measurement.send_all([body for body, _ in made], headers))
         time.sleep(measurement.args.settle)
         row["held_after_mib"] = round(
@@ -570,7 +503,8 @@ def mixed_bursts(measurement, config, inputs, outputs, parameters, headers, limi
 
 def measure_model(server, deployment, model: str, args, budget_bytes: float) -> dict:
     """Every grower of ``model`` at its sizes, alone then ``args.concurrency`` at once."""
-    config = _config(server, model)
+    with httpclient.InferenceServerClient(server.http_url, network_timeout=30) as client:
+        config = client.get_model_config(model)
     limit, max_dims = _current_limit(server, model, config)
     found = model_workload(deployment, server, model) if deployment is not None else None
     if found:
@@ -587,7 +521,7 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
         for process in served_processes(server.process.pid)["server"]:
             os.kill(process.pid, signal.SIGKILL)  # our own tritonserver, past the bound
 
-    sampler = RssSampler(server.process.pid, args.interval, None, None)
+    sampler = RssSampler(server.process.pid, args.interval)
     sampler.start()
     try:
         base, reason = accepted_body(model, config, inputs, outputs, parameters, limit, max_dims)
@@ -649,19 +583,8 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
         report["aborted"] = str(exc)
     finally:
         sampler.halt.set()
-    report["rows"] = rows
-    report.update(
-        summarize(
-            rows,
-            limit,
-            budget_bytes=budget_bytes,
-            concurrency=args.budget_concurrency,
-            min_bytes=args.min_bytes,
-            aborted=bool(report.get("aborted")),
-            complete="retained_mib" in report and not any("skipped" in r for r in rows),
-        )
-    )
-    return report
+    report.update(rows=rows, current_limit_bytes=limit)
+    return report | model_summary(report, budget_bytes, args.budget_concurrency, args.min_bytes)
 
 
 def measure_deployment(deployment, args, budget_bytes: float, models: list[str] | None = None) -> list[dict]:
@@ -689,9 +612,6 @@ def measure_deployment(deployment, args, budget_bytes: float, models: list[str] 
         if server is not None:
             stop_server(server)
     return reports
-
-
-# ---------------------------------------------------------------- report
 
 
 def _mb(value: int | None) -> str:
@@ -794,22 +714,26 @@ def arguments() -> argparse.ArgumentParser:
     return parser
 
 
+def model_summary(m: dict, budget_bytes: float, concurrency: int, min_bytes: int) -> dict:
+    """``summarize`` of one model's report: complete when it ran to its end and skipped no size."""
+    complete = "retained_mib" in m and not any("skipped" in r for r in m["rows"])
+    return summarize(
+        m["rows"],
+        m["current_limit_bytes"],
+        budget_bytes=budget_bytes,
+        concurrency=concurrency,
+        min_bytes=min_bytes,
+        aborted=bool(m.get("aborted")),
+        complete=complete,
+    )
+
+
 def resummarize(report: dict) -> dict:
     """``report`` (a JSON this tool wrote) with each model's summary computed again from its rows."""
     budget = report.get("budget_bytes") or report["budget_gib"] * 2**30
     for m in report["models"]:
         if "rows" in m and "current_limit_bytes" in m:
-            m.update(
-                summarize(
-                    m["rows"],
-                    m["current_limit_bytes"],
-                    budget_bytes=budget,
-                    concurrency=report["budget_concurrency"],
-                    min_bytes=report["min_bytes"],
-                    aborted=bool(m.get("aborted")),
-                    complete="retained_mib" in m and not any("skipped" in r for r in m["rows"]),
-                )
-            )
+            m.update(model_summary(m, budget, report["budget_concurrency"], report["min_bytes"]))
     return report
 
 

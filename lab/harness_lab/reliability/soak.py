@@ -1,15 +1,6 @@
-"""Soak: hold a fixed concurrency on one entry model for a set time, verifying every answer.
-
-Reports what a long-running service needs to know: errors (must be zero), answers that were
-wrong or belonged to another request (must be zero), latency drift (p50/p99 of the first
-third of the run against the last third) and the resident memory (RSS) of the server and of
-each Python-backend stub process (children of the server) after warm-up and at the end.
-
-Every request is checkable on its own: each carries a unique input whose correct answer is
-known before the load starts (``CheckedWorkload``): the ``echo`` test model answers its own
-text; a text-embedding model's answer is compared with the vector the same server gave for
-that text, alone, before the load began (and a mismatch is also matched against every other
-expected vector, so an answer that belongs to another request is named as such).
+"""Soak: hold a fixed concurrency on one entry model for a set time, verifying every answer;
+errors, wrong answers, latency drift (first third against last) and the RSS of every process of
+the server over the run. How answers are checked: lab/docs/reliability.md.
 
     python -m harness soak --deployment <d>   # <d>'s [reliability] model and workload, 15 s, c=64
     python -m harness soak --deployment <d> --duration 600 --json results/reliability/soak.json
@@ -17,13 +8,9 @@ expected vector, so an answer that belongs to another request is named as such).
     python -m harness soak --deployment <d> --model <entry model> --input IMAGE_BYTES \
         --output BOXES --images 'deployments/<d>/fixtures/images/*' --concurrency 8 --duration 1200
 
-Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table. The
-checked workload: ``--images`` files (bytes in, ``--output`` compared), else ``--input`` /
-``--output`` of a text -> vector model (unique sentences), else ``--workload`` or the table's
-``workload``.
-
-The verified load and its workloads are ``harness_lab.reliability.load``; the memory sampling is
-``harness_lab.reliability.memory``; the fault scenarios share both.
+The checked workload: ``--images`` files (bytes in, ``--output`` compared), else ``--input`` /
+``--output`` of a text -> vector model (unique sentences), else ``--workload`` or the
+``[reliability]`` table's ``workload``.
 """
 
 from __future__ import annotations
@@ -80,10 +67,8 @@ def run_soak(
     request_timeout_s: float = 60.0,
     sample_every_s: float | None = None,
 ) -> dict:
-    """Soak a running server (``server.process.pid`` gives the memory); returns the report.
-
-    RSS of every process of the server is sampled every ``sample_every_s`` (default: 1/40 of
-    the run, at least 1 s) into ``memory_series``, so a long soak shows whether memory levels off."""
+    """Soak a running server; its RSS sampled every ``sample_every_s`` (default: 1/40 of the run, at
+    least 1 s) into ``memory_series``."""
     pid = server.process.pid
     memory = {"before": process_memory(pid)}
     every = sample_every_s or max(1.0, duration_s / 40)
