@@ -622,8 +622,8 @@ def reliability_workload(http_url: str, model: str):
 
 def peers_embedding():
     """``[peers] embedding`` (python -m harness peers): the sentence-transformers folder the peer and
-    the torch ceiling load, its vector size, the client tokenizer, and the ONNX ceiling's tokenize +
-    run + pool."""
+    the torch ceiling load, its vector size, the client tokenizer, the ONNX ceiling's tokenize +
+    run + pool, and the sentences every target gets."""
     from types import SimpleNamespace
 
     from embedding_cpu_processing.bls import embed_texts_local
@@ -633,4 +633,5 @@ def peers_embedding():
     def embed(run, texts: list[str], max_rows: int):
         return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize, pooling=info.pooling)
 
-    return SimpleNamespace(model_dir=info.model_dir, dimension=info.dimension, tokenize=tokenize, embed=embed)
+    pieces = {"model_dir": info.model_dir, "dimension": info.dimension, "tokenize": tokenize, "embed": embed}
+    return SimpleNamespace(**pieces, sentences=SHORT_SENTENCES)

@@ -213,8 +213,8 @@ def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors
     from harness_lab.peers.naive import SERVED_NAME, NaiveServer
 
     deployment = get_deployment("embedding_cpu")
-    model_dir = deployment.resolve(deployment.manifest.peers.embedding)().model_dir
-    texts = workloads.sentences(5)
+    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
+    model_dir, texts = pieces.model_dir, workloads.sentences(pieces.sentences, 5)
     expected = SentenceTransformer(str(model_dir), device="cpu").encode(texts)
     with NaiveServer(model_dir, threads=1) as server:
         client = openai.OpenAI(base_url=server.url.removesuffix("/embeddings"), api_key="unused", max_retries=0)

@@ -94,18 +94,8 @@ class CeilingWorker:
     """``harness_lab.peers.ceiling --serve`` pinned to the server's cores."""
 
     def __init__(self, deployment: str, kind: str, cores: set[int], threads: int):
-        command = [
-            sys.executable,
-            "-m",
-            "harness_lab.peers.ceiling",
-            "--deployment",
-            deployment,
-            "--kind",
-            kind,
-            "--threads",
-            str(threads),
-            "--serve",
-        ]
+        options = f"--deployment {deployment} --kind {kind} --threads {threads} --serve"
+        command = [sys.executable, "-m", "harness_lab.peers.ceiling", *options.split()]
         self.process = subprocess.Popen(
             ["taskset", "-c", cores_label(cores)] + command,
             stdin=subprocess.PIPE,
@@ -374,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                         "gate": None,
                         "path": "peer",
                         "peer": "infinity-emb" if infinity else "naive",
-                        "endpoint": peer.url.split(str(peer.port), 1)[1],
+                        "endpoint": peer.route,
                         "encoding_format": args.encoding_format or "float",
                     },
                     functools.partial(check_openai, dimension=pieces.dimension),
@@ -388,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind in sorted({t.ceiling for t in targets}):
             workers[kind] = CeilingWorker(deployment.name, kind, server_cores, threads)
         for batch in batches:
-            bodies = {t.name: workloads.bodies(t.make_body, batch) for t in targets}
+            bodies = {t.name: workloads.bodies(t.make_body, pieces.sentences, batch) for t in targets}
             for target in targets:
                 target.check(_post(target.url, bodies[target.name][0]), batch)
             for concurrency in concurrencies:

@@ -86,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds)}")
     max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
     encode = encoder(deployment, args.kind, args.threads, max_rows)
+    pool = deployment.resolve(deployment.manifest.peers.embedding)().sentences
 
     def report(batch: int, duration_s: float) -> None:
-        rate, cpu_ms = measure(encode, sentences(batch), duration_s)
+        rate, cpu_ms = measure(encode, sentences(pool, batch), duration_s)
         line = {"kind": args.kind, "batch": batch, "threads": args.threads}
         print(json.dumps({**line, "items_per_second": round(rate, 2), "cpu_ms_per_item": round(cpu_ms, 4)}), flush=True)
 

@@ -53,7 +53,7 @@ def process_cpu(root_pid: int) -> dict[str, float]:
     return dict(totals)
 
 
-def gate_json_costs(batch: int, dimension: int, repeats: int = 200) -> dict[str, float]:
+def gate_json_costs(batch: int, dimension: int, pool: list[str], repeats: int = 200) -> dict[str, float]:
     """ms per request of the gate's request parsing and answer encoding (its own ``dump``: float
     arrays, base64 strings), and of ``row.tolist()`` + ``json.dumps`` for comparison."""
     import base64
@@ -61,7 +61,7 @@ def gate_json_costs(batch: int, dimension: int, repeats: int = 200) -> dict[str,
     from harness.serving.gate.openai_api import dump, parse_request
 
     policy = {"models": {"m": {}}, "default": "m"}
-    body = workloads.openai_body(workloads.sentences(batch), "m")
+    body = workloads.openai_body(workloads.sentences(pool, batch), "m")
     vectors = np.random.default_rng(0).standard_normal((batch, dimension)).astype(np.float32)
 
     def answer(embed) -> dict:
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = deployment.manifest.peers
     model, name = next(iter(spec.openai_models.items()))
     text_input = text_tensors(deployment.model_repository, model)[0]
+    pool = deployment.resolve(spec.embedding)().sentences
     generator_cores = {int(c) for c in args.generator_cores.split(",")}
     all_cores = set(os.sched_getaffinity(0))
     server_cores = {int(c) for c in args.server_cores.split(",")} if args.server_cores else all_cores - generator_cores
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         reply = json.loads(_post(f"http://{servers[''].http_url}/v1/embeddings", workloads.openai_body(["a"], name)))
         dimension = len(reply["data"][0]["embedding"])
         for batch in [int(b) for b in args.batch.split(",")]:
-            bodies = {path: workloads.bodies(make, batch) for path, (_, _, make) in paths.items()}
+            bodies = {path: workloads.bodies(make, pool, batch) for path, (_, _, make) in paths.items()}
             for path, (server, route, _) in paths.items():
                 if route == "/v1/embeddings":
                     check_openai(_post(f"http://{server.http_url}{route}", bodies[path][0]), batch, dimension)
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     report["rows"].append(row)
                     print(json.dumps(row), flush=True)
             report.setdefault("gate_json_ms_per_request", {})[batch] = {
-                k: round(v, 3) for k, v in gate_json_costs(batch, dimension).items()
+                k: round(v, 3) for k, v in gate_json_costs(batch, dimension, pool).items()
             }
             print(json.dumps({"batch": batch, "gate_json_ms_per_request": report["gate_json_ms_per_request"][batch]}))
     finally:

@@ -7,10 +7,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from harness.measuring.generators.wrk import cores_label
+from harness.serving.gate.serve import free_port
+from harness_lab.peers.workloads import openai_body
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -49,26 +54,45 @@ def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
     print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
 
 
+#: The name requests ask a peer for (any: it serves one model).
+SERVED_NAME = "embedding-model"
+
+
 class PeerStartError(RuntimeError):
     """The peer server did not become ready."""
 
 
 class PeerServer:
-    """A peer HTTP server process on a free loopback port, in its own session (killed as a group),
-    logging to ``work_dir``, ready when ``GET health_path`` answers 200."""
+    """A peer embedding server on a free loopback port, pinned to ``cores`` (``threads`` threads), in its
+    own session (killed as a group), logging to its ``work_dir``, ready when ``GET /health`` answers 200;
+    ``POST url`` takes OpenAI's embeddings body. Subclasses set ``command``, ``cwd`` and ``env``."""
 
     name = "peer"
-    health_path = "/health"
+    route = "/embeddings"
 
-    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], work_dir: Path, port: int):
-        self.command, self.cwd, self.env, self.work_dir, self.port = command, cwd, env, work_dir, port
+    def __init__(self, cores: set[int] | None, threads: int | None):
+        self.cores = set(cores) if cores else None
+        self.threads = threads or (len(self.cores) if self.cores else os.cpu_count())
+        self.port = free_port()
+        self.work_dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
+        self.log_path = self.work_dir / f"{self.name}.log"
         self.process: subprocess.Popen | None = None
-        self.log_path = work_dir / f"{self.name}.log"
+        self.command: list[str] = []
+        self.cwd: Path = self.work_dir
+        self.env: dict[str, str] = dict(os.environ)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.route}"
+
+    def body(self, texts: list[str], encoding_format: str | None = None) -> bytes:
+        return openai_body(texts, SERVED_NAME, encoding_format)
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Start the server; poll its health route until it answers or ``timeout_s`` passes."""
+        pin = ["taskset", "-c", cores_label(self.cores)] if self.cores else []
         self.process = subprocess.Popen(
-            self.command,
+            pin + self.command,
             cwd=self.cwd,
             env=self.env,
             stdin=subprocess.DEVNULL,
@@ -81,7 +105,7 @@ class PeerServer:
             if self.process.poll() is not None:
                 raise PeerStartError(f"{self.name} exited {self.process.returncode}:\n{self.logs()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{self.health_path}", timeout=2) as reply:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
                     if reply.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):

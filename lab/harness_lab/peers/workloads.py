@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import json
 
-#: ~8-20-token sentences (short sentences as a text-embedding deployment's checks send, one Chinese).
-SENTENCES = [
-    "Triton batches requests on the server.",
-    "A quick sentence about the weather today.",
-    "How many instances should a CPU model run?",
-    "今天的会议改到下午三点。",
-    "Embeddings map text to vectors.",
-    "The cat sat on the mat.",
-    "Throughput grows with the batch size.",
-    "Short text.",
-]
 #: Bodies per workload: request i carries sentences starting at offset i.
 BODIES = 8
 
 
-def sentences(count: int, offset: int = 0) -> list[str]:
-    return [SENTENCES[(offset + i) % len(SENTENCES)] for i in range(count)]
+def sentences(pool: list[str], count: int, offset: int = 0) -> list[str]:
+    """``count`` of the deployment's sentences (its ``[peers] embedding`` pieces' ``sentences``) from ``offset``."""
+    return [pool[(offset + i) % len(pool)] for i in range(count)]
 
 
 def triton_text_body(texts: list[str], text_input: str) -> bytes:
@@ -53,5 +43,5 @@ def openai_body(texts: list[str], model: str, encoding_format: str | None = None
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def bodies(make, batch: int) -> list[bytes]:
-    return [make(sentences(batch, offset)) for offset in range(BODIES)]
+def bodies(make, pool: list[str], batch: int) -> list[bytes]:
+    return [make(sentences(pool, batch, offset)) for offset in range(BODIES)]
