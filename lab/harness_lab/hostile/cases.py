@@ -28,20 +28,10 @@ from harness.testing.hostile_requests import nested, with_deep_parameters
 MIN_DECLARED_BYTES = 1 << 40
 
 #: Bytes per element of each fixed-size datatype (BYTES: variable).
-DATATYPE_BYTES = {
-    "BOOL": 1,
-    "INT8": 1,
-    "UINT8": 1,
-    "INT16": 2,
-    "UINT16": 2,
-    "FP16": 2,
-    "BF16": 2,
-    "INT32": 4,
-    "UINT32": 4,
-    "FP32": 4,
-    "INT64": 8,
-    "UINT64": 8,
-    "FP64": 8,
+DATATYPE_BYTES = {"BOOL": 1, "BF16": 2} | {
+    f"{kind}{bits}": bits // 8
+    for kind, sizes in (("INT", (8, 16, 32, 64)), ("UINT", (8, 16, 32, 64)), ("FP", (16, 32, 64)))
+    for bits in sizes
 }
 #: A model name no repository has: load/unload probes must never touch a real model.
 MISSING_MODEL = "__hostile_probe_missing_model__"
@@ -485,51 +475,47 @@ def grpc_cases(target: Target, nbytes: int | None = None) -> list[Case]:
 
     typed = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_contents", "BOOL": "bool_contents"}
     typed_field = typed.get(datatype, "int_contents" if datatype in ("INT8", "INT16", "INT32") else "uint_contents")
-    cases = [
-        Case(
-            "grpc_huge_shape",
-            "raw",
-            f"{big} {datatype} with {element} bytes of raw contents",
-            grpc_method="ModelInfer",
-            grpc_request=message(sized.name, datatype, big, raw=bytes(element)),
-            allocates=True,
-        ),
-        Case(
-            "grpc_huge_shape",
-            "typed",
-            f"{big} {datatype} with one typed value",
-            grpc_method="ModelInfer",
-            grpc_request=message(sized.name, datatype, big, contents={typed_field: [1]}),
-            allocates=True,
-        ),
-    ]
+    cases: list[Case] = []
+
+    def add(klass, name, summary, build, **kw):
+        cases.append(Case(klass, name, summary, grpc_method=kw.pop("method", "ModelInfer"), grpc_request=build, **kw))
+
+    add(
+        "grpc_huge_shape",
+        "raw",
+        f"{big} {datatype} with {element} bytes of raw contents",
+        message(sized.name, datatype, big, raw=bytes(element)),
+        allocates=True,
+    )
+    add(
+        "grpc_huge_shape",
+        "typed",
+        f"{big} {datatype} with one typed value",
+        message(sized.name, datatype, big, contents={typed_field: [1]}),
+        allocates=True,
+    )
     text = target.bytes_input()
     if text is not None:
         huge_count = huge_shape(max(len(text.shape), 1), nbytes, 1, target.max_batch_size > 0)
         one = serialize_bytes([b"a"])
-        cases += [
-            Case(
-                "grpc_bytes",
-                "raw_huge_count",
-                f"raw BYTES {huge_count}, one element sent",
-                grpc_method="ModelInfer",
-                grpc_request=message(text.name, "BYTES", huge_count, raw=one),
-            ),
-            Case(
-                "grpc_bytes",
-                "typed_huge_count",
-                f"bytes_contents {huge_count}, one element sent",
-                grpc_method="ModelInfer",
-                grpc_request=message(text.name, "BYTES", huge_count, contents={"bytes_contents": [b"a"]}),
-            ),
-            Case(
-                "grpc_bytes",
-                "length_past_end",
-                "raw BYTES element claiming 1 GiB, 3 bytes sent",
-                grpc_method="ModelInfer",
-                grpc_request=message(text.name, "BYTES", valid_shape(text), raw=struct.pack("<I", 1 << 30) + b"abc"),
-            ),
-        ]
+        add(
+            "grpc_bytes",
+            "raw_huge_count",
+            f"raw BYTES {huge_count}, one element sent",
+            message(text.name, "BYTES", huge_count, raw=one),
+        )
+        add(
+            "grpc_bytes",
+            "typed_huge_count",
+            f"bytes_contents {huge_count}, one element sent",
+            message(text.name, "BYTES", huge_count, contents={"bytes_contents": [b"a"]}),
+        )
+        add(
+            "grpc_bytes",
+            "length_past_end",
+            "raw BYTES element claiming 1 GiB, 3 bytes sent",
+            message(text.name, "BYTES", valid_shape(text), raw=struct.pack("<I", 1 << 30) + b"abc"),
+        )
     for name, method in (
         ("repository_index", "RepositoryIndex"),
         ("system_shm_status", "SystemSharedMemoryStatus"),
@@ -542,16 +528,7 @@ def grpc_cases(target: Target, nbytes: int | None = None) -> list[Case]:
 
             return getattr(service_pb2, f"{method}Request")()
 
-        cases.append(
-            Case(
-                "restricted_apis",
-                f"grpc_{name}",
-                f"gRPC {method}",
-                grpc_method=method,
-                grpc_request=build,
-                restricted=True,
-            )
-        )
+        add("restricted_apis", f"grpc_{name}", f"gRPC {method}", build, method=method, restricted=True)
     return cases
 
 
