@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,9 +17,10 @@ from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.repository import dependencies
 from harness.serving.gate.serve import free_port, serve_command
-from harness.serving.launchers.docker_images import CPU_IMAGE
-from harness_lab.scaleout import ScaleoutError
+from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
+from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
 from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query
+from harness_lab.scaleout.nodes import remove_workers
 from harness_lab.scaleout.sizing import resources
 
 IMAGES = PROJECT_ROOT / "images"
@@ -35,14 +35,6 @@ JOB = "triton"
 #: replicas' job (Kubernetes: namespace + pod) and one series per task (Kubernetes: per pod).
 SWARM_MATCHERS = f'job="{JOB}"'
 SWARM_GROUP_BY = "instance"
-
-
-def docker(*args: str, timeout_s: float = 300, check: bool = True) -> str:
-    """``docker <args>``'s stdout; ``check``: ScaleoutError when it fails."""
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s)
-    if check and done.returncode != 0:
-        raise ScaleoutError(f"docker {' '.join(args[:3])} failed: {(done.stderr or done.stdout).strip()[-600:]}")
-    return done.stdout
 
 
 def build_image(recipe: str) -> str:
@@ -68,16 +60,6 @@ def add_version(repository: Path, model: str, version: str = "2", broken: bool =
 
 def swarm_state() -> str:
     return docker("info", "--format", "{{.Swarm.LocalNodeState}}", timeout_s=30).strip()
-
-
-def host_address() -> str:
-    """The address the swarm advertises (the host's address on its default route)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.connect(("10.255.255.255", 1))
-            return sock.getsockname()[0]
-        except OSError:
-            return "127.0.0.1"
 
 
 def swarm_init(data_path_address: str | None = None) -> bool:
@@ -144,8 +126,6 @@ def teardown(leave: bool = True) -> list[str]:
     for name in stacks():
         remove_stack(name)
         removed.append(f"stack {name}")
-    from harness_lab.scaleout.nodes import remove_workers
-
     removed += remove_workers()
     if leave and swarm_state() != "inactive":
         docker("swarm", "leave", "--force", check=False, timeout_s=120)
@@ -226,25 +206,15 @@ class Stack:
 
     def prepare(self) -> None:
         """Bundles (v1, v2, bad), the balancer and Prometheus images; then the stack and its configs."""
-        from harness.serving.packenv import (
-            RECIPE,
-            PackEnvError,
-            default_output,
-            is_stale,
-            load_recipe,
-            pack,
-            packed_repository,
-        )
+        from harness.serving.launchers.docker_engine import DockerStartError
+        from harness.serving.launchers.docker_envs import checked_packed_env
+        from harness.serving.packenv import default_output, packed_repository
 
         tarball = default_output(self.deployment.path, "cpu-image")
-        recipe = load_recipe(self.deployment.path / RECIPE)
-        stale = is_stale(tarball, recipe, "cpu-image") if tarball.exists() else "missing"
-        if stale:
-            print(f"scaleout: packing {tarball} for the CPU image ({stale})", flush=True)
-            try:
-                pack(recipe, "cpu-image", tarball, log=lambda *_: None)
-            except PackEnvError as exc:
-                raise ScaleoutError(f"packing {tarball} failed: {' '.join(str(exc).split())[:300]}") from None
+        try:
+            checked_packed_env(tarball, cpu_image_profile(self.image))  # packed when missing or stale
+        except DockerStartError as exc:
+            raise ScaleoutError(str(exc)) from None
         self.deployment.export()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         for version in ("v1", "v2", "bad"):
@@ -499,27 +469,20 @@ class Stack:
             time.sleep(1)
 
     def logs(self, tail: int = 15) -> str:
-        done = subprocess.run(
-            ["docker", "service", "logs", "--raw", "--tail", str(tail), self.service],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        command = ["docker", "service", "logs", "--raw", "--tail", str(tail), self.service]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         return "last log lines: " + (done.stdout + done.stderr).strip()[-800:]
 
     def wait_lb(self, deadline_s: float = 60) -> None:
         import requests
 
-        deadline = time.monotonic() + deadline_s
-        while True:
+        def ready() -> bool:
             try:
-                if requests.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200:
-                    return
+                return requests.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200
             except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise ScaleoutError(f"the balancer on {self.url} never answered ready within {deadline_s:.0f} s")
-            time.sleep(0.5)
+                return False
+
+        wait_for(ready, deadline_s, f"the balancer on {self.url} answering ready")
 
     def update_state(self) -> dict:
         """The service's ``UpdateStatus`` (state: updating, completed, rollback_started, rollback_completed, ...)."""
