@@ -9,20 +9,18 @@ was back, wrong answers). What tritonserver does in each: lab/docs/reliability.m
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import tritonclient.http as httpclient
 
 from harness.testing.processes import stub_processes
 from harness.testing.servers import model_server, restarted, started, stop_server
 from harness_lab.reliability.load import CheckedWorkload, LoadLog, run_checked_load
-from harness_lab.reliability.report import RESULTS_DIR, NoReports, write_docs, write_json
-from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
+from harness_lab.reliability.report import NoReports, faults_section, write_docs, write_json
+from harness_lab.reliability.servers import checked_workload, chosen_target, target_parser
 
 SCENARIOS = ("kill_stub", "unload_reload", "restart_server")
 
@@ -277,29 +275,14 @@ def run_all(
 
 
 def format_fault(r: dict) -> str:
-    text = (
-        f"{r['scenario']} ({r.get('deployment', '')}/{r['model']}, c={r.get('concurrency')}): "
-        f"{r['requests_total']} requests, {r['errors']} errors + {r['timeouts']} timeouts after the fault "
-        f"(from +{r['first_error_s']} s to +{r['last_error_s']} s), service back at +{r['service_back_s']} s, "
-        f"{r['wrong_answers']} wrong answers, recovered: {r['recovered']}"
-    )
-    if r["scenario"] == "kill_stub":
-        text += (
-            f"; by itself: {r.get('recovered_by_itself')}, ready flag while broken: "
-            f"{r.get('ready_flag_while_broken')}, remedy: {r.get('remedy', 'none')}, "
-            f"/v2/health/ready false at +{r.get('not_ready_after_s')} s, ready again at "
-            f"+{r.get('ready_again_after_s')} s (gate: {r.get('gate')})"
-        )
-    return text
+    """One scenario's report as the docs' faults section gives it (``report.faults_section``)."""
+    return "\n".join(faults_section([r]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_target_arguments(parser)
+    parser = target_parser(__doc__, "faults.json", concurrency=16)
     parser.add_argument("--stub-model", default=None, help="whose stub to kill (default: --model)")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "faults.json")
     parser.add_argument("--write-docs", action="store_true", help="only regenerate lab/docs/reliability.md's results")
     args = parser.parse_args(argv)
     if args.write_docs:
@@ -313,7 +296,6 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = args.scenario or list(SCENARIOS)
     reports = run_all(deployment, model, scenarios, args.concurrency, args.stub_model, args.workload)
     write_json(reports, args.json)
-    print(f"report: {args.json}")
     return 0 if all(r["recovered"] and not r["wrong_answers"] for r in reports) else 1
 
 

@@ -18,18 +18,16 @@ p50/p99, CPU milliseconds per request and each variant's throughput over direct'
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
-from pathlib import Path
 
 import psutil
 
 from harness.measuring.pair_bench import cpu_seconds as pair_cpu_seconds
 from harness.testing.servers import model_server, started, stop_server
 from harness_lab.reliability.load import run_checked_load
-from harness_lab.reliability.report import RESULTS_DIR, write_json
-from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
+from harness_lab.reliability.report import write_json
+from harness_lab.reliability.servers import checked_workload, chosen_target, target_parser
 
 
 def cpu_seconds(pid: int) -> dict[str, float]:
@@ -123,14 +121,11 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_target_arguments(parser)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser = target_parser(__doc__, "gate_cost.json", concurrency=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--workers", default="1", help="gate worker counts to measure, comma-separated (e.g. 1,2)")
-    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "gate_cost.json")
     args = parser.parse_args(argv)
     deployment, model = chosen_target(parser, args)
     workers = tuple(int(n) for n in args.workers.split(","))
@@ -138,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     write_json(report, args.json)
     for variant in [f"gate_workers_{n}" for n in workers] + ["direct"]:
         print(f"{variant}: {report[variant]}")
-    print(f"report: {args.json}")
     return 0
 
 

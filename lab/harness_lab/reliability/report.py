@@ -21,6 +21,7 @@ class NoReports(FileNotFoundError):
 def write_json(report: dict | list, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"report: {path}")
 
 
 def _read(path: Path):
@@ -51,16 +52,9 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
         lines += faults_section(faults)
     if fuzz:
         lines += fuzz_section(fuzz)
-    wrong = (
-        (soak or {}).get("wrong_answers", 0)
-        + sum(f["wrong_answers"] for f in faults)
-        + sum(s["wrong_answers"] for s in long_soaks)
-    )
-    total = (
-        (soak or {}).get("requests", 0)
-        + sum(f["requests_total"] for f in faults)
-        + sum(s["requests"] for s in long_soaks)
-    )
+    runs = [run for run in [soak, *faults, *long_soaks] if run]
+    wrong = sum(run["wrong_answers"] for run in runs)
+    total = sum(run.get("requests_total", run.get("requests")) for run in runs)
     lines += [
         f"**Nothing lost**: {total} verified requests in these runs, {wrong} wrong or swapped answers; "
         "every request ended in its own correct answer or an explicit error.",

@@ -3,39 +3,39 @@ model and its checked workload); the servers themselves are in ``harness.testing
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from harness_lab.reliability.load import CheckedWorkload, echo_workload
+from harness_lab.reliability.report import RESULTS_DIR
 
 
-def add_target_arguments(parser) -> None:
-    """``--deployment``, ``--model`` and ``--workload`` of a reliability command (``defaults``)."""
+def target_parser(doc: str, report: str, concurrency: int) -> argparse.ArgumentParser:
+    """A reliability command's parser: ``--deployment``, ``--model``, ``--workload`` (``chosen_target``),
+    ``--concurrency`` and ``--json`` (default ``results/reliability/<report>``)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--deployment", default=None, help="default: the one with a [reliability] table")
     parser.add_argument("--model", default=None, help="default: its [reliability] model; echo: the toy echo model")
     parser.add_argument("--workload", default=None, help="file.py:function (default: its [reliability] workload)")
+    parser.add_argument("--concurrency", type=int, default=concurrency)
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / report)
+    return parser
 
 
 def chosen_target(parser, args) -> tuple[str, str]:
-    """(deployment, model) of ``args`` as ``defaults`` completes them; a manifest without them: a usage error."""
-    from harness.deployments import ManifestError
-
-    try:
-        return defaults(args.deployment, args.model)
-    except ManifestError as exc:
-        parser.error(str(exc))
-
-
-def defaults(deployment: str | None, model: str | None) -> tuple[str, str]:
-    """(deployment, model) of a run: as given, else the one deployment with a ``[reliability]``
-    table and its ``model``; ``echo`` needs no deployment."""
+    """(deployment, model) of ``args``: as given, else the one deployment with a ``[reliability]`` table
+    and its ``model``; ``echo`` needs no deployment. A manifest without them: a usage error."""
     from harness.deployments import ManifestError, declaring, get_deployment
 
-    if model == "echo":
-        return deployment or "", model
-    dep = get_deployment(deployment) if deployment else declaring("reliability")
-    if model is None:
-        if dep.manifest.reliability is None:
+    if args.model == "echo":
+        return args.deployment or "", args.model
+    try:
+        dep = get_deployment(args.deployment) if args.deployment else declaring("reliability")
+        if args.model is None and dep.manifest.reliability is None:
             raise ManifestError(f"{dep.name} has no [reliability] table in its deployment.toml: pass --model")
-        model = dep.manifest.reliability.model
-    return dep.name, model
+    except ManifestError as exc:
+        parser.error(str(exc))
+    return dep.name, args.model or dep.manifest.reliability.model
 
 
 def checked_workload(deployment: str, model: str, http_url: str, reference: str | None = None) -> CheckedWorkload:

@@ -15,7 +15,6 @@ The checked workload: ``--images`` files (bytes in, ``--output`` compared), else
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import shlex
@@ -34,8 +33,8 @@ from harness_lab.reliability.load import (
     text_embedding_workload,
 )
 from harness_lab.reliability.memory import memory_growth, memory_trend, rss_sample
-from harness_lab.reliability.report import RESULTS_DIR, write_json
-from harness_lab.reliability.servers import add_target_arguments, checked_workload, chosen_target
+from harness_lab.reliability.report import soak_section, write_json
+from harness_lab.reliability.servers import checked_workload, chosen_target, target_parser
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
@@ -133,11 +132,9 @@ def check_soak(report: dict, max_growth_mib: float, max_growth_pct: float, max_p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_target_arguments(parser)
+    parser = target_parser(__doc__, "soak.json", concurrency=64)
     parser.add_argument("--input", default=None, help="with --output: the input of a text -> vector model")
     parser.add_argument("--output", default=None)
-    parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--duration", type=float, default=float(os.environ.get("SOAK_DURATION", 15)))
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--max-growth-mib", type=float, default=64.0)
@@ -157,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         "instead of sentences; each answer's --output checked against the file's answer alone",
     )
     parser.add_argument("--sample-every", type=float, default=None, help="RSS sampling period, s (default run/40)")
-    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "soak.json")
     args = parser.parse_args(argv)
 
     files = sorted({Path(p) for pattern in args.images or [] for p in glob.glob(pattern)})
@@ -200,32 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     report["passed"], report["failed"] = not failed, failed
     write_json(report, args.json)
     print(format_soak(report))
-    print(f"report: {args.json}")
     return 0 if not failed else 1
 
 
 def format_soak(r: dict) -> str:
-    m = r["memory"]
-    lines = [
-        f"soak {r.get('deployment', '')}/{r['model']}: concurrency {r['concurrency']} for {r['measured_s']} s "
-        f"(after {r['warmup_s']} s warm-up): {r['requests']} requests, {r['ok']} ok, {r['errors']} errors, "
-        f"{r['timeouts']} timeouts, {r['wrong_answers']} wrong answers; {r['throughput_rps']} req/s",
-        f"latency p50/p99 first third {r['latency_first_third']['p50_ms']}/{r['latency_first_third']['p99_ms']} ms, "
-        f"last third {r['latency_last_third']['p50_ms']}/{r['latency_last_third']['p99_ms']} ms "
-        f"(drift {r['latency_drift']})",
-        f"RSS total {m['total_start_mib']} -> {m['total_end_mib']} MiB ({m['total_growth_mib']:+} MiB, "
-        f"{m['total_growth_pct']}%)",
+    """The soak's results section (``report.soak_section``), its memory trends and what failed."""
+    trends = [(k, t) for k, t in (r.get("memory_trend") or {}).items() if t]
+    lines = soak_section(r) + [
+        f"{k}: growth per third {t['growth_per_third_mib']} MiB, levels off: {t['levelled']}" for k, t in trends
     ]
-    for key, row in m["processes"].items():
-        lines.append(f"  {key:40s} {row['start_mib']:8.1f} -> {row['end_mib']:8.1f} MiB ({row['growth_mib']:+})")
-    for key, trend in (r.get("memory_trend") or {}).items():
-        if trend:
-            lines.append(
-                f"  {key}: growth per third {trend['growth_per_third_mib']} MiB, levelled off: {trend['levelled']}"
-            )
-    if r.get("failed"):
-        lines.append("FAILED: " + "; ".join(r["failed"]))
-    return "\n".join(lines)
+    return "\n".join(lines + (["FAILED: " + "; ".join(r["failed"])] if r.get("failed") else []))
 
 
 if __name__ == "__main__":
