@@ -20,7 +20,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness_lab.scaleout import k8s
-from harness_lab.scaleout.autoscale import query, read_counters, task_address, wait_scraped
+from harness_lab.scaleout.autoscale import query, wait_scraped
 from harness_lab.scaleout.load import RETRY, stack_load
 from harness_lab.scaleout.run import kill_under_load, leftovers, roll_version
 from harness_lab.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
@@ -48,6 +48,32 @@ def stack(swarm_image):
         assert not (left["containers"] or left["networks"] or left["volumes"]), left
         if not stacks():  # no other run of ours holds the swarm: it is gone
             assert left["swarm"] == "inactive", left
+
+
+def read_counters(container: str) -> dict[str, float]:
+    """Triton's queue-time and success counters of one task, summed over its models, read from its
+    metrics port inside the container (the host cannot reach overlay addresses)."""
+    text = docker(
+        "exec",
+        container,
+        "bash",
+        "-c",
+        'exec 3<>/dev/tcp/127.0.0.1/8002 && printf "GET /metrics HTTP/1.0\\r\\n\\r\\n" >&3 && cat <&3',
+        timeout_s=30,
+    )
+    sums = {"nv_inference_queue_duration_us": 0.0, "nv_inference_request_success": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in sums:
+            sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums
+
+
+def task_address(container: str, network: str) -> str:
+    """A task container's address on the stack's network (Prometheus's ``instance`` without the port)."""
+    return docker(
+        "inspect", container, "--format", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}'
+    ).strip()
 
 
 def test_replicas_serve_behind_the_front_gate(stack):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 import time
 
+from harness_lab.scaleout import wait_for
 from harness_lab.scaleout.k8s import QUEUE_METRIC, RenderOptions, apply_manifest
 from harness_lab.scaleout.load import stack_load, summarize
-from harness_lab.scaleout.swarm import JOB, Stack, docker
+from harness_lab.scaleout.swarm import JOB, Stack
 
 TOLERANCE = 0.1
 
@@ -41,34 +42,13 @@ def hpa_decision(values: list[float], current: int, target: float, minimum: int,
 
 
 def wait_scraped(stack: Stack, count: int, deadline_s: float = 120) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+    def scraped() -> bool:
         try:
-            if len(query(stack, f'up{{job="{JOB}"}} == 1')) == count:
-                return
+            return len(query(stack, f'up{{job="{JOB}"}} == 1')) == count
         except Exception:  # noqa: BLE001 - Prometheus still starting
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"Prometheus does not scrape {count} tasks after {deadline_s:.0f} s")
+            return False
 
-
-def read_counters(container: str) -> dict[str, float]:
-    """Triton's queue-time and success counters of one task, summed over its models, read from its
-    metrics port inside the container (the host cannot reach overlay addresses)."""
-    text = docker(
-        "exec",
-        container,
-        "bash",
-        "-c",
-        'exec 3<>/dev/tcp/127.0.0.1/8002 && printf "GET /metrics HTTP/1.0\\r\\n\\r\\n" >&3 && cat <&3',
-        timeout_s=30,
-    )
-    sums = {"nv_inference_queue_duration_us": 0.0, "nv_inference_request_success": 0.0}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in sums:
-            sums[name] += float(line.rsplit(" ", 1)[1])
-    return sums
+    wait_for(scraped, deadline_s, f"Prometheus scraping {count} tasks", period_s=1)
 
 
 def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -> dict:
@@ -111,10 +91,3 @@ def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -
         "window_s": window_s,
         "levels": levels,
     }
-
-
-def task_address(container: str, network: str) -> str:
-    """A task container's address on the stack's network (Prometheus's ``instance`` without the port)."""
-    return docker(
-        "inspect", container, "--format", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}'
-    ).strip()

@@ -24,6 +24,18 @@ def per_replica(rows: list[dict], p99_target_ms: float) -> dict | None:
     return max(met, key=lambda r: r["perf_throughput"]) if met else None
 
 
+def default_rows(rows: list[dict], server_mode: str, target: str) -> list[dict]:
+    """The rows of one server mode and target that ran the repository as shipped, through the gate."""
+    return [
+        r
+        for r in rows
+        if r.get("server_mode") == server_mode
+        and r.get("target") == target
+        and not r.get("config_overrides")
+        and r.get("gate") is not False
+    ]
+
+
 def replicas_for(rate: float, infer_s: float, utilisation: float) -> int:
     return max(1, math.ceil(rate / (infer_s * utilisation)))
 
@@ -42,14 +54,8 @@ def model(
     lines = []
     for name, deployment in sorted(matrix["deployments"].items()):
         scenarios: dict[str, list[dict]] = {}
-        for row in deployment.get("rows", []):
-            if (
-                row.get("server_mode") == server_mode
-                and row.get("target") == target
-                and not row.get("config_overrides")
-                and row.get("gate") is not False
-            ):
-                scenarios.setdefault(row["benchmark"], []).append(row)
+        for row in default_rows(deployment.get("rows", []), server_mode, target):
+            scenarios.setdefault(row["benchmark"], []).append(row)
         for benchmark, rows in sorted(scenarios.items()):
             if scenarios_wanted and benchmark not in scenarios_wanted:
                 continue
@@ -98,19 +104,10 @@ def predicted_throughput(
     server_mode: str = "local",
     target: str = "cpu",
 ) -> dict | None:
-    """What the model predicts ``replicas`` replicas of ``model_name`` serve: replicas x the per-replica
-    figure (as ``model``: the highest one-server throughput whose p99 met the target) of the matrix
-    scenario with the smallest requests of that model (nearest a one-sentence load). Linear in the
-    replicas: it assumes each replica has cores of its own. None when no row fits."""
-    rows = [
-        r
-        for r in json.loads(Path(source).read_text())["deployments"].get(deployment, {}).get("rows", [])
-        if r.get("model") == model_name
-        and r.get("server_mode") == server_mode
-        and r.get("target") == target
-        and not r.get("config_overrides")
-        and r.get("gate") is not False
-    ]
+    """``replicas`` x the per-replica figure (as ``model``) of the scenario with the smallest requests of
+    ``model_name`` (nearest a one-sentence load); linear: each replica has cores of its own. None: no row fits."""
+    rows = json.loads(Path(source).read_text())["deployments"].get(deployment, {}).get("rows", [])
+    rows = [r for r in default_rows(rows, server_mode, target) if r.get("model") == model_name]
     if not rows:
         return None
     smallest = min(rows, key=lambda r: r.get("bytes_sent_per_request") or math.inf)["benchmark"]

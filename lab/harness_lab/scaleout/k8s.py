@@ -17,13 +17,12 @@ DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
 BUNDLE_ROOT = "/mnt/models"
 QUEUE_METRIC = "nv_inference_queue_duration_us_per_request"
 PART_OF = "triton-reference-deployments"
-#: Used when a deployment has no measured footprint (a newly copied folder): say so on the object.
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
 
 
 @dataclass
 class RenderOptions:
-    """What the rendered objects are parameterised by (CLI flags; manifest ``[scaleout]`` overrides)."""
+    """What the rendered objects are parameterised by (CLI flags; the manifest's ``[scaleout]`` over them)."""
 
     image: str = DEFAULT_IMAGE
     namespace: str | None = None
@@ -35,8 +34,7 @@ class RenderOptions:
     bundle_image: str | None = None
     storage_uri: str | None = None
     target: str = "cpu"
-    #: Serve through the front gate (``python -m harness.serving.gate serve -- tritonserver ...``): needs an
-    #: image that carries ``harness.serving.gate`` (the CPU image does); the probes read its honest readiness.
+    #: Serve through the front gate: needs an image that carries ``harness.serving.gate`` (the CPU image does).
     gate: bool = True
     #: The manifest's ``memory_mib`` / ``cpu`` (requests of one replica instead of its measured footprint).
     extra: dict = field(default_factory=dict)
@@ -69,13 +67,10 @@ def metadata(deployment: Deployment, options: RenderOptions, name: str | None = 
 
 def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOptions:
     """The deployment's ``[scaleout]`` table over the defaults (CLI values already in ``options``)."""
-    table = deployment.manifest.scaleout
-    for key in ("replicas", "min_replicas", "max_replicas", "queue_target_us", "bundle_image", "storage_uri"):
-        if getattr(table, key) is not None:
-            setattr(options, key, getattr(table, key))
-    for key in ("memory_mib", "cpu"):
-        if getattr(table, key) is not None:
-            options.extra[key] = getattr(table, key)
+    table = deployment.manifest.scaleout.model_dump(exclude_none=True, exclude={"model", "rolled_models"})
+    options.extra.update({key: table.pop(key) for key in ("memory_mib", "cpu") if key in table})
+    for key, value in table.items():
+        setattr(options, key, value)
     return options
 
 
@@ -239,9 +234,8 @@ def disruption_budget(deployment: Deployment, options: RenderOptions) -> dict:
 
 
 def adapter_query(label_matchers: str = "<<.LabelMatchers>>", group_by: str = "<<.GroupBy>>") -> str:
-    """The HPA metric's PromQL: queue µs per successful request, per ``group_by``. The defaults are
-    prometheus-adapter's template fields (the ConfigMap); the swarm run fills in its own labels and
-    evaluates the same text on a live Prometheus (lab/harness_lab/scaleout/swarm.py)."""
+    """The HPA metric's PromQL: queue µs per successful request, per ``group_by``; the defaults are
+    prometheus-adapter's template fields, the swarm run fills in its own labels."""
     return (
         f"sum(rate(nv_inference_queue_duration_us{{{label_matchers}}}[1m])) by ({group_by})"
         f" / clamp_min(sum(rate(nv_inference_request_success{{{label_matchers}}}[1m])) by ({group_by}), 1)"
