@@ -1,6 +1,6 @@
 """The gate tests' tiny repository and requests: a ``sink`` model, ``echo`` and an internal echo
 (``GATE_POLICY``),
-the requests of issue 16 that abort tritonserver 2.51, and small helpers shared with test_docker_gate.py."""
+the oversized requests that abort tritonserver 2.51, and small helpers shared with test_docker_gate.py."""
 
 from __future__ import annotations
 

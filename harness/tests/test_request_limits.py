@@ -1,6 +1,6 @@
 """Per-request limits of the Python models (triton_helpers, embedding_cpu_processing): what one request may cost.
 
-Issue 16: limits were per element or per file, so one request of 64 texts of 1 MiB held an
+Why: limits were once per element or per file, so one request of 64 texts of 1 MiB held an
 instance for over a minute and grew the stub by 1.6 GiB (the tokenizer encoded whole texts
 before truncating), a 20 MiB text file was refused only after 35 s, and a small PDF whose
 page stream inflates 1000:1 was inflated by pdfium inside the stub.
@@ -183,7 +183,7 @@ OVER_LIMIT = {  # case -> (model, input, items, what the error names)
 
 @pytest.mark.timeout(600)
 def test_over_limit_requests_get_a_4xx_within_1_s_on_a_served_deployment(embedding_limits_server):
-    """Issue 16 acceptance: over the documented limits, a 4xx within 1 s naming the limit; the
+    """Over the documented limits, a 4xx within 1 s naming the limit; the
     stubs keep their memory and the server stays ready (embedding_cpu behind the gate)."""
     import requests
 
