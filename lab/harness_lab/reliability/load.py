@@ -237,10 +237,9 @@ async def _checked_load(
     client = http_aio.InferenceServerClient(http_url, conn_limit=max(concurrency, 1))
     outputs = make_outputs("http", [workload.output])
     counter = iter(range(1 << 62))
-    stop = asyncio.Event()
 
     async def worker() -> None:
-        while not stop.is_set():
+        while not stop_flag.is_set():
             index = next(counter)
             inputs, key = workload.make(index)
             began = time.monotonic()
@@ -265,13 +264,8 @@ async def _checked_load(
             if status != "ok" and backoff_s:
                 await asyncio.sleep(backoff_s)
 
-    async def watch() -> None:
-        while not stop_flag.is_set():
-            await asyncio.sleep(0.02)
-        stop.set()
-
     try:
-        await asyncio.gather(watch(), *(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
     finally:
         log.ended = time.monotonic()
         await client.close()

@@ -28,6 +28,7 @@ import numpy as np
 import psutil
 import requests
 import tritonclient.http as httpclient
+from tritonclient.utils import triton_to_np_dtype
 
 from harness import PROJECT_ROOT
 from harness.tensors import make_inputs
@@ -217,17 +218,20 @@ def _image_kind(data: bytes) -> str | None:
     return None
 
 
-def noise_image(kind: str, target_bytes: int, seed: int = 0) -> bytes:
-    """A valid image of random pixels whose file is about ``target_bytes`` (more pixels, not padding)."""
+def _encoded(pixels: np.ndarray, kind: str, quality: int) -> bytes:
     from PIL import Image
 
+    out = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(pixels)).save(out, kind, **({"quality": quality} if kind == "JPEG" else {}))
+    return out.getvalue()
+
+
+def noise_image(kind: str, target_bytes: int, seed: int = 0) -> bytes:
+    """A valid image of random pixels whose file is about ``target_bytes`` (more pixels, not padding)."""
     rng = np.random.default_rng(seed)
 
     def encode(side: int) -> bytes:
-        pixels = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
-        out = io.BytesIO()
-        Image.fromarray(pixels).save(out, kind, **({"quality": 95} if kind == "JPEG" else {}))
-        return out.getvalue()
+        return _encoded(rng.integers(0, 256, (side, side, 3), dtype=np.uint8), kind, 95)
 
     per_pixel = len(encode(256)) / 256**2
     return encode(max(16, int(math.sqrt(target_bytes / per_pixel))))
@@ -235,14 +239,9 @@ def noise_image(kind: str, target_bytes: int, seed: int = 0) -> bytes:
 
 def flat_image(kind: str, pixels: int) -> bytes:
     """A valid image of ``pixels`` pixels (square) that compresses to little: large decode, small body."""
-    from PIL import Image
-
     side = max(16, int(math.sqrt(pixels)))
     gradient = np.linspace(0, 255, side, dtype=np.uint8)
-    image = np.stack([np.broadcast_to(gradient, (side, side))] * 3, axis=-1)
-    out = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(image)).save(out, kind, **({"quality": 90} if kind == "JPEG" else {}))
-    return out.getvalue()
+    return _encoded(np.stack([np.broadcast_to(gradient, (side, side))] * 3, axis=-1), kind, 90)
 
 
 def longer_element(data: bytes, target_bytes: int) -> bytes:
@@ -377,8 +376,7 @@ def synthetic_inputs(config: dict) -> dict[str, np.ndarray]:
         if datatype == "STRING":
             out[spec["name"]] = np.full(shape, b"memory per byte", dtype=np.object_)
         else:
-            named = {"BOOL": "bool", "FP16": "float16", "FP32": "float32", "FP64": "float64"}
-            out[spec["name"]] = np.ones(shape, dtype=np.dtype(named.get(datatype, datatype.lower())))
+            out[spec["name"]] = np.ones(shape, dtype=triton_to_np_dtype(datatype))
     return out
 
 
