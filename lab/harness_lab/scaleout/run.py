@@ -181,16 +181,12 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: f
     watch = Watch(stack).start()
     began = time.time()
     stack.roll_to(version)
-    state = wait_for(
-        lambda: (
-            (stack.update_state().get("State") or "")
-            if stack.update_state().get("State") in ("completed", "paused", "rollback_completed", "rollback_paused")
-            else None
-        ),
-        1800,
-        f"the update to {version}",
-        period_s=1.0,
-    )
+
+    def settled() -> str | None:
+        state = stack.update_state().get("State")
+        return state if state in ("completed", "paused", "rollback_completed", "rollback_paused") else None
+
+    state = wait_for(settled, 1800, f"the update to {version}", period_s=1.0)
     finished = time.time()
     time.sleep(after_s)
     outcomes = load.stop()

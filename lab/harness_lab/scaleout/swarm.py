@@ -489,13 +489,11 @@ class Stack:
         out = docker("service", "inspect", self.service, "--format", "{{json .UpdateStatus}}", check=False).strip()
         return json.loads(out) if out and out != "null" else {}
 
-    def service_update(self, *args: str) -> None:
-        """``docker service update --detach``: the engine rolls; we return at once and only watch."""
-        docker("service", "update", "--detach", *args, self.service, timeout_s=120)
-
     def roll_to(self, version: str) -> None:
+        """``docker service update --detach`` to bundle ``version``: the engine rolls; we only watch."""
         # --mount-add of a mounted target replaces that mount (with --mount-rm of it, both would go).
-        self.service_update("--mount-add", mount_flag(self.mount(version)))
+        mount = f"type=bind,source={self.bundle_path(version)},target={BUNDLE_ROOT},readonly"
+        docker("service", "update", "--detach", "--mount-add", mount, self.service, timeout_s=120)
 
     def scale(self, count: int) -> None:
         docker("service", "scale", "--detach", f"{self.service}={count}", timeout_s=120)
@@ -505,9 +503,3 @@ class Stack:
         asked_at = time.time()
         docker("kill", task["container"], check=False)
         return asked_at, time.time()
-
-
-def mount_flag(mount: dict) -> str:
-    """A stack file's bind mount as ``docker service update --mount-add`` takes it."""
-    flag = f"type={mount['type']},source={mount['source']},target={mount['target']}"
-    return flag + (",readonly" if mount.get("read_only") else "")
