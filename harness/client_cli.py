@@ -1,13 +1,7 @@
 """What the deployments' command-line clients share: server options and one-line failures.
 
-Every ``deployments/<name>/client.py`` builds its parser with ``client_parser`` and runs with
-``run``: bad arguments, a missing file, a server that is down and a request the server refuses
-each end with one line on stderr and a non-zero exit code, never a traceback.
-
-    exit 0  done
-    exit 1  the server is unreachable or refused the request
-    exit 2  bad arguments or an input file that cannot be read
-"""
+Exit 0: done; 1: the server is unreachable or refused the request; 2: bad arguments or an
+unreadable input file. Never a traceback."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Deployment discovery: every ``deployments/<name>/deployment.toml`` is a deployment.
-
-The manifest alone says how to export, which models are public entry points, where the
-checks and fixtures are, which benchmark scenarios exist and which targets are supported,
-so a copied folder with an edited manifest is picked up with no harness change.
-"""
+"""Deployment discovery: every ``deployments/<name>/deployment.toml`` is a deployment; the manifest
+alone says what it has, so a copied folder with an edited manifest needs no harness change."""
 
 from __future__ import annotations
 

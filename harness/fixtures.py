@@ -1,12 +1,5 @@
-"""Fixture files that stay small: JSON up to ``MAX_JSON_BYTES``, NPZ beyond.
-
-``write_fixture(path, data)`` writes ``data`` (JSON-able) as ``path`` (``.json``) when its JSON
-text is at most ``MAX_JSON_BYTES``; past that (a larger model's vectors), as ``path`` with the
-``.npz`` suffix: every list of numbers becomes an FP32 / INT64 array of the archive, the rest
-stays JSON inside it. ``read_fixture(path)`` reads whichever exists and gives back the same
-lists, so a reader never knows which was written. The other file is removed; both are replaced
-atomically.
-"""
+"""Fixture files that stay small: JSON up to ``MAX_JSON_BYTES``, NPZ beyond (lists of numbers as
+arrays); ``read_fixture`` reads whichever exists and gives back the same lists."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""``deployment.toml``, typed: what a deployment declares, checked once when it is read.
-
-Every table and key of a manifest is a field of a pydantic model below; a key the harness does not
-know is refused with the file and the key's path in the message (a typo such as ``concurency``
-would otherwise be silently ignored), and so is a value of the wrong type. Per-target settings
-(config name, image, devices, protocols, the Python of the image's backend stub) live in
-``[target.<name>]``; tuning levers are declared once in ``[profiles.<name>]`` and applied by the
-benchmarks' per-model config overrides by name.
-"""
+"""``deployment.toml``, typed: every table and key is a field of a pydantic model below; an unknown
+key or a value of the wrong type is refused with the file and the key's path."""
 
 from __future__ import annotations
 

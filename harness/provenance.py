@@ -1,30 +1,9 @@
 """Weights provenance: which weights a served model was made from, proved equal to the fixtures'.
 
-One mechanism for every deployment:
-
-- ``export.py`` stamps each served ONNX file with :func:`stamp_onnx` (ONNX ``metadata_props``
-  ``weights_sha256``, ``weights_source``, ``exported_by``) and writes no other record.
-- ``make_fixtures.py`` records the same identity of the weights the reference ran on with
-  :func:`fixtures_record`, under the key ``"weights"`` of its fixtures file.
-- ``checks.py`` calls :func:`assert_served_weights`: it reads the served file's stamp and fails
-  with one message naming both identities and the command that regenerates them.
-
-``weights_sha256`` has one definition per kind of source:
-
-- a weights file that a third-party library opens itself (an ultralytics checkpoint, the
-  ``model.safetensors`` of an installed sentence-transformers folder): :func:`file_sha256`, the
-  sha256 of the file's bytes (what ``sha256sum`` prints);
-- weights that this project's code builds or loads into a torch module (seeded
-  initialisations, checkpoints read with ``torch.load``): :func:`tensors_sha256`, the sha256 over
-  the tensors in sorted name order, each as ``name|dtype|shape|`` (numpy's dtype name, the shape
-  as a tuple) followed by its raw C-order bytes (bfloat16: its raw 16-bit words), so the same
-  weights saved in another container keep their identity.
-
-A model that is not served from an ONNX file (a Python backend loading installed weights, such
-as a text-embedding model running sentence-transformers from an installed package) has no stamp: its
-check passes ``served=file_identity(...)`` computed from the very files that backend loads, by
-the same definition the export used for the ONNX files made from them.
-"""
+``export.py`` stamps each ONNX file (:func:`stamp_onnx`), ``make_fixtures.py`` records the same
+identity (:func:`fixtures_record`), ``checks.py`` compares them (:func:`assert_served_weights`);
+docs/adding-a-deployment.md. ``weights_sha256`` is :func:`file_sha256` for a file a library opens
+itself, :func:`tensors_sha256` for tensors this project's code builds or loads."""
 
 from __future__ import annotations
 

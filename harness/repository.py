@@ -1,11 +1,6 @@
-"""Model repositories and their ``config.pbtxt`` files, as ``ModelConfig`` protobufs.
-
-Every read, edit and derivation of a repository in the harness goes through here: configs are
-parsed with tritonclient's ``model_config_pb2`` and protobuf ``text_format`` (comments, string
-escapes and field order are the parser's business, never a regex's), and derived repositories
-(config variants, packed-env copies, a subset of models with what they call) are folders of links
-to the original files with only the rewritten configs as new files.
-"""
+"""Model repositories and their ``config.pbtxt`` files, as ``ModelConfig`` protobufs (tritonclient's
+``model_config_pb2`` with protobuf ``text_format``); derived repositories are folders of links
+to the original files with only the rewritten configs as new files."""
 
 from __future__ import annotations
 

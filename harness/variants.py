@@ -1,10 +1,5 @@
-"""Config variants: a copy of a model repository with some ``config.pbtxt`` fields changed.
-
-Benchmarks use them to measure the tuning levers (instance count, threads, dynamic batching,
-queue delay, batch size, graph version, the backend that runs the file) side by side without keeping copies of repositories
-in git. Configs are edited as ``ModelConfig`` protobufs (tritonclient's ``model_config_pb2``
-with protobuf ``text_format``), never as text.
-"""
+"""Config variants: a copy of a model repository with some ``config.pbtxt`` fields changed (as
+``ModelConfig`` protobufs, never as text)."""
 
 from __future__ import annotations
 

@@ -2,16 +2,9 @@
 
     python -m harness.measuring.alternate DEPLOYMENT BENCHMARK BENCHMARK [...] [--rounds 3] [--duration 3]
 
-Each scenario gets its server (a config variant on its own, as ``python -m harness bench``); all
-stay up for the whole run, and each round measures every scenario once at each of its
-concurrency levels, the order reversed every other round, so that a neighbour's load on a shared
-machine falls on all of them alike. Prints per scenario and level the median items/s and its
-range over rounds, and the median of the per-round ratios to the first scenario at the same
-level. Each round's records go where ``python -m harness bench`` writes them ($HARNESS_RESULTS_DIR)
-as a comparison of their own (``comparison: "alternating-rounds"``, with the run's ``run_id`` and the
-``round``): the results matrix leaves them out of its cells, so a comparison run never becomes the
-latest number of a ``make bench`` cell.
-"""
+The order reverses every other round; prints per scenario and level the median items/s and the
+median per-round ratio to the first scenario. Records carry ``comparison: "alternating-rounds"``,
+which the results matrix leaves out of its cells."""
 
 from __future__ import annotations
 

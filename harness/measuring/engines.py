@@ -2,15 +2,8 @@
 
     python -m harness.measuring.engines FILE.onnx [--batch 1 8] [--rounds 5] [--seconds 3] [--core 1]
 
-Both engines get one thread, on one pinned core (``--core``), and run the same feed; rounds
-alternate the engines (the order flips each round) so that a load elsewhere on a shared machine
-hits both alike; the result is per batch the median and range of items/s over rounds, and the
-median of the per-round ratios OpenVINO / onnxruntime. OpenVINO runs its default precision (what
-the ``openvino`` backend and NGC's openvino_backend run: BF16 where the CPU has it) and, with
-``--f32``, FP32 explicitly. The feed: float inputs random normal, integer inputs ``*mask*`` ones and
-other integer inputs random ids below 1000; dynamic dims other than the batch take ``--length``.
-Prints one JSON line per (batch, engine) and a table; names the CPU flags and the precision that ran.
-"""
+One thread each on one pinned core, rounds alternating the engines; per batch the median and
+range of items/s and of the ratio OpenVINO / onnxruntime, as JSON lines and a table."""
 
 from __future__ import annotations
 

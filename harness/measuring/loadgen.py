@@ -1,13 +1,8 @@
 """Asyncio load generator on tritonclient (HTTP and gRPC): fixed duration after warm-up.
 
-A request counts when it completes inside the window. The window closes at the first
-completion after ``duration_s`` once at least ``min(concurrency, 3)`` requests completed in
-it, so slow models (a request longer than the window) still get a measurement, bounded by
-``duration_s + max(30 s, 10 x duration_s)``.
-
-Reports what perf_analyzer and model_analyzer report, under model_analyzer's metric names
-(``perf_throughput``, ``perf_latency_p99`` ... in ms) plus bytes on the wire per request and
-the server-side queue / compute split read from Triton's statistics API over the window.
+The window closes at the first completion after ``duration_s`` once ``min(concurrency, 3)``
+requests completed in it (at the latest ``duration_s + max(30 s, 10 x duration_s)``). Metrics
+carry model_analyzer's names (``perf_throughput``, ``perf_latency_p99`` ... in ms).
 """
 
 from __future__ import annotations
@@ -29,9 +24,7 @@ import tritonclient.http.aio as http_aio
 from harness.tensors import make_inputs, make_outputs, request_bytes, response_bytes, result_arrays
 
 GENERATOR = "harness-asyncio"
-#: ``HARNESS_PIN="server=0 generator=1"``: before each level, every thread of the server's process
-#: tree (found by the port it listens on) and of this generator is pinned to those CPUs, and the
-#: in-process ceiling runs on the server's CPUs. Records say the pinning (``pinning``).
+#: ``HARNESS_PIN="server=0 generator=1"``: the server's process tree and this generator pinned per level.
 PIN_ENV = "HARNESS_PIN"
 
 
@@ -128,14 +121,8 @@ def _cpus(cpus: set[int]) -> str:
 class Workload:
     """What one benchmark sends: the same inputs every request, or ``prepare()`` per request.
 
-    ``prepare`` and ``finish`` run client-side work (pre-/post-processing) inside the timed
-    latency, for the paths where the client does that work itself. They run in worker threads
-    (one per request in flight), never on the event loop, so one request's client-side work
-    does not delay the completions of the others. ``ceiling(batch)``, when
-    given, returns a function that does the same work for ``batch`` items directly in this
-    process (no server): the in-process ceiling each concurrency level is compared with.
-    ``headers`` go with every request (e.g. the harness's admin header, to measure a model
-    that its ensemble hides from clients on its own).
+    ``prepare`` / ``finish``: client-side work inside the timed latency, in worker threads.
+    ``ceiling(batch)``: a function doing the same work for ``batch`` items in this process.
     """
 
     model: str
@@ -185,10 +172,7 @@ class LoadResult:
             "perf_throughput": round(throughput, 2),
             "items_per_second": round(throughput * items_per_request, 2),
             "perf_latency_avg": round(float(np.mean(lat)), 3),
-            "perf_latency_p50": round(float(np.percentile(lat, 50)), 3),
-            "perf_latency_p90": round(float(np.percentile(lat, 90)), 3),
-            "perf_latency_p95": round(float(np.percentile(lat, 95)), 3),
-            "perf_latency_p99": round(float(np.percentile(lat, 99)), 3),
+            **{f"perf_latency_p{q}": round(float(np.percentile(lat, q)), 3) for q in (50, 90, 95, 99)},
             "bytes_sent_per_request": self.bytes_sent_per_request,
             "bytes_received_per_request": self.bytes_received_per_request,
             "pinning": self.pinning,
@@ -342,39 +326,21 @@ def run_load(
 
 
 def sweep(
-    workload: Workload,
-    concurrencies: list[int],
-    *,
-    protocol: str,
-    url: str,
-    http_url: str,
-    duration_s: float = 5.0,
-    warmup_s: float = 1.0,
-    on_level: Callable[[LoadResult], None] | None = None,
+    workload: Workload, concurrencies: list[int], *, on_level: Callable[[LoadResult], None] | None = None, **options
 ) -> list[LoadResult]:
-    """``run_load`` at each concurrency in turn."""
+    """``run_load(workload, concurrency=c, **options)`` at each concurrency in turn."""
     results = []
     for concurrency in concurrencies:
-        result = run_load(
-            workload,
-            protocol=protocol,
-            url=url,
-            http_url=http_url,
-            concurrency=concurrency,
-            duration_s=duration_s,
-            warmup_s=warmup_s,
-        )
-        results.append(result)
+        results.append(run_load(workload, concurrency=concurrency, **options))
         if on_level:
-            on_level(result)
+            on_level(results[-1])
     return results
 
 
 def measure_in_process(
     run: Callable[[], Any], items_per_call: int, duration_s: float = 3.0, warmup_calls: int = 2
 ) -> dict:
-    """The in-process ceiling: call ``run()`` back to back in this process for ``duration_s``
-    (on the server's CPUs when ``HARNESS_PIN`` pins the server)."""
+    """The in-process ceiling: ``run()`` back to back for ``duration_s`` (on the pinned server's CPUs)."""
     server_cpus = pin_plan().get("server")
     previous = os.sched_getaffinity(0)
     if server_cpus:

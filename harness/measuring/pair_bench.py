@@ -1,28 +1,9 @@
-"""Side-by-side ratios on a busy machine: an entry model vs its model-only path, per server variant.
+"""Side-by-side ratios: an entry model vs its model-only path, per server variant, rounds alternating.
 
-Every server variant (config overrides, as in a manifest's ``[benchmarks.config.*]``) is started
-once and kept up; then, round after round, each concurrency level runs the model-only workload
-and the entry workload back to back on each variant. Besides infer/s it reports, per request,
-the CPU time each process spent (the generator, the front gate, tritonserver, each model's
-stubs) read from /proc around the level: on 2 cores shared with other jobs, wall-clock ratios
-swing with the neighbours' load, CPU-ms per request much less.
-
-    .venv/bin/python -m harness.measuring.pair_bench <deployment> \\
-        --pair checks.py:workload_<model-only> checks.py:workload_<entry> \\
-        --variant before '{"<model>": {"parameters": {"session.intra_op.allow_spinning": "1"}}}' \\
-        --variant now '{}' --concurrency 1 4 --duration 4 --rounds 2
-
-``--manifest`` takes the pairs from the deployment's manifest instead (every benchmark naming a
-``model_only`` one, on that benchmark's config variant and protocol, at its concurrencies; all
-deployments when none is named), alternates which of the two runs first from round to round, and
-``--record-results`` appends one record per pair and concurrency (``comparison:
-"processing-pair"``: every round's items/s of both and their quotient, the median, the CPU-time
-ratio when the server runs here) that the results matrix shows as the ratio to judge
-(``make bench-pairs``; ``make bench`` runs it locally):
-
-    .venv/bin/python -m harness pair-bench --manifest --rounds 3 --duration 2 --record-results
-
-Results are printed (one line per level, one RATIO line per pair).
+Each level reports infer/s and, per request, the CPU ms of each process (generator, front gate,
+tritonserver, each model's stubs) read from /proc. ``--manifest`` takes the pairs from the manifests
+(``model_only``); ``--record-results`` appends one ``processing-pair`` record per pair and concurrency
+(``make bench-pairs``). Usage and findings: docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -238,31 +219,23 @@ def run_manifest(args) -> int:
                 try:
                     ctx = pool.context(deployment, config, models)
                     server = {"target": args.target, **ctx.server.describe()}
-                    levels: dict[tuple, list] = {}
+                    levels: dict[tuple[int, int], list] = {}
                     for round_index in range(args.rounds):
-                        for alone, entry in group:
+                        for index, (alone, entry) in enumerate(group):
                             refs = {"model-only": alone.workload, "entry": entry.workload}
                             protocols = {"model-only": alone.protocol, "entry": entry.protocol}
                             for concurrency in args.concurrency or entry.concurrency:
                                 level = run_pair(ctx, key, refs, concurrency, round_index, args, protocols)
-                                levels.setdefault((alone.id, entry.id, concurrency), []).append(level)
-                    for alone, entry in group:
-                        for concurrency in args.concurrency or entry.concurrency:
-                            record = pair_record(
-                                deployment,
-                                (alone, entry),
-                                concurrency,
-                                levels[(alone.id, entry.id, concurrency)],
-                                server,
-                                run_id,
-                            )
-                            print(
-                                f"PAIR {deployment.name} {entry.id} c={concurrency}: median {record['ratio']} "
-                                f"rounds {record['rounds_ratio']} cpu {record['rounds_cpu_ratio']}",
-                                flush=True,
-                            )
-                            if args.record_results:
-                                append_record(record)
+                                levels.setdefault((index, concurrency), []).append(level)
+                    for (index, concurrency), found in levels.items():
+                        record = pair_record(deployment, group[index], concurrency, found, server, run_id)
+                        print(
+                            f"PAIR {deployment.name} {group[index][1].id} c={concurrency}: median {record['ratio']} "
+                            f"rounds {record['rounds_ratio']} cpu {record['rounds_cpu_ratio']}",
+                            flush=True,
+                        )
+                        if args.record_results:
+                            append_record(record)
                 except Exception as exc:  # noqa: BLE001 - one broken variant must not hide the others
                     failed.append(f"{key}: {type(exc).__name__}: {exc}")
                     print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)

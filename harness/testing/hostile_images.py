@@ -1,9 +1,5 @@
-"""Images that attack a decoder: the one place the checks, the fuzz tests and the tools get them.
-
-``png_header_bomb``: a few hundred bytes whose header declares a huge image (a decoder that
-trusts the header allocates it). ``png_zip_bomb``: a complete, valid PNG that inflates to far more
-pixels than bytes (a decoder with no pixel limit decodes it all).
-"""
+"""Images that attack a decoder: a PNG whose header declares a huge image, a valid PNG that inflates
+to far more pixels than bytes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The ``server`` marker: which tests start a tritonserver (or a container of one) and which are pure
-unit tests, so that ``pytest -m "not server"`` (``make test-unit``) runs in seconds.
-
-A test is marked when it uses a fixture that starts a server (``SERVER_FIXTURES``) or when its module
-or function carries ``pytest.mark.server`` itself. The marking is kept honest at run time: an unmarked
-test that starts a local or docker tritonserver fails, naming the marker it lacks.
-"""
+"""The ``server`` marker: tests using a fixture of ``SERVER_FIXTURES`` or marked themselves start a
+tritonserver; an unmarked test that starts one fails (``pytest -m "not server"`` stays fast)."""
 
 from __future__ import annotations
 

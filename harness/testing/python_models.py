@@ -1,10 +1,5 @@
 """Unit-testing a Python-backend ``model.py`` without a server: a stand-in for the parts of
-``triton_python_backend_utils`` the deployments' models use, and a loader that imports a model
-file the way the stub does (its version folder on ``sys.path``).
-
-For the model's own logic only (per-request errors, config reading, tensors); what the server
-does with it is proven by each deployment's checks against a real tritonserver.
-"""
+``triton_python_backend_utils`` the models use, and a loader that imports a model file as the stub does."""
 
 from __future__ import annotations
 

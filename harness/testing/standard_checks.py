@@ -1,16 +1,6 @@
-"""Bad-input requests every entry model must survive, derived from its config alone.
-
-``test_deployments.py::test_standard_bad_input[<deployment>-<model>-<kind>]`` sends each one to
-the deployment's server, so a new deployment gets them with no code:
-
-- ``empty``: BYTES elements of zero bytes, variable dims of size 0 (answered, or refused with a
-  4xx: an empty text may be a valid input; never a 5xx);
-- ``undecodable``: bytes that are neither UTF-8 nor any image or document format in every BYTES
-  input, the wrong datatype for a tensor input (a 4xx that names the problem);
-- ``oversized``: a body declared one byte over the gate's limit for the model (413, refused from
-  ``Content-Length`` before the body is read).
-After each one the server must still be ready.
-"""
+"""Bad-input requests every entry model must survive, derived from its config alone
+(``test_deployments.py::test_standard_bad_input``): ``empty`` (answered or a 4xx), ``undecodable``
+(a 4xx naming the problem), ``oversized`` (413 from ``Content-Length``)."""
 
 from __future__ import annotations
 

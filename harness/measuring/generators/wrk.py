@@ -1,10 +1,7 @@
 """wrk (Debian package, C, one event loop) posting pre-built JSON bodies, pinned to its own cores.
 
-Every request is one of a few bodies made before the run (no client-side tokenizing, encoding
-or decoding in the timed path); the bodies rotate so the server sees different texts. wrk's
-``-c`` keep-alive connections each keep one request outstanding: a closed loop at concurrency
-``c``. A Lua ``done`` hook prints the summary and latency percentiles as one JSON line.
-"""
+The bodies rotate per request; ``-c`` keep-alive connections each keep one request outstanding
+(a closed loop at concurrency ``c``); a Lua ``done`` hook prints the summary as one JSON line."""
 
 from __future__ import annotations
 
