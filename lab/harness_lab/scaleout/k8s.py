@@ -11,7 +11,7 @@ import yaml
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.serving.gate.serve import serve_command
-from harness_lab.scaleout.sizing import UNMEASURED, footprint, probes, resources
+from harness_lab.scaleout.footprint import UNMEASURED, footprint, probes, resources
 
 DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
 BUNDLE_ROOT = "/mnt/models"
@@ -97,7 +97,7 @@ def bundle_image(deployment: Deployment, options: RenderOptions) -> str:
 
 def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     measured, source = footprint(deployment)
-    limits, _ = resources(deployment, options.extra)
+    limits = resources(deployment, options.extra)
     command = server_args(deployment, options)
     if options.gate:
         # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
@@ -267,7 +267,7 @@ def adapter_config(deployment: Deployment, options: RenderOptions) -> dict:
 
 def inference_service(deployment: Deployment, options: RenderOptions) -> dict:
     """KServe v1beta1 InferenceService on the Triton runtime; the bundle at ``storageUri``."""
-    limits, _ = resources(deployment, options.extra)
+    limits = resources(deployment, options.extra)
     args = [a for a in server_args(deployment, options)[1:] if not a.startswith("--model-repository=")]
     storage = options.storage_uri or f"pvc://triton-model-bundles/{deployment.name}"
     return {

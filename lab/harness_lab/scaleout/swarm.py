@@ -19,9 +19,9 @@ from harness.repository import dependencies
 from harness.serving.gate.serve import free_port, serve_command
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
+from harness_lab.scaleout.footprint import resources
 from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query
 from harness_lab.scaleout.nodes import remove_workers
-from harness_lab.scaleout.sizing import resources
 
 IMAGES = PROJECT_ROOT / "images"
 #: Every stack, network and container of ours starts with this (other runs share the engine).
@@ -252,10 +252,8 @@ class Stack:
             'exec 3<>/dev/tcp/127.0.0.1/8000 && printf "GET /v2/health/ready HTTP/1.0\r\n\r\n" >&3 '
             '&& head -n1 <&3 | grep -q " 200 "'
         )
-        requests_, _ = resources(self.deployment, {})
         table = self.deployment.manifest.scaleout
-        if table.memory_mib or table.cpu:
-            requests_, _ = resources(self.deployment, {"memory_mib": table.memory_mib, "cpu": table.cpu})
+        requests_ = resources(self.deployment, {"memory_mib": table.memory_mib, "cpu": table.cpu})
         return {
             "image": self.image,
             "command": self.server_command(),
