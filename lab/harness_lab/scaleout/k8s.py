@@ -58,11 +58,12 @@ def selector(deployment: Deployment) -> dict:
     return {"app.kubernetes.io/name": "tritonserver", "app.kubernetes.io/instance": k8s_name(deployment)}
 
 
-def metadata(deployment: Deployment, options: RenderOptions, name: str | None = None, **extra) -> dict:
+def header(api_version: str, kind: str, deployment: Deployment, options: RenderOptions, name=None, **extra) -> dict:
+    """An object's ``apiVersion``, ``kind`` and ``metadata`` (its name, labels, namespace, ``extra``)."""
     meta = {"name": name or k8s_name(deployment), "labels": labels(deployment), **extra}
     if options.namespace:
         meta["namespace"] = options.namespace
-    return meta
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
 
 
 def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOptions:
@@ -161,14 +162,9 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
             },
         },
     }
+    annotations = {"triton-harness/footprint": source, "triton-harness/summary": deployment.summary}
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(
-            deployment,
-            options,
-            annotations={"triton-harness/footprint": source, "triton-harness/summary": deployment.summary},
-        ),
+        **header("apps/v1", "Deployment", deployment, options, annotations=annotations),
         "spec": {
             "replicas": options.replicas,
             "selector": {"matchLabels": selector(deployment)},
@@ -181,9 +177,7 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
 
 def service(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(deployment, options),
+        **header("v1", "Service", deployment, options),
         "spec": {
             "type": "ClusterIP",
             "selector": selector(deployment),
@@ -194,9 +188,7 @@ def service(deployment: Deployment, options: RenderOptions) -> dict:
 
 def autoscaler(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": metadata(deployment, options),
+        **header("autoscaling/v2", "HorizontalPodAutoscaler", deployment, options),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": k8s_name(deployment)},
             "minReplicas": options.min_replicas,
@@ -226,9 +218,7 @@ def autoscaler(deployment: Deployment, options: RenderOptions) -> dict:
 
 def disruption_budget(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": metadata(deployment, options),
+        **header("policy/v1", "PodDisruptionBudget", deployment, options),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(deployment)}},
     }
 
@@ -258,9 +248,7 @@ def adapter_rule() -> dict:
 
 def adapter_config(deployment: Deployment, options: RenderOptions) -> dict:
     return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(deployment, options, name=f"{k8s_name(deployment)}-prometheus-adapter-rules"),
+        **header("v1", "ConfigMap", deployment, options, name=f"{k8s_name(deployment)}-prometheus-adapter-rules"),
         "data": {"config.yaml": yaml.safe_dump(adapter_rule(), sort_keys=False)},
     }
 
@@ -271,9 +259,13 @@ def inference_service(deployment: Deployment, options: RenderOptions) -> dict:
     args = [a for a in server_args(deployment, options)[1:] if not a.startswith("--model-repository=")]
     storage = options.storage_uri or f"pvc://triton-model-bundles/{deployment.name}"
     return {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": metadata(deployment, options, annotations={"serving.kserve.io/deploymentMode": "RawDeployment"}),
+        **header(
+            "serving.kserve.io/v1beta1",
+            "InferenceService",
+            deployment,
+            options,
+            annotations={"serving.kserve.io/deploymentMode": "RawDeployment"},
+        ),
         "spec": {
             "predictor": {
                 "minReplicas": options.min_replicas,
