@@ -433,7 +433,6 @@ class Stack:
             out.append(
                 {
                     "id": task["ID"],
-                    "slot": task.get("Slot"),
                     "node": task.get("NodeID"),
                     "desired": task["DesiredState"],
                     "state": task["Status"]["State"],
@@ -441,7 +440,6 @@ class Stack:
                     "container": (task["Status"].get("ContainerStatus") or {}).get("ContainerID", ""),
                     "bundle": Path(mounts[0]).name.removeprefix("bundle-") if mounts else "",
                     "address": addresses[0] if addresses else "",
-                    "updated": task.get("UpdatedAt", ""),
                 }
             )
         return out
@@ -449,16 +447,15 @@ class Stack:
     def running(self) -> list[dict]:
         return [t for t in self.tasks() if t["state"] == "running" and t["desired"] == "running"]
 
-    def wait_converged(self, count: int, deadline_s: float = 900, bundle: str | None = None) -> float:
+    def wait_converged(self, count: int, deadline_s: float = 900) -> float:
         """Until ``count`` tasks run (healthy: swarm reports running only after the health check
-        passes) on ``bundle`` and none other is left; seconds it took."""
+        passes) and none other is left; seconds it took."""
         began = time.monotonic()
         while True:
             tasks = self.tasks()
             live = [t for t in tasks if t["state"] == "running"]
             if len(live) == count and all(t["desired"] == "running" for t in live):
-                if bundle is None or all(t["bundle"] == bundle for t in live):
-                    return time.monotonic() - began
+                return time.monotonic() - began
             if time.monotonic() - began > deadline_s:
                 raise ScaleoutError(
                     f"{self.service}: {len(live)} of {count} tasks running after {deadline_s:.0f} s: "
