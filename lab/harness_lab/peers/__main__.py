@@ -2,27 +2,13 @@
 in-process ceilings, infinity-emb and a naive FastAPI server, one workload at a time, the servers
 alternating within it, one wrk generator.
 
-What is served, and compared with which ceiling, is the deployment's ``[peers]`` table
-(``--deployment``; default: the one deployment whose manifest has one): ``[peers.models.<m>]``
-says each model's request (``text`` or client-made ``tokens``) and ceiling kind, ``ceiling_onnx``
-the ONNX file of each kind (``peer_onnx``'s is the one infinity's optimum engine runs),
-``openai_models`` the models also asked for through the front gate's ``POST /v1/embeddings``
-(target ``openai:<model>``, the same body as the peers get: ``{"input": [...], "model": ...}``).
-
-Paths (each record's ``path``): ``native`` (KServe v2 ``/v2/models/<m>/infer``), ``openai``
-(``/v1/embeddings`` of the same server) and ``peer`` (``peer``: ``infinity-emb``, its
-``/embeddings``, or ``naive``: ``harness_lab.peers.naive_app``, FastAPI + uvicorn +
-sentence-transformers). tritonserver runs behind the front gate, as users run it (``gate: true``;
-``--no-gate``: directly on its port, the native path only).
-
-Layout on an N-core machine: the servers (tritonserver and its stubs, each peer) and the
-ceiling worker on ``--server-cores`` (default: all but core 0), wrk on ``--generator-cores``
-(default: core 0). Every (batch, concurrency) workload runs ``--rounds`` rounds; in each round
-every target gets ``--duration`` seconds in turn, then each ceiling worker measures the batch
-at the request's batch and at the batch the server could have formed
-(``min(batch x concurrency, 64)``), and the better of the two is the ceiling. Records go
-to results/records.jsonl (``comparison: side-by-side``), one per target and workload with
-every round's sentences/s, so ratios are taken round by round (``harness.measuring.matrix``).
+What is served, and compared with which ceiling: the deployment's ``[peers]`` table (docs/harness.md).
+Each record's ``path``: ``native`` (``/v2/models/<m>/infer``), ``openai`` (``/v1/embeddings`` through
+the front gate, which tritonserver runs behind unless ``--no-gate``) or ``peer`` (infinity-emb, naive).
+Servers and ceiling workers run on ``--server-cores``, wrk on ``--generator-cores``; every (batch,
+concurrency) workload runs ``--rounds`` rounds of ``--duration`` s per target, each round's ceiling
+the better of the request's batch and ``min(batch x concurrency, 64)``; records go to
+results/records.jsonl (``comparison: side-by-side``) with every round's sentences/s.
 
     make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
     python -m harness peers --deployment <d> --models <m1>,<m2> --batch 1,8 --concurrency 1,8

@@ -20,10 +20,10 @@ import time
 from collections import defaultdict
 
 import numpy as np
-import psutil
 
 from harness.deployments import declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
+from harness.measuring.pair_bench import cpu_seconds
 from harness.serving.gate.policy import GatePolicy
 from harness.testing.servers import stop_server
 from harness_lab.peers import workloads
@@ -34,23 +34,9 @@ from harness_lab.text_models import text_tensors
 
 def process_cpu(root_pid: int) -> dict[str, float]:
     """CPU seconds of the server tree by part: ``gate``, ``tritonserver``, ``stub:<model>``."""
-    totals: dict[str, float] = defaultdict(float)
-    root = psutil.Process(root_pid)
-    for process in [root] + root.children(recursive=True):
-        try:
-            times, command = process.cpu_times(), process.cmdline()
-        except psutil.NoSuchProcess:
-            continue
-        if process.pid == root_pid:
-            part = "gate"
-        elif command and command[0].endswith("tritonserver"):
-            part = "tritonserver"
-        elif command and "stub" in os.path.basename(command[0]):
-            part = "stub:" + command[1].split("/")[-3]  # its first argument: ``<repository>/<model>/<version>/<file>``
-        else:
-            part = os.path.basename(command[0]) if command else "?"
-        totals[part] += times.user + times.system
-    return dict(totals)
+    parts = cpu_seconds(root_pid)
+    parts.pop("generator")
+    return parts
 
 
 def gate_json_costs(batch: int, dimension: int, pool: list[str], repeats: int = 200) -> dict[str, float]:

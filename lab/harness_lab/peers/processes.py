@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -13,43 +12,31 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 from harness.measuring.generators.wrk import cores_label
+from harness.measuring.pair_bench import cpu_seconds
 from harness.serving.gate.serve import free_port
 from harness_lab.peers.workloads import openai_body
 
 
 def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its descendants (tritonserver and its stubs)."""
-    import psutil
-
-    total = 0.0
+    """User + system CPU seconds of ``pid`` and its descendants (tritonserver and its stubs; 0 when gone)."""
     try:
-        root = psutil.Process(pid)
-        for process in [root] + root.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                times = process.cpu_times()
-                total += times.user + times.system
+        parts = cpu_seconds(pid)
     except psutil.NoSuchProcess:
-        pass
-    return total
+        return 0.0
+    return sum(seconds for part, seconds in parts.items() if part != "generator")
 
 
 def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
     """Wait until the process tree of ``pid`` stops using CPU (requests a closed generator left in
     flight have drained), so they do not run into the next target's window."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        processes = [root] + root.children(recursive=True)
-        before = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
+        before = tree_cpu_s(pid)
         time.sleep(0.25)
-        after = sum(p.cpu_times().user + p.cpu_times().system for p in processes if p.is_running())
-        if (after - before) / 0.25 < busy_share:
+        if (tree_cpu_s(pid) - before) / 0.25 < busy_share:
             return
     print(f"warning: server {pid} still busy after {timeout_s:.0f} s", flush=True)
 
