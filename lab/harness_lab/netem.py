@@ -4,29 +4,12 @@
     python -m harness_lab.netem bench <deployment> --rate 100mbit --duration 3
     python -m harness_lab.netem bench --rate loopback 1gbit 100mbit   # what make bench-network runs
     python -m harness_lab.netem bench <deployment> --rate 100mbit --rtt-ms 20 --benchmark before after
-
-Which benchmarks: those given with ``--benchmark``, else those a manifest marks ``network = true``
-(``[[benchmarks]]``), so a deployment says which of its scenarios are about the link; a named
-deployment that marks none runs all of its benchmarks.
-``--rate loopback`` runs them in the namespace unshaped: the same serving path with no link limit.
     python -m harness_lab.netem cleanup                                # remove namespaces left by killed runs
 
-How: as root, a private network namespace is created (``ip netns add harness-netem-...``);
-its own loopback is the link, shaped by ``tc`` (a token bucket, ``tbf``, for the rate; a
-``netem`` delay of half the round trip on the loopback's egress for the latency, where the
-kernel has ``sch_netem``). The whole benchmark -- tritonserver bound to 127.0.0.1 *and* the
-load generator -- runs inside that namespace (``ip netns exec``), so every request and every
-response crosses the shaped loopback and nothing outside the namespace is touched. Loopback
-egress carries both directions, so the rate is shared by requests and responses: a request
-of S bytes sent and R bytes received cannot exceed ``rate / 8 / (S + R)`` per second, which
-each record carries as ``link_ceiling_infer_per_s``. The namespace is deleted afterwards
-(also when the run fails); ``cleanup`` removes the ones of processes that no longer exist.
-
-Records are written like ``python -m harness bench`` writes them, plus ``network`` (rate,
-rtt_ms, qdisc) and the link ceiling; the results matrix puts them in
-``docs/results-network.md``. Without root or without ``ip``/``tc`` every command says so and
-exits 0 (``check`` exits 1), so ``make bench-network`` never fails on a machine that cannot
-shape.
+As root, server and load generator run inside a private network namespace whose loopback ``tc``
+shapes (``tbf`` rate, ``netem`` delay); records carry ``network`` and ``link_ceiling_infer_per_s``.
+How, and what it runs: docs/harness.md, "Network-bound runs". Without root or ``ip``/``tc`` every
+command says so and exits 0 (``check`` exits 1).
 """
 
 from __future__ import annotations
@@ -211,18 +194,8 @@ def run_bench(
             + f"\n  {ns.qdisc}",
             flush=True,
         )
-        inner = [
-            sys.executable,
-            "-m",
-            "harness_lab.netem",
-            "_inner",
-            "--duration",
-            str(duration_s),
-            "--warmup",
-            str(warmup_s),
-            "--target",
-            target,
-        ]
+        options = f"--duration {duration_s} --warmup {warmup_s} --target {target}"
+        inner = [sys.executable, "-m", "harness_lab.netem", "_inner", *options.split()]
         if deployment:
             inner += ["--deployment", deployment]
         if concurrency:
@@ -361,12 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness bench-network", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def link(p):
-        p.add_argument("--rate", default="100mbit", help="link rate in tc units (default 100mbit); loopback: unshaped")
-        p.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
-
     check = sub.add_parser("check", help="can this machine shape a link?")
-    link(check)
+    check.add_argument("--rate", default="100mbit", help="link rate in tc units (default 100mbit); loopback: unshaped")
     check.set_defaults(func=_check)
     bench = sub.add_parser("bench", help="run benchmark scenarios through a shaped link")
     bench.add_argument("deployment", nargs="?")
@@ -376,24 +345,21 @@ def main(argv: list[str] | None = None) -> int:
         default=["100mbit"],
         help="link rates in tc units, one run each (default 100mbit); loopback: the namespace unshaped",
     )
-    bench.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
-    bench.add_argument("--target", default="cpu")
-    bench.add_argument("--duration", type=float, default=5.0)
-    bench.add_argument("--warmup", type=float, default=1.0)
-    bench.add_argument("--concurrency", type=int, nargs="*")
-    bench.add_argument(
-        "--benchmark", nargs="*", help="these benchmark ids (default: those a manifest marks network = true)"
-    )
+    for p in (check, bench):
+        p.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
     bench.set_defaults(func=_bench)
-    sub.add_parser("cleanup", help="remove namespaces left by killed runs").set_defaults(func=_cleanup)
     inner = sub.add_parser("_inner")
     inner.add_argument("--deployment")
-    inner.add_argument("--target", default="cpu")
-    inner.add_argument("--duration", type=float, default=5.0)
-    inner.add_argument("--warmup", type=float, default=1.0)
-    inner.add_argument("--concurrency", type=int, nargs="*")
-    inner.add_argument("--benchmark", nargs="*")
     inner.set_defaults(func=_inner)
+    for p in (bench, inner):
+        p.add_argument("--target", default="cpu")
+        p.add_argument("--duration", type=float, default=5.0)
+        p.add_argument("--warmup", type=float, default=1.0)
+        p.add_argument("--concurrency", type=int, nargs="*")
+        p.add_argument(
+            "--benchmark", nargs="*", help="these benchmark ids (default: those a manifest marks network = true)"
+        )
+    sub.add_parser("cleanup", help="remove namespaces left by killed runs").set_defaults(func=_cleanup)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -5,14 +5,8 @@
         --only <benchmark id> --compare                    # + the asyncio generator, level by level
     python -m harness_lab.perf_analyzer_cost          # CPU-ms per request of each generator
 
-The real perf_analyzer (the ``perf-analyzer`` 2.60 wheel) needs glibc 2.38; Debian 12 has 2.36
-and pip's ``tritonclient[all]`` only pulls a 0.1.0 placeholder. A working local binary is used
-when there is one; otherwise the Debian 13 image of ``make perf-analyzer-image`` runs it with
-``--network host`` (lab/harness_lab/perf_analyzer_container.py). Each benchmark scenario with
-fixed inputs (no per-request ``prepare()``) is measured at the manifest's concurrency levels and
-written as records whose ``generator`` ("perf_analyzer 2.60.0 (container)") and ``pinning``
-(``HARNESS_PIN``: server CPUs / generator CPUs) say how they were made, next to the asyncio
-generator's records of the same cells.
+A working local binary, else the image of ``make perf-analyzer-image`` (perf_analyzer_container.py);
+records name their ``generator`` and ``pinning``. See docs/harness.md, "perf_analyzer as a second generator".
 """
 
 from __future__ import annotations
