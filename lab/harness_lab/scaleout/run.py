@@ -18,7 +18,7 @@ from harness_lab.scaleout.autoscale import autoscaling_signal
 from harness_lab.scaleout.capacity import predicted_throughput
 from harness_lab.scaleout.load import RETRY, Outcome, stack_load, summarize
 from harness_lab.scaleout.nodes import Worker, join, kill_worker, node_state, restart_worker, start_worker
-from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init
+from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, stack_objects, swarm_init
 
 RESULTS = PROJECT_ROOT / "results" / "scaleout"
 #: Scenarios that need the second node (``--nodes 2``).
@@ -68,9 +68,6 @@ class Watch:
         self._stop.set()
         self._thread.join(timeout=30)
         return self.events
-
-
-# ---------------------------------------------------------------------------------------- scenarios
 
 
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
@@ -512,7 +509,6 @@ def add_node(stack: Stack, results: dict) -> Worker:
 
 def leftovers(stack: Stack) -> dict:
     """What of the stack is still on the engine after teardown (all empty when it was complete)."""
-    label = f"label=com.docker.stack.namespace={stack.name}"
     # `docker swarm leave` can return before `docker info` reports the node inactive (one run's
     # report said active while the engine was inactive seconds later): give it 10 s.
     for _ in range(20):
@@ -520,8 +516,6 @@ def leftovers(stack: Stack) -> dict:
             break
         time.sleep(0.5)
     return {
-        "containers": docker("ps", "-aq", "--filter", label, check=False).split(),
-        "networks": docker("network", "ls", "-q", "--filter", label, check=False).split(),
-        "volumes": docker("volume", "ls", "-q", "--filter", label, check=False).split(),
+        **stack_objects(stack.name),
         "swarm": docker("info", "--format", "{{.Swarm.LocalNodeState}}", check=False).strip(),
     }

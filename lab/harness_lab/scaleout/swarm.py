@@ -105,17 +105,26 @@ def stacks() -> list[str]:
     return [name for name in out.split() if name.startswith(PREFIX)]
 
 
+def stack_objects(name: str) -> dict[str, list[str]]:
+    """The stack's containers, networks and volumes still on the engine."""
+    label = f"label={STACK_LABEL}={name}"
+    return {
+        "containers": docker("ps", "-aq", "--filter", label, check=False).split(),
+        "networks": docker("network", "ls", "-q", "--filter", label, check=False).split(),
+        "volumes": docker("volume", "ls", "-q", "--filter", label, check=False).split(),
+    }
+
+
 def remove_stack(name: str, deadline_s: float = 120) -> None:
     """``docker stack rm`` and wait until its containers and networks are gone."""
     docker("stack", "rm", name, check=False, timeout_s=120)
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        left = docker("ps", "-aq", "--filter", f"label={STACK_LABEL}={name}", check=False).split()
-        nets = docker("network", "ls", "-q", "--filter", f"label={STACK_LABEL}={name}", check=False).split()
-        if not left and not nets:
+        left = stack_objects(name)
+        if not left["containers"] and not left["networks"]:
             return
-        if left and time.monotonic() > deadline - deadline_s / 2:
-            docker("rm", "-f", *left, check=False)
+        if left["containers"] and time.monotonic() > deadline - deadline_s / 2:
+            docker("rm", "-f", *left["containers"], check=False)
         time.sleep(1)
     raise ScaleoutError(f"stack {name} still has containers or networks {deadline_s:.0f} s after docker stack rm")
 
@@ -185,8 +194,6 @@ class Stack:
             raise ScaleoutError(f"stack name {self.name} must start with {PREFIX} (teardown finds ours by it)")
         self.work_dir = Path(self.work_dir or PROJECT_ROOT / "build" / "scaleout" / self.deployment.name).resolve()
 
-    # ------------------------------------------------------------------ names
-
     @property
     def service(self) -> str:
         return f"{self.name}_triton"
@@ -201,8 +208,6 @@ class Stack:
 
     def bundle_path(self, version: str) -> Path:
         return self.work_dir / f"bundle-{version}"
-
-    # ------------------------------------------------------------------ generated files
 
     def prepare(self) -> None:
         """Bundles (v1, v2, bad), the balancer and Prometheus images; then the stack and its configs."""
@@ -368,8 +373,6 @@ class Stack:
             (self.work_dir / "lb" / name).write_text(self.lb_config(name))
         for name, text in self.prometheus_files().items():
             (self.work_dir / "prometheus" / name).write_text(text)
-
-    # ------------------------------------------------------------------ asking the engine, watching it
 
     def up(self, deadline_s: float = 900) -> float:
         """Swarm mode on, ``docker stack deploy``, wait until every replica is healthy and the balancer
