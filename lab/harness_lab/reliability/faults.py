@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 
 import tritonclient.http as httpclient
 
@@ -30,10 +31,7 @@ def client_view(log: LoadLog, fault_at: float) -> dict:
     """Errors after the fault, their window, the time until service was back, wrong answers."""
     after = log.select(ended_from=fault_at)
     bad = [r for r in after if r.status != "ok"]
-    messages: dict[str, int] = {}
-    for r in bad:
-        short = r.detail.split("\n")[0][:160]
-        messages[short] = messages.get(short, 0) + 1
+    messages = Counter(r.detail.split("\n")[0][:160] for r in bad)
     last_bad_end = max((r.end for r in bad), default=None)
     back = None
     if last_bad_end is not None:
@@ -49,7 +47,7 @@ def client_view(log: LoadLog, fault_at: float) -> dict:
         "first_error_s": round(min(r.end for r in bad) - fault_at, 2) if bad else None,
         "last_error_s": round(last_bad_end - fault_at, 2) if bad else None,
         "service_back_s": back if bad else 0.0,
-        "error_messages": dict(sorted(messages.items(), key=lambda kv: -kv[1])[:5]),
+        "error_messages": dict(messages.most_common(5)),
         "wrong_examples": [r.detail for r in log.select("wrong")][:3],
     }
 
@@ -128,7 +126,6 @@ def kill_stub(
     before_s: float = 2.0,
     unattended_s: float = 4.0,
     after_s: float = 3.0,
-    remedy: bool = True,
 ) -> dict:
     """SIGKILL one stub process of ``stub_model`` (default: the workload's model) under load;
     watch ``unattended_s`` for self-recovery (behind the harness's gate: readiness false and an
@@ -168,7 +165,7 @@ def kill_stub(
             info["recovered_by_itself"] = (
                 info["stub_restarted_by_triton"] and info["errors_in_last_second_unattended"] == 0
             )
-            if remedy and not info["recovered_by_itself"]:
+            if not info["recovered_by_itself"]:
                 # A plain load of the (unchanged) loaded model was seen to return at once without
                 # replacing the dead stub; unload + load always replaced it.
                 log.events["remedy"] = time.monotonic()

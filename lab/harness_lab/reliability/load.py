@@ -43,13 +43,13 @@ class CheckedWorkload:
     expected: Callable[[object], np.ndarray]
     check: Callable[[np.ndarray, np.ndarray], bool]
     describe: str = ""
-    others: Callable[[], dict] | None = None  # key -> expected, to name whose answer a wrong one is
+    others: dict | None = None  # key -> expected, to name whose answer a wrong one is
 
     def owner_of(self, got: np.ndarray):
         """Which other request's answer ``got`` is, if any (None when it matches nobody's)."""
         if self.others is None:
             return None
-        for key, want in self.others().items():
+        for key, want in self.others.items():
             if self.check(got, want):
                 return key
         return None
@@ -143,7 +143,7 @@ def bytes_workload(
             f"{model}: {len(cases)} files ({', '.join(names)}) in turn, each request's {output} compared with "
             f"what the same server gave that file alone before the load (atol {atol})"
         ),
-        others=lambda: expected,
+        others=expected,
     )
 
 
@@ -225,75 +225,61 @@ class LoadLog:
         }
 
 
-async def _checked_load(
-    workload: CheckedWorkload,
-    http_url: str,
-    concurrency: int,
-    request_timeout_s: float,
-    backoff_s: float,
-    log: LoadLog,
-    stop_flag: threading.Event,
-) -> None:
-    client = http_aio.InferenceServerClient(http_url, conn_limit=max(concurrency, 1))
-    outputs = make_outputs("http", [workload.output])
-    counter = iter(range(1 << 62))
-
-    async def worker() -> None:
-        while not stop_flag.is_set():
-            index = next(counter)
-            inputs, key = workload.make(index)
-            began = time.monotonic()
-            status, detail = "ok", ""
-            try:
-                result = await asyncio.wait_for(
-                    client.infer(workload.model, make_inputs("http", inputs), outputs=outputs),
-                    timeout=request_timeout_s,
-                )
-                got = result_arrays(result, [workload.output])[workload.output]
-                if not workload.check(got, workload.expected(key)):
-                    owner = workload.owner_of(got)
-                    status = "wrong"
-                    detail = f"request {index} (case {key!r}) got " + (
-                        f"the answer of case {owner!r}" if owner is not None else "an answer that matches no case"
-                    )
-            except TimeoutError:
-                status, detail = "timeout", f"no answer within {request_timeout_s} s"
-            except Exception as exc:  # noqa: BLE001 - what the client saw is the measurement
-                status, detail = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
-            log.records.append(RequestRecord(began, time.monotonic(), status, detail))
-            if status != "ok" and backoff_s:
-                await asyncio.sleep(backoff_s)
-
-    try:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    finally:
-        log.ended = time.monotonic()
-        await client.close()
-
-
 def run_checked_load(
     workload: CheckedWorkload,
     http_url: str,
     *,
+    during: Callable[[LoadLog], None],
     concurrency: int = 64,
-    duration_s: float = 10.0,
     request_timeout_s: float = 60.0,
     backoff_s: float = 0.05,
-    during: Callable[[LoadLog], None] | None = None,
 ) -> LoadLog:
-    """Hold ``concurrency`` verified requests in flight for ``duration_s``, or while ``during(log)``
-    runs (the fault scenarios pass a function that injects a fault, remedies it and waits).
-
-    The load runs in its own thread; ``during`` runs in the caller's thread, so a server it
-    starts is a child of a thread that lives on (PR_SET_PDEATHSIG is per thread).
-    """
+    """Hold ``concurrency`` verified requests in flight while ``during(log)`` runs (in the caller's
+    thread, so a server it starts is a child of a thread that lives on: PR_SET_PDEATHSIG is per thread)."""
     log = LoadLog()
     stop_flag = threading.Event()
     failure: list[BaseException] = []
 
+    async def checked_load() -> None:
+        client = http_aio.InferenceServerClient(http_url, conn_limit=max(concurrency, 1))
+        outputs = make_outputs("http", [workload.output])
+        counter = iter(range(1 << 62))
+
+        async def worker() -> None:
+            while not stop_flag.is_set():
+                index = next(counter)
+                inputs, key = workload.make(index)
+                began = time.monotonic()
+                status, detail = "ok", ""
+                try:
+                    result = await asyncio.wait_for(
+                        client.infer(workload.model, make_inputs("http", inputs), outputs=outputs),
+                        timeout=request_timeout_s,
+                    )
+                    got = result_arrays(result, [workload.output])[workload.output]
+                    if not workload.check(got, workload.expected(key)):
+                        owner = workload.owner_of(got)
+                        status = "wrong"
+                        detail = f"request {index} (case {key!r}) got " + (
+                            f"the answer of case {owner!r}" if owner is not None else "an answer that matches no case"
+                        )
+                except TimeoutError:
+                    status, detail = "timeout", f"no answer within {request_timeout_s} s"
+                except Exception as exc:  # noqa: BLE001 - what the client saw is the measurement
+                    status, detail = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
+                log.records.append(RequestRecord(began, time.monotonic(), status, detail))
+                if status != "ok" and backoff_s:
+                    await asyncio.sleep(backoff_s)
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        finally:
+            log.ended = time.monotonic()
+            await client.close()
+
     def load() -> None:
         try:
-            asyncio.run(_checked_load(workload, http_url, concurrency, request_timeout_s, backoff_s, log, stop_flag))
+            asyncio.run(checked_load())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             failure.append(exc)
 
@@ -301,10 +287,7 @@ def run_checked_load(
     thread = threading.Thread(target=load, name="checked-load", daemon=True)
     thread.start()
     try:
-        if during is None:
-            time.sleep(duration_s)
-        else:
-            during(log)
+        during(log)
     finally:
         stop_flag.set()
         thread.join(timeout=request_timeout_s + 30)

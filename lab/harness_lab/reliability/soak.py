@@ -63,7 +63,6 @@ def run_soak(
     concurrency: int = 64,
     duration_s: float = 15.0,
     warmup_s: float = 2.0,
-    request_timeout_s: float = 60.0,
     sample_every_s: float | None = None,
 ) -> dict:
     """Soak a running server; its RSS sampled every ``sample_every_s`` (default: 1/40 of the run, at
@@ -88,7 +87,6 @@ def run_soak(
         workload,
         server.http_url,
         concurrency=concurrency,
-        request_timeout_s=request_timeout_s,
         backoff_s=0.0,
         during=sample_after_warmup,
     )
