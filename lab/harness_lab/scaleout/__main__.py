@@ -126,43 +126,41 @@ def main(argv: list[str] | None = None) -> int:
         for line in teardown():
             print(f"removed {line}")
         return 0
-    if args.command == "run":
-        import signal
+    import signal
 
-        from harness.deployments import ManifestError, declaring
-        from harness_lab.scaleout import ScaleoutError
-        from harness_lab.scaleout.run import run as run_stack
+    from harness.deployments import ManifestError, declaring
+    from harness_lab.scaleout import ScaleoutError
+    from harness_lab.scaleout.run import run as run_stack
 
-        try:
-            deployment = args.deployment or declaring("scaleout.model").name
-        except ManifestError as exc:
-            parser.error(str(exc))
+    try:
+        deployment = args.deployment or declaring("scaleout.model").name
+    except ManifestError as exc:
+        parser.error(str(exc))
 
-        def interrupted(signum, _frame):
-            raise KeyboardInterrupt(f"signal {signum}")
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
 
-        # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the run's teardown still removes the stack.
-        signal.signal(signal.SIGTERM, interrupted)
-        try:
-            run_stack(
-                deployment,
-                replicas=args.replicas,
-                concurrency=args.concurrency,
-                duration_s=args.duration,
-                scenarios=tuple(
-                    args.scenarios or (SCENARIOS[:-2] if args.nodes == 1 else ("throughput", "drain", "node-loss"))
-                ),
-                keep=args.keep,
-                out=Path(args.out) if args.out else None,
-                gate=args.gate,
-                lb=args.lb,
-                nodes=args.nodes,
-            )
-        except ScaleoutError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
-    return 2
+    # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the run's teardown still removes the stack.
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        run_stack(
+            deployment,
+            replicas=args.replicas,
+            concurrency=args.concurrency,
+            duration_s=args.duration,
+            scenarios=tuple(
+                args.scenarios or (SCENARIOS[:-2] if args.nodes == 1 else ("throughput", "drain", "node-loss"))
+            ),
+            keep=args.keep,
+            out=Path(args.out) if args.out else None,
+            gate=args.gate,
+            lb=args.lb,
+            nodes=args.nodes,
+        )
+    except (ScaleoutError, ManifestError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
