@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
-from harness.serving.launchers.local import pytriton_root
+from harness.serving.launchers.local import HARNESS_BACKENDS, pytriton_root
 from harness.tests.repositories import make_repository, ready_server, write_double_onnx
 
 #: A model without batching (max_batch_size 0): every request's shape is its full shape.
@@ -37,8 +37,8 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def backend_module():
-    """The backend's model.py, imported beside the wheel's triton_python_backend_utils."""
-    sys.path.insert(0, str(pytriton_root() / "backends" / "python"))
+    """The backend's model.py, imported beside the wheel's triton_python_backend_utils and batched_runs."""
+    sys.path[:0] = [str(pytriton_root() / "backends" / "python"), str(HARNESS_BACKENDS)]
     try:
         spec = importlib.util.spec_from_file_location(
             "harness_onnxruntime_backend",
@@ -48,7 +48,7 @@ def backend_module():
         spec.loader.exec_module(module)
         return module
     finally:
-        sys.path.pop(0)
+        del sys.path[:2]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
-from harness.serving.launchers.local import pytriton_root
+from harness.serving.launchers.local import HARNESS_BACKENDS, pytriton_root
 from harness.tests.repositories import ready_server, write_double_onnx
 
 #: NGC's openvino_backend keys; ENABLE_BATCH_PADDING: executions of fewer than 8 rows are padded to 8.
@@ -49,8 +49,8 @@ UNPADDED_CONFIG = DOUBLE_CONFIG.replace('name: "double_ov"', 'name: "double_unpa
 
 @pytest.fixture(scope="module")
 def backend():
-    """The backend's model.py, imported beside the wheel's triton_python_backend_utils."""
-    sys.path.insert(0, str(pytriton_root() / "backends" / "python"))
+    """The backend's model.py, imported beside the wheel's triton_python_backend_utils and batched_runs."""
+    sys.path[:0] = [str(pytriton_root() / "backends" / "python"), str(HARNESS_BACKENDS)]
     try:
         spec = importlib.util.spec_from_file_location(
             "harness_openvino_backend", PROJECT_ROOT / "harness" / "serving" / "backends" / "openvino" / "model.py"
@@ -59,17 +59,17 @@ def backend():
         spec.loader.exec_module(module)
         return module
     finally:
-        sys.path.pop(0)
+        del sys.path[:2]
 
 
 def doubling_run(calls):
     """A run that doubles ``INPUT`` and records each feed; a row of -1 fails the whole run."""
 
-    def run(feed):
+    def run(names, feed):
         calls.append({n: a.copy() for n, a in feed.items()})
         if (feed["INPUT"] == -1).all(axis=1).any():
             raise RuntimeError("Exception from src/plugins/intel_cpu: value -1 refused")
-        return {"OUTPUT": feed["INPUT"] * 2}
+        return [feed["INPUT"] * 2]
 
     return run
 
@@ -114,7 +114,7 @@ def test_an_empty_tensor_is_refused_without_a_run(backend):
 def test_requests_of_other_shapes_or_without_batching_run_apart(backend):
     calls = []
     arrays = [{"X": np.zeros((1, 2))}, {"X": np.zeros((1, 3))}, {"X": np.zeros((2, 2))}]
-    run = lambda feed: calls.append(feed["X"].shape) or {"Y": feed["X"]}
+    run = lambda names, feed: calls.append(feed["X"].shape) or [feed["X"]]
     backend.run_requests(run, arrays, [["Y"]] * 3, max_batch_size=4, pad=True)
     assert sorted(calls) == [(4, 2), (4, 3)]
     calls.clear()

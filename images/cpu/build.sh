@@ -16,6 +16,7 @@ TRITON_VERSION=2.51.0            # the server inside nvidia-pytriton 0.7.0 (requ
 CA=/etc/ssl/certs/ca-certificates.crt
 ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
 OV_BACKEND="$ROOT/harness/serving/backends/openvino/model.py"
+SHARED_BACKEND="$ROOT/harness/serving/backends/batched_runs.py"   # beside each model.py, which imports it
 # The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
 # Every module of the package (it imports nothing else of the harness; test_layers keeps it so).
 mapfile -t GATE_FILES < <(cd "$ROOT/harness/serving/gate" && ls -- *.py | sort)
@@ -38,7 +39,7 @@ OV_IMPLEMENTATION="openvino via harness Python backend (openvino $OV_VERSION)"
 
 BASE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
 BASE="triton-harness/debian-$SUITE-python3.11:$BASE_HASH"
-CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$OV_BACKEND" "$CA";
+CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$OV_BACKEND" "$SHARED_BACKEND" "$CA";
                  cat "$ROOT/harness/__init__.py" "$ROOT/harness/serving/__init__.py"; for f in "${GATE_FILES[@]}"; do cat "$ROOT/harness/serving/gate/$f"; done;
                  echo "$BASE $TRITON_VERSION $ORT_IMPLEMENTATION $OV_IMPLEMENTATION") | sha256sum | cut -c1-16)
 
@@ -61,6 +62,8 @@ mkdir -p "$CONTEXT/onnxruntime"
 cp "$ORT_BACKEND" "$CONTEXT/onnxruntime/model.py"
 mkdir -p "$CONTEXT/openvino"
 cp "$OV_BACKEND" "$CONTEXT/openvino/model.py"
+cp "$SHARED_BACKEND" "$CONTEXT/onnxruntime/"
+cp "$SHARED_BACKEND" "$CONTEXT/openvino/"
 mkdir -p "$CONTEXT/gate/serving/gate"
 cp "$ROOT/harness/__init__.py" "$CONTEXT/gate/__init__.py"
 cp "$ROOT/harness/serving/__init__.py" "$CONTEXT/gate/serving/__init__.py"

@@ -59,7 +59,8 @@ def stub_for(python_version: str) -> Path:
 
 def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     """Lay out ``dest/python`` (backend + matching stub) and each harness backend's
-    ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: harness/serving/backends)."""
+    ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: harness/serving/backends) beside the
+    ``batched_runs.py`` they share."""
     python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     source = pytriton_root() / "backends" / "python"
     python_dir = dest / "python"
@@ -71,7 +72,8 @@ def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     for backend in HARNESS_BACKENDS.iterdir():
         if (backend / "model.py").exists():
             (dest / backend.name).mkdir(exist_ok=True)
-            _copy(backend / "model.py", dest / backend.name / "model.py")
+            for source in (backend / "model.py", HARNESS_BACKENDS / "batched_runs.py"):
+                _copy(source, dest / backend.name / source.name)
     return dest
 
 

@@ -8,25 +8,21 @@ backend of the NGC image. It honours the native backend's keys that apply on CPU
 ``execution_mode`` / ``enable_mem_arena`` / ``enable_mem_pattern`` parameters (and passes
 parameters named ``session.*`` to onnxruntime as session config entries) and
 ``optimization { graph { level } }``, and the ``memory.enable_memory_arena_shrinkage`` run option
-(e.g. ``cpu:0``: the arena returns what a run took once it ends). A dynamically batched set of
-requests runs as ONE session run (concatenate, run, split); requests whose non-batch shapes differ
-run apart, and requests to a model without batching always run one by one.
+(e.g. ``cpu:0``: the arena returns what a run took once it ends). Batching: ``batched_runs``.
 
-One key is this backend's own (the native backend ignores it): ``max_batch_tokens`` bounds what one
-session run of a batching model holds to rows x the longest non-batch dim (padded tokens for
-``[batch, length]`` token ids): a larger run, a dynamic batch or one request, runs in row chunks
-within it, one after another, its outputs joined back (a single row over it runs alone). A
-transformer's activations grow with rows x length (x length for attention), so this bounds the
-memory of an execution whatever the requests' shapes.
+Ours only (the native backend ignores it): ``max_batch_tokens`` bounds one session run of a batching
+model to rows x the longest non-batch dim (``batched_runs.row_chunks``): a transformer's
+activations grow with rows x length.
 """
 
+import functools
 import json
 import os
-from collections import defaultdict
 
-import numpy as np
+import batched_runs
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+from batched_runs import BatchedModel, row_chunks, run_error
 
 IMPLEMENTATION = f"harness-python-onnxruntime/{ort.__version__}"
 
@@ -71,83 +67,19 @@ def run_options(config):
     return options
 
 
-def row_chunks(run, max_tokens):
-    """``run`` that runs a feed's rows in chunks of at most ``max_tokens`` (rows x the longest
-    non-batch dim of the feed; at least one row a chunk) and joins their outputs on axis 0."""
-
-    def run_in_chunks(names, feed):
-        rows = len(next(iter(feed.values())))
-        width = max((a.shape[1] for a in feed.values() if a.ndim > 1), default=1)
-        step = max(1, max_tokens // max(width, 1))
-        if rows <= step:
-            return run(names, feed)
-        parts = [run(names, {n: a[start : start + step] for n, a in feed.items()}) for start in range(0, rows, step)]
-        return [np.concatenate(outputs) for outputs in zip(*parts)]
-
-    return run_in_chunks
-
-
-def plan_runs(arrays, batching):
-    """Which requests share one session run: with batching, those whose non-batch input shapes
-    agree (concatenated on axis 0); without batching, every request runs alone."""
-    if not batching:
-        return [[index] for index in range(len(arrays))]
-    groups = defaultdict(list)
-    for index, tensors in enumerate(arrays):
-        groups[tuple((n, a.shape[1:]) for n, a in sorted(tensors.items()))].append(index)
-    return list(groups.values())
-
-
 #: onnxruntime failures that a request's own values cause (a shape the graph refuses, a token id
 #: past an embedding table, a sequence longer than the position table): answered as bad input.
 INPUT_FAULTS = ("InvalidArgument", "out of data bounds", "out of bounds", "Invalid input", "Got invalid dimensions")
 
 
-class RunError(str):
-    """A request's error message, and whether its input caused it (INVALID_ARG, HTTP 400)."""
-
-    input_fault = False
-
-
-def run_error(exc):
-    error = RunError(f"onnxruntime backend: {type(exc).__name__}: {exc}")
-    error.input_fault = any(marker in f"{type(exc).__name__} {exc}" for marker in INPUT_FAULTS)
-    return error
-
-
 def run_requests(run, arrays, requested, batching):
-    """Per request, ``{output name: array}`` of its own rows, or a ``RunError`` message.
-
-    ``run(names, feed)`` is ``InferenceSession.run``; ``arrays`` the input arrays of each
-    request; ``requested`` the output names each request asked for. When a batched run fails,
-    its requests run again one by one, so one bad request fails alone."""
-    results = [None] * len(arrays)
-    groups = plan_runs(arrays, batching)
-    while groups:
-        indices = groups.pop(0)
-        names = sorted(set().union(*(requested[i] for i in indices)))
-        try:
-            if len(indices) > 1:
-                feed = {n: np.concatenate([arrays[i][n] for i in indices]) for n in arrays[indices[0]]}
-            else:
-                feed = arrays[indices[0]]
-            outputs = dict(zip(names, run(names, feed)))
-        except Exception as exc:  # noqa: BLE001 - report per request, keep serving
-            if len(indices) > 1:
-                groups[:0] = [[i] for i in indices]
-            else:
-                results[indices[0]] = run_error(exc)
-            continue
-        offset = 0
-        for i in indices:
-            size = len(next(iter(arrays[i].values()))) if len(indices) > 1 else None
-            rows = slice(offset, offset + size) if size is not None else slice(None)
-            results[i] = {name: outputs[name][rows] for name in requested[i]}
-            offset += size or 0
-    return results
+    """Per request, ``{output name: array}`` of its own rows, or a ``RunError`` (``batched_runs``);
+    ``run(names, feed)`` is ``InferenceSession.run``."""
+    error = functools.partial(run_error, "onnxruntime", faults=INPUT_FAULTS)
+    return batched_runs.run_requests(run, arrays, requested, batching, error)
 
 
-class TritonPythonModel:
+class TritonPythonModel(BatchedModel):
     """Serve one ONNX file with onnxruntime, batching requests into one session run."""
 
     def initialize(self, args):
@@ -190,35 +122,8 @@ class TritonPythonModel:
             )
         )
 
-    def execute(self, requests):
-        """Run the requests (a batched group as one session run) and answer each with its own rows."""
-        arrays = [self._inputs(request) for request in requests]
-        requested = [self._requested_outputs(request) for request in requests]
-        responses = []
-        for result in run_requests(self.run, arrays, requested, self.batching):
-            if isinstance(result, str):
-                code = pb_utils.TritonError.INVALID_ARG if getattr(result, "input_fault", False) else None
-                error = pb_utils.TritonError(result, code) if code is not None else pb_utils.TritonError(result)
-                responses.append(pb_utils.InferenceResponse(error=error))
-                continue
-            outputs = [
-                pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
-                for name, value in result.items()
-            ]
-            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
-        return responses
-
-    def _inputs(self, request):
-        tensors = {}
-        for name in self.input_names:
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
-            if tensor is not None:
-                tensors[name] = tensor.as_numpy()
-        return tensors
-
-    def _requested_outputs(self, request):
-        wanted = [n for n in request.requested_output_names() if n in self.output_dtypes]
-        return wanted or list(self.output_dtypes)
+    def answer(self, arrays, requested):
+        return run_requests(self.run, arrays, requested, self.batching)
 
     def finalize(self):
         """Release the session."""

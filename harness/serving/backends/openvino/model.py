@@ -16,28 +16,27 @@ of NGC's images. It reads the native backend's keys (its README), with their sem
 - batching (``max_batch_size`` > 0): as the native backend, the model is compiled for a batch of
   exactly ``max_batch_size`` (``ov::set_batch``); an execution whose requests hold fewer rows fails,
   unless ``ENABLE_BATCH_PADDING`` is YES: then zero rows pad it to ``max_batch_size`` (the cost of
-  a full batch, as there). A dynamically batched set of requests runs as ONE infer call
-  (concatenate, pad, run, split); requests whose non-batch shapes differ run apart; a failed batched
-  run runs again one request at a time, so a bad request fails alone. Dynamic shapes: the model's own
-  dynamic dimensions (``max_batch_size: 0`` with ``-1`` dims for the batch), or the config's ``-1``
-  dims with ``RESHAPE_IO_LAYERS``.
+  a full batch, as there); one infer call per batch (``batched_runs``). Dynamic shapes: the model's
+  own dynamic dimensions (``max_batch_size: 0`` with ``-1`` dims for the batch), or the config's
+  ``-1`` dims with ``RESHAPE_IO_LAYERS``.
 
 Ours only too: ``max_batch_tokens`` on a model with dynamic dims (``max_batch_size: 0``, the first
-dim the batch) runs a request's rows in chunks of at most that many rows x longest non-batch dim,
-one after another, outputs joined (a token budget: a transformer's memory grows with rows x length).
-A fixed-batch model runs ``max_batch_size`` rows a call whatever the key: that is its bound.
+dim the batch) runs a request's rows within that token budget (``batched_runs.row_chunks``); a
+fixed-batch model runs ``max_batch_size`` rows a call whatever the key: that is its bound.
 
 Unlike the native backend (one compiled model shared by all instances of a model, one infer request
 each), each instance here is its own stub process with its own compiled model and thread pool.
 """
 
+import functools
 import json
 import os
-from collections import defaultdict
 
+import batched_runs
 import numpy as np
 import openvino as ov
 import triton_python_backend_utils as pb_utils
+from batched_runs import BatchedModel, Refused, row_chunks, run_error
 
 ENGINE_VERSION = ov.__version__.split("-")[0]
 IMPLEMENTATION = f"harness-python-openvino/{ENGINE_VERSION}"
@@ -141,110 +140,45 @@ def cpu_flags(path="/proc/cpuinfo"):
     return [f for f in wanted if f in flags]
 
 
-def plan_runs(arrays, batching):
-    """Which requests share one infer call: with batching, those whose non-batch input shapes agree
-    (concatenated on axis 0, in arrival order); without batching, every request runs alone."""
-    if not batching:
-        return [[index] for index in range(len(arrays))]
-    groups = defaultdict(list)
-    for index, tensors in enumerate(arrays):
-        groups[tuple((n, a.shape[1:]) for n, a in sorted(tensors.items()))].append(index)
-    return list(groups.values())
-
-
-class RunError(str):
-    """A request's error message, and whether its input caused it (INVALID_ARG, HTTP 400)."""
-
-    input_fault = False
-
-
 #: OpenVINO failures that a request's own tensors cause (a shape the compiled model refuses).
 INPUT_FAULTS = ("shape", "size is not equal", "dimension", "out of bounds", "Batch of")
-
-
-def run_error(exc, input_fault=None):
-    error = RunError(
-        f"openvino backend: {exc}" if isinstance(exc, str) else f"openvino backend: {type(exc).__name__}: {exc}"
-    )
-    error.input_fault = input_fault if input_fault is not None else any(m in str(exc) for m in INPUT_FAULTS)
-    return error
+error = functools.partial(run_error, "openvino", faults=INPUT_FAULTS)
 
 
 def fit_batch(feed, rows, max_batch_size, pad):
     """``feed`` with exactly ``max_batch_size`` rows (zero rows appended when ``pad``), as the native
-    backend's fixed batch requires; a ``RunError`` when it cannot be."""
+    backend's fixed batch requires; ``Refused`` when it cannot be."""
     if rows == max_batch_size:
         return feed
     if not pad or rows > max_batch_size:
-        return run_error(
-            f"expected requests with batch size '{max_batch_size}', got '{rows}'... this error can be "
-            "avoided by setting 'ENABLE_BATCH_PADDING' parameter in model configuration to 'YES' at a "
-            "performance cost.",
-            input_fault=True,
+        raise Refused(
+            error(
+                f"expected requests with batch size '{max_batch_size}', got '{rows}'... this error can be "
+                "avoided by setting 'ENABLE_BATCH_PADDING' parameter in model configuration to 'YES' at a "
+                "performance cost.",
+                input_fault=True,
+            )
         )
     return {n: np.concatenate([a, np.zeros((max_batch_size - rows, *a.shape[1:]), a.dtype)]) for n, a in feed.items()}
 
 
-def row_chunks(run, max_tokens):
-    """``run`` on a feed's rows (axis 0) in chunks of at most ``max_tokens`` (rows x the longest
-    non-batch dim; at least one row a chunk), outputs joined on axis 0."""
-
-    def run_in_chunks(feed):
-        rows = len(next(iter(feed.values())))
-        width = max((a.shape[1] for a in feed.values() if a.ndim > 1), default=1)
-        step = max(1, max_tokens // max(width, 1))
-        if rows <= step:
-            return run(feed)
-        parts = [run({n: a[start : start + step] for n, a in feed.items()}) for start in range(0, rows, step)]
-        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-
-    return run_in_chunks
-
-
 def run_requests(run, arrays, requested, max_batch_size=0, pad=False):
-    """Per request, ``{output name: array}`` of its own rows, or a ``RunError`` message.
+    """Per request, ``{output name: array}`` of its own rows, or a ``RunError`` (``batched_runs``).
 
-    ``run(feed)`` runs one infer call and returns ``{output name: array}``; ``arrays`` the input
-    arrays of each request; ``requested`` the output names each request asked for. With
-    ``max_batch_size`` > 0 a run holds exactly that many rows (padded with zero rows when ``pad``).
-    When a batched run fails, its requests run again one by one, so one bad request fails alone; a
-    request with an empty tensor (a 0 dim) fails without a run."""
-    results = [None] * len(arrays)
-    for index, tensors in enumerate(arrays):
-        empty = [f"'{n}' {list(a.shape)}" for n, a in tensors.items() if a.size == 0]
-        if empty:  # OpenVINO's kernels fail on them with internal errors: refused up front
-            results[index] = run_error(f"input {', '.join(empty)} holds no elements", input_fault=True)
-    runnable = [i for i, result in enumerate(results) if result is None]
-    groups = [[runnable[k] for k in group] for group in plan_runs([arrays[i] for i in runnable], max_batch_size > 0)]
-    while groups:
-        indices = groups.pop(0)
-        sizes = [len(next(iter(arrays[i].values()))) for i in indices] if max_batch_size > 0 else None
-        if len(indices) > 1:
-            feed = {n: np.concatenate([arrays[i][n] for i in indices]) for n in arrays[indices[0]]}
-        else:
-            feed = arrays[indices[0]]
-        if max_batch_size > 0:
-            feed = fit_batch(feed, sum(sizes), max_batch_size, pad)
-            if isinstance(feed, RunError):
-                if len(indices) > 1:
-                    groups[:0] = [[i] for i in indices]
-                else:
-                    results[indices[0]] = feed
-                continue
-        try:
-            outputs = run(feed)
-        except Exception as exc:  # noqa: BLE001 - report per request, keep serving
-            if len(indices) > 1:
-                groups[:0] = [[i] for i in indices]
-            else:
-                results[indices[0]] = run_error(exc)
-            continue
-        offset = 0
-        for k, i in enumerate(indices):
-            rows = slice(offset, offset + sizes[k]) if sizes is not None else slice(None)
-            results[i] = {name: outputs[name][rows] for name in requested[i]}
-            offset += sizes[k] if sizes is not None else 0
-    return results
+    With ``max_batch_size`` > 0 a run holds exactly that many rows (``fit_batch``). A request with an
+    empty tensor (a 0 dim) fails without a run: OpenVINO's kernels fail on them with internal errors."""
+    empty = [[f"'{n}' {list(a.shape)}" for n, a in tensors.items() if a.size == 0] for tensors in arrays]
+    runnable = [i for i, names in enumerate(empty) if not names]
+    fit = functools.partial(fit_batch, max_batch_size=max_batch_size, pad=pad) if max_batch_size > 0 else None
+    ran = iter(
+        batched_runs.run_requests(
+            run, [arrays[i] for i in runnable], [requested[i] for i in runnable], max_batch_size > 0, error, fit
+        )
+    )
+    return [
+        error(f"input {', '.join(names)} holds no elements", input_fault=True) if names else next(ran)
+        for names in empty
+    ]
 
 
 def prepare_model(model, config):
@@ -280,7 +214,7 @@ def prepare_model(model, config):
     return model
 
 
-class TritonPythonModel:
+class TritonPythonModel(BatchedModel):
     """Serve one OpenVINO-readable file (IR or ONNX), batching requests into one infer call."""
 
     def initialize(self, args):
@@ -330,39 +264,12 @@ class TritonPythonModel:
             + (f" ignored_parameters={','.join(ignored)}" if ignored else "")
         )
 
-    def _run(self, feed):
+    def _run(self, names, feed):
         result = self.request.infer(feed)
-        return {n: np.array(result[port]) for n, port in self.ports.items()}
+        return [np.array(result[self.ports[name]]) for name in names]
 
-    def execute(self, requests):
-        """Run the requests (a batched group as one infer call) and answer each with its own rows."""
-        arrays = [self._inputs(request) for request in requests]
-        requested = [self._requested_outputs(request) for request in requests]
-        responses = []
-        for result in run_requests(self.run, arrays, requested, self.max_batch_size, self.pad):
-            if isinstance(result, str):
-                code = pb_utils.TritonError.INVALID_ARG if getattr(result, "input_fault", False) else None
-                error = pb_utils.TritonError(result, code) if code is not None else pb_utils.TritonError(result)
-                responses.append(pb_utils.InferenceResponse(error=error))
-                continue
-            outputs = [
-                pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
-                for name, value in result.items()
-            ]
-            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
-        return responses
-
-    def _inputs(self, request):
-        tensors = {}
-        for name in self.input_names:
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
-            if tensor is not None:
-                tensors[name] = tensor.as_numpy()
-        return tensors
-
-    def _requested_outputs(self, request):
-        wanted = [n for n in request.requested_output_names() if n in self.output_dtypes]
-        return wanted or list(self.output_dtypes)
+    def answer(self, arrays, requested):
+        return run_requests(self.run, arrays, requested, self.max_batch_size, self.pad)
 
     def finalize(self):
         """Release the compiled model."""
