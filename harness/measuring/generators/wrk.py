@@ -37,7 +37,7 @@ function done(summary, latency, requests)
   io.write(string.format(
     'WRK_JSON {"requests": %d, "duration_us": %d, "bytes_read": %d, "errors_connect": %d, "errors_read": %d, ' ..
     '"errors_write": %d, "errors_status": %d, "errors_timeout": %d, "p50_us": %d, "p90_us": %d, "p95_us": %d, ' ..
-    '"p99_us": %d, "mean_us": %.1f, "max_us": %d}\n',
+    '"p99_us": %d, "avg_us": %.1f, "max_us": %d}\n',
     summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
     latency:percentile(50), latency:percentile(90), latency:percentile(95), latency:percentile(99),
     latency.mean, latency.max))
@@ -66,20 +66,21 @@ def cores_label(cores: set[int] | list[int] | None) -> str:
     return ",".join(str(c) for c in sorted(cores)) if cores else "any"
 
 
+#: The latencies the Lua hook prints (``<key>_us``), the records' ``perf_latency_<key>`` (ms).
+LATENCIES = ("p50", "p90", "p95", "p99", "avg")
+ERRORS = ("errors_connect", "errors_read", "errors_write", "errors_status", "errors_timeout")
+
+
 @dataclass
 class WrkResult:
-    """One wrk run: closed loop at ``concurrency`` for ``duration_s``."""
+    """One wrk run: closed loop at ``concurrency`` for ``duration_s``; ``latency_ms`` by ``LATENCIES``."""
 
     url: str
     concurrency: int
     duration_s: float
     requests: int
     errors: int
-    p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    mean_ms: float
+    latency_ms: dict[str, float]
     bytes_received_per_request: float
     bytes_sent_per_request: float
 
@@ -96,11 +97,7 @@ class WrkResult:
             "errors": self.errors,
             "perf_throughput": round(self.requests_per_second, 2),
             "items_per_second": round(self.requests_per_second * items_per_request, 2),
-            "perf_latency_p50": round(self.p50_ms, 3),
-            "perf_latency_p90": round(self.p90_ms, 3),
-            "perf_latency_p95": round(self.p95_ms, 3),
-            "perf_latency_p99": round(self.p99_ms, 3),
-            "perf_latency_avg": round(self.mean_ms, 3),
+            **{f"perf_latency_{key}": round(value, 3) for key, value in self.latency_ms.items()},
             "bytes_sent_per_request": round(self.bytes_sent_per_request),
             "bytes_received_per_request": round(self.bytes_received_per_request),
         }
@@ -149,23 +146,15 @@ class WrkGenerator:
             raise WrkError(f"wrk failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
         data = json.loads(line[len("WRK_JSON ") :])
         requests = data["requests"]
-        errors = sum(
-            data[k] for k in ("errors_connect", "errors_read", "errors_write", "errors_status", "errors_timeout")
-        )
-        mean_body = sum(len(b) for b in bodies) / len(bodies)
         return WrkResult(
             url=url,
             concurrency=concurrency,
             duration_s=data["duration_us"] / 1e6,
             requests=requests,
-            errors=errors,
-            p50_ms=data["p50_us"] / 1e3,
-            p90_ms=data["p90_us"] / 1e3,
-            p95_ms=data["p95_us"] / 1e3,
-            p99_ms=data["p99_us"] / 1e3,
-            mean_ms=data["mean_us"] / 1e3,
+            errors=sum(data[key] for key in ERRORS),
+            latency_ms={key: data[f"{key}_us"] / 1e3 for key in LATENCIES},
             bytes_received_per_request=data["bytes_read"] / requests if requests else 0.0,
-            bytes_sent_per_request=mean_body,
+            bytes_sent_per_request=sum(len(b) for b in bodies) / len(bodies),
         )
 
     def close(self) -> None:

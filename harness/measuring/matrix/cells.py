@@ -1,7 +1,5 @@
-"""Which cell of the matrix a benchmark record belongs to, the latest record of each cell, the
-derived numbers a record carries (ceiling, server compute time), and whether records measured the
-code that is there now: each carries the git commit of its deployment's model repository
-(``model_repository_commit``); a section whose records name another commit, or none, says so."""
+"""Which cell of the matrix a record belongs to, the latest record of each cell, the numbers derived
+from a record, and whether records measured the model repository's commit as it is now."""
 
 from __future__ import annotations
 
@@ -28,6 +26,12 @@ def hours(record: dict) -> float:
         return dt.datetime.fromisoformat(stamp(record).replace("Z", "+00:00")).timestamp() / 3600
     except ValueError:
         return float("nan")
+
+
+def closest(record: dict, candidates: list[dict]) -> tuple[dict, float]:
+    """The candidate taken closest in time to ``record``, and how many hours apart they are."""
+    found = min(candidates, key=lambda r: abs(hours(r) - hours(record)))
+    return found, abs(hours(found) - hours(record))
 
 
 def generator_family(record: dict) -> str:

@@ -1,8 +1,5 @@
 """Results matrix: ``results/records.jsonl`` -> ``docs/results.md`` + JSON + CSV + PNG plots, and each
-deployment README's block of headline figures.
-
-``python -m harness matrix`` / ``python -m harness.measuring.matrix`` (what `make matrix` runs).
-"""
+deployment README's block of headline figures."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ pinning, each docker row paired with the local record of that cell taken closest
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import generator_family, hours, pinning_label
+from harness.measuring.matrix.cells import closest, generator_family, pinning_label
 
 #: Farther apart than this, two records were taken under different loads of a shared machine: no pair.
 #: `make bench` then `make bench MODE=docker` measure the same cell 0.6-1.1 h apart on a quiet machine
@@ -35,8 +35,8 @@ def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[
         same = [r for r in candidates if _pair_key(r) == key and r.get("items_per_second")]
         if not same:
             continue
-        local = min(same, key=lambda r: abs(hours(r) - hours(docker)))
-        if abs(hours(docker) - hours(local)) > MAX_HOURS_APART:
+        local, apart = closest(docker, same)
+        if apart > MAX_HOURS_APART:
             continue
         pairs.append(
             {
@@ -47,7 +47,7 @@ def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[
                 "local": local["items_per_second"],
                 "docker": docker["items_per_second"],
                 "ratio": docker["items_per_second"] / local["items_per_second"],
-                "hours_apart": abs(hours(docker) - hours(local)),
+                "hours_apart": apart,
             }
         )
     return pairs

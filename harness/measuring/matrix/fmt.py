@@ -43,3 +43,8 @@ def table(rows: list[list], headers: str | list[str]) -> str:
     ``"a | b | c"``, or a list."""
     names = [h.strip() for h in headers.split(" | ")] if isinstance(headers, str) else headers
     return tabulate(rows, headers=names, tablefmt="github", disable_numparse=True)
+
+
+def captioned(caption: str, rows: list[list], headers: str | list[str]) -> list[str]:
+    """Lines of results.md: ``caption`` and its table, blank lines around."""
+    return ["", caption, "", table(rows, headers), ""]

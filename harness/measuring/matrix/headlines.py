@@ -1,12 +1,6 @@
-"""The first screen of ``docs/results.md``: each lesson as one sentence with its measured ratio,
-one figure and the command that reproduces it, every number read from the records.
-
-The lessons of installed distributions come first (``sections.py``; the lab's: which input to
-send over a slow link, which way to serve an embedding model), then the core's ``costs``: what
-server-side processing (pair runs, ``make bench-pairs``) and the container (docker / local rows of
-one run) cost, each one ratio with its spread, and the rows the distributions add (the lab's front
-gate). A lesson without records says "not measured" and the command that measures it.
-"""
+"""The first screen of ``docs/results.md``: each lesson one sentence with its measured ratio, one
+figure and the command that reproduces it. The installed distributions' lessons come first, then
+the core's ``costs`` (server-side processing, the container, and the distributions' cost rows)."""
 
 from __future__ import annotations
 

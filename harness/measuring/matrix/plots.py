@@ -1,15 +1,6 @@
-"""The matrix's figures: the headline screen's (``docs/plots/headline-<kind>.png``) and each
-deployment's (``docs/plots/<deployment>-<kind>.png``), the latter each answering one question about
-one run: the latest server mode a deployment was measured in, default generator only.
-
-- ``throughput``: items/s of each variant, bars grouped by concurrency (a comparison at fixed
-  c); a line of items/s against c only for variants whose sweep has ``SWEEP_POINTS`` levels or more.
-- ``latency``: p50 bars with the p99 marked, per variant and concurrency.
-- ``bytes``: bytes on the wire per request (sent and received) of each variant.
-
-Variants are ordered by model family: a benchmark belongs to the family of the model it serves,
-and an entry model that names a ``model_only`` benchmark (JPEG or text in) joins that
-benchmark's family, so a pre-processing path is drawn next to its model-only path."""
+"""The matrix's figures: the headline screen's (``docs/plots/headline-<kind>.png``) and, for the
+latest server mode each deployment was measured in, ``docs/plots/<deployment>-<kind>.png`` of
+``PLOT_KINDS``; variants are ordered by model family (an entry model next to its ``model_only``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""What server-side processing costs: an entry model that takes JPEG bytes or text (its pre- and
-post-processing on the server) against the same network served alone on client-made tensors
-(the manifest's ``model_only``), at the same target, server mode, concurrency and generator.
-
-Two sources: the side-by-side pair runs (``make bench-pairs``: both on one server, alternating
-round by round, a ratio per round and their median: the ratio to judge) and, below them, the
-bench rows of the table above (one window each, taken minutes apart)."""
+"""What server-side processing costs: an entry model that takes JPEG bytes or text against its
+``model_only`` benchmark, from the pair runs (``make bench-pairs``) and from the table's rows."""
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import generator_family, hours, latest_records, pinning_label, stamp
-from harness.measuring.matrix.fmt import table
+from harness.measuring.matrix.cells import closest, generator_family, latest_records, pinning_label, stamp
+from harness.measuring.matrix.fmt import captioned
 
 #: The goal for every JPEG- or text-in entry model on loopback.
 GOAL = 0.85
@@ -51,7 +46,7 @@ def processing_ratios(rows: list[dict], model_only: dict[str, str]) -> list[dict
         same = [r for r in measured if r.get("benchmark") == other and _key(r) == _key(entry)]
         if not same:
             continue
-        alone = min(same, key=lambda r: abs(hours(r) - hours(entry)))
+        alone, apart = closest(entry, same)
         pairs.append(
             {
                 "benchmark": entry["benchmark"],
@@ -63,7 +58,7 @@ def processing_ratios(rows: list[dict], model_only: dict[str, str]) -> list[dict
                 "entry": entry["items_per_second"],
                 "alone": alone["items_per_second"],
                 "ratio": entry["items_per_second"] / alone["items_per_second"],
-                "hours_apart": abs(hours(entry) - hours(alone)),
+                "hours_apart": apart,
             }
         )
     return pairs
@@ -88,15 +83,13 @@ def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> li
         ]
         for p in pairs
     ]
-    return [
-        "",
+    return captioned(
         f"Server-side processing / model-only from the rows above (items/s of the entry model that takes JPEG "
         f"bytes or text, over the same network served alone on client-made tensors, one window each; goal >= {GOAL} "
         "on loopback; `h apart` 0.0-0.1 means both were measured in one run):",
-        "",
-        table(rows, PAIR_HEADERS + "entry / model-only | generator | h apart"),
-        "",
-    ]
+        rows,
+        PAIR_HEADERS + "entry / model-only | generator | h apart",
+    )
 
 
 def _where(record: dict) -> tuple:
@@ -138,8 +131,7 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
             ]
         )
     rounds = sorted({int(r.get("rounds") or 0) for r in records})
-    return [
-        "",
+    return captioned(
         "Server-side processing / model-only, side by side (`make bench-pairs`: the entry model and its model-only "
         "path on one server, back to back at each concurrency, which one runs first alternating round by round; "
         f"{'/'.join(map(str, rounds))} rounds; the ratio is the median of the per-round quotients of items/s; goal "
@@ -147,11 +139,6 @@ def render_paired_ratios(records: list[dict]) -> list[str]:
         "and the generator, read from /proc, which moves less with the neighbours' load; `Triton-only` the same "
         "for tritonserver and its stubs alone: without the harness's front gate, whose proxy costs more CPU for "
         "a large client-made tensor than for a JPEG, and without the generator):",
-        "",
-        table(
-            rows,
-            PAIR_HEADERS
-            + "entry / model-only | rounds | CPU-time ratio | Triton-only CPU-time ratio | generator | run",
-        ),
-        "",
-    ]
+        rows,
+        PAIR_HEADERS + "entry / model-only | rounds | CPU-time ratio | Triton-only CPU-time ratio | generator | run",
+    )

@@ -1,7 +1,5 @@
 """Sections of the matrix that installed distributions add: each entry point of the group
-``triton_harness.matrix_sections`` is a ``Sections`` object (the lab's: lab/pyproject.toml). The
-core renders its own sections and names none of theirs; without such a distribution its pages
-simply lack them."""
+``triton_harness.matrix_sections`` is a ``Sections`` object (the lab's: lab/pyproject.toml)."""
 
 from __future__ import annotations
 
