@@ -8,12 +8,7 @@ from tritonclient.grpc import model_config_pb2
 
 from harness.repository import configs
 
-FLOATS = {
-    model_config_pb2.TYPE_FP16,
-    model_config_pb2.TYPE_BF16,
-    model_config_pb2.TYPE_FP32,
-    model_config_pb2.TYPE_FP64,
-}
+FLOATS = {getattr(model_config_pb2, f"TYPE_{name}") for name in ("FP16", "BF16", "FP32", "FP64")}
 
 
 def text_tensors(repository, model: str) -> tuple[str, str]:

@@ -65,8 +65,14 @@ def _outcome(info: dict, log: LoadLog, marks: dict[str, str], back: str) -> dict
     return info
 
 
-def _admin(server) -> dict:
-    return dict(getattr(server, "admin_headers", {}) or {})
+def _reload(server, client, model: str, log: LoadLog, unloaded: str, loaded: str) -> None:
+    """Unload ``model``, wait until it is gone (event ``unloaded``), load it again (event ``loaded``)."""
+    admin = dict(getattr(server, "admin_headers", {}) or {})
+    client.unload_model(model, headers=admin)
+    _wait(lambda: not client.is_model_ready(model), 60)
+    log.events[unloaded] = time.monotonic()
+    client.load_model(model, headers=admin)
+    log.events[loaded] = time.monotonic()
 
 
 def _wait(predicate, timeout_s: float | None, interval_s: float = 0.1, stop: threading.Event | None = None) -> bool:
@@ -169,10 +175,7 @@ def kill_stub(
                 # A plain load of the (unchanged) loaded model was seen to return at once without
                 # replacing the dead stub; unload + load always replaced it.
                 log.events["remedy"] = time.monotonic()
-                client.unload_model(stub_model, headers=_admin(server))
-                _wait(lambda: not client.is_model_ready(stub_model), 60)
-                client.load_model(stub_model, headers=_admin(server))
-                log.events["remedy_done"] = time.monotonic()
+                _reload(server, client, stub_model, log, "remedy_unloaded", "remedy_done")
                 info["remedy"] = (
                     f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
                 )
@@ -198,11 +201,7 @@ def unload_reload(
         time.sleep(before_s)
         with httpclient.InferenceServerClient(server.http_url, network_timeout=300) as client:
             log.events["fault"] = time.monotonic()
-            client.unload_model(workload.model, headers=_admin(server))
-            _wait(lambda: not client.is_model_ready(workload.model), 60)
-            log.events["unloaded"] = time.monotonic()
-            client.load_model(workload.model, headers=_admin(server))
-            log.events["load_returned"] = time.monotonic()
+            _reload(server, client, workload.model, log, "unloaded", "load_returned")
         time.sleep(after_s)
 
     log = run_checked_load(workload, server.http_url, concurrency=concurrency, during=during)

@@ -12,6 +12,7 @@ alone then ``--concurrency`` at once, while a thread samples the RSS of tritonse
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import math
@@ -272,28 +273,33 @@ def _variable_axis(spec: dict, batched: bool) -> int | None:
     return None
 
 
+def _tiled(base: dict[str, np.ndarray], axes: dict[str, int], target: int, base_bytes: int) -> dict:
+    """``base`` with each array of ``axes`` repeated along its axis to about ``target`` bytes in all."""
+    factor = max(2, target // max(1, base_bytes))
+    return {k: (np.concatenate([v] * factor, axis=axes[k]) if k in axes else v) for k, v in base.items()}
+
+
+def _first_replaced(base: dict[str, np.ndarray], name: str, element: bytes) -> dict:
+    grown = base[name].copy()
+    grown.flat[0] = element
+    return {**base, name: grown}
+
+
 def growers(config: dict, base: dict[str, np.ndarray], base_bytes: int, limit: int, steps: int) -> list[Grower]:
-    """The ways to grow ``base`` for this model's config, each with its target sizes."""
+    """The ways to grow ``base`` for this model's config, each with its target sizes (batch: counts)."""
     max_batch = int(config.get("max_batch_size") or 0)
     batched = max_batch > 0
     specs = {s["name"]: s for s in config.get("input") or []}
     out = []
     if batched and all(a.shape and a.shape[0] == 1 for a in base.values()):
-        per_item = max(1, base_bytes)
-        sizes = [n for n in batch_sizes(max_batch, steps) if n * per_item < limit]
-        grower = Grower("batch", lambda n: {k: np.repeat(v, n, axis=0) for k, v in base.items()})
-        grower.targets = sizes  # batch counts, not bytes
-        out.append(grower)
+        sizes = [n for n in batch_sizes(max_batch, steps) if n * max(1, base_bytes) < limit]
+        out.append(Grower("batch", lambda n: {k: np.repeat(v, n, axis=0) for k, v in base.items()}, sizes))
     targets = target_sizes(base_bytes, limit, steps)
     tensors = {k: _variable_axis(specs.get(k, {}), batched) for k, v in base.items() if v.dtype != np.object_}
     tensors = {k: a for k, a in tensors.items() if a is not None and base[k].shape[a] > 0}
     if tensors:
-
-        def tile_tensors(target: int, tensors=tensors) -> dict:
-            factor = max(2, target // max(1, base_bytes))
-            return {k: (np.concatenate([v] * factor, axis=tensors[k]) if k in tensors else v) for k, v in base.items()}
-
-        out.append(Grower("length:" + ",".join(sorted(tensors)), tile_tensors, targets))
+        tile = functools.partial(_tiled, base, tensors, base_bytes=base_bytes)
+        out.append(Grower("length:" + ",".join(sorted(tensors)), tile, targets))
     for name, array in base.items():
         if array.dtype != np.object_ or array.size == 0:
             continue
@@ -302,27 +308,18 @@ def growers(config: dict, base: dict[str, np.ndarray], base_bytes: int, limit: i
         other = base_bytes - len(first)
         axis = _variable_axis(specs.get(name, {}), batched)
         if axis is not None:
+            more = functools.partial(_tiled, base, {name: axis}, base_bytes=base_bytes)
+            out.append(Grower(f"elements:{name}", more, targets))
 
-            def more_elements(target: int, name=name, array=array, axis=axis) -> dict:
-                factor = max(2, target // max(1, base_bytes))
-                return {**base, name: np.concatenate([array] * factor, axis=axis)}
-
-            out.append(Grower(f"elements:{name}", more_elements, targets))
-
-        def longer(target: int, name=name, array=array, first=first, other=other) -> dict:
-            grown = array.copy()
-            grown.flat[0] = longer_element(first, max(1, target - other))
-            return {**base, name: grown}
+        def longer(target: int, name=name, first=first, other=other) -> dict:
+            return _first_replaced(base, name, longer_element(first, max(1, target - other)))
 
         out.append(Grower(f"long:{name}", longer, targets))
-        kind = _image_kind(first)
-        if kind:
+        if kind := _image_kind(first):
             from triton_helpers.images import DEFAULT_MAX_PIXELS
 
-            def many_pixels(pixels: int, name=name, array=array, kind=kind) -> dict:
-                grown = array.copy()
-                grown.flat[0] = flat_image(kind, pixels)
-                return {**base, name: grown}
+            def many_pixels(pixels: int, name=name, kind=kind) -> dict:
+                return _first_replaced(base, name, flat_image(kind, pixels))
 
             pixel_steps = [int(DEFAULT_MAX_PIXELS * f) for f in (0.1, 0.4, 0.95)]
             out.append(Grower(f"pixels:{name}", many_pixels, pixel_steps))
