@@ -152,11 +152,11 @@ class Deployment:
             raise ManifestError(f"{self.name}: {file_name} has no function {attr!r}") from None
 
 
-def load_module(path: Path, module_name: str) -> ModuleType:
-    """Import a Python file by path under a unique module name."""
+def load_module(path: Path, module_name: str, fresh: bool = False) -> ModuleType:
+    """Import a Python file by path under a unique module name (``fresh``: again, even if imported)."""
     if not path.exists():
         raise ManifestError(f"{path} does not exist")
-    if module_name in sys.modules:
+    if module_name in sys.modules and not fresh:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

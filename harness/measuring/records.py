@@ -8,7 +8,6 @@ import os
 import platform
 from functools import lru_cache
 from pathlib import Path
-from typing import TypedDict
 
 from harness import PROJECT_ROOT
 
@@ -56,8 +55,7 @@ def machine() -> dict:
     }
 
 
-#: Version of the record layout; bumped when a field changes meaning or name (2: ``schema`` and
-#: ``gate`` added, every generator's records built by ``scenario_fields``).
+#: Version of the record layout; bumped when a field changes meaning or name.
 SCHEMA = 2
 
 
@@ -85,33 +83,7 @@ def scenario_fields(
     }
 
 
-class Record(TypedDict, total=False):
-    """One measured cell: a scenario at one concurrency, as one JSON line of ``records.jsonl``.
-
-    ``REQUIRED`` keys are refused when missing; generators add their own measured fields (latency
-    percentiles, Triton's queue / compute times, ceilings, pinning ...) beside them.
-    """
-
-    schema: int
-    timestamp: str
-    machine: dict
-    deployment: str
-    benchmark: str
-    model: str
-    variant: str
-    target: str
-    protocol: str
-    generator: str
-    server_mode: str
-    concurrency: int
-    items_per_request: int
-    items_per_second: float
-    perf_throughput: float
-    perf_latency_p50: float
-    perf_latency_p99: float
-    errors: int
-
-
+#: Keys every record must have; generators add their own measured fields beside them.
 REQUIRED = ("deployment", "benchmark", "model", "variant", "target", "generator", "concurrency", "items_per_second")
 
 
@@ -132,7 +104,7 @@ def model_repository_commit(deployment: str | None) -> str | None:
         return None
 
 
-def append_record(record: Record, path: Path | None = None) -> Path:
+def append_record(record: dict, path: Path | None = None) -> Path:
     """Append one record (schema version, timestamp, machine added) to the records file."""
     missing = [key for key in REQUIRED if record.get(key) is None]
     if missing:
@@ -155,7 +127,7 @@ def append_record(record: Record, path: Path | None = None) -> Path:
     return path
 
 
-def read_records(path: Path | None = None) -> list[Record]:
+def read_records(path: Path | None = None) -> list[dict]:
     """All records in the file (empty when there is none)."""
     path = path or records_path()
     if not path.exists():

@@ -116,18 +116,14 @@ def model_config(inputs, outputs, parameters: dict | None = None, **fields) -> d
 def load_model(path: str | Path):
     """Import a ``model.py`` as the stub does (its folder first on ``sys.path``, the stand-in as
     ``triton_python_backend_utils``); a fresh module each call. Returns the module."""
-    import importlib.util
+    from harness.deployments import load_module
 
     path = Path(path).resolve()
     saved_path, saved_utils = list(sys.path), sys.modules.get("triton_python_backend_utils")
     sys.path.insert(0, str(path.parent))
     sys.modules["triton_python_backend_utils"] = stand_in()
     try:
-        name = "model_" + "_".join(path.parts[-3:-1]).replace("-", "_")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return load_module(path, "model_" + "_".join(path.parts[-3:-1]).replace("-", "_"), fresh=True)
     finally:
         sys.path[:] = saved_path
         if saved_utils is None:
