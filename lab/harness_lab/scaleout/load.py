@@ -57,13 +57,13 @@ class Load:
     """``concurrency`` requests in flight against ``url`` in a background thread until ``stop()``: one
     sentence in ``tensors[0]``, the vector of ``tensors[1]`` checked."""
 
-    def __init__(self, url: str, model: str, concurrency: int, tensors: tuple[str, str], dims: int | None = None):
+    def __init__(self, url: str, model: str, concurrency: int, tensors: tuple[str, str]):
         self.url = f"{url}/v2/models/{model}/infer"
         self.concurrency = concurrency
         self.output = tensors[1]
         self.body = infer_body(*tensors)
-        #: The vector size every answer must have (default: the first answer's).
-        self.dims = dims
+        #: The vector size every answer must have: the first answer's.
+        self.dims: int | None = None
         self.outcomes: list[Outcome] = []
         self.reference: np.ndarray | None = None
         self._stop = threading.Event()

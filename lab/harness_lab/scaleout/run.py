@@ -250,14 +250,14 @@ def served_by_node(outcomes: list[Outcome], tasks: list[dict]) -> dict[str, int]
 
 
 def under_load(stack: Stack, concurrency: int, action, done, what: str, before_s: float = 3.0, after_s: float = 5.0):
-    """Load on; ``action()`` asked of the engine; until ``done()``; load off. (result of action, seconds
-    from the ask to done, outcomes, engine events, the tasks seen over the whole time)."""
+    """Load on; ``action()`` asked of the engine; until ``done()``; load off. (Seconds from the ask to
+    done, the ask's time, outcomes, engine events, the tasks seen over the whole time.)"""
     load = stack_load(stack, concurrency).start()
     time.sleep(before_s)
     watch = Watch(stack).start()
     seen = {t["id"]: t for t in stack.tasks()}
     asked_at = time.time()
-    answer = action()
+    action()
 
     def finished():
         seen.update({t["id"]: t for t in stack.tasks()})
@@ -267,7 +267,7 @@ def under_load(stack: Stack, concurrency: int, action, done, what: str, before_s
     took = time.time() - asked_at
     time.sleep(after_s)
     outcomes = load.stop()
-    return answer, took, asked_at, outcomes, watch.stop(), list(seen.values())
+    return took, asked_at, outcomes, watch.stop(), list(seen.values())
 
 
 def _scenario_result(stack, concurrency, node, on_node, took, asked_at, outcomes, events, tasks) -> dict:
@@ -311,7 +311,7 @@ def drain_node(stack: Stack, concurrency: int, node: str) -> dict:
     """``docker node update --availability drain`` of a node holding replicas, under load."""
     stack.wait_converged(stack.replicas, deadline_s=600)
     on_node = tasks_on(stack, node)
-    _, took, asked_at, outcomes, events, tasks = under_load(
+    took, asked_at, outcomes, events, tasks = under_load(
         stack,
         concurrency,
         lambda: docker("node", "update", "--availability", "drain", node),
@@ -359,7 +359,7 @@ def kill_node(stack: Stack, concurrency: int, worker: Worker) -> dict:
             marked["down"] = time.time()
         return "down" in marked and len([t for t in stack.running() if t["node"] != worker.node]) == stack.replicas
 
-    _, took, asked_at, outcomes, events, tasks = under_load(
+    took, asked_at, outcomes, events, tasks = under_load(
         stack,
         concurrency,
         lambda: kill_worker(worker),
@@ -386,7 +386,7 @@ def node_back(stack: Stack, concurrency: int, worker: Worker) -> dict:
         ready["at"] = time.time()
         return spread_again(stack, worker.node)
 
-    _, took, asked_at, outcomes, events, tasks = under_load(
+    took, asked_at, outcomes, events, tasks = under_load(
         stack, concurrency, back, lambda: True, f"{worker.name} back with replicas"
     )
     result = _scenario_result(stack, concurrency, worker.node, 0, took, asked_at, outcomes, events, tasks)
