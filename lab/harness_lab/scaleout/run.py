@@ -249,11 +249,12 @@ def served_by_node(outcomes: list[Outcome], tasks: list[dict]) -> dict[str, int]
     return dict(counts)
 
 
-def under_load(stack: Stack, concurrency: int, action, done, what: str, before_s: float = 3.0, after_s: float = 5.0):
-    """Load on; ``action()`` asked of the engine; until ``done()``; load off. (Seconds from the ask to
-    done, the ask's time, outcomes, engine events, the tasks seen over the whole time.)"""
+def node_under_load(stack: Stack, concurrency: int, node: str, action, done, what: str, took_key: str, said: str):
+    """Load on; ``action()`` asked of the engine; until ``done()``; load off. What the client and the
+    engine saw around ``node`` (``took_key``: seconds from the ask to done), printed; and the ask's time."""
+    on_node = tasks_on(stack, node)
     load = stack_load(stack, concurrency).start()
-    time.sleep(before_s)
+    time.sleep(3.0)
     watch = Watch(stack).start()
     seen = {t["id"]: t for t in stack.tasks()}
     asked_at = time.time()
@@ -265,21 +266,17 @@ def under_load(stack: Stack, concurrency: int, action, done, what: str, before_s
 
     wait_for(finished, 900, what)
     took = time.time() - asked_at
-    time.sleep(after_s)
-    outcomes = load.stop()
-    return took, asked_at, outcomes, watch.stop(), list(seen.values())
-
-
-def _scenario_result(stack, concurrency, node, on_node, took, asked_at, outcomes, events, tasks) -> dict:
+    time.sleep(5.0)
+    outcomes, events = load.stop(), watch.stop()
     names = node_names()
-    return {
+    result = {
         "node": names.get(node, node),
         "tasks_on_node_before": on_node,
         "replicas": stack.replicas,
         "concurrency": concurrency,
         "client": summarize(outcomes),
         "after_ask": summarize(outcomes, began=asked_at),
-        "served_by_node": served_by_node(outcomes, tasks),
+        "served_by_node": served_by_node(outcomes, list(seen.values())),
         "placement_after": placement(stack),
         "fewest_running": min((len(e["running"]) for e in events), default=None),
         "engine_events": [{**e, "t": round(e["t"] - asked_at, 1)} for e in events],
@@ -294,33 +291,31 @@ def _scenario_result(stack, concurrency, node, on_node, took, asked_at, outcomes
             for t in stack.tasks()
         ],
         "host_load_avg_1m": round(os.getloadavg()[0], 1),
+        took_key: round(took, 1),
     }
-
-
-def _say(what: str, result: dict, took_key: str) -> None:
     client = result["client"]
     print(
-        f"scaleout: {what} {result['node']} ({result['tasks_on_node_before']} task(s)) under c={result['concurrency']}: "
+        f"scaleout: {said} {result['node']} ({on_node} task(s)) under c={concurrency}: "
         f"lost {client['lost']} of {client['requests']} (client retries {client['retried_by_client']}); "
         f"{took_key} {result[took_key]} s; now {result['placement_after']}",
         flush=True,
     )
+    return result, asked_at
 
 
 def drain_node(stack: Stack, concurrency: int, node: str) -> dict:
     """``docker node update --availability drain`` of a node holding replicas, under load."""
     stack.wait_converged(stack.replicas, deadline_s=600)
-    on_node = tasks_on(stack, node)
-    took, asked_at, outcomes, events, tasks = under_load(
+    result, _ = node_under_load(
         stack,
         concurrency,
+        node,
         lambda: docker("node", "update", "--availability", "drain", node),
         lambda: tasks_on(stack, node) == 0 and len(stack.running()) == stack.replicas,
         f"the drain of {node}",
+        "all_replicas_running_elsewhere_s",
+        "drained",
     )
-    result = _scenario_result(stack, concurrency, node, on_node, took, asked_at, outcomes, events, tasks)
-    result["all_replicas_running_elsewhere_s"] = round(took, 1)
-    _say("drained", result, "all_replicas_running_elsewhere_s")
     return result
 
 
@@ -351,7 +346,6 @@ def spread_again(stack: Stack, node: str) -> float:
 def kill_node(stack: Stack, concurrency: int, worker: Worker) -> dict:
     """The node lost under load: its worker container killed; the manager reschedules its tasks."""
     stack.wait_converged(stack.replicas, deadline_s=600)
-    on_node = tasks_on(stack, worker.node)
     marked: dict[str, float] = {}
 
     def done():
@@ -359,17 +353,17 @@ def kill_node(stack: Stack, concurrency: int, worker: Worker) -> dict:
             marked["down"] = time.time()
         return "down" in marked and len([t for t in stack.running() if t["node"] != worker.node]) == stack.replicas
 
-    took, asked_at, outcomes, events, tasks = under_load(
+    result, asked_at = node_under_load(
         stack,
         concurrency,
+        worker.node,
         lambda: kill_worker(worker),
         done,
         f"{stack.replicas} replicas running without {worker.name}",
+        "all_replicas_running_elsewhere_s",
+        "killed node",
     )
-    result = _scenario_result(stack, concurrency, worker.node, on_node, took, asked_at, outcomes, events, tasks)
     result["node_marked_down_s"] = round(marked["down"] - asked_at, 1)
-    result["all_replicas_running_elsewhere_s"] = round(took, 1)
-    _say("killed node", result, "all_replicas_running_elsewhere_s")
     return result
 
 
@@ -386,13 +380,17 @@ def node_back(stack: Stack, concurrency: int, worker: Worker) -> dict:
         ready["at"] = time.time()
         return spread_again(stack, worker.node)
 
-    took, asked_at, outcomes, events, tasks = under_load(
-        stack, concurrency, back, lambda: True, f"{worker.name} back with replicas"
+    result, asked_at = node_under_load(
+        stack,
+        concurrency,
+        worker.node,
+        back,
+        lambda: True,
+        f"{worker.name} back with replicas",
+        "full_capacity_s",
+        "brought back node",
     )
-    result = _scenario_result(stack, concurrency, worker.node, 0, took, asked_at, outcomes, events, tasks)
     result["node_ready_s"] = round(ready["at"] - asked_at, 1)
-    result["full_capacity_s"] = round(took, 1)
-    _say("brought back node", result, "full_capacity_s")
     return result
 
 

@@ -69,17 +69,10 @@ def swarm_init(data_path_address: str | None = None) -> bool:
         return False
     # The overlay subnets come from a pool no bridge network of the engine uses.
     docker(
-        "swarm",
-        "init",
-        "--advertise-addr",
-        host_address(),
+        *("swarm", "init", "--advertise-addr", host_address()),
         *(("--data-path-addr", data_path_address) if data_path_address else ()),
-        "--default-addr-pool",
-        "10.213.0.0/16",
-        "--default-addr-pool-mask-length",
-        "24",
-        "--task-history-limit",
-        "5",
+        *("--default-addr-pool", "10.213.0.0/16", "--default-addr-pool-mask-length", "24"),
+        *("--task-history-limit", "5"),
         timeout_s=120,
     )
     # Marks the swarm as ours: the last of our runs to finish leaves it, whichever run made it.
