@@ -403,11 +403,11 @@ class Measurement:
         self.server, self.sampler, self.model, self.args = server, sampler, model, args
         self.path = f"/v2/models/{model}/infer"
 
-    def send(self, body: bytes, header_length: int | None, headers: dict, concurrency: int) -> dict:
-        return self.send_all([(body, header_length)] * concurrency, headers)
+    def send(self, label: str, body: bytes, header_length: int | None, headers: dict, concurrency: int) -> dict:
+        return self.send_all(f"{label} {len(body)} B x{concurrency}", [(body, header_length)] * concurrency, headers)
 
-    def send_all(self, bodies: list[tuple[bytes, int | None]], headers: dict) -> dict:
-        """``bodies`` sent at once (one thread each), RSS growth over the idle value just before."""
+    def send_all(self, label: str, bodies: list[tuple[bytes, int | None]], headers: dict) -> dict:
+        """``bodies`` sent at once (one thread each), RSS growth over the idle value just before; printed."""
         self.sampler.refresh()
         before = self.sampler.idle(self.args.idle)
         self.sampler.reset()
@@ -423,7 +423,7 @@ class Measurement:
         time.sleep(2 * self.args.interval)
         growth = {k: peak_growth([v], before[k]) for k, v in self.sampler.peaks.items()}
         errors = [r["error"] for r in results if r["error"]]
-        return {
+        row = {
             "concurrency": concurrency,
             "request_bytes": max(len(body) for body, _ in bodies),
             "statuses": sorted({str(r["status"]) for r in results}),
@@ -435,6 +435,13 @@ class Measurement:
             "bytes_per_byte": round(bytes_per_byte(growth["total"], sum(len(body) for body, _ in bodies)), 3),
             "samples": self.sampler.samples,
         }
+        print(
+            f"  {self.model} {label}: +{row['peak_growth_mib']} MiB (tritonserver +{row['server_growth_mib']}, "
+            f"stubs +{row['stubs_growth_mib']}; {row['bytes_per_byte']} B/B) {row['statuses']} "
+            f"{row['seconds_max']} s {(row['error'] or '')[:80]}",
+            flush=True,
+        )
+        return row
 
 
 def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: int, max_dims: dict | None):
@@ -481,18 +488,13 @@ def mixed_bursts(measurement, config, inputs, outputs, parameters, headers, limi
             out.append({"burst": count, "refused_by_gate": refused})
             break
         row = {"burst": count, "long": sum(r is not inputs for r in burst)}
-        row.update(measurement.send_all([body for body, _ in made], headers))
+        row.update(measurement.send_all(f"mixed burst x{count} ({row['long']} long)", [b for b, _ in made], headers))
         time.sleep(measurement.args.settle)
         row["held_after_mib"] = round(
             measurement.sampler.idle(measurement.args.idle)["total"] / MIB - row["baseline_mib"], 1
         )
         out.append(row)
-        print(
-            f"  {measurement.model} mixed burst x{count} ({row['long']} long): +{row['peak_growth_mib']} MiB "
-            f"(tritonserver +{row['server_growth_mib']}, stubs +{row['stubs_growth_mib']}), "
-            f"held {row['held_after_mib']} MiB after {measurement.args.settle} s, {row['statuses']} {row['seconds_max']} s",
-            flush=True,
-        )
+        print(f"  {measurement.model}: held {row['held_after_mib']} MiB {measurement.args.settle} s after", flush=True)
     return out
 
 
@@ -527,8 +529,7 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
         baseline = sampler.idle(args.idle)
         sampler.bound_bytes, sampler.on_over = baseline["total"] + args.abort_mib * MIB, on_over
         measurement = Measurement(server, sampler, model, args)
-        rows.append({"mode": "base", **measurement.send(*base, headers, 1)})
-        print(f"  {model} base {rows[-1]['request_bytes']} B: +{rows[-1]['peak_growth_mib']} MiB", flush=True)
+        rows.append({"mode": "base", **measurement.send("base", *base, headers, 1)})
         report["mixed_bursts"] = mixed_bursts(
             measurement, config, inputs, outputs, parameters, headers, limit, max_dims
         )
@@ -551,14 +552,8 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
                 for concurrency in (1,) if single_only else (1, args.concurrency):
                     if concurrency * len(made[0]) > args.max_in_flight_mib * MIB:
                         continue
-                    row = {"mode": grower.mode, "target": target, **measurement.send(*made, headers, concurrency)}
-                    rows.append(row)
-                    print(
-                        f"  {model} {grower.mode} {row['request_bytes']} B x{concurrency}: "
-                        f"+{row['peak_growth_mib']} MiB ({row['bytes_per_byte']} B/B) {row['statuses']} "
-                        f"{row['seconds_max']} s {(row['error'] or '')[:80]}",
-                        flush=True,
-                    )
+                    sent = measurement.send(grower.mode, *made, headers, concurrency)
+                    rows.append(row := {"mode": grower.mode, "target": target, **sent})
                     if over.is_set():
                         raise Aborted(f"RSS growth passed {args.abort_mib} MiB at {grower.mode} {len(made[0])} B")
                     if row["statuses"] == ["None"]:
