@@ -117,8 +117,6 @@ def _bench(args) -> int:
         )
 
     if args.only:
-        from harness.deployments import discover
-
         known = {b.id for d in discover() if not args.deployment or d.name == args.deployment for b in d.benchmarks}
         unknown = sorted(set(args.only) - known)
         if unknown:

@@ -164,12 +164,8 @@ def _repository(ctx_or_repository) -> Path:
 def assert_served_weights(
     ctx_or_repository, model: str, fixtures_identity: WeightsIdentity, served: WeightsIdentity | None = None
 ) -> None:
-    """Fail unless the weights ``model`` serves are those the fixtures were made from.
-
-    The served identity is the stamp of every ONNX file of ``model`` in the repository (a
-    check context or a repository path); ``served`` gives it instead for a model served
-    without an ONNX file (computed from the files its backend loads, see the module doc).
-    """
+    """Fail unless the weights ``model`` serves (the stamp of each of its ONNX files, or ``served``
+    for a model served without one) are those the fixtures were made from."""
     regenerate = fixtures_identity.regenerate or "the deployment's export.py --force, then its make_fixtures.py"
     if served is not None:
         found = [(f"{model} (installed files)", served)]
@@ -195,21 +191,15 @@ def assert_served_weights(
 
 @lru_cache(maxsize=64)
 def repository_commit(path: str | Path) -> str | None:
-    """The short hash of the last git commit that changed ``path`` (a deployment's model repository),
-    ``+dirty`` when files under it differ from that commit (or are new, not ignored); None outside git.
-    Records carry it (``model_repository_commit``) so the results matrix can say when a section was
-    measured on other code than is there now."""
+    """The short hash of the last git commit that changed ``path``, ``+dirty`` when files under it
+    differ from it (or are new, not ignored); None outside git."""
     path = Path(path)
     try:
         commit = subprocess.run(
             ["git", "log", "-1", "--format=%h", "--", "."], cwd=path, capture_output=True, text=True, timeout=20
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "."],
-            cwd=path,
-            capture_output=True,
-            text=True,
-            timeout=20,
+            ["git", "status", "--porcelain", "--", "."], cwd=path, capture_output=True, text=True, timeout=20
         )
     except (OSError, subprocess.SubprocessError):
         return None

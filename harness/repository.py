@@ -132,12 +132,9 @@ def derive(
     link: str = "symlink",
     prefix: str = "triton-derived-",
 ) -> Path:
-    """A repository ``dest/model_repository`` made of ``source``'s models (only ``models`` when given).
-
-    Files are links to the originals (``link``: ``"symlink"``, or ``"hard"`` for hard links, copies
-    where that fails, as packed-env copies need when mounted into a container); for each config file
-    ``edit(model, path, config)`` may return a changed config, which is written as a new file.
-    """
+    """A repository ``dest/model_repository`` of links to ``source``'s models (only ``models`` when
+    given; ``link="hard"``: hard links, copies across devices); ``edit(model, path, config)`` may
+    return a changed config, written as a new file."""
     source = Path(source).resolve()
     keep = set(models) if models is not None else None
     missing = sorted(keep - {p.name for p in model_dirs(source)}) if keep is not None else []

@@ -58,9 +58,8 @@ def apply_overrides(
 def variant_repository(
     source: Path, overrides: dict[str, dict], dest: Path | None = None, models: list[str] | tuple[str, ...] = ()
 ) -> Path:
-    """A repository in ``dest`` (default: a new temp dir) whose models link to ``source``'s
-    files, with each model named in ``overrides`` given a rewritten ``config.pbtxt``; only
-    ``models`` when given (a variant server then loads just what the scenario needs)."""
+    """A repository of links to ``source``'s files (only ``models`` when given), each model named in
+    ``overrides`` with a rewritten ``config.pbtxt``."""
     names = {p.name for p in model_dirs(source)}
     missing = [m for m in list(overrides) + list(models) if m not in names]
     if missing:

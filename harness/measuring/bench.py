@@ -54,9 +54,8 @@ def run_benchmark(
     on_level: Callable[[LoadResult], None] | None = None,
     record_fields: dict | None = None,
 ) -> list[dict]:
-    """Run one scenario at each concurrency and append a record per level; returns them.
-    ``record_fields`` go into every record (a comparison run's ``comparison``, ``run_id``, ``round``:
-    the matrix then keeps those records out of its cells)."""
+    """Run one scenario at each concurrency and append a record per level (with ``record_fields``,
+    e.g. a comparison run's ``comparison``); returns them."""
     workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     protocol = protocol or benchmark.protocol
     if protocol == "grpc" and not ctx.server.grpc_url:

@@ -36,9 +36,8 @@ def _role(process: psutil.Process) -> str | None:
 
 
 def process_memory(pid: int) -> dict[str, dict]:
-    """RSS (MiB) of the process tree under ``pid`` (the launcher's process: tritonserver, or the
-    front gate with tritonserver below it), keyed ``server`` (tritonserver), ``gate`` and
-    ``<label>#<pid>`` (stubs: ``stub:<model>#<pid>``)."""
+    """RSS (MiB) of the process tree under ``pid``, keyed ``server``, ``gate`` and ``<label>#<pid>``
+    (stubs: ``stub:<model>#<pid>``)."""
     out = {}
     try:
         root = psutil.Process(pid)
