@@ -131,14 +131,12 @@ def bytes_workload(
         key = i % len(cases)
         return {input_name: np.array([[cases[key]]], dtype=object)}, key
 
-    check = functools.partial(same_answer, atol=atol)
-
     return CheckedWorkload(
         model=model,
         output=output,
         make=make,
         expected=expected.__getitem__,
-        check=check,
+        check=functools.partial(same_answer, atol=atol),
         describe=(
             f"{model}: {len(cases)} files ({', '.join(names)}) in turn, each request's {output} compared with "
             f"what the same server gave that file alone before the load (atol {atol})"
@@ -152,12 +150,8 @@ def percentiles(latencies_ms: list[float]) -> dict:
     """p50 and p99 (ms, 2 decimals) and how many latencies."""
     if not latencies_ms:
         return {"p50_ms": None, "p99_ms": None, "n": 0}
-    lat = np.asarray(latencies_ms)
-    return {
-        "p50_ms": round(float(np.percentile(lat, 50)), 2),
-        "p99_ms": round(float(np.percentile(lat, 99)), 2),
-        "n": int(lat.size),
-    }
+    p50, p99 = np.percentile(latencies_ms, [50, 99])
+    return {"p50_ms": round(float(p50), 2), "p99_ms": round(float(p99), 2), "n": len(latencies_ms)}
 
 
 @dataclass

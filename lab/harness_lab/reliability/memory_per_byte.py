@@ -553,7 +553,8 @@ def measure_model(server, deployment, model: str, args, budget_bytes: float) -> 
                     if concurrency * len(made[0]) > args.max_in_flight_mib * MIB:
                         continue
                     sent = measurement.send(grower.mode, *made, headers, concurrency)
-                    rows.append(row := {"mode": grower.mode, "target": target, **sent})
+                    row = {"mode": grower.mode, "target": target, **sent}
+                    rows.append(row)
                     if over.is_set():
                         raise Aborted(f"RSS growth passed {args.abort_mib} MiB at {grower.mode} {len(made[0])} B")
                     if row["statuses"] == ["None"]:
