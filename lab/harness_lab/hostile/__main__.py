@@ -19,6 +19,7 @@ import json
 import socket
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from harness.testing.servers import deployment_server, repository_server, restarted, started, stop_server
@@ -168,9 +169,7 @@ def run(args, local) -> int:
         elif not args.only or klass in args.only:
             reason = "no gRPC url" if klass.startswith("grpc_") and not args.grpc_url else "not for this model"
             print(f"  {klass:17} {NOT_RUN:16}  0 req  {reason}")
-    counts = {}
-    for verdict, _ in classes.values():
-        counts[verdict] = counts.get(verdict, 0) + 1
+    counts = Counter(verdict for verdict, _ in classes.values())
     print(
         f"{len(classes)} classes in {time.monotonic() - began:.1f} s: "
         + ", ".join(f"{counts[v]} {v}" for v in SEVERITY if v in counts)

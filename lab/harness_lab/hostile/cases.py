@@ -204,19 +204,8 @@ def _with_item_text(target: Target, spec: InputSpec, item_text: bytes) -> bytes:
 
 
 def _binary_request(target: Target, spec: InputSpec, shape, size: int, data: bytes, header_length=None):
-    header = _json(
-        _request(
-            target,
-            {
-                spec.name: {
-                    "name": spec.name,
-                    "shape": shape,
-                    "datatype": spec.datatype,
-                    "parameters": {"binary_data_size": size},
-                }
-            },
-        )
-    )
+    item = {"name": spec.name, "shape": shape, "datatype": spec.datatype, "parameters": {"binary_data_size": size}}
+    header = _json(_request(target, {spec.name: item}))
     length = str(len(header)) if header_length is None else header_length
     return header + data, [("Inference-Header-Content-Length", length)]
 
@@ -291,22 +280,18 @@ def http_cases(target: Target, nbytes: int | None = None) -> list[Case]:
 
     # content_encoding
     valid = _json(_request(target))
-    add("content_encoding", "br_garbage", "Content-Encoding br, body not brotli", valid, [("Content-Encoding", "br")])
-    add(
-        "content_encoding",
-        "gzip_garbage",
-        "Content-Encoding gzip, body a broken gzip stream",
-        b"\x1f\x8b\x08\x00" + bytes(range(64)),
-        [("Content-Encoding", "gzip")],
-    )
-    add("content_encoding", "unknown", "Content-Encoding x-hostile", valid, [("Content-Encoding", "x-hostile")])
-    add(
-        "content_encoding",
-        "gzip_bomb",
-        "256 KiB of gzip inflating to 256 MiB",
-        gzip_bomb(256 << 20),
-        [("Content-Encoding", "gzip")],
-    )
+    for name, summary, body, encoding in (
+        ("br_garbage", "Content-Encoding br, body not brotli", valid, "br"),
+        (
+            "gzip_garbage",
+            "Content-Encoding gzip, body a broken gzip stream",
+            b"\x1f\x8b\x08\x00" + bytes(range(64)),
+            "gzip",
+        ),
+        ("unknown", "Content-Encoding x-hostile", valid, "x-hostile"),
+        ("gzip_bomb", "256 KiB of gzip inflating to 256 MiB", gzip_bomb(256 << 20), "gzip"),
+    ):
+        add("content_encoding", name, summary, body, [("Content-Encoding", encoding)])
 
     # bytes_lengths
     text = target.bytes_input()
@@ -322,14 +307,13 @@ def http_cases(target: Target, nbytes: int | None = None) -> list[Case]:
 
     # binary_size
     n = len(small_binary)
-    body, headers = _binary_request(target, sized, small_shape, n + 8, small_binary)
-    add("binary_size", "size_over_sent", f"binary_data_size {n + 8}, {n} bytes sent", body, headers)
-    body, headers = _binary_request(target, sized, small_shape, n, small_binary + bytes(16))
-    add("binary_size", "extra_bytes", f"binary_data_size {n}, {n + 16} bytes sent", body, headers)
-    body, headers = _binary_request(target, sized, small_shape, n, small_binary, header_length="999999")
-    add("binary_size", "header_length_past_end", "Inference-Header-Content-Length 999999", body, headers)
-    body, headers = _binary_request(target, sized, small_shape, n, small_binary, header_length="-1")
-    add("binary_size", "header_length_negative", "Inference-Header-Content-Length -1", body, headers)
+    for name, summary, size, data, header_length in (
+        ("size_over_sent", f"binary_data_size {n + 8}, {n} bytes sent", n + 8, small_binary, None),
+        ("extra_bytes", f"binary_data_size {n}, {n + 16} bytes sent", n, small_binary + bytes(16), None),
+        ("header_length_past_end", "Inference-Header-Content-Length 999999", n, small_binary, "999999"),
+        ("header_length_negative", "Inference-Header-Content-Length -1", n, small_binary, "-1"),
+    ):
+        add("binary_size", name, summary, *_binary_request(target, sized, small_shape, size, data, header_length))
 
     # wrong_datatype
     other = "INT8" if first.datatype != "INT8" else "FP32"
