@@ -18,55 +18,48 @@ TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
 
 def pytest_addoption(parser):
     group = parser.getgroup("triton harness")
-    group.addoption(
-        "--server-mode",
-        "--mode",
-        dest="server_mode",
-        choices=MODES,
-        default=default_mode(),
-        help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)",
-    )
-    group.addoption(
-        "--target",
-        default=os.environ.get("TRITON_TARGET", "cpu"),
-        help="cpu / gpu / npu (default: $TRITON_TARGET or cpu)",
-    )
-    group.addoption(
-        "--server-url",
-        default=os.environ.get("TRITON_SERVER_URL"),
-        help="HTTP host:port of a running server (external mode)",
-    )
-    group.addoption(
-        "--grpc-url",
-        default=os.environ.get("TRITON_GRPC_URL"),
-        help="gRPC host:port of a running server (external mode)",
-    )
-    group.addoption(
-        "--image",
-        default=os.environ.get("TRITON_IMAGE"),
-        help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
-        "the CPU image of `make image` for cpu)",
-    )
-    group.addoption(
-        "--record-results",
-        action="store_true",
-        help="append benchmark records and check outcomes to results/ for `make matrix` "
-        "(default: results/test-runs/, which the matrix does not read)",
-    )
-    group.addoption(
-        "--config-variant",
-        default=None,
-        metavar="BENCHMARK",
-        help="run the checks and bad-input tests on the config variant of the deployment's benchmark "
-        "BENCHMARK ([benchmarks.config.*]: e.g. a model on the openvino backend), all models loaded; "
-        "deployments without that benchmark are skipped",
-    )
-    group.addoption(
-        "--bench-duration",
-        type=float,
-        default=float(os.environ.get("BENCH_DURATION", "2")),
-        help="seconds measured per concurrency level in benchmark tests (default 2)",
-    )
+    env = os.environ.get
+    options = {
+        ("--server-mode", "--mode"): dict(
+            dest="server_mode",
+            choices=MODES,
+            default=default_mode(),
+            help="how to get a tritonserver (default: $TRITON_SERVER_MODE or local)",
+        ),
+        ("--target",): dict(
+            default=env("TRITON_TARGET", "cpu"), help="cpu / gpu / npu (default: $TRITON_TARGET or cpu)"
+        ),
+        ("--server-url",): dict(
+            default=env("TRITON_SERVER_URL"), help="HTTP host:port of a running server (external mode)"
+        ),
+        ("--grpc-url",): dict(
+            default=env("TRITON_GRPC_URL"), help="gRPC host:port of a running server (external mode)"
+        ),
+        ("--image",): dict(
+            default=env("TRITON_IMAGE"),
+            help="docker mode: the tritonserver image (default: $TRITON_IMAGE, else the target's: "
+            "the CPU image of `make image` for cpu)",
+        ),
+        ("--record-results",): dict(
+            action="store_true",
+            help="append benchmark records and check outcomes to results/ for `make matrix` "
+            "(default: results/test-runs/, which the matrix does not read)",
+        ),
+        ("--config-variant",): dict(
+            default=None,
+            metavar="BENCHMARK",
+            help="run the checks and bad-input tests on the config variant of the deployment's benchmark "
+            "BENCHMARK ([benchmarks.config.*]: e.g. a model on the openvino backend), all models loaded; "
+            "deployments without that benchmark are skipped",
+        ),
+        ("--bench-duration",): dict(
+            type=float,
+            default=float(env("BENCH_DURATION", "2")),
+            help="seconds measured per concurrency level in benchmark tests (default 2)",
+        ),
+    }
+    for flags, settings in options.items():
+        group.addoption(*flags, **settings)
 
 
 @pytest.fixture(scope="session")
