@@ -89,19 +89,20 @@ def _wait(predicate, timeout_s: float | None, interval_s: float = 0.1, stop: thr
     return False
 
 
-class ReadinessWatch:
+class ReadinessWatch(threading.Thread):
     """Polls ``/v2/health/ready`` (what probes and load balancers read) every ``interval_s``
     from ``since``: when it first answered not-ready, and when it was ready again after that."""
 
-    def __init__(self, http_url: str, since: float, interval_s: float = 0.05):
-        self.url, self.since, self.interval_s = http_url, since, interval_s
-        self.not_ready_at: float | None = None
-        self.ready_again_at: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+    STATES = {"not_ready_after_s": False, "ready_again_after_s": True}
 
-    def _run(self) -> None:
+    def __init__(self, http_url: str, since: float, interval_s: float = 0.05):
+        super().__init__(daemon=True)
+        self.url, self.since, self.interval_s = http_url, since, interval_s
+        self.seen: dict[str, float] = {}
+        self.halt = threading.Event()
+        self.start()
+
+    def run(self) -> None:
         with httpclient.InferenceServerClient(self.url, connection_timeout=1, network_timeout=1) as client:
 
             def ready() -> bool:
@@ -110,16 +111,15 @@ class ReadinessWatch:
                 except Exception:  # noqa: BLE001 - a server that does not answer is not ready
                     return False
 
-            if _wait(lambda: not ready(), None, self.interval_s, self._stop):
-                self.not_ready_at = time.monotonic()
-                if _wait(ready, None, self.interval_s, self._stop):
-                    self.ready_again_at = time.monotonic()
+            for key, wanted in self.STATES.items():
+                if not _wait(lambda wanted=wanted: ready() == wanted, None, self.interval_s, self.halt):
+                    return
+                self.seen[key] = round(time.monotonic() - self.since, 2)
 
     def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(5)
-        rel = lambda t: round(t - self.since, 2) if t is not None else None
-        return {"not_ready_after_s": rel(self.not_ready_at), "ready_again_after_s": rel(self.ready_again_at)}
+        self.halt.set()
+        self.join(5)
+        return {key: self.seen.get(key) for key in self.STATES}
 
 
 # -- scenarios --------------------------------------------------------------------------------
