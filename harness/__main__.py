@@ -1,12 +1,6 @@
 """Command line: ``python -m harness`` (or ``triton-harness``) ``{list,export,serve,bench,pack-env,...}``;
-the harness's other tools (matrix, pair-bench) and those of installed distributions (the lab's soak,
-faults, hostile, ...: entry points ``triton_harness.commands``) are subcommands of the same tree.
-
-    python -m harness serve <deployment>            # export what is missing, serve until Ctrl-C
-    python -m harness bench <deployment> --duration 5
-    python -m harness new <name> --from <deployment>     # your own copy (docs/adding-a-deployment.md)
-    python -m harness refresh <deployment>          # export, fixtures, quantization gates, in order
-"""
+the core's other tools (``CORE_TOOLS``) and those of installed distributions (entry points
+``triton_harness.commands``) are subcommands of the same tree. Commands: docs/harness.md."""
 
 from __future__ import annotations
 
