@@ -1,12 +1,7 @@
-"""Optional bearer-token auth of the gate's public routes (off by default), as TEI and infinity offer it.
+"""Optional bearer-token auth of the gate's public routes (off by default; docs/harness.md, "API keys").
 
-With API keys set (``--api-key-file`` of ``python -m harness.serving.gate serve``, or
-``api_keys`` in the local gate's start-up file; one key per line, several for a rotation), every
-HTTP request (``/v1`` and ``/v2``) and every gRPC call needs ``Authorization: Bearer <key>``
-(gRPC: the ``authorization`` metadata) or the admin header, else 401 / UNAUTHENTICATED.
-Not guarded: the health probes (HTTP ``/v2/health/live`` and ``/v2/health/ready``, gRPC
-``ServerLive`` / ``ServerReady``), which Kubernetes and Compose call without credentials and which
-reveal nothing but up/ready, and the metrics port (its own socket, scraped by Prometheus).
+With API keys set, every HTTP request and gRPC call but the health probes needs
+``Authorization: Bearer <key>`` (gRPC: the ``authorization`` metadata) or the admin header.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import struct
 import tempfile
 
 import grpc
@@ -26,7 +25,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from harness.serving.gate.auth import PROBE_METHODS, bearer_ok
-from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, triton_datatype
+from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, count_bytes_elements, triton_datatype
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
@@ -96,17 +95,12 @@ def validate_grpc_infer(
                 raise GateError(
                     400, f"{where}: shape {shape} x {expected} is {elements * size} bytes, {len(data)} sent"
                 )
-            if size is None:
-                count, offset = 0, 0
-                while offset + 4 <= len(data) and count <= elements:
-                    offset += 4 + struct.unpack_from("<I", data, offset)[0]
-                    count += 1
-                if count != elements or offset != len(data):
-                    raise GateError(
-                        400,
-                        f"{where}: shape {shape} declares {elements} BYTES elements, "
-                        f"the raw data does not hold exactly that many",
-                    )
+            count = count_bytes_elements(memoryview(data), elements) if size is None else elements
+            if count != elements:
+                held = "more" if count > elements else count
+                raise GateError(
+                    400, f"{where}: shape {shape} declares {elements} BYTES elements, the raw data holds {held}"
+                )
         elif "shared_memory_region" in item.parameters:
             continue
         else:

@@ -1,39 +1,9 @@
 """OpenAI-compatible embeddings on the gate's public HTTP port: ``POST /v1/embeddings``, ``GET /v1/models``.
 
-What the ``openai`` client, langchain-openai's ``OpenAIEmbeddings`` and LlamaIndex's
-``OpenAILikeEmbedding`` send is answered from the deployment's own models, mapped by the gate
-policy's ``openai`` key (``policy``; built from the manifest's ``[openai]`` table)::
-
-    {"default": "fast",
-     "models": {"fast": {"text": {"model": "m_text", "input": "TEXT", "output": "EMBEDDING",
-                                  "tokens_output": "TOKEN_COUNT"},
-                         "tokenizer": {"model": "tok", "input": "TEXT", "ids": "input_ids", "mask": "attention_mask"},
-                         "tokens": {"model": "m_ids", "ids": "input_ids", "mask": "attention_mask",
-                                    "output": "last_hidden_state", "pooling": "mean", "normalize": true,
-                                    "vocab_size": 30522}}}}
-
-- ``text``: a text-in model (BYTES in, one vector per text out); with ``tokens_output``, its
-  output of each text's token count, asked for beside the vectors and summed for ``usage``;
-- ``tokenizer``: the server model that tokenizes exactly as the text path does: its ids (or
-  mask) give ``usage`` (non-padding tokens per text, after the model's own truncation) where
-  ``text`` has no ``tokens_output`` (a second request, run alongside), and without ``text`` it
-  feeds ``tokens`` (text -> tokenizer -> token-in model -> pooling here);
-- ``tokens``: a token-in model for ``input`` given as token ids (a list of ints, a list of
-  lists); its rank-3 output is pooled (``pooling``: ``"mean"`` over the mask, ``"cls"`` the first
-  token, ``"lasttoken"`` the last one the mask keeps: as the model folder's sentence-transformers
-  Pooling config says) and L2-normalised when ``normalize``, or taken as it is (``"none"``). Ids are padded to the
-  longest row (``pad_id``) or to the config's fixed length; longer rows than the config or the
-  gate policy's ``max_dims`` allow, and ids outside ``0..vocab_size-1``, are refused with 400.
-
-Requests are parsed as OpenAI documents them: ``input`` (a non-empty string, a list of 1..2048
-non-empty strings, a list of ints, a list of lists of ints), ``model`` (the default when
-absent), ``encoding_format`` (``float`` | ``base64``: little-endian float32, what the openai
-client decodes), ``dimensions`` (accepted only equal to the model's size), ``user`` (ignored);
-any other field is refused with 400 (as OpenAI refuses an unrecognized argument). Inputs above
-the model's ``max_batch_size`` go as several Triton requests at once, reassembled in order.
-Tensors travel as binary data over the gate's upstream session. Errors come in OpenAI's error
-object, ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 401 no or a wrong
-API key (``auth``), 404 unknown model, 413 over the body limit, 503 while not ready / draining.
+Answered from the deployment's own models as the gate policy's ``openai`` mapping names them
+(``policy.OpenAIModel``: a ``text`` model, a ``tokenizer``, a ``tokens`` model with its pooling);
+requests parsed as OpenAI documents them, errors in OpenAI's error object. What is accepted and
+refused, and where ``usage`` comes from: docs/harness.md, "OpenAI-compatible embeddings".
 """
 
 from __future__ import annotations
@@ -41,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import struct
 import time
 from typing import Literal
 
@@ -54,6 +23,7 @@ except ImportError:  # an image without it: the stdlib's encoder, same numbers (
     orjson = None
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
+from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 from harness.serving.gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
 from harness.serving.gate.validate import GateError, parse_json, triton_datatype
@@ -133,16 +103,6 @@ def parse_request(body: bytes, mapping: OpenAIMapping) -> dict:
     return {"model": name, "kind": kind, "items": items, "encoding": encoding, "dimensions": request.dimensions}
 
 
-def bytes_tensor(texts: list[str]) -> bytes:
-    """Triton's binary BYTES layout: a 4-byte little-endian length before each element."""
-    parts = []
-    for text in texts:
-        data = text.encode("utf-8")  # parse_request refused unpaired surrogates
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
 def infer_body(inputs: list[tuple[str, str, list[int], bytes]], outputs: list[str]) -> tuple[bytes, int]:
     """A binary-data inference request: (body, its JSON header's length)."""
     header = {
@@ -162,7 +122,7 @@ def parse_infer_response(payload: bytes, header_length: int | None) -> dict[str,
     offset = header_length or len(payload)
     out = {}
     for item in header.get("outputs") or []:
-        dtype = np.dtype(DTYPES[item["datatype"]])
+        dtype = np.dtype(triton_to_np_dtype(item["datatype"]))
         size = (item.get("parameters") or {}).get("binary_data_size")
         if size is None:
             array = np.asarray(item["data"], dtype=dtype)
@@ -171,9 +131,6 @@ def parse_infer_response(payload: bytes, header_length: int | None) -> dict[str,
             offset += size
         out[item["name"]] = array.reshape(item["shape"])
     return out
-
-
-DTYPES = {"FP32": "<f4", "FP16": "<f2", "FP64": "<f8", "INT64": "<i8", "INT32": "<i4", "BOOL": "?"}
 
 
 def _last_dim(config: ModelConfig, output: str) -> int | None:
@@ -299,7 +256,8 @@ class OpenAIFront:
 
     def _text_input(self, config: ModelConfig, name: str, texts: list[str]) -> tuple:
         spec = _input_spec(config, name)
-        return (name, triton_datatype(spec.data_type), [len(texts)] + [1] * len(spec.dims), bytes_tensor(texts))
+        data = serialize_byte_tensor(np.array(texts, dtype=object)).item()  # parse_request refused surrogates
+        return (name, triton_datatype(spec.data_type), [len(texts)] + [1] * len(spec.dims), data)
 
     async def _tokenize(self, spec: OpenAITokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask) of ``texts`` from the tokenizer model (mask: ids != pad where it has none)."""

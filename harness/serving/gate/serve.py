@@ -114,14 +114,48 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def restricted_apis(mode: str) -> list[str]:
+    """``RESTRICTED_APIS``, and the model repository too in model-control mode ``none``."""
+    return list(RESTRICTED_APIS) + (["model-repository"] if mode == "none" else [])
+
+
 def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A listening (inheritable) socket; OSError ``cannot listen on host:port: why``."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:  # one socket per gate worker on the same port; the kernel spreads connections
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(1024)
+    sock.set_inheritable(True)
     return sock
+
+
+def worker_sockets(host: str, ports: tuple[int, int, int], workers: int, grpc: bool, metrics: bool = True):
+    """Per gate worker its public sockets: HTTP (and gRPC) on the shared ports, metrics for the first."""
+    http, grpc_port, metrics_port = ports
+    socks: list[dict[str, socket.socket]] = [{} for _ in range(workers)]
+    try:
+        for worker, mine in enumerate(socks):
+            mine["http"] = listen(host, http, reuse_port=True)
+            if grpc:
+                mine["grpc"] = listen(host, grpc_port, reuse_port=True)
+            if metrics and worker == 0:
+                mine["metrics"] = listen(host, metrics_port)
+    except OSError:
+        close_sockets(socks)
+        raise
+    return socks
+
+
+def close_sockets(socks: list[dict[str, socket.socket]]) -> None:
+    for mine in socks:
+        for sock in mine.values():
+            sock.close()
 
 
 def read_token(path: str | None) -> tuple[str, str]:
@@ -191,19 +225,12 @@ def serve_main(argv: list[str]) -> int:
     grpc = flag(command, "--allow-grpc", "true").lower() not in ("false", "0", "no")
     metrics = flag(command, "--allow-metrics", "true").lower() not in ("false", "0", "no")
     mode = flag(command, "--model-control-mode", "none")
-    restricted = list(RESTRICTED_APIS) + (["model-repository"] if mode == "none" else [])
+    restricted = restricted_apis(mode)
     token, token_note = read_token(args.admin_token_file)
     internal = secrets.token_hex(16)
     private = (free_port(), free_port(), free_port())
     workers = args.gate_workers or default_workers()
-    socks = [
-        {
-            "http": listen(args.host, args.http_port, reuse_port=True),
-            "grpc": listen(args.host, args.grpc_port, reuse_port=True) if grpc else None,
-            "metrics": listen(args.host, args.metrics_port) if metrics and worker == 0 else None,
-        }
-        for worker in range(workers)
-    ]
+    socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
     config = {
         "command": gated_command(command, private, internal, restricted, grpc),

@@ -1,32 +1,11 @@
 """The front gate process: owns tritonserver, validates every request, reports honest readiness.
 
 Started by ``LocalTritonServer`` as ``python -m harness.serving.gate <config.json>`` with the public
-HTTP, gRPC and metrics sockets already bound (their file descriptors are inherited). Then:
-
-1. **Isolation** (``isolation``, as root): the gate moves into a private network namespace and a
-   private mount namespace before it starts anything. tritonserver, started by the gate, listens
-   on the loopback of that namespace, which no other process on the host can reach; a fresh
-   tmpfs on ``/dev/shm`` (mode 0700) holds the Python stubs' IPC regions, invisible to other
-   users and gone when the server stops. The sockets bound by the launcher stay in the host
-   namespace, so clients reach only the gate. Without root the gate says so on its log and
-   falls back to tritonserver on private loopback ports.
-2. **Validation** (``validate``, ``http_front``) of every HTTP inference request before Triton
-   parses it, a body limit per model, internal models (every model the gate policy does not
-   name public: ``policy``) refused to clients, and the restricted APIs (shared memory,
-   trace, logging, model repository) behind the admin header. The admin token reaches the
-   gate in a 0600 file it deletes once read; tritonserver's own restricted-API token is a
-   different random value, useless outside the namespace.
-3. **gRPC** (``grpc_proxy``) through a byte-level proxy (grpc.aio generic handlers) with the same
-   admin check, internal-model check, shape/data consistency and a message-size limit.
-4. **Honest readiness** (``stub_watch``): the stubs of every model are watched; when one dies while
-   Triton still calls the model READY, the gate's ``/v2/health/ready`` and the model's ready
-   endpoint answer not-ready, and the gate unloads + loads the model (tritonserver runs in
-   explicit model-control mode for that; a user's ``none`` becomes explicit with every model
-   loaded at start and the load/unload API refused).
-5. **SIGTERM drains**: readiness turns false, new inference is refused with 503, in-flight
-   requests finish (up to the exit timeout), then tritonserver is stopped and the gate exits.
-6. **Workers** (``workers``): one process per set of public sockets given; the first owns
-   tritonserver and the stub watch, the others are forked from it and share its state.
+sockets already bound (inherited file descriptors), or by ``serve``. Its parts: ``isolation``
+(private network and mount namespace, as root), ``validate`` and ``http_front`` (HTTP checks before
+Triton parses a request), ``policy`` (internal models, bounds), ``grpc_proxy``, ``openai_api``,
+``stub_watch`` (readiness and reload when a stub dies), ``workers``; SIGTERM drains in-flight
+requests, then stops tritonserver (lab/docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ ports, as before (used to measure the gate's cost).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -33,7 +33,14 @@ import psutil
 
 from harness.repository import RepositoryError
 from harness.serving.gate.isolation import sigterm_when_parent_dies
-from harness.serving.gate.serve import ADMIN_HEADER, RESTRICTED_APIS, free_port, gated_command
+from harness.serving.gate.serve import (
+    ADMIN_HEADER,
+    close_sockets,
+    free_port,
+    gated_command,
+    restricted_apis,
+    worker_sockets,
+)
 from harness.serving.gate.workers import default_workers
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
@@ -138,10 +145,7 @@ class LocalTritonServer(StartedTritonServer):
 
     def restricted_apis(self) -> list[str]:
         """APIs refused without ``admin_headers``: model-repository too unless a control mode was asked for."""
-        apis = list(RESTRICTED_APIS)
-        if self.options.model_control_mode == "none":
-            apis.append("model-repository")
-        return apis
+        return restricted_apis(self.options.model_control_mode)
 
     def command(self) -> list[str]:
         """The full tritonserver command line: the options' flags (``option_args``, shared with the
@@ -195,29 +199,10 @@ class LocalTritonServer(StartedTritonServer):
 
     def gate_events(self) -> list[dict]:
         """What the gate recorded (stub deaths, reloads), oldest first."""
-        import json
-
         path = self.work_dir / "gate-events.jsonl"
         if not path.exists():
             return list(self._final_events)
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def _listen(self, port: int, reuse_port: bool = False) -> socket.socket:
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:  # one socket per gate worker on the same port; the kernel spreads connections
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            sock.bind((self.host, port))
-        except OSError as exc:
-            sock.close()
-            raise ServerStartError(
-                f"cannot listen on {self.host}:{port}: {exc.strerror} "
-                "(another server there? pick free ports with --http-port/--grpc-port/--metrics-port)"
-            ) from None
-        sock.listen(1024)
-        sock.set_inheritable(True)
-        return sock
 
     def environment(self) -> dict[str, str]:
         """Library path for the binary and the stub; the venv first on PATH for the stub."""
@@ -267,32 +252,26 @@ class LocalTritonServer(StartedTritonServer):
         )
 
     def _start_gate(self) -> None:
-        """The gate with its sockets bound here: per worker an HTTP (and gRPC) socket on the public
-        port (SO_REUSEPORT), and the metrics socket for the first worker."""
-        socks: list[dict[str, socket.socket]] = []
+        """The gate with its sockets bound here (``worker_sockets``), handed over as file descriptors."""
+        ports = (self.http_port, self.grpc_port, self.metrics_port)
         try:
-            for worker in range(self.gate_workers):
-                mine = {"http": self._listen(self.http_port, reuse_port=True)}
-                if worker == 0:
-                    mine["metrics"] = self._listen(self.metrics_port)
-                if self.options.allow_grpc:
-                    mine["grpc"] = self._listen(self.grpc_port, reuse_port=True)
-                socks.append(mine)
+            socks = worker_sockets(self.host, ports, self.gate_workers, self.options.allow_grpc)
+        except OSError as exc:
+            raise ServerStartError(
+                f"{exc.strerror} (another server there? pick free ports with --http-port/--grpc-port/--metrics-port)"
+            ) from None
+        try:
             fds = [{name: sock.fileno() for name, sock in mine.items()} for mine in socks]
             config_path = self.work_dir / "gate.json"
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
-                import json
-
                 json.dump(self.gate_config(fds), f)
             self.process = self._spawn(
                 [sys.executable, "-m", "harness.serving.gate", str(config_path)],
                 pass_fds=[fd for mine in fds for fd in mine.values()],
             )
         finally:
-            for mine in socks:
-                for sock in mine.values():
-                    sock.close()
+            close_sockets(socks)
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
