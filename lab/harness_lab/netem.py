@@ -194,14 +194,13 @@ def run_bench(
             + f"\n  {ns.qdisc}",
             flush=True,
         )
-        options = f"--duration {duration_s} --warmup {warmup_s} --target {target}"
-        inner = [sys.executable, "-m", "harness_lab.netem", "_inner", *options.split()]
-        if deployment:
-            inner += ["--deployment", deployment]
+        # the core's bench, served inside the namespace on its loopback
+        options = f"--mode local --target {target} --duration {duration_s} --warmup {warmup_s}"
+        inner = [sys.executable, "-m", "harness", "bench", *([deployment] if deployment else []), *options.split()]
         if concurrency:
             inner += ["--concurrency", *map(str, concurrency)]
         if benchmarks:
-            inner += ["--benchmark", *benchmarks]
+            inner += ["--only", *benchmarks]
         env = {**os.environ, "HARNESS_RESULTS_DIR": tmp, "PYTHONUNBUFFERED": "1"}
         done = subprocess.run(ns.wrap(inner), env=env, cwd=PROJECT_ROOT)
         rows = [annotate(r, ns.describe()) for r in read_records(Path(tmp) / "records.jsonl")]
@@ -212,44 +211,6 @@ def run_bench(
                 f"the benchmark inside {ns.name} failed (exit {done.returncode}); {len(rows)} records kept"
             )
     return rows
-
-
-def _inner(args) -> int:
-    """Inside the namespace: serve each deployment on 127.0.0.1 and run its scenarios."""
-    from harness.measuring.bench import run_benchmark
-    from harness.session import ServerPool, for_each_scenario
-
-    def run(deployment, benchmark, ctx):
-        def show(level):
-            m = level.metrics()
-            print(
-                f"{deployment.name:16} {benchmark.id:34} c={m['concurrency']:<3} {m['perf_throughput']:9.1f}"
-                f" infer/s  p50 {m['perf_latency_p50']:8.1f} ms  p99 {m['perf_latency_p99']:8.1f} ms  "
-                f"{m['bytes_sent_per_request']:,} B sent/req  errors {m['errors']}",
-                flush=True,
-            )
-
-        run_benchmark(
-            ctx,
-            benchmark,
-            duration_s=args.duration,
-            warmup_s=args.warmup,
-            concurrencies=args.concurrency,
-            on_level=show,
-        )
-
-    pool = ServerPool(mode="local", target=args.target)
-    try:
-        failed = for_each_scenario(
-            pool,
-            run,
-            deployments=[args.deployment] if args.deployment else None,
-            target=args.target,
-            only=args.benchmark,
-        )
-    finally:
-        pool.close()
-    return 1 if failed else 0
 
 
 def _check(args) -> int:
@@ -348,17 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     for p in (check, bench):
         p.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
     bench.set_defaults(func=_bench)
-    inner = sub.add_parser("_inner")
-    inner.add_argument("--deployment")
-    inner.set_defaults(func=_inner)
-    for p in (bench, inner):
-        p.add_argument("--target", default="cpu")
-        p.add_argument("--duration", type=float, default=5.0)
-        p.add_argument("--warmup", type=float, default=1.0)
-        p.add_argument("--concurrency", type=int, nargs="*")
-        p.add_argument(
-            "--benchmark", nargs="*", help="these benchmark ids (default: those a manifest marks network = true)"
-        )
+    bench.add_argument("--target", default="cpu")
+    bench.add_argument("--duration", type=float, default=5.0)
+    bench.add_argument("--warmup", type=float, default=1.0)
+    bench.add_argument("--concurrency", type=int, nargs="*")
+    bench.add_argument(
+        "--benchmark", nargs="*", help="these benchmark ids (default: those a manifest marks network = true)"
+    )
     sub.add_parser("cleanup", help="remove namespaces left by killed runs").set_defaults(func=_cleanup)
     args = parser.parse_args(argv)
     return args.func(args)
