@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.serving.launchers.docker_engine import DockerStartError, engine
-from harness.serving.launchers.docker_images import CPU_IMAGE
-
 
 @pytest.fixture(scope="module")
 def swarm_image(request) -> str:
     """The CPU image for a swarm run: skipped unless in docker mode with an engine; fails when it is missing."""
+    from harness.serving.launchers.docker_engine import DockerStartError, engine
+    from harness.serving.launchers.docker_images import CPU_IMAGE
+
     if request.config.getoption("--server-mode") != "docker":
         pytest.skip("a swarm run needs the image and the packed envs: make test-docker (--server-mode docker)")
     try:
