@@ -102,15 +102,10 @@ def pinning_label(record: dict) -> str:
     return "" if pinning in ("", "none") else pinning
 
 
-def current_commits(deployments) -> dict[str, str | None]:
-    """Deployment name -> the commit of its model repository now (None outside a git checkout)."""
-    return {d.name: repository_commit(d.model_repository) for d in deployments}
-
-
 def freshness_note(records: list[dict], deployments) -> str:
     """ "" when every record measured its deployment's model repository as committed now, else one
     sentence saying which records are older (or do not say) and the commit they would need."""
-    now = current_commits(deployments)
+    now = {d.name: repository_commit(d.model_repository) for d in deployments}
     notes = []
     for name in sorted({r.get("deployment") for r in records if r.get("deployment") in now}):
         mine = [r for r in records if r.get("deployment") == name]

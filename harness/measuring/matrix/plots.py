@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.measuring.matrix.cells import dates, generator_family, stamp
 from harness.measuring.matrix.fmt import rate, ratio
-from harness.measuring.matrix.headlines import cost_kinds, costs_heading
+from harness.measuring.matrix.headlines import cost_kinds, costs_heading, machine
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
 PLOT_KINDS = ("throughput", "latency", "bytes")
@@ -62,11 +62,6 @@ def variants_in_order(rows: list[dict], model_only: dict[str, str] | None = None
     return sorted({r["benchmark"] for r in rows}, key=lambda b: (families.get(b, b), first[b]))
 
 
-def caption(mode: str, rows: list[dict]) -> str:
-    machine = rows[0].get("machine") or {}
-    return f"{mode} server, {dates(rows)}, {machine.get('cpu_model', 'unknown CPU')}, {machine.get('cpu_cores')} cores"
-
-
 def sweeps(rows: list[dict]) -> dict[str, list[dict]]:
     """Variants measured at ``SWEEP_POINTS`` or more concurrencies: their rows by concurrency."""
     by_variant: dict[str, list[dict]] = {}
@@ -90,7 +85,7 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     variants = variants_in_order(run, model_only)
     levels = sorted({int(r["concurrency"]) for r in run})
     at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
-    where = caption(mode, run)
+    where = f"{mode} server, {dates(run)}, {machine(run[0])}"
     height = 1.6 + 0.3 * (len(at) + len(variants))
 
     colors = {c: f"C{i}" for i, c in enumerate(levels)}

@@ -67,10 +67,6 @@ def render_table(data: dict, mode: str | None = None) -> str:
     return table(rows, COLUMNS)
 
 
-def _modes(data: dict) -> list[str]:
-    return list(dict.fromkeys(r["server_mode"] for r in data["rows"]))
-
-
 def _caption(data: dict, mode: str) -> str:
     """Which run(s) a mode's table comes from: machine, server, gate, pinning, dates."""
     measured = [r for r in data["rows"] if r["measured"] and r["server_mode"] == mode]
@@ -153,7 +149,7 @@ def render_markdown(
         data = {**data, "name": name}
         lines += [f"## {name}", "", data["summary"], ""]
         above = False
-        for mode in _modes(data):
+        for mode in dict.fromkeys(r["server_mode"] for r in data["rows"]):
             lines += [_caption(data, mode), "", render_table(data, mode), ""]
             above = above or any(
                 r["measured"] and r["server_mode"] == mode and _served(r) == "> ceiling" for r in data["rows"]
