@@ -92,8 +92,9 @@ def server_args(deployment: Deployment, options: RenderOptions) -> list[str]:
     return args + list(server.extra_args)
 
 
-def bundle_image(deployment: Deployment, options: RenderOptions) -> str:
-    return options.bundle_image or f"triton-harness/{deployment.name.replace('_', '-')}-bundle:latest"
+def gated(deployment: Deployment, command: list[str], *gate_args: str) -> list[str]:
+    """``command`` behind the front gate, the deployment's gate policy inline (public models, bounds, /v1)."""
+    return serve_command(command, *gate_args, "--policy-json", deployment.gate_policy().model_dump_json())
 
 
 def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
@@ -101,13 +102,8 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     limits = resources(deployment, options.extra)
     command = server_args(deployment, options)
     if options.gate:
-        # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
-        policy = deployment.gate_policy().model_dump_json()
-        command = serve_command(
-            command,
-            *("--host", "0.0.0.0", "--http-port", "8000", "--grpc-port", "8001", "--metrics-port", "8002"),
-            *("--policy-json", policy),
-        )
+        ports = ("--http-port", "8000", "--grpc-port", "8001", "--metrics-port", "8002")
+        command = gated(deployment, command, "--host", "0.0.0.0", *ports)
     container = {
         "name": "tritonserver",
         "image": options.image,
@@ -125,7 +121,7 @@ def triton_deployment(deployment: Deployment, options: RenderOptions) -> dict:
     }
     init = {
         "name": "model-bundle",
-        "image": bundle_image(deployment, options),
+        "image": options.bundle_image or f"triton-harness/{deployment.name.replace('_', '-')}-bundle:latest",
         "command": ["cp", "-a", "/bundle/.", BUNDLE_ROOT + "/"],
         "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_ROOT}],
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},

@@ -16,11 +16,11 @@ import yaml
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.repository import dependencies
-from harness.serving.gate.serve import free_port, serve_command
+from harness.serving.gate.serve import free_port
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
 from harness_lab.scaleout.footprint import resources
-from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query
+from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query, gated
 from harness_lab.scaleout.nodes import remove_workers
 
 IMAGES = PROJECT_ROOT / "images"
@@ -235,11 +235,7 @@ class Stack:
             "--exit-timeout-secs=10",
             "--allow-grpc=false",
         ] + [f"--load-model={m}" for m in self.models]
-        if not self.gate:
-            return triton
-        # The deployment's gate policy inline: public models, bounds, the /v1 mapping (harness.serving.gate.policy).
-        policy = self.deployment.gate_policy().model_dump_json()
-        return serve_command(triton, "--http-port", "8000", "--metrics-port", "8002", "--policy-json", policy)
+        return gated(self.deployment, triton, "--http-port", "8000", "--metrics-port", "8002") if self.gate else triton
 
     def mount(self, version: str) -> dict:
         return {"type": "bind", "source": str(self.bundle_path(version)), "target": BUNDLE_ROOT, "read_only": True}
