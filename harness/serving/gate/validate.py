@@ -1,22 +1,10 @@
 """Checks an HTTP/REST inference request before tritonserver parses it.
 
 tritonserver 2.51 allocates an input from its *declared* shape before it reads the data, and
-parses JSON recursively: a 193-byte request declaring ``[1,131072,131072]`` FP32 with one
-value aborts it with ``std::bad_alloc``, and 50,000 nested ``[`` overflow its stack. These
-checks refuse such requests with a 4xx before Triton sees them:
-
-- the body size (per model: the gate policy's ``max_body_bytes``, else a bound computed
-  from the config for fixed-size inputs, else the gate's default);
-- JSON nesting (the standard parser stops near depth 1000; ``data`` may nest no deeper
-  than the declared rank; ``parameters`` values must be scalars);
-- every input known to the model, of the configured datatype, with a shape of the
-  configured rank, fixed dims equal to the config's, and the batch dim within
-  ``max_batch_size``;
-- the declared shape x datatype consistent with what was actually sent: the number of JSON
-  ``data`` values, or ``binary_data_size`` (and, for BYTES, the length-prefixed elements in
-  the binary section), and the binary sections adding up to the bytes after the header.
-
-Everything here is plain Python on bytes and dicts, so it is tested without a server.
+parses JSON recursively (a 193-byte request can abort it with ``std::bad_alloc``, deep nesting
+overflow its stack): the body size, JSON nesting, every input's name, datatype and shape against
+the config, and the declared shape x datatype against the data actually sent are checked here,
+each refusal a 4xx. Plain Python on bytes and dicts, tested without a server.
 """
 
 from __future__ import annotations
@@ -25,26 +13,14 @@ import json
 import math
 import struct
 
+import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
+from tritonclient.utils import triton_to_np_dtype
 
 #: Bytes per element of each Triton datatype (BYTES is variable).
-DTYPE_SIZE = {
-    "BOOL": 1,
-    "UINT8": 1,
-    "UINT16": 2,
-    "UINT32": 4,
-    "UINT64": 8,
-    "INT8": 1,
-    "INT16": 2,
-    "INT32": 4,
-    "INT64": 8,
-    "FP16": 2,
-    "BF16": 2,
-    "FP32": 4,
-    "FP64": 8,
-    "BYTES": None,
-}
+DATATYPES = ["BOOL", "FP16", "BF16", "FP32", "FP64"] + [f"{u}INT{n}" for u in ("", "U") for n in (8, 16, 32, 64)]
+DTYPE_SIZE = {name: np.dtype(triton_to_np_dtype(name)).itemsize for name in DATATYPES} | {"BYTES": None}
 #: Longest JSON text of one element counted when bounding a JSON body from the config.
 JSON_CHARS_PER_ELEMENT = 32
 #: Slack for the JSON envelope (names, parameters, outputs) when the body bound is computed.

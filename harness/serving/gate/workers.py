@@ -1,17 +1,8 @@
 """The gate's worker processes: ``workers`` processes serve the same public sockets.
 
-The primary process owns tritonserver, the stub watch, the reloads and the shutdown. The other
-workers are forked from it once tritonserver is started, before any event loop runs, and accept
-on the inherited sockets (the kernel hands each new connection to one of them; each worker runs
-its own gRPC proxy behind its share of the public gRPC socket).
-
-- One policy: every worker is a copy of the same ``Gate`` (same config, same policy).
-- One metrics view: the metrics port forwards tritonserver's own ``/metrics``, whichever worker
-  answers; the gate keeps no counters of its own.
-- What every worker must see alike lives in ``SharedDict`` (shared memory): the models whose stub
-  died or that are being reloaded, the client (un)loads in flight, and when cached model configs
-  went stale. In-flight counts and the drain are per worker; on SIGTERM the primary passes the
-  signal on and stops tritonserver once every worker has exited.
+The primary owns tritonserver, the stub watch, the reloads and the shutdown; the others are forked
+from it before any event loop runs. What every worker must see alike (models whose stub died or
+that are being reloaded, client (un)loads in flight, stale configs) lives in ``SharedDict``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """tritonserver in a container through the Docker SDK: the project's CPU image, NGC, or Ascend ``npu_ge``.
 
-Images and what they carry:
-
-- ``cpu`` target: the CPU image that ``make image`` builds here from nothing (``images/cpu``:
-  Debian python3.11, the tritonserver 2.51 of the ``nvidia-pytriton`` wheel laid out like NGC,
-  the Python 3.11 stub, the harness's Python-based ``onnxruntime`` backend). Its labels
-  (``org.triton-harness.*``) say the stub's Python, the pack target of its envs and which
-  implementation serves each backend; the launcher reads them.
-- ``gpu`` target, or an ``nvcr.io/nvidia/tritonserver`` image: NGC (Python 3.12 stub, native backends).
-- ``npu`` target: the Ascend CANN image with ``npu_ge`` (HTTP only, its own stub Python, device nodes).
-
-Python-backend models get their packages as in production: the deployment's packed env
-(``options.python_env``, see ``docker_envs``) is put beside a generated copy of the
-repository whose Python configs say ``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/../../envs/<file>``,
-and both are mounted read-only (``/models``, ``/envs``).
-
-``start`` fails with a one-line ``ServerStartError`` before any wait when no engine answers,
-the image is missing, a port is taken, or a packed env's Python differs from the image's stub.
-Containers carry the label ``started-by=triton-harness`` plus the owner's PID and host; they are
-removed on ``stop``, and those of a dead owner (a crashed run) are removed at the next start.
-
-Split by what each part is: image profiles in ``docker_images``, the engine and the ownership
-labels in ``docker_engine``, packed envs and the mounted repository copy in ``docker_envs``.
+Image profiles: ``docker_images``; the engine and the ownership labels of the harness's containers:
+``docker_engine``; packed envs and the mounted repository copy (``/models``, ``/envs``, read-only):
+``docker_envs``. ``start`` fails with a one-line ``ServerStartError`` before any wait when no engine
+answers, the image is missing, a port is taken, or a packed env's Python differs from the image's stub.
 """
 
 from __future__ import annotations

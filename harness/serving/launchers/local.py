@@ -1,15 +1,9 @@
-"""The default launcher: the tritonserver binary shipped in the ``nvidia-pytriton`` wheel.
+"""The default launcher: the tritonserver binary shipped in the ``nvidia-pytriton`` wheel, no Docker.
 
-No Docker needed. The harness assembles a backend directory (the Python backend with the
-stub for the running interpreter, plus the harness's Python-based ``onnxruntime`` backend),
-sets the library path the binary and the stub need, binds to 127.0.0.1 on free ports, gives
-the server its own shared-memory prefix and captures its log to a file.
-
-By default the server is served through the front gate (``harness.serving.gate``): the launcher
-binds the public HTTP / gRPC / metrics sockets and hands them to a gate process, which
-starts tritonserver behind it (in a private network and mount namespace when run as root)
-and validates every request. ``gate=False`` starts tritonserver directly on the public
-ports, as before (used to measure the gate's cost).
+The harness assembles a backend directory (the Python backend with the stub of the running
+interpreter, plus the harness's own backends), binds 127.0.0.1 on free ports and serves through
+the front gate (``harness.serving.gate``), which starts tritonserver behind it; ``gate=False``
+starts tritonserver directly on the public ports (to measure the gate's cost).
 """
 
 from __future__ import annotations

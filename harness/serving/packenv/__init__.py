@@ -1,29 +1,11 @@
-"""Packed Python environments for Triton's Python backend (``EXECUTION_ENV_PATH``).
+"""Packed Python environments for Triton's Python backend (``EXECUTION_ENV_PATH``; docs/python-environments.md).
 
-Each deployment declares what its Python-backend models import once, in
-``deployments/<name>/environment.yml`` (a conda environment file plus two keys of ours:
-``python_by_target`` and ``pip_no_deps``). This module turns that recipe into a tarball the
-Python backend unpacks and runs its stub in:
-
-- with ``conda`` + ``conda-pack`` where conda exists (a self-contained env with its own Python);
-- otherwise with a venv of a Python whose minor version matches the stub of the target's
-  server, ``pip install`` of the recipe and ``venv-pack``.
+A deployment's ``environment.yml`` (``recipe``) is packed into a tarball with conda + conda-pack, or
+venv + venv-pack (``pack``); ``packed_repository`` writes a repository copy whose Python configs use
+it, and ``check_repository`` is the pre-flight of every ``EXECUTION_ENV_PATH`` against the stub's Python.
 
     python -m harness pack-env <deployment>            # -> deployments/<deployment>/envs/cpu.tar.gz
     python -m harness pack-env <deployment> --serve    # pack if needed, serve with it until Ctrl-C
-
-Model repositories stay as they are, so the default run needs no packing step: serving with
-a packed env goes through a generated copy of the repository (``packed_repository``) whose
-Python-backend configs get ``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/../../envs/<file>``,
-i.e. ``<copy>/envs/<file>`` next to ``<copy>/model_repository`` (the same relative layout as
-``deployments/<name>/envs/`` next to ``deployments/<name>/model_repository``). The ``envs``
-folder sits beside the repository, never inside it: Triton takes every folder of a model
-repository (hidden ones too) for a model and fails to load it.
-
-``check_repository`` is the pre-flight that turns the failures Triton reports badly into
-clear messages before a server starts: a path without ``$$TRITON_MODEL_DIRECTORY``, a missing
-tarball, an env whose Python differs from the stub's (ModuleNotFoundError or a stub that
-never starts), numpy 2 in the env (corrupted tensors).
 """
 
 from harness.serving.packenv.pack import (

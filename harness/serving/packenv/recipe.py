@@ -202,12 +202,7 @@ def python_candidates(version: str) -> list[str]:
     pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     candidates += sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True)
     candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
-    seen, ordered = set(), []
-    for c in candidates:
-        if c and c not in seen:
-            seen.add(c)
-            ordered.append(c)
-    return ordered
+    return [c for c in dict.fromkeys(candidates) if c]
 
 
 def find_python(version: str, explicit: str | None = None, why: str = "") -> dict:
