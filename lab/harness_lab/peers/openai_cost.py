@@ -24,7 +24,7 @@ import numpy as np
 from harness.deployments import declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.pair_bench import cpu_seconds
-from harness.serving.gate.policy import GatePolicy
+from harness.serving.gate.policy import GatePolicy, OpenAIMapping
 from harness.testing.servers import stop_server
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
@@ -46,7 +46,7 @@ def gate_json_costs(batch: int, dimension: int, pool: list[str], repeats: int = 
 
     from harness.serving.gate.openai_api import dump, parse_request
 
-    policy = {"models": {"m": {}}, "default": "m"}
+    policy = OpenAIMapping(models={"m": {"text": {"model": "m"}}}, default="m")
     body = workloads.openai_body(workloads.sentences(pool, batch), "m")
     vectors = np.random.default_rng(0).standard_normal((batch, dimension)).astype(np.float32)
 
