@@ -404,7 +404,6 @@ def run(
     out: Path | None = None,
     gate: bool = True,
     lb: str = "haproxy",
-    name: str | None = None,
     nodes: int = 1,
 ) -> dict:
     """Deploy the stack (``nodes=2``: with a worker node), run the scenarios, write the results, tear down."""
@@ -412,14 +411,7 @@ def run(
         raise ScaleoutError(f"--nodes {nodes}: this machine runs 1 or 2 nodes")
     if set(scenarios) & set(NODE_SCENARIOS) and nodes < 2:
         raise ScaleoutError(f"scenarios {sorted(set(scenarios) & set(NODE_SCENARIOS))} need a second node: --nodes 2")
-    stack = Stack(
-        get_deployment(deployment),
-        replicas=replicas,
-        gate=gate,
-        lb=lb,
-        spread=nodes > 1,
-        **({"name": name} if name else {}),
-    )
+    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate, lb=lb, spread=nodes > 1)
     results = {
         "deployment": stack.deployment.name,
         "replicas": replicas,
