@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from harness.manifest import PeersSpec
 from harness.measuring.matrix.cells import dates, stamp
-from harness.measuring.matrix.fmt import rate, ratio, spread, table
+from harness.measuring.matrix.fmt import number, rate, ratio, spread, table
 from harness.measuring.matrix.headlines import machine
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
@@ -191,10 +191,6 @@ def _gate_phrase(run: list[dict]) -> str:
     return "tritonserver without the front gate"
 
 
-def _decimals(value: float | None, digits: int) -> str:
-    return f"{value:.{digits}f}" if value is not None else "–"
-
-
 def _verdict(row: dict) -> str:
     if not row.get("applies", True):
         return f"n/a ({row['only_where_ahead']} behind: {row['condition']:.2f})"
@@ -264,13 +260,14 @@ def render(records: list[dict]) -> list[str]:
                         r["batch"],
                         r["concurrency"],
                         r["model"],
-                        _decimals(r["native"], 1),
-                        _decimals(r["openai"], 1),
-                        f"{_decimals(r['infinity'], 1)} ({r['best_infinity']})" if r["best_infinity"] else "–",
-                        _decimals(r["naive"], 1),
-                        _decimals(r["openai_over_native"], 2),
-                        _decimals(r["openai_over_infinity"], 2),
-                        _decimals(r["native_over_infinity"], 2),
+                        number(r["native"]),
+                        number(r["openai"]),
+                        f"{number(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
+                        number(r["naive"]),
+                        *(
+                            number(r[q], 2)
+                            for q in ("openai_over_native", "openai_over_infinity", "native_over_infinity")
+                        ),
                     ]
                     for r in path_rows
                 ],
