@@ -106,15 +106,16 @@ def apply_pinning(url: str, plan: dict[str, set[int]] | None = None) -> str:
     said = []
     if "server" in plan:
         count = pin_server(url, plan["server"])
-        said.append(f"server cpus {_cpus(plan['server'])} ({count} processes)")
+        said.append(f"server cpus {cores_label(plan['server'])} ({count} processes)")
     if "generator" in plan:
         _pin_threads(os.getpid(), plan["generator"])
-        said.append(f"generator cpus {_cpus(plan['generator'])}")
+        said.append(f"generator cpus {cores_label(plan['generator'])}")
     return ", ".join(said)
 
 
-def _cpus(cpus: set[int]) -> str:
-    return ",".join(str(c) for c in sorted(cpus))
+def cores_label(cores: set[int] | list[int] | None) -> str:
+    """``0,2``, or ``any`` for no cores."""
+    return ",".join(str(c) for c in sorted(cores)) if cores else "any"
 
 
 @dataclass
@@ -360,5 +361,5 @@ def measure_in_process(
     return {
         "calls_per_second": round(calls / elapsed, 2),
         "items_per_second": round(calls * items_per_call / elapsed, 2),
-        **({"cpus": _cpus(server_cpus)} if server_cpus else {}),
+        **({"cpus": cores_label(server_cpus)} if server_cpus else {}),
     }

@@ -14,6 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.measuring.loadgen import cores_label
+
 #: Lua script: bodies from the file named by the first script argument, rotated per request.
 SCRIPT = r"""
 local requests = {}
@@ -60,10 +62,6 @@ def wrk_version() -> str:
     out = subprocess.run([wrk_binary(), "-v"], capture_output=True, text=True).stdout
     match = re.search(r"wrk (\S+)", out)
     return match.group(1) if match else "unknown"
-
-
-def cores_label(cores: set[int] | list[int] | None) -> str:
-    return ",".join(str(c) for c in sorted(cores)) if cores else "any"
 
 
 #: The latencies the Lua hook prints (``<key>_us``), the records' ``perf_latency_<key>`` (ms).
