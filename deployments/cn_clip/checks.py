@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from harness import provenance
 from harness.deployments import load_module
+from harness.measuring.engines import cpu_session
 
 HERE = Path(__file__).resolve().parent
 REGENERATE = "python deployments/cn_clip/export.py && python deployments/cn_clip/make_fixtures.py"
@@ -263,11 +264,7 @@ def check_good_requests_answered_beside_bad_ones(ctx):
 
 @cache
 def _session(path: str):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return cpu_session(path, threads=2)
 
 
 def _text_ceiling(ctx, text: str):

@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 from harness import provenance
 from harness.deployments import load_module
 from harness.fixtures import read_fixture
+from harness.measuring.engines import cpu_session
 from harness.measuring.loadgen import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -453,15 +454,8 @@ def _text_rows(batch: int) -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def _session(precision: str, copy: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
     name = "embedding_onnx" if precision == "fp32" else "embedding_onnx_int8"
-    return ort.InferenceSession(
-        str(HERE / "model_repository" / name / "1" / "model.onnx"), options, providers=["CPUExecutionProvider"]
-    )
+    return cpu_session(HERE / "model_repository" / name / "1" / "model.onnx")
 
 
 def _ceiling(precision: str, instances: int = 2):
