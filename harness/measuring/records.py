@@ -9,6 +9,8 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
+import psutil
+
 from harness import PROJECT_ROOT
 
 #: Check outcomes (harness.testing.outcomes) beside the records, for the matrix's correctness column.
@@ -35,12 +37,6 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    try:
-        import psutil
-
-        memory_gib = round(psutil.virtual_memory().total / 2**30, 1)
-    except ImportError:
-        memory_gib = None
     os_name = platform.platform()
     try:
         os_name = platform.freedesktop_os_release().get("PRETTY_NAME", os_name)
@@ -49,7 +45,7 @@ def machine() -> dict:
     return {
         "cpu_model": cpu_model,
         "cpu_cores": os.cpu_count(),
-        "memory_gib": memory_gib,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "os": os_name,
         "python": platform.python_version(),
     }
