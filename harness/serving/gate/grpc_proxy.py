@@ -15,7 +15,6 @@ namespace (grpc cannot adopt an already bound socket).
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import tempfile
 
@@ -25,7 +24,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from harness.serving.gate.auth import PROBE_METHODS, bearer_ok
-from harness.serving.gate.validate import DTYPE_SIZE, GateError, check_shape, count_bytes_elements, triton_datatype
+from harness.serving.gate.validate import GateError, check_input, count_bytes_elements
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
@@ -73,27 +72,19 @@ def validate_grpc_infer(
     request: service_pb2.ModelInferRequest, config: ModelConfig, max_dims: dict | None = None
 ) -> None:
     """Declared shape x datatype against the data actually in the message (raw or typed contents)."""
-    specs = {spec.name: spec for spec in config.input}
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise GateError(400, f"{len(request.inputs)} inputs but {len(raw)} raw_input_contents")
+    seen = set()
     for i, item in enumerate(request.inputs):
         where = f"input '{item.name}'"
-        spec = specs.get(item.name)
-        if spec is None:
-            raise GateError(400, f"unexpected inference input '{item.name}' for model '{request.model_name}'")
-        expected = triton_datatype(spec.data_type)
-        if item.datatype != expected:
-            raise GateError(400, f"{where}: datatype {item.datatype!r}, model expects {expected}")
         shape = list(item.shape)
-        check_shape(request.model_name, config, spec, shape, (max_dims or {}).get(item.name))
-        elements = math.prod(shape)
-        size = DTYPE_SIZE[expected]
+        elements, size = check_input(request.model_name, config, item.name, item.datatype, shape, max_dims, seen)
         if raw:
             data = raw[i]
             if size is not None and len(data) != elements * size:
                 raise GateError(
-                    400, f"{where}: shape {shape} x {expected} is {elements * size} bytes, {len(data)} sent"
+                    400, f"{where}: shape {shape} x {item.datatype} is {elements * size} bytes, {len(data)} sent"
                 )
             count = count_bytes_elements(memoryview(data), elements) if size is None else elements
             if count != elements:
@@ -104,7 +95,7 @@ def validate_grpc_infer(
         elif "shared_memory_region" in item.parameters:
             continue
         else:
-            count = len(getattr(item.contents, TYPED_FIELD.get(expected, "bytes_contents")))
+            count = len(getattr(item.contents, TYPED_FIELD.get(item.datatype, "bytes_contents")))
             if count != elements:
                 raise GateError(400, f"{where}: shape {shape} declares {elements} values, contents hold {count}")
 

@@ -258,6 +258,28 @@ def check_shape(
             raise GateError(400, f"{where}: shape {shape} is over the bound {list(bound)} of model '{model}'")
 
 
+def check_input(
+    model: str, config: ModelConfig, name, datatype, shape, max_dims: dict | None, seen: set
+) -> tuple[int, int | None]:
+    """One input's name (known, not given twice), datatype and shape against the config (``check_shape``);
+    returns its element count and bytes per element (None: BYTES)."""
+    specs = {spec.name: spec for spec in config.input}
+    if not isinstance(name, str) or name not in specs:
+        raise GateError(
+            400, f"unexpected inference input '{name}' for model '{model}'; expected one of {sorted(specs)}"
+        )
+    if name in seen:
+        raise GateError(400, f"input '{name}' given twice")
+    seen.add(name)
+    expected = triton_datatype(specs[name].data_type)
+    if datatype != expected:
+        raise GateError(400, f"input '{name}': datatype {datatype!r}, model '{model}' expects {expected}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise GateError(400, f"input '{name}': 'shape' must be a list of integers")
+    check_shape(model, config, specs[name], shape, (max_dims or {}).get(name))
+    return math.prod(shape), DTYPE_SIZE[expected]
+
+
 def validate_infer(
     model: str, config: ModelConfig, body: bytes, header_length: int | None, max_dims: dict | None = None
 ) -> tuple[bytes, int | None]:
@@ -291,32 +313,14 @@ def check_header(
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise GateError(400, "each output must be an object with a 'name' string")
             _check_parameters(out.get("parameters"), f"output '{out.get('name')}'", "output")
-    specs = {spec.name: spec for spec in config.input}
     binary_offset = 0
     seen = set()
     for item in inputs:
         if not isinstance(item, dict):
             raise GateError(400, "each input must be an object")
-        name = item.get("name")
+        name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
         where = f"input '{name}'"
-        if not isinstance(name, str) or name not in specs:
-            raise GateError(
-                400, f"unexpected inference input '{name}' for model '{model}'; expected one of {sorted(specs)}"
-            )
-        if name in seen:
-            raise GateError(400, f"{where} given twice")
-        seen.add(name)
-        spec = specs[name]
-        datatype = item.get("datatype")
-        expected_type = triton_datatype(spec.data_type)
-        if datatype != expected_type:
-            raise GateError(400, f"{where}: datatype {datatype!r}, model '{model}' expects {expected_type}")
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-            raise GateError(400, f"{where}: 'shape' must be a list of integers")
-        check_shape(model, config, spec, shape, (max_dims or {}).get(name))
-        elements = math.prod(shape)
-        size = DTYPE_SIZE[expected_type]
+        elements, size = check_input(model, config, name, datatype, shape, max_dims, seen)
         params = item.get("parameters") or {}
         _check_parameters(params, where, "input")
         if "data" in item:
