@@ -64,11 +64,9 @@ def generate(
     tables = [r for r in records if not any(s.claims(r) for s in sections)]
     matrix = build(tables, deployments, outcomes)
     plots_dir = docs / "plots"
-    if plots_dir.exists():  # the matrix's own figures only: docs/plots also holds the reliability figures
-        for kind in PLOT_KINDS:
-            for old in plots_dir.glob(f"*-{kind}.png"):
-                old.unlink()
-        for old in plots_dir.glob("headline-*.png"):
+    # the matrix's own figures only: docs/plots also holds the reliability figures
+    for pattern in [*(f"*-{kind}.png" for kind in PLOT_KINDS), "headline-*.png"]:
+        for old in plots_dir.glob(pattern):
             old.unlink()
     for name, data in matrix.items():
         data["plots"] = plot(name, data["rows"], plots_dir, data.get("model_only"))
