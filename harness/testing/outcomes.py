@@ -18,10 +18,7 @@ class OutcomeRecorder:
         self.path = results_dir() / OUTCOMES_FILE
 
     def _option(self, name: str, default: str) -> str:
-        try:
-            return self.config.getoption(name) or default
-        except (ValueError, AttributeError):
-            return default
+        return self.config.getoption(name, default) or default
 
     def pytest_runtest_logreport(self, report):
         if "::test_check[" not in report.nodeid:
