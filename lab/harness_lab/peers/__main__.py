@@ -25,11 +25,11 @@ import os
 import statistics
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import requests
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment, ManifestError, declaring, get_deployment
@@ -105,19 +105,16 @@ class CeilingWorker:
         self.process.wait(timeout=30)
 
 
-def _post(url: str, body: bytes) -> bytes:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return reply.read()
+def _post(url: str, body: bytes, check: bool = True) -> requests.Response:
+    reply = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+    if check:
+        reply.raise_for_status()
+    return reply
 
 
 def _route_exists(url: str) -> bool:
     """Whether ``url`` is served (a 404 / 405 to an empty JSON object: not; any other answer: yes)."""
-    try:
-        _post(url, b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code not in (404, 405)
-    return True
+    return _post(url, b"{}", check=False).status_code not in (404, 405)
 
 
 def check_triton_text(reply: bytes, count: int, dimension: int, output: str) -> None:
@@ -366,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         for batch in batches:
             bodies = {t.name: workloads.bodies(t.make_body, pieces.sentences, batch) for t in targets}
             for target in targets:
-                target.check(_post(target.url, bodies[target.name][0]), batch)
+                target.check(_post(target.url, bodies[target.name][0]).content, batch)
             for concurrency in concurrencies:
                 ceiling_batch = min(batch * concurrency, 64)
                 results = {t.name: [] for t in targets}

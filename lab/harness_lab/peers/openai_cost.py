@@ -117,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             "openai base64": (servers[""], "/v1/embeddings", lambda t: workloads.openai_body(t, name, "base64")),
             "openai float, no usage": (servers["no-usage"], "/v1/embeddings", lambda t: workloads.openai_body(t, name)),
         }
-        reply = json.loads(_post(f"http://{servers[''].http_url}/v1/embeddings", workloads.openai_body(["a"], name)))
+        reply = _post(f"http://{servers[''].http_url}/v1/embeddings", workloads.openai_body(["a"], name)).json()
         dimension = len(reply["data"][0]["embedding"])
         for batch in [int(b) for b in args.batch.split(",")]:
             bodies = {path: workloads.bodies(make, pool, batch) for path, (_, _, make) in paths.items()}
             for path, (server, route, _) in paths.items():
                 if route == "/v1/embeddings":
-                    check_openai(_post(f"http://{server.http_url}{route}", bodies[path][0]), batch, dimension)
+                    check_openai(_post(f"http://{server.http_url}{route}", bodies[path][0]).content, batch, dimension)
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
                 rates, cpu = defaultdict(list), defaultdict(lambda: defaultdict(list))
                 for round_index in range(args.rounds):
