@@ -59,12 +59,6 @@ class SharedDict(MutableMapping):
     def __getitem__(self, key: str):
         return self._read()[key]
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._read()
-
-    def get(self, key: str, default=None):
-        return self._read().get(key, default)
-
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._read()))
 

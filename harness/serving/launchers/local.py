@@ -20,6 +20,7 @@ import sysconfig
 import tempfile
 import uuid
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 import onnxruntime
@@ -277,12 +278,8 @@ class LocalTritonServer(StartedTritonServer):
             return self._final_logs
 
     def backend_implementation(self, backend: str) -> str:
-        if backend == "onnxruntime":
-            return f"onnxruntime via harness Python backend (onnxruntime {onnxruntime.__version__})"
-        if backend == "openvino":
-            from importlib.metadata import version
-
-            return f"openvino via harness Python backend (openvino {version('openvino')})"
+        if (HARNESS_BACKENDS / backend / "model.py").exists():
+            return f"{backend} via harness Python backend ({backend} {version(backend)})"
         return backend
 
     def stub_envs(self) -> dict[str, list[str]]:
