@@ -52,14 +52,11 @@ class DeploymentContext:
         parameters: dict | None = None,
     ) -> dict[str, np.ndarray]:
         """One inference; returns ``{output name: array}``; raises InferenceServerException."""
-        client = self.http_client() if protocol == "http" else self.grpc_client()
-        try:
+        with self.http_client() if protocol == "http" else self.grpc_client() as client:
             result = client.infer(
                 model, make_inputs(protocol, inputs), outputs=make_outputs(protocol, outputs), parameters=parameters
             )
             return result_arrays(result, outputs)
-        finally:
-            client.close()
 
     def fixture(self, name: str) -> Path:
         """``fixtures/<name>`` of the deployment (the reference's outputs, test images ...)."""
