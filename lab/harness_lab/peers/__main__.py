@@ -251,18 +251,6 @@ def main(argv: list[str] | None = None) -> int:
 
     pieces = deployment.resolve(spec.embedding)()
 
-    def native(model: str, request: str) -> tuple[Callable, Callable]:
-        """(body maker, reply check) of ``model``'s ``[peers.models.<m>] request``: ``text`` (its text input
-        and vector output, from its config) or ``tokens`` (the client-tokenized contract)."""
-        if request == "tokens":
-            return functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize), functools.partial(
-                check_triton_tokens, dimension=pieces.dimension
-            )
-        text_input, output = text_tensors(deployment.model_repository, model)
-        return functools.partial(workloads.triton_text_body, text_input=text_input), functools.partial(
-            check_triton_text, dimension=pieces.dimension, output=output
-        )
-
     #: What a record of our server says about it (``gate``: behind the front gate).
     ours = {"server_mode": "local", "gate": args.gate}
 
@@ -271,7 +259,13 @@ def main(argv: list[str] | None = None) -> int:
         found, version = [], server.describe()["server_version"]
         for model in names:
             served, endpoint = spec.models[model], f"/v2/models/{model}/infer"
-            make_body, check = native(model, served.request)
+            if served.request == "tokens":  # the client-tokenized contract
+                make_body = functools.partial(workloads.triton_tokens_body, tokenize=pieces.tokenize)
+                check = functools.partial(check_triton_tokens, dimension=pieces.dimension)
+            else:  # the model's text input and vector output, from its config
+                text_input, output = text_tensors(deployment.model_repository, model)
+                make_body = functools.partial(workloads.triton_text_body, text_input=text_input)
+                check = functools.partial(check_triton_text, dimension=pieces.dimension, output=output)
             record = {**ours, "server_version": version, "path": "native", "endpoint": endpoint}
             describe = served.describe
             if config is not None:
