@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = deployment.manifest.peers
     model, name = next(iter(spec.openai_models.items()))
     text_input = text_tensors(deployment.model_repository, model)[0]
-    pool = deployment.resolve(spec.embedding)().sentences
+    pieces = deployment.resolve(spec.embedding)()
+    pool, dimension = pieces.sentences, pieces.dimension
     generator_cores = {int(c) for c in args.generator_cores.split(",")}
     all_cores = set(os.sched_getaffinity(0))
     server_cores = {int(c) for c in args.server_cores.split(",")} if args.server_cores else all_cores - generator_cores
@@ -104,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
         "no-usage": start_triton(deployment, served, server_cores, None, True, gate_policy=policy),
     }
     generator = WrkGenerator(generator_cores)
-    dimension = None
     report = {"model": model, "server_cores": cores_label(server_cores), "generator": generator.describe(), "rows": []}
     try:
         paths = {
@@ -117,8 +117,6 @@ def main(argv: list[str] | None = None) -> int:
             "openai base64": (servers[""], "/v1/embeddings", lambda t: workloads.openai_body(t, name, "base64")),
             "openai float, no usage": (servers["no-usage"], "/v1/embeddings", lambda t: workloads.openai_body(t, name)),
         }
-        reply = _post(f"http://{servers[''].http_url}/v1/embeddings", workloads.openai_body(["a"], name)).json()
-        dimension = len(reply["data"][0]["embedding"])
         for batch in [int(b) for b in args.batch.split(",")]:
             bodies = {path: workloads.bodies(make, pool, batch) for path, (_, _, make) in paths.items()}
             for path, (server, route, _) in paths.items():
