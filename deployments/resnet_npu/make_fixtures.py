@@ -11,6 +11,11 @@ triton_helpers, the code under test):
 - efficientnet_lite0: TensorFlow's EfficientNet eval crop (centre square of 224/256 of the
   shorter side), ``Resize((224, 224), BICUBIC)``, ``Normalize(127/255, 128/255)``.
 
+A classifier export.py ``--onnx`` brought in (``.exported/<model>.json``): the reference is its
+ONNX file run by onnxruntime, fed by ``Resize(resize)``, ``CenterCrop(size)``, ``ToTensor``,
+``Normalize(mean, std)``, labelled from its labels file. Only the models whose folder is in
+model_repository/ are run.
+
 Writes fixtures/expected.json (the weights' identity under ``"weights"`` for every served model
 made from them, harness.provenance; top-5 ids / labels / probabilities per image)
 and fixtures/logits.npz (the full logits, key ``<model>/<image>``). The synthetic test images
@@ -108,16 +113,39 @@ def reference_transform(name: str):
     )
 
 
+def imported_reference(spec: dict):
+    """(logits of one PIL image, weights identity, class names) of an ``--onnx`` classifier: its own
+    ONNX file in onnxruntime behind the torchvision transforms of its size, mean and std."""
+    import onnxruntime
+    from torchvision import transforms as T
+
+    from harness.provenance import file_identity
+
+    transform = T.Compose(
+        [T.Resize(spec["resize"]), T.CenterCrop(spec["size"]), T.ToTensor(), T.Normalize(spec["mean"], spec["std"])]
+    )
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = onnxruntime.InferenceSession(spec["onnx"], options, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+
+    def logits(image):
+        return session.run(None, {input_name: transform(image)[None].numpy()})[0][0]
+
+    names = [line.strip() for line in Path(spec["labels"]).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return logits, file_identity(spec["onnx"], f"onnx:{Path(spec['onnx']).name}"), names
+
+
 def main() -> int:
     import torch
-    from export import folded_name, load_exported
+    from export import REPO, folded_name, imported_onnx, load_exported
     from PIL import Image
 
     if not IMAGES.exists() or not any(IMAGES.iterdir()):
         make_images()
     from torchvision.models._meta import _IMAGENET_CATEGORIES
 
-    names = list(_IMAGENET_CATEGORIES)  # torchvision's ImageNet-1k order
+    imagenet = list(_IMAGENET_CATEGORIES)  # torchvision's ImageNet-1k order
     paths = image_paths()
     expected = {
         "generated_by": "make_fixtures.py (torch + torchvision reference)",
@@ -126,17 +154,29 @@ def main() -> int:
     }
     logits_out, identities = {}, {}
     torch.set_num_threads(2)
-    for model_name in MODELS:
-        model, identity = load_exported(model_name)
+    for model_name in [name for name in MODELS if (REPO / name).is_dir()]:
+        spec = imported_onnx(model_name)
+        if spec is None:
+            model, identity = load_exported(model_name)
+            transform, names = reference_transform(model_name), imagenet
+
+            def run(image, model=model, transform=transform):
+                with torch.no_grad():
+                    return model(transform(image)[None])[0]
+
+        else:
+            onnx_logits, identity, names = imported_reference(spec)
+
+            def run(image, onnx_logits=onnx_logits):
+                return torch.from_numpy(onnx_logits(image))
+
         identities[model_name] = identities[folded_name(model_name)] = identity
-        transform = reference_transform(model_name)
         entry = {"images": {}}
         for image_name, path in paths.items():
             image = Image.open(io.BytesIO(path.read_bytes())).convert("RGB")
-            with torch.no_grad():
-                logits = model(transform(image)[None])[0]
+            logits = run(image)
             probs = torch.softmax(logits, dim=0)
-            top = torch.topk(logits, 5)
+            top = torch.topk(logits, min(5, len(logits)))
             ids = [int(i) for i in top.indices]
             entry["images"][image_name] = {
                 "top5_ids": ids,
