@@ -14,8 +14,16 @@ from packaging.specifiers import SpecifierSet
 from harness import PROJECT_ROOT
 
 PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
-#: Imported by the code but installed --no-deps (requirements/no-deps.txt) or only inside the stub.
-NOT_FROM_PYPROJECT = {"cn_clip", "triton_python_backend_utils", "harness", "harness_lab", "triton_helpers"}
+#: Imported by the code but installed --no-deps (requirements/no-deps.txt) or only inside the stub
+#: (batched_runs: copied beside the harness backends' model.py).
+NOT_FROM_PYPROJECT = {
+    "cn_clip",
+    "triton_python_backend_utils",
+    "batched_runs",
+    "harness",
+    "harness_lab",
+    "triton_helpers",
+}
 #: Imported by serving code only inside a function that export scripts call.
 EXPORT_ONLY = {"torchvision": "make_fixtures.py and the tests (the reference transforms)"}
 
