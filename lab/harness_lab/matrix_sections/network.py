@@ -209,12 +209,7 @@ def render_network(records: list[dict], deployments=None) -> str | None:
         "deployment | variant | link | server / target | c | infer/s | link ceiling infer/s | p50 ms | p99 ms | "
         "sent B/req | recv B/req | queue ms | compute ms | date"
     )
-    machines = sorted(
-        {
-            f"{(r.get('machine') or {}).get('cpu_model')}, {(r.get('machine') or {}).get('cpu_cores')} cores"
-            for r in network
-        }
-    )
+    machines = sorted({machine(r) for r in network})
     return "\n".join(
         [
             "# Network-bound results",
