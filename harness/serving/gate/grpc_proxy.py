@@ -1,15 +1,9 @@
 """gRPC side of the gate: a byte-level grpc.aio proxy in front of tritonserver's gRPC port.
 
-Each call is forwarded as raw bytes; only the calls that need it are parsed
-(``ModelInfer`` / ``ModelStreamInfer`` requests for the internal-model and shape checks,
-``ServerReady`` / ``ModelReady`` answered from the gate's own readiness). The restricted
-methods (shared memory, trace, logging, model repository) need the admin header as
-metadata. Messages over ``grpc_max_message_bytes`` are refused by grpc itself
-(RESOURCE_EXHAUSTED) before they are read into memory.
-
-In isolated mode the proxy listens on a unix socket inside the gate's private folder and a
-byte pump joins it to the public TCP socket that the launcher bound in the host's network
-namespace (grpc cannot adopt an already bound socket).
+Calls go through as raw bytes; only ``ModelInfer`` / ``ModelStreamInfer`` requests are parsed (the
+HTTP side's checks) and ``ServerReady`` / ``ModelReady`` answered from the gate's own readiness;
+the restricted methods need the admin header as metadata. The proxy listens on a private unix
+socket, joined to the public TCP socket by a byte pump (grpc cannot adopt a bound socket).
 """
 
 from __future__ import annotations

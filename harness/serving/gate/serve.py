@@ -5,17 +5,10 @@
         [--gate-workers N]
         -- tritonserver --model-repository=/models ...
 
-The gate binds the public ports itself, starts the given tritonserver command on private
-loopback ports (the address / port flags of the command are replaced), and serves exactly
-as behind ``LocalTritonServer``: validation before Triton parses a request, internal models
-and restricted APIs (shared memory, trace, logging; model repository in mode ``none``) behind
-the admin header, honest readiness with automatic reload of a model whose stub died, SIGTERM
-drain. tritonserver's log goes to the gate's stdout (``docker logs``).
-
-The admin token is read from ``--admin-token-file`` (default ``$TRITON_GATE_ADMIN_TOKEN_FILE``,
-e.g. a read-only mounted secret), never from the command line; without one, a random token
-nobody knows is used, so the restricted APIs are closed. In a container the gate does not
-unshare namespaces: the container already has its own network namespace and ``/dev/shm``.
+The gate binds the public ports, starts the command on private loopback ports (its address / port
+flags replaced) and serves as behind ``LocalTritonServer``, without unsharing namespaces (a container
+has its own). The admin token comes from a file, never the command line; without one the restricted
+APIs are closed (images/cpu/README.md).
 """
 
 from __future__ import annotations
