@@ -74,24 +74,30 @@ def gated_command(
     command = normalise(command)
     mode = flag(command, "--model-control-mode", "none")
     kept = [a for a in command if not a.startswith(tuple(f"{r}=" for r in REPLACED))]
-    http, grpc_port, metrics = private_ports
-    restricted = f"{','.join(restricted_apis)}:{ADMIN_HEADER}={internal_token}"
-    out = kept + [
-        "--http-address=127.0.0.1",
-        f"--http-port={http}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={grpc_port}",
-        "--metrics-address=127.0.0.1",
-        f"--metrics-port={metrics}",
-        f"--http-restricted-api={restricted}",
-    ]
-    if grpc:
-        out.append(f"--grpc-restricted-protocol={restricted}")
+    out = kept + listen_flags("127.0.0.1", private_ports, restricted_apis, internal_token, grpc)
     if mode == "none":
         out += ["--model-control-mode=explicit", "--load-model=*"]
     else:
         out.append(f"--model-control-mode={mode}")
     return out
+
+
+def listen_flags(
+    host: str, ports: tuple[int, int, int], restricted_apis: list[str], token: str, grpc: bool
+) -> list[str]:
+    """tritonserver's address and (HTTP, gRPC, metrics) port flags, its restricted APIs behind ``token``."""
+    http, grpc_port, metrics = ports
+    restricted = f"{','.join(restricted_apis)}:{ADMIN_HEADER}={token}"
+    flags = [
+        f"--http-address={host}",
+        f"--http-port={http}",
+        f"--grpc-address={host}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-address={host}",
+        f"--metrics-port={metrics}",
+        f"--http-restricted-api={restricted}",
+    ]
+    return flags + ([f"--grpc-restricted-protocol={restricted}"] if grpc else [])
 
 
 def serve_command(triton: list[str], *gate_options: str) -> list[str]:

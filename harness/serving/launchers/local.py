@@ -33,6 +33,7 @@ from harness.serving.gate.serve import (
     close_sockets,
     free_port,
     gated_command,
+    listen_flags,
     restricted_apis,
     worker_sockets,
 )
@@ -157,19 +158,8 @@ class LocalTritonServer(StartedTritonServer):
         ] + self.option_args()
         if self.gate:
             return gated_command(cmd, self.private_ports, self.internal_token, self.restricted_apis(), opts.allow_grpc)
-        restricted = f"{','.join(self.restricted_apis())}:{ADMIN_HEADER}={self.admin_token}"
-        cmd += [
-            f"--http-address={self.host}",
-            f"--http-port={self.http_port}",
-            f"--grpc-address={self.host}",
-            f"--grpc-port={self.grpc_port}",
-            f"--metrics-address={self.host}",
-            f"--metrics-port={self.metrics_port}",
-            f"--http-restricted-api={restricted}",
-        ]
-        if opts.allow_grpc:
-            cmd.append(f"--grpc-restricted-protocol={restricted}")
-        return cmd
+        ports = (self.http_port, self.grpc_port, self.metrics_port)
+        return cmd + listen_flags(self.host, ports, self.restricted_apis(), self.admin_token, opts.allow_grpc)
 
     def gate_config(self, fds: dict) -> dict:
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
