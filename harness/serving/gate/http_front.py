@@ -117,18 +117,17 @@ class HttpFront:
         # (``/v2/models/m/inf%65r``) is checked as inference.
         path = unquote(raw) if "%" in raw else raw
         openai = path == "/v1" or path.startswith("/v1/")
-        if not self.authorized(request.headers, path):
-            message = "a valid API key is required: send 'Authorization: Bearer <key>'"
-            body = openai_error(401, message) if openai else {"error": message}
-            return web.json_response(body, status=401, headers={"WWW-Authenticate": 'Bearer realm="triton"'})
+        try:
+            if not self.authorized(request.headers, path):
+                raise GateError(401, "a valid API key is required: send 'Authorization: Bearer <key>'")
+            check_framing(request.headers)
+        except GateError as exc:
+            body = openai_error(exc.status, exc.message) if openai else {"error": exc.message}
+            headers = {"WWW-Authenticate": 'Bearer realm="triton"'} if exc.status == 401 else None
+            return web.json_response(body, status=exc.status, headers=headers)
         if openai:
-            try:
-                check_framing(request.headers)
-            except GateError as exc:
-                return web.json_response(openai_error(exc.status, exc.message), status=exc.status)
             return await self.handle_openai(request, path, read_limited)
         try:
-            check_framing(request.headers)
             admin = self.is_admin(request.headers)
             self.check_restricted(restricted_api(path), bool(LOAD_PATH.match(path)), admin, self.admin_header)
             if path == "/v2/health/ready":
