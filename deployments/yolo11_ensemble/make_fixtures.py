@@ -5,7 +5,11 @@
 
 The reference is ``YOLO(weights).predict(path, imgsz=640, conf=0.25, iou=0.7, rect=False)``
 on the torch checkpoint: ``rect=False`` makes ultralytics letterbox to the full 640x640 square,
-the shape of the exported model, instead of its minimal-rectangle mode for .pt files.
+the shape of the exported model, instead of its minimal-rectangle mode for .pt files. imgsz is
+preprocess's tensor size (its config.pbtxt, which export.py sets to the exported size).
+Also the raw head (4 + classes, anchors) of that predictor on bus.jpg and zidane.jpg, at the
+anchors of highest class score and at anchors spread evenly: what the checks compare when a
+checkpoint (seeded weights, other classes) finds few or no boxes in these images.
 Images: ultralytics' own bus.jpg and zidane.jpg plus edge cases made from them (PNG,
 grayscale, CMYK JPEG, WebP, tiny, very wide, EXIF-rotated). Total well under 2 MB.
 """
@@ -18,6 +22,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -28,7 +34,8 @@ from harness import provenance  # noqa: E402
 FIXTURES = HERE / "fixtures"
 IMAGES = FIXTURES / "images"
 EXPECTED = FIXTURES / "expected_detections.json"
-IMGSZ, CONF, IOU, MAX_DET = 640, 0.25, 0.7, 300
+CONF, IOU, MAX_DET = 0.25, 0.7, 300
+HEAD_IMAGES, HEAD_ANCHORS = ("bus.jpg", "zidane.jpg"), 64
 REGENERATE = "python -m harness refresh yolo11_ensemble"
 
 
@@ -63,6 +70,25 @@ def make_images() -> list[Path]:
     return sorted(IMAGES.iterdir())
 
 
+def head_reference(model, path: Path) -> dict:
+    """The raw head of ``model``'s predictor (ultralytics' own preprocess and forward) on one image."""
+    import cv2
+    import torch
+
+    predictor = model.predictor  # set up by the predict just run: imgsz, rect=False
+    with torch.inference_mode():
+        out = predictor.inference(predictor.preprocess([cv2.imread(str(path))]))
+    head = (out[0] if isinstance(out, (list, tuple)) else out)[0].float().numpy()  # (4 + nc, anchors)
+    top = np.argsort(-head[4:].max(axis=0), kind="stable")[:HEAD_ANCHORS]
+    spread = np.linspace(0, head.shape[1] - 1, HEAD_ANCHORS).round().astype(int)
+    anchors = sorted({int(a) for a in (*top, *spread)})
+    return {
+        "shape": list(head.shape),
+        "anchors": anchors,
+        "values": [[round(float(v), 5) for v in head[:, a]] for a in anchors],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", default=export.DEFAULT_WEIGHTS)
@@ -74,13 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     weights = export.resolve_weights(args.weights)
     model = YOLO(str(weights))
     names = [model.names[i] for i in range(len(model.names))]
+    imgsz = export.input_size()[0]
     images = make_images()
-    expected = {}
+    expected, heads = {}, {}
     for path in images:
         result = model.predict(
-            str(path), imgsz=IMGSZ, conf=CONF, iou=IOU, max_det=MAX_DET, rect=False, device="cpu", verbose=False
+            str(path), imgsz=imgsz, conf=CONF, iou=IOU, max_det=MAX_DET, rect=False, device="cpu", verbose=False
         )[0]
         boxes = result.boxes
+        if path.name in HEAD_IMAGES:
+            heads[path.name] = head_reference(model, path)
         expected[path.name] = {
             "size": [int(result.orig_shape[1]), int(result.orig_shape[0])],
             "detections": [
@@ -98,18 +127,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(boxes)} boxes {[names[int(c)] for c in boxes.cls.tolist()]}"
         )
     record = {
-        "reference": f"ultralytics {ultralytics.__version__} YOLO(weights).predict(path, imgsz={IMGSZ}, "
+        "reference": f"ultralytics {ultralytics.__version__} YOLO(weights).predict(path, imgsz={imgsz}, "
         f"conf={CONF}, iou={IOU}, max_det={MAX_DET}, rect=False)",
         provenance.FIXTURES_KEY: provenance.fixtures_record(
             {"yolo11_detector": provenance.file_identity(weights, export.weights_source(weights))}, REGENERATE
         ),
-        "imgsz": IMGSZ,
+        "imgsz": imgsz,
         "conf": CONF,
         "iou": IOU,
         "max_det": MAX_DET,
         "class_names": names,
         "match_rule": "same number of boxes, same classes, IoU >= 0.9 per matched box, score within 0.02",
         "images": expected,
+        "head_rule": "raw head at the listed anchors: xywh within 1e-3 (relative) + 0.05 px, scores within 1e-4",
+        "heads": heads,
     }
     EXPECTED.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     total = sum(p.stat().st_size for p in images)
