@@ -1,0 +1,58 @@
+"""docs/adding-a-deployment.md "Swapping the detector": a copy of yolo11_ensemble serving a 3-class
+YOLOv8n (seeded weights, 320 input) on every path; the original untouched (test_new.run_swap_guide).
+Also, no server: the checks' raw-head comparison and their refusal of a degenerate reference."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.deployments import get_deployment
+from harness.tests.test_new import ALL, run_swap_guide
+
+HEADING = "## Swapping the detector"
+
+
+@pytest.mark.server
+def test_doc_swap_of_the_detector(tmp_path):
+    if not ALL:
+        pytest.skip("HARNESS_NEW_ALL=1 runs it (CI)")
+    copy = run_swap_guide(tmp_path, HEADING)
+    fixtures = json.loads((copy / "fixtures" / "expected_detections.json").read_text())
+    assert fixtures["class_names"] == ["cat", "dog", "parrot"] and fixtures["imgsz"] == 320
+    assert {ref["shape"][0] for ref in fixtures["heads"].values()} == {4 + 3}
+    served_names = copy / "model_repository" / "postprocess" / "1" / "assets" / "class_names.json"
+    assert json.loads(served_names.read_text()) == ["cat", "dog", "parrot"]
+    assert "dims: [ 3, 320, 320 ]" in (copy / "model_repository" / "preprocess" / "config.pbtxt").read_text()
+
+
+def _checks():
+    return get_deployment("yolo11_ensemble", PROJECT_ROOT / "deployments").checks_module
+
+
+def test_checks_refuse_a_degenerate_reference():
+    checks = _checks()
+    record = json.loads((PROJECT_ROOT / "deployments/yolo11_ensemble/fixtures/expected_detections.json").read_text())
+    checks.assert_reference_not_degenerate(record)
+    no_boxes = {**record, "images": {name: {**ref, "detections": []} for name, ref in record["images"].items()}}
+    with pytest.raises(AssertionError, match="degenerate"):
+        checks.assert_reference_not_degenerate(no_boxes)
+    checks.assert_reference_not_degenerate({**no_boxes, "heads": {"bus.jpg": {"shape": [7, 2100]}}})
+
+
+def test_head_match_fails_on_one_changed_value_or_shape():
+    checks = _checks()
+    head = np.random.default_rng(0).random((7, 2100), dtype=np.float32)
+    head[:4] *= 320  # xywh in pixels, then class scores
+    anchors = [0, 5, 2099]
+    ref = {"shape": [7, 2100], "anchors": anchors, "values": head[:, anchors].T.round(5).tolist()}
+    checks.assert_head_matches(head, ref, "same")
+    changed = head.copy()
+    changed[4, 5] += 0.01
+    with pytest.raises(AssertionError, match="raw head"):
+        checks.assert_head_matches(changed, ref, "changed")
+    with pytest.raises(AssertionError, match="reference"):
+        checks.assert_head_matches(head[:, :2000], ref, "fewer anchors")
