@@ -24,6 +24,8 @@ def test_doc_swap_of_the_detector(tmp_path):
     fixtures = json.loads((copy / "fixtures" / "expected_detections.json").read_text())
     assert fixtures["class_names"] == ["cat", "dog", "parrot"] and fixtures["imgsz"] == 320
     assert {ref["shape"][0] for ref in fixtures["heads"].values()} == {4 + 3}
+    found = [d["class_name"] for ref in fixtures["images"].values() for d in ref["detections"]]
+    assert found and set(found) <= {"cat", "dog", "parrot"}, found  # the box matches compared something
     served_names = copy / "model_repository" / "postprocess" / "1" / "assets" / "class_names.json"
     assert json.loads(served_names.read_text()) == ["cat", "dog", "parrot"]
     assert "dims: [ 3, 320, 320 ]" in (copy / "model_repository" / "preprocess" / "config.pbtxt").read_text()
