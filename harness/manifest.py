@@ -148,7 +148,8 @@ class PeersSpec(Strict):
     #: ``"file.py:function"``: ``function()`` returns the in-process pieces of the run: ``model_dir``
     #: (the sentence-transformers folder the peer and the torch ceiling load), ``dimension`` (of a
     #: vector), ``tokenize(texts)`` (the client's ``input_ids`` / ``attention_mask``) and
-    #: ``embed(run, texts, max_rows)`` (tokenize, an onnxruntime ``session.run``, pool: the ONNX ceiling's work).
+    #: ``embed(run, texts, max_rows)`` (tokenize, an onnxruntime ``session.run``, pool: the ONNX ceiling's work)
+    #: and ``sentences`` (the texts the run's requests carry).
     embedding: str
     #: Served by a ``--variant`` server by default (``--variant-models``).
     variant_models: list[str] = []
