@@ -617,7 +617,8 @@ def reliability_workload(http_url: str, model: str):
 def peers_embedding():
     """``[peers] embedding`` (python -m harness peers): the sentence-transformers folder the peer and
     the torch ceiling load, its vector size, the client tokenizer, the ONNX ceiling's tokenize +
-    run + pool, and the sentences every target gets."""
+    run + pool, the sentences every target gets, and the mixed-length texts (short queries and
+    200-500-token passages, seeded) of the mixed workload."""
     from types import SimpleNamespace
 
     from embedding_cpu_processing.bls import embed_texts_local
@@ -628,4 +629,4 @@ def peers_embedding():
         return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize, pooling=info.pooling)
 
     pieces = {"model_dir": info.model_dir, "dimension": info.dimension, "tokenize": tokenize, "embed": embed}
-    return SimpleNamespace(**pieces, sentences=SHORT_SENTENCES)
+    return SimpleNamespace(**pieces, sentences=SHORT_SENTENCES, mixed=_mixed_texts())
