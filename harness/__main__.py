@@ -65,7 +65,12 @@ def _serve(args) -> int:
         from harness.serving.launchers.docker_envs import attach_packed_env
 
         attach_packed_env(deployment, options)  # the deployment's packed env for the image's stub
-        server = DockerTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port), host=args.host)
+        server = DockerTritonServer(
+            options,
+            ports=(args.http_port, args.grpc_port, args.metrics_port),
+            host=args.host,
+            gate_workers=args.gate_workers,
+        )
     else:
         server = create_server(args.mode, options, url=args.server_url)
 
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gate-workers",
         type=int,
         default=None,
-        help="front-gate processes sharing the ports (local mode; default $TRITON_GATE_WORKERS, else one per 10 cores)",
+        help="front-gate processes sharing the ports (local and docker modes; default $TRITON_GATE_WORKERS, else one per 10 cores)",
     )
     serve.set_defaults(func=_serve)
 

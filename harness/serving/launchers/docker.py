@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.serving.gate.policy import write_policy
 from harness.serving.gate.serve import ADMIN_HEADER, free_port, serve_command
+from harness.serving.gate.workers import default_workers
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, ports_in_use
 from harness.serving.launchers.docker_engine import (
     HOST_LABEL,
@@ -57,6 +58,7 @@ class DockerTritonServer(StartedTritonServer):
         ports: tuple[int, int, int] | None = None,
         exit_timeout_s: int = 5,
         pack_stale_envs: bool = True,
+        gate_workers: int | None = None,
     ):
         super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
         self.profile = profile or profile_for(options)
@@ -73,6 +75,8 @@ class DockerTritonServer(StartedTritonServer):
         #: 0600 file mounted read-only, never on a command line.
         self.gate = False
         self.admin_token = uuid.uuid4().hex
+        #: Gate processes in the container (``--gate-workers``), chosen on this host as the local launcher does.
+        self.gate_workers = gate_workers or default_workers()
         self.secret_dir: Path | None = None
 
     # ------------------------------------------------------------------ the container
@@ -86,7 +90,12 @@ class DockerTritonServer(StartedTritonServer):
         ] + self.option_args()
         if not self.gate:
             return triton
-        gate_args = ["--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token"]
+        gate_args = [
+            "--admin-token-file",
+            f"{CONTAINER_SECRET_DIR}/admin-token",
+            "--gate-workers",
+            str(self.gate_workers),
+        ]
         if self.options.gate_policy is not None:
             gate_args += ["--policy-file", f"{CONTAINER_SECRET_DIR}/{POLICY_FILE}"]
         if self.options.api_keys:
