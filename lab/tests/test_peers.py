@@ -276,3 +276,18 @@ def test_gate_json_costs_time_the_gates_own_request_parsing_and_answers():
     costs = gate_json_costs(2, 8, ["a sentence", "another one"], repeats=2)
     assert set(costs) == {"parse_request", "answer_float", "answer_base64", "answer_float_tolist_json_dumps"}
     assert all(ms >= 0 for ms in costs.values())
+
+
+def test_served_models_get_no_more_instances_than_the_server_cores():
+    from harness.deployments import get_deployment
+    from harness.repository import configs
+    from harness_lab.peers.__main__ import fitted_to_cores
+
+    deployment = get_deployment("embedding_cpu")
+    counts = {m: sum(g.count for g in c.instance_group) for m, c in configs(deployment.model_repository).items()}
+    fitted = fitted_to_cores(deployment, {"embedding_py": {"instance_count": 2, "dynamic_batching": False}}, 1)
+    assert fitted["embedding_py"] == {"instance_count": 2, "dynamic_batching": False}, "what the caller set is kept"
+    capped = {m for m, c in counts.items() if c > 1 and m != "embedding_py"}
+    assert capped and all(fitted[m] == {"instance_count": 1} for m in capped), fitted
+    assert not set(fitted) - capped - {"embedding_py"}, "models within the cores are left as they are"
+    assert fitted_to_cores(deployment, None, max(counts.values())) == {}

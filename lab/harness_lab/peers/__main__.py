@@ -144,6 +144,19 @@ def check_openai(reply: bytes, count: int, dimension: int) -> None:
             raise AssertionError(f"an embedding of {size} values, expected {dimension}")
 
 
+def fitted_to_cores(deployment: Deployment, overrides: dict | None, cores: int) -> dict:
+    """``overrides`` with every CPU model's instance count capped at ``cores`` where they do not set
+    it: as a user sizes the configs for the cores the server gets (instances beyond them only switch)."""
+    from harness.repository import configs
+
+    fitted = {model: dict(config) for model, config in (overrides or {}).items()}
+    for model, config in configs(deployment.model_repository).items():
+        count = sum(group.count for group in config.instance_group)
+        if count > cores and "instance_count" not in fitted.get(model, {}):
+            fitted.setdefault(model, {})["instance_count"] = cores
+    return fitted
+
+
 def start_triton(
     deployment: Deployment,
     models: list[str],
@@ -153,7 +166,9 @@ def start_triton(
     gate_policy: GatePolicy | None = None,
 ):
     """As users serve it (``harness serve``): the deployment's cpu options and gate policy (or
-    ``gate_policy``), on ``models`` and what they call, pinned to ``cores``."""
+    ``gate_policy``), on ``models`` and what they call, pinned to ``cores`` (no model with more
+    instances than ``cores``: ``fitted_to_cores``)."""
+    overrides = fitted_to_cores(deployment, overrides, len(cores))
     server = deployment_server(deployment, models, overrides=overrides, gate=gate, gate_policy=gate_policy)
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)  # tritonserver and its stubs inherit the mask
