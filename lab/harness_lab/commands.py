@@ -6,6 +6,7 @@ COMMANDS = {
     "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
     "perf-analyzer": ("harness_lab.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
     "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
+    "stages": ("harness_lab.stages", "where one request's time goes: gate, HTTP, Triton, model stages"),
     "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
     "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
     "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from embedding_cpu_processing.bls import plan_batches
 
@@ -52,6 +54,20 @@ def test_cpu_time_ratios_invert_cpu_ms_per_sentence_and_are_absent_without_them(
     assert found["embedding_onnx_text / ceiling"]["cpu_value"] == pytest.approx((0.8 + 1.0) / 2)
     assert found["ONNX text / Python (embedding_onnx_text / embedding_py)"]["cpu_value"] == pytest.approx(1.75)
     assert found["embedding_py / ceiling"]["cpu_value"] is None
+
+
+def test_mixed_lengths_are_a_workload_of_their_own_after_the_uniform_batches():
+    uniform = [_record("embedding_onnx_text", [100, 100], [200, 200], batch=b) for b in (32, 1)]
+    mixed = [
+        dict(_record(model, rounds, [150, 150]), workload="mixed")
+        for model, rounds in (("embedding_onnx_text", [90, 120]), ("infinity-optimum", [60, 60]))
+    ]
+    run = uniform + mixed
+    assert list(ratios.workloads_of(run)) == [(1, 8), (32, 8), ("mixed", 8)]
+    found = {(r["batch"], r["ratio"]): r for r in ratios.ratios(run)}
+    assert found["mixed", "Triton / best infinity-emb (embedding_onnx_text / max peer)"]["rounds"] == [1.5, 2.0]
+    assert [w["batch"] for w in ratios.serving_lesson(run)["workloads"]] == [1, 32]
+    assert re.search(r"^\| mixed +\| 8 +\| embedding_onnx_text ", "\n".join(ratios.render(run)), re.M)
 
 
 def test_latest_run_is_the_newest_one_with_the_text_model():
@@ -241,7 +257,7 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
         pytest.skip("wrk is not installed (make wrk)")
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
     argv = ["--deployment", "embedding_cpu", "--models", "embedding_onnx_text", "--peers", "naive"]
-    assert main(argv + ["--batch", "2", "--concurrency", "2", "--rounds", "1", "--duration", "1"]) == 0
+    assert main(argv + ["--batch", "2,mixed", "--concurrency", "2", "--rounds", "1", "--duration", "1"]) == 0
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     by_target = {r["model"]: r for r in records}
     assert set(by_target) == {"embedding_onnx_text", "openai:embedding_onnx_text", "naive-fastapi"}
@@ -251,12 +267,14 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
         "naive-fastapi": ("peer", None),
     }
     assert by_target["openai:embedding_onnx_text"]["endpoint"] == "/v1/embeddings"
+    assert by_target["embedding_onnx_text"]["reply"] == "binary"  # as tritonclient asks
     for record in records:
         assert record["errors"] == 0 and record["requests"] > 0, record
     text = "\n".join(ratios.render(records))
     assert "behind the front gate" in text and OPENAI_OVER_NATIVE in text
-    (row,) = ratios.paths(records)
-    assert row["native"] and row["openai"] and row["naive"] and row["infinity"] is None
+    assert {r.get("workload") for r in records} == {"uniform", "mixed"}
+    for row in ratios.paths(records):  # b=2, then mixed
+        assert row["native"] and row["openai"] and row["naive"] and row["infinity"] is None
 
 
 def test_native_text_replies_are_checked_on_the_output_the_config_names():
@@ -268,6 +286,10 @@ def test_native_text_replies_are_checked_on_the_output_the_config_names():
         check_triton_text(reply, 2, 4, output="VECTOR")
     with pytest.raises(AssertionError, match=r"no EMBEDDING in \['VECTOR'\]"):
         check_triton_text(reply, 2, 3, output="EMBEDDING")
+    header = b'{"outputs":[{"name":"VECTOR","shape":[2,3],"datatype":"FP32","parameters":{"binary_data_size":24}}]}'
+    check_triton_text(header + bytes(range(200, 224)), 2, 3, output="VECTOR")  # binary data after the header
+    with pytest.raises(AssertionError, match="VECTOR: 24 bytes of vectors, expected 32"):
+        check_triton_text(header.replace(b"[2,3]", b"[2,4]") + bytes(24), 2, 4, output="VECTOR")
 
 
 def test_gate_json_costs_time_the_gates_own_request_parsing_and_answers():

@@ -1,7 +1,7 @@
 """The lab's sections of the results matrix (entry point ``triton_harness.matrix_sections``,
 lab/pyproject.toml; the core's matrix finds them there and names none of them): the
 network-bound page and lesson (``network.py``), the side-by-side section and serving lesson
-(``side_by_side.py``), the front gate's row of the costs lesson (``make gate-cost``'s reports) and
+(``side_by_side.py``), where one request's time goes (``stages.py``), the front gate's row of the costs lesson (``make gate-cost``'s reports) and
 the perf_analyzer clause of the load generators."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from harness.measuring.matrix.cells import generator_family
 from harness.measuring.matrix.headlines import cost_row
 from harness.measuring.matrix.outputs import json_row
 from harness.measuring.matrix.sections import CostKind, Sections
-from harness_lab.matrix_sections import network, side_by_side
+from harness_lab.matrix_sections import network, side_by_side, stages
 
 
 def gate_reports(results_dir: Path) -> list[dict]:
@@ -78,7 +78,7 @@ class LabSections(Sections):
         return ["Network-bound runs (`make bench-network`): [results-network.md](results-network.md)."]
 
     def markdown(self, records: list[dict]) -> list[str]:
-        return side_by_side.render(records)
+        return side_by_side.render(records) + stages.render(records)
 
     def pages(self, records: list[dict], deployments) -> dict[str, tuple[str, str]]:
         page = network.render_network(records, deployments)
@@ -89,6 +89,7 @@ class LabSections(Sections):
         return {
             "perf_analyzer": perf_analyzer_note(records),
             "side_by_side": {"records": run, "ratios": side_by_side.ratios(run)},
+            "stages": stages.latest_run(records),
         }
 
     def json_tail(self, records: list[dict]) -> dict:

@@ -22,6 +22,7 @@ from harness.measuring.matrix.headlines import machine
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.matrix_sections.shared import bars, ceiling_handle, load
+from harness_lab.peers.workloads import MIXED
 
 COMMAND = "make bench-peers && make matrix"
 
@@ -69,12 +70,19 @@ def per_round(record: dict, key: str = "rounds_items_per_second") -> list[float]
     return [1e3 / v if v else 0.0 for v in values] if "cpu_ms" in key else values
 
 
-def workloads_of(run: list[dict]) -> dict[tuple[int, int], dict[str, dict]]:
-    """(batch, concurrency) -> target name -> record."""
+def workload_label(record: dict) -> int | str:
+    """The sentences per request, or ``mixed`` for the mixed-length workload (records since it:
+    one text a request)."""
+    return MIXED if record.get("workload") == MIXED else int(record["items_per_request"])
+
+
+def workloads_of(run: list[dict]) -> dict[tuple[int | str, int], dict[str, dict]]:
+    """(workload label, concurrency) -> target name -> record, uniform batches first, by size."""
     workloads: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for record in run:
-        workloads[(int(record["items_per_request"]), int(record["concurrency"]))][record["model"]] = record
-    return workloads
+        workloads[(workload_label(record), int(record["concurrency"]))][record["model"]] = record
+    order = sorted(workloads, key=lambda key: (key[0] == MIXED, 0 if key[0] == MIXED else key[0], key[1]))
+    return {key: workloads[key] for key in order}
 
 
 def _is_infinity(name: str, record: dict) -> bool:
@@ -89,7 +97,7 @@ def ratios(run: list[dict]) -> list[dict]:
     if spec is None:
         return []
     rows = []
-    for (batch, concurrency), targets in sorted(workloads_of(run).items()):
+    for (batch, concurrency), targets in workloads_of(run).items():
 
         def series(name: str, keys: tuple[str, str]) -> list[float] | None:
             served, ceiling = keys
@@ -147,7 +155,7 @@ def paths(run: list[dict]) -> list[dict]:
     if spec is None:
         return []
     rows = []
-    for (batch, concurrency), targets in sorted(workloads_of(run).items()):
+    for (batch, concurrency), targets in workloads_of(run).items():
         infinity = {n: r for n, r in targets.items() if _is_infinity(n, r)}
         best = max(infinity, key=lambda n: _median_rate(infinity[n]) or 0.0, default=None)
         per_round_best = [max(v) for v in zip(*(per_round(r) for r in infinity.values()))] if infinity else []
@@ -221,9 +229,10 @@ def render(records: list[dict]) -> list[str]:
         f"ONNX ceiling in `{spec.ceiling_follows}`'s length buckets of `onnx_max_batch_size` rows).",
         "",
     ]
+    order = {key: i for i, key in enumerate(workloads_of(run))}
     rows = [
         [
-            r["items_per_request"],
+            workload_label(r),
             r["concurrency"],
             r["model"],
             f"{r['items_per_second']:.1f}",
@@ -235,12 +244,12 @@ def render(records: list[dict]) -> list[str]:
             f"{r.get('served_over_ceiling') or 0:.2f}",
             r.get("kernel_path", ""),
         ]
-        for r in sorted(run, key=lambda r: (int(r["items_per_request"]), int(r["concurrency"]), r["model"]))
+        for r in sorted(run, key=lambda r: (order[(workload_label(r), int(r["concurrency"]))], r["model"]))
     ]
     lines.append(
         table(
             rows,
-            "batch | c | target | sentences/s | rounds | p50 ms | p99 ms | errors | ceiling | served / ceiling | "
+            "batch (mixed: one text a request, mixed lengths) | c | target | sentences/s | rounds | p50 ms | p99 ms | errors | ceiling | served / ceiling | "
             "INT8 kernel path",
         )
     )
@@ -326,7 +335,10 @@ def serving_lesson(records: list[dict]) -> dict:
         key=lambda m: -statistics.median(r["items_per_second"] for r in run if r["model"] == m),
     )
     result = []
-    for (batch, concurrency), found in sorted(workloads_of(run).items()):
+    for (label, concurrency), found in workloads_of(run).items():
+        if label == MIXED:  # the lesson compares sentences per request
+            continue
+        batch = label
         best = max(found.values(), key=lambda r: r["items_per_second"])
         result.append(
             {

@@ -6,7 +6,8 @@ What is served, and compared with which ceiling: the deployment's ``[peers]`` ta
 Each record's ``path``: ``native`` (``/v2/models/<m>/infer``), ``openai`` (``/v1/embeddings`` through
 the front gate, which tritonserver runs behind unless ``--no-gate``) or ``peer`` (infinity-emb, naive).
 Servers and ceiling workers run on ``--server-cores``, wrk on ``--generator-cores``; every (batch,
-concurrency) workload runs ``--rounds`` rounds of ``--duration`` s per target, each round's ceiling
+concurrency) workload (``--batch``: sentences per request, or ``mixed``: one text a request of
+the deployment's mixed lengths) runs ``--rounds`` rounds of ``--duration`` s per target, each round's ceiling
 the better of the request's batch and ``min(batch x concurrency, 64)``; records go to
 results/records.jsonl (``comparison: side-by-side``) with every round's sentences/s.
 
@@ -93,9 +94,9 @@ class CeilingWorker:
         if not ready:
             raise RuntimeError(f"ceiling worker {kind} did not start")
 
-    def measure(self, batch: int, duration_s: float) -> tuple[float, float]:
-        """Sentences/s and the worker's CPU ms per sentence at ``batch``."""
-        self.process.stdin.write(f"{batch} {duration_s}\n")
+    def measure(self, batch: int, duration_s: float, workload: str) -> tuple[float, float]:
+        """Sentences/s and the worker's CPU ms per sentence at ``batch`` texts of ``workload``."""
+        self.process.stdin.write(f"{batch} {duration_s} {workload}\n")
         self.process.stdin.flush()
         answer = json.loads(self.process.stdout.readline())
         return answer["items_per_second"], answer["cpu_ms_per_item"]
@@ -118,13 +119,18 @@ def _route_exists(url: str) -> bool:
 
 
 def check_triton_text(reply: bytes, count: int, dimension: int, output: str) -> None:
-    """The model's vector ``output`` (named by its config) has one row of ``dimension`` per sentence."""
-    outputs = json.loads(reply)["outputs"]
+    """The model's vector ``output`` (named by its config) has one row of ``dimension`` per sentence,
+    as JSON numbers or as FP32 binary data after the JSON header."""
+    header, _ = json.JSONDecoder().raw_decode(reply.decode("latin-1"))
+    outputs = header["outputs"]
     found = next((o for o in outputs if o["name"] == output), None)
     if found is None:
         raise AssertionError(f"no {output} in {[o['name'] for o in outputs]}")
     if found["shape"] != [count, dimension]:
         raise AssertionError(f"{output} shape {found['shape']}, expected [{count}, {dimension}]")
+    size = found.get("parameters", {}).get("binary_data_size", 4 * len(found.get("data", [])))
+    if size != 4 * count * dimension:
+        raise AssertionError(f"{output}: {size} bytes of vectors, expected {4 * count * dimension}")
 
 
 def check_triton_tokens(reply: bytes, count: int, dimension: int) -> None:
@@ -192,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per target per round")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch", default="1,8,32", help="sentences per request")
+    parser.add_argument(
+        "--batch", default="1,8,32,mixed", help="sentences per request; mixed: one text a request, mixed lengths"
+    )
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--models", default=None, help="comma-separated (default: [peers] default_models)")
     parser.add_argument(
@@ -212,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("float", "base64"),
         default=None,
         help="of every OpenAI-style body (default: none: float)",
+    )
+    parser.add_argument(
+        "--native-reply",
+        choices=("binary", "json"),
+        default="binary",
+        help="of the native text models: the vectors as binary data (what tritonclient asks for) or JSON numbers",
     )
     parser.add_argument("--server-cores", default=None, help="default: every core but 0")
     parser.add_argument("--generator-cores", default="0")
@@ -255,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         {int(c) for c in args.server_cores.split(",")} if args.server_cores else set(all_cores) - generator_cores
     ) or set(all_cores)
     threads = len(server_cores)
-    batches = [int(b) for b in args.batch.split(",")]
+    #: (workload, texts per request) in the order given
+    batches = [(workloads.MIXED, 1) if b == workloads.MIXED else ("uniform", int(b)) for b in args.batch.split(",")]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     engines = [e for e in args.peers.split(",") if e and e != "naive"]
     naive = "naive" in args.peers.split(",")
@@ -279,9 +294,12 @@ def main(argv: list[str] | None = None) -> int:
                 check = functools.partial(check_triton_tokens, dimension=pieces.dimension)
             else:  # the model's text input and vector output, from its config
                 text_input, output = text_tensors(deployment.model_repository, model)
-                make_body = functools.partial(workloads.triton_text_body, text_input=text_input)
+                binary = output if args.native_reply == "binary" else None
+                make_body = functools.partial(workloads.triton_text_body, text_input=text_input, binary_output=binary)
                 check = functools.partial(check_triton_text, dimension=pieces.dimension, output=output)
             record = {**ours, "server_version": version, "path": "native", "endpoint": endpoint}
+            if served.request == "text":
+                record["reply"] = args.native_reply
             describe = served.describe
             if config is not None:
                 record["config_overrides"] = config
@@ -369,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             targets = [t for t in targets if t not in missing]
         for kind in sorted({t.ceiling for t in targets}):
             workers[kind] = CeilingWorker(deployment.name, kind, server_cores, threads)
-        for batch in batches:
-            bodies = {t.name: workloads.bodies(t.make_body, pieces.sentences, batch) for t in targets}
+        for workload, batch in batches:
+            bodies = {t.name: workloads.bodies(t.make_body, pieces, workload, batch) for t in targets}
             for target in targets:
                 target.check(_post(target.url, bodies[target.name][0]).content, batch)
             for concurrency in concurrencies:
@@ -384,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                         # the best of the request's batch and the largest the server could form (a
                         # 64-row batch can be slower per sentence than 8 rows on a small-cache core)
                         measured = [
-                            worker.measure(size, min(args.duration, 2.0)) for size in sorted({batch, ceiling_batch})
+                            worker.measure(size, min(args.duration, 2.0), workload)
+                            for size in sorted({batch, ceiling_batch})
                         ]
                         ceilings[kind].append(max(rate for rate, _ in measured))
                         ceiling_cpu[kind].append(min(cpu for _, cpu in measured))
@@ -421,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
                     cpu_ratios = [c / s for c, s in zip(ceiling_cpu[target.ceiling], cpu_ms[target.name]) if s]
                     record = {
                         "deployment": deployment.name,
-                        "benchmark": f"side-by-side-b{batch}",
+                        "benchmark": "side-by-side-" + (workload if workload == workloads.MIXED else f"b{batch}"),
+                        "workload": workload,
                         "comparison": "side-by-side",
                         "run_id": run_id,
                         "model": target.name,
@@ -454,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                         record["kernel_path"] = int8_kernel_path()
                     append_record(record)
                     print(
-                        f"b={batch:<2} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
+                        f"{'mixed' if workload == workloads.MIXED else f'b={batch}':<5} c={concurrency:<2} {target.name:28s} {served:8.1f} sent/s "
                         f"rounds {record['rounds_items_per_second']} errors {record['errors']} "
                         f"/ceiling({target.ceiling}@{ceiling_batch}) {record['served_over_ceiling']} "
                         f"cpu ms/sent {record['rounds_cpu_ms_per_item']} ceiling {record['rounds_ceiling_cpu_ms_per_item']} "

@@ -32,8 +32,9 @@ def served_parameter(deployment: Deployment, key: str, default: str) -> str:
     return parameter(read_config(config), key, default)
 
 
-def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64):
-    """A function ``texts -> vectors`` doing a served request's whole work in this process."""
+def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64, wrap_run=None):
+    """A function ``texts -> vectors`` doing a served request's whole work in this process
+    (``wrap_run(session.run)``, when given, runs the ONNX file: e.g. to time it)."""
     pieces = deployment.resolve(deployment.manifest.peers.embedding)()
     if kind == TORCH_KIND:
         import torch
@@ -47,30 +48,34 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64)
     if served_parameter(deployment, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     session = cpu_session(deployment.path / deployment.manifest.peers.ceiling_onnx[kind], threads)
-    return lambda texts: pieces.embed(session.run, texts, max_rows)
+    run = wrap_run(session.run) if wrap_run else session.run
+    return lambda texts: pieces.embed(run, texts, max_rows)
 
 
-def measure(encode, texts: list[str], duration_s: float) -> tuple[float, float]:
-    """Sentences per second of ``encode(texts)`` over ``duration_s`` (after two warm-up calls),
-    and this process's CPU milliseconds per sentence (steady on a shared core, where the rate
-    is not)."""
-    encode(texts)
-    encode(texts)
-    calls, began, cpu = 0, time.perf_counter(), time.process_time()
+def measure(encode, groups: list[list[str]], duration_s: float) -> tuple[float, float]:
+    """Sentences per second of ``encode(group)`` over ``duration_s``, the groups in turn (after two
+    warm-up calls), and this process's CPU milliseconds per sentence (steady on a shared core,
+    where the rate is not)."""
+    encode(groups[0])
+    encode(groups[-1])
+    calls, items, began, cpu = 0, 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - began < duration_s:
-        encode(texts)
-        calls += 1
-    items = calls * len(texts)
+        group = groups[calls % len(groups)]
+        encode(group)
+        calls, items = calls + 1, items + len(group)
     return items / (time.perf_counter() - began), 1e3 * (time.process_time() - cpu) / items
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness_lab.peers.workloads import sentences
+    from harness_lab.peers.workloads import MIXED, texts_of
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
     parser.add_argument("--kind", required=True, help=f"a key of [peers] ceiling_onnx, or {TORCH_KIND}")
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
+    parser.add_argument(
+        "--workload", choices=("uniform", MIXED), default="uniform", help="the short sentences, or the mixed lengths"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-rows", type=int, default=None, help="rows per ONNX run (default: the served model's)")
     parser.add_argument("--duration", type=float, default=3.0)
@@ -86,21 +91,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds)}")
     max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
     encode = encoder(deployment, args.kind, args.threads, max_rows)
-    pool = deployment.resolve(deployment.manifest.peers.embedding)().sentences
+    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
 
-    def report(batch: int, duration_s: float) -> None:
-        rate, cpu_ms = measure(encode, sentences(pool, batch), duration_s)
-        line = {"kind": args.kind, "batch": batch, "threads": args.threads}
+    def report(batch: int, duration_s: float, workload: str) -> None:
+        rate, cpu_ms = measure(encode, texts_of(pieces, workload, batch), duration_s)
+        line = {"kind": args.kind, "batch": batch, "workload": workload, "threads": args.threads}
         print(json.dumps({**line, "items_per_second": round(rate, 2), "cpu_ms_per_item": round(cpu_ms, 4)}), flush=True)
 
-    if args.serve:
+    if args.serve:  # lines "batch duration [workload]"
         print(json.dumps({"ready": args.kind}), flush=True)
         for line in sys.stdin:
-            batch, duration = line.split()
-            report(int(batch), float(duration))
+            batch, duration, *workload = line.split()
+            report(int(batch), float(duration), workload[0] if workload else "uniform")
         return 0
     for batch in [int(b) for b in args.batch.split(",")]:
-        report(batch, args.duration)
+        report(batch, args.duration, args.workload)
     return 0
 
 

@@ -1,11 +1,18 @@
-"""The sentences and the pre-built request bodies every server of a side-by-side run gets."""
+"""The sentences and the pre-built request bodies every server of a side-by-side run gets.
+
+Two workloads: ``uniform``, the deployment's short sentences (``[peers] embedding`` pieces'
+``sentences``), and ``mixed``, its mixed-length texts (the pieces' ``mixed``: short queries and long
+passages in fixed proportions, seeded), one text a request by default.
+"""
 
 from __future__ import annotations
 
 import json
 
-#: Bodies per workload: request i carries sentences starting at offset i.
-BODIES = 8
+#: Bodies per workload: request i carries sentences starting at offset i (mixed: at i x batch, so
+#: that the bodies hold the mix's proportions).
+BODIES = {"uniform": 8, "mixed": 64}
+MIXED = "mixed"
 
 
 def sentences(pool: list[str], count: int, offset: int = 0) -> list[str]:
@@ -13,10 +20,13 @@ def sentences(pool: list[str], count: int, offset: int = 0) -> list[str]:
     return [pool[(offset + i) % len(pool)] for i in range(count)]
 
 
-def triton_text_body(texts: list[str], text_input: str) -> bytes:
+def triton_text_body(texts: list[str], text_input: str, binary_output: str | None = None) -> bytes:
     """KServe v2 JSON: ``text_input`` BYTES ``[n, 1]`` (the model's one text input,
-    ``harness_lab.text_models``); the vectors come back as JSON numbers."""
+    ``harness_lab.text_models``); the vectors come back as JSON numbers, or only ``binary_output``
+    as binary data after the JSON header."""
     body = {"inputs": [{"name": text_input, "shape": [len(texts), 1], "datatype": "BYTES", "data": texts}]}
+    if binary_output:
+        body["outputs"] = [{"name": binary_output, "parameters": {"binary_data": True}}]
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -43,5 +53,12 @@ def openai_body(texts: list[str], model: str, encoding_format: str | None = None
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def bodies(make, pool: list[str], batch: int) -> list[bytes]:
-    return [make(sentences(pool, batch, offset)) for offset in range(BODIES)]
+def texts_of(pieces, workload: str, batch: int) -> list[list[str]]:
+    """The texts of each body of ``workload`` at ``batch`` texts a request."""
+    if workload == MIXED:
+        return [sentences(pieces.mixed, batch, i * batch) for i in range(BODIES[MIXED])]
+    return [sentences(pieces.sentences, batch, offset) for offset in range(BODIES["uniform"])]
+
+
+def bodies(make, pieces, workload: str, batch: int) -> list[bytes]:
+    return [make(texts) for texts in texts_of(pieces, workload, batch)]
