@@ -149,7 +149,8 @@ class PeersSpec(Strict):
     #: (the sentence-transformers folder the peer and the torch ceiling load), ``dimension`` (of a
     #: vector), ``tokenize(texts)`` (the client's ``input_ids`` / ``attention_mask``) and
     #: ``embed(run, texts, max_rows)`` (tokenize, an onnxruntime ``session.run``, pool: the ONNX ceiling's work)
-    #: and ``sentences`` (the texts the run's requests carry).
+    #: and ``sentences`` (the texts the run's requests carry); optionally ``mixed`` (texts of mixed
+    #: lengths, for the ``mixed`` workload).
     embedding: str
     #: Served by a ``--variant`` server by default (``--variant-models``).
     variant_models: list[str] = []

@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run {run_id}: servers on cores {cores_label(server_cores)}, {generator.describe()}", flush=True)
 
     pieces = deployment.resolve(spec.embedding)()
+    if not hasattr(pieces, workloads.MIXED) and (workloads.MIXED, 1) in batches:
+        print(f"{deployment.name}'s [peers] embedding gives no `mixed` texts: no mixed workload", flush=True)
+        batches.remove((workloads.MIXED, 1))
 
     #: What a record of our server says about it (``gate``: behind the front gate).
     ours = {"server_mode": "local", "gate": args.gate}
