@@ -268,6 +268,8 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     }
     assert by_target["openai:embedding_onnx_text"]["endpoint"] == "/v1/embeddings"
     assert by_target["embedding_onnx_text"]["reply"] == "binary"  # as tritonclient asks
+    (parts,) = by_target["embedding_onnx_text"]["rounds_cpu_ms_per_item_by_process"]
+    assert {"gate", "tritonserver", "stub:embedding_onnx_text"} <= set(parts), parts
     for record in records:
         assert record["errors"] == 0 and record["requests"] > 0, record
     text = "\n".join(ratios.render(records))

@@ -43,7 +43,7 @@ from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
 from harness_lab.peers.naive import NaiveServer
-from harness_lab.peers.processes import tree_cpu_s, wait_idle
+from harness_lab.peers.processes import tree_cpu_parts, wait_idle
 from harness_lab.text_models import text_tensors
 
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                 ceiling_batch = min(batch * concurrency, 64)
                 results = {t.name: [] for t in targets}
                 cpu_ms = {t.name: [] for t in targets}
+                cpu_parts = {t.name: [] for t in targets}
                 ceilings = {k: [] for k in workers}
                 ceiling_cpu = {k: [] for k in workers}
                 for round_index in range(args.rounds):
@@ -425,13 +426,18 @@ def main(argv: list[str] | None = None) -> int:
                         duration = min(max(args.duration, 3 * batch * concurrency / pace), 120.0)
                         cycle = batch * concurrency / pace
                         wait_idle(target.pid, 10 * cycle + 10)
-                        cpu_before = tree_cpu_s(target.pid)
+                        cpu_before = tree_cpu_parts(target.pid)
                         run = generator.run(target.url, bodies[target.name], concurrency, duration)
                         results[target.name].append(run)
                         wait_idle(target.pid, 10 * cycle + 10)
                         # the server also finishes the (at most ``concurrency``) requests in flight at the end
                         items = (run.requests + concurrency) * batch
-                        cpu_ms[target.name].append(1e3 * (tree_cpu_s(target.pid) - cpu_before) / max(items, 1))
+                        cpu_after = tree_cpu_parts(target.pid)
+                        by_part = {k: 1e3 * (v - cpu_before.get(k, 0.0)) / max(items, 1) for k, v in cpu_after.items()}
+                        if target.server["path"] == "peer":  # the tree's root is the peer server, no gate
+                            by_part["peer"] = by_part.pop("gate", 0.0)
+                        cpu_ms[target.name].append(sum(by_part.values()))
+                        cpu_parts[target.name].append({k: round(v, 4) for k, v in by_part.items()})
                 for target in targets:
                     runs = results[target.name]
                     rates = [r.requests_per_second * batch for r in runs]
@@ -470,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
                         "rounds_ceiling_items_per_second": [round(c, 2) for c in ceilings[target.ceiling]],
                         "served_over_ceiling": round(served / ceiling, 3) if ceiling else None,
                         "rounds_cpu_ms_per_item": [round(c, 4) for c in cpu_ms[target.name]],
+                        # the same by process (gate, tritonserver, each stub; a peer's own programs)
+                        "rounds_cpu_ms_per_item_by_process": cpu_parts[target.name],
                         "rounds_ceiling_cpu_ms_per_item": [round(c, 4) for c in ceiling_cpu[target.ceiling]],
                         "cpu_ceiling_over_served": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
                     }

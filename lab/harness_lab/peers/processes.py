@@ -20,13 +20,20 @@ from harness.serving.gate.serve import free_port
 from harness_lab.peers.workloads import openai_body
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its descendants (tritonserver and its stubs; 0 when gone)."""
+def tree_cpu_parts(pid: int) -> dict[str, float]:
+    """User + system CPU seconds of ``pid`` and its descendants by part (``gate``, ``tritonserver``,
+    ``stub:<model>``, a peer's program; empty when gone)."""
     try:
         parts = cpu_seconds(pid)
     except psutil.NoSuchProcess:
-        return 0.0
-    return sum(seconds for part, seconds in parts.items() if part != "generator")
+        return {}
+    parts.pop("generator")
+    return parts
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants (0 when gone)."""
+    return sum(tree_cpu_parts(pid).values())
 
 
 def wait_idle(pid: int, timeout_s: float, busy_share: float = 0.15) -> None:
