@@ -14,9 +14,10 @@ Requests go one at a time (c=1), so the stages add up to what the client waits:
   texts in this process: the ONNX Runtime run, the rest of the model's work (tokenize, length
   buckets, pooling), and what is left (the stub round trip and the Python model's own code).
 
-Each reply kind is measured: ``json`` (the vectors as JSON numbers, what ``bench-peers`` sends) and
-``binary`` (the vector output as binary data). Each round's means go to results/records.jsonl as ``comparison: stages`` records (never a matrix
-cell); the matrix's stages table shows the latest run.
+Each reply kind is measured: ``json`` (the vectors as JSON numbers) and ``binary`` (the vector
+output as binary data, what ``tritonclient`` asks for). Each round's means go to
+results/records.jsonl as ``comparison: stages`` records (never a matrix cell); the matrix's stages
+table shows the latest run.
 """
 
 from __future__ import annotations
@@ -65,17 +66,19 @@ def client_latency_ms(session: requests.Session, url: str, bodies: list[bytes], 
     return statistics.fmean(latencies)
 
 
-def served(deployment, model: str, gate: bool, url_bodies, duration_s: float) -> dict[tuple, dict]:
+def served(
+    deployment, model: str, gate: bool, bodies: dict[tuple, list[bytes]], duration_s: float
+) -> dict[tuple, dict]:
     """Per (batch, reply): the client's mean latency on a fresh server of ``model``, Triton's split."""
     server = started(deployment_server(deployment, [model], gate=gate))
+    url = f"http://{server.http_url}/v2/models/{model}/infer"
     found = {}
     session = requests.Session()
     try:
-        for key, bodies in url_bodies.items():
-            url = f"http://{server.http_url}/v2/models/{model}/infer"
-            client_latency_ms(session, url, bodies, 1.0)  # warm-up
+        for key, bodies_of_key in bodies.items():
+            client_latency_ms(session, url, bodies_of_key, 1.0)  # warm-up
             before = _stats(server.http_url, model)
-            latency = client_latency_ms(session, url, bodies, duration_s)
+            latency = client_latency_ms(session, url, bodies_of_key, duration_s)
             found[key] = {"latency_ms": latency, **server_split(before, _stats(server.http_url, model))}
     finally:
         session.close()
@@ -83,10 +86,9 @@ def served(deployment, model: str, gate: bool, url_bodies, duration_s: float) ->
     return found
 
 
-def in_process_ms(
-    deployment, kind: str, threads: int, texts: list[list[str]], duration_s: float
-) -> tuple[float, float]:
-    """Mean ms per call of the whole in-process work on ``texts`` in turn, and of its ONNX runs."""
+def timed_encoder(deployment, kind: str, threads: int):
+    """The served model's work in this process (``encode(texts)``, in its length buckets), and a dict
+    whose ``ms`` adds up the time of its ONNX runs."""
     runs = {"ms": 0.0}
 
     def timed(run):
@@ -100,7 +102,11 @@ def in_process_ms(
         return wrapped
 
     max_rows = int(served_parameter(deployment, "onnx_max_batch_size", "64"))
-    encode = encoder(deployment, kind, threads, max_rows, wrap_run=timed)
+    return encoder(deployment, kind, threads, max_rows, wrap_run=timed), runs
+
+
+def in_process_ms(encode, runs: dict, texts: list[list[str]], duration_s: float) -> tuple[float, float]:
+    """Mean ms per call of ``encode`` on ``texts`` in turn, and of its ONNX runs (``runs``)."""
     encode(texts[0])
     runs["ms"], calls, began = 0.0, 0, time.perf_counter()
     while time.perf_counter() - began < duration_s:
@@ -146,19 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     pieces = deployment.resolve(spec.embedding)()
     text_input, output = text_tensors(deployment.model_repository, model)
     batches = [int(b) for b in args.batch.split(",")]
-    texts = {b: workloads.texts_of(pieces, "uniform", b) for b in batches}
+    texts = {b: workloads.texts_of(pieces, workloads.UNIFORM, b) for b in batches}
     bodies = {
         (b, reply): [workloads.triton_text_body(t, text_input, output if reply == "binary" else None) for t in texts[b]]
         for b in batches
         for reply in REPLIES
     }
     threads = int(served_parameter(deployment, "intra_op_thread_count", "1"))
+    encode, onnx_runs = timed_encoder(deployment, spec.models[model].ceiling, threads)
     run_id = uuid.uuid4().hex[:12]
     for index in range(args.rounds):
         order = (True, False) if index % 2 == 0 else (False, True)
         measured = {gate: served(deployment, model, gate, bodies, args.duration) for gate in order}
-        kind = spec.models[model].ceiling
-        in_process = {b: in_process_ms(deployment, kind, threads, texts[b], 2.0) for b in batches}
+        in_process = {b: in_process_ms(encode, onnx_runs, texts[b], 2.0) for b in batches}
         for batch, reply in bodies:
             gated, direct = measured[True][batch, reply], measured[False][batch, reply]
             stages = breakdown(gated, direct, *in_process[batch])

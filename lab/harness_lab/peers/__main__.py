@@ -270,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     ) or set(all_cores)
     threads = len(server_cores)
     #: (workload, texts per request) in the order given
-    batches = [(workloads.MIXED, 1) if b == workloads.MIXED else ("uniform", int(b)) for b in args.batch.split(",")]
+    batches = [
+        (workloads.MIXED, 1) if b == workloads.MIXED else (workloads.UNIFORM, int(b)) for b in args.batch.split(",")
+    ]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     engines = [e for e in args.peers.split(",") if e and e != "naive"]
     naive = "naive" in args.peers.split(",")
@@ -426,16 +428,15 @@ def main(argv: list[str] | None = None) -> int:
                         duration = min(max(args.duration, 3 * batch * concurrency / pace), 120.0)
                         cycle = batch * concurrency / pace
                         wait_idle(target.pid, 10 * cycle + 10)
-                        cpu_before = tree_cpu_parts(target.pid)
+                        root = "peer" if target.server["path"] == "peer" else "gate"
+                        cpu_before = tree_cpu_parts(target.pid, root)
                         run = generator.run(target.url, bodies[target.name], concurrency, duration)
                         results[target.name].append(run)
                         wait_idle(target.pid, 10 * cycle + 10)
                         # the server also finishes the (at most ``concurrency``) requests in flight at the end
                         items = (run.requests + concurrency) * batch
-                        cpu_after = tree_cpu_parts(target.pid)
+                        cpu_after = tree_cpu_parts(target.pid, root)
                         by_part = {k: 1e3 * (v - cpu_before.get(k, 0.0)) / max(items, 1) for k, v in cpu_after.items()}
-                        if target.server["path"] == "peer":  # the tree's root is the peer server, no gate
-                            by_part["peer"] = by_part.pop("gate", 0.0)
                         cpu_ms[target.name].append(sum(by_part.values()))
                         cpu_parts[target.name].append({k: round(v, 4) for k, v in by_part.items()})
                 for target in targets:

@@ -67,14 +67,14 @@ def measure(encode, groups: list[list[str]], duration_s: float) -> tuple[float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness_lab.peers.workloads import MIXED, texts_of
+    from harness_lab.peers.workloads import MIXED, UNIFORM, texts_of
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
     parser.add_argument("--kind", required=True, help=f"a key of [peers] ceiling_onnx, or {TORCH_KIND}")
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument(
-        "--workload", choices=("uniform", MIXED), default="uniform", help="the short sentences, or the mixed lengths"
+        "--workload", choices=(UNIFORM, MIXED), default=UNIFORM, help="the short sentences, or the mixed lengths"
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-rows", type=int, default=None, help="rows per ONNX run (default: the served model's)")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"ready": args.kind}), flush=True)
         for line in sys.stdin:
             batch, duration, *workload = line.split()
-            report(int(batch), float(duration), workload[0] if workload else "uniform")
+            report(int(batch), float(duration), workload[0] if workload else UNIFORM)
         return 0
     for batch in [int(b) for b in args.batch.split(",")]:
         report(batch, args.duration, args.workload)

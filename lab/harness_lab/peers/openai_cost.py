@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             "openai float, no usage": (servers["no-usage"], "/v1/embeddings", lambda t: workloads.openai_body(t, name)),
         }
         for batch in [int(b) for b in args.batch.split(",")]:
-            bodies = {path: workloads.bodies(make, pieces, "uniform", batch) for path, (_, _, make) in paths.items()}
+            bodies = {
+                path: workloads.bodies(make, pieces, workloads.UNIFORM, batch) for path, (_, _, make) in paths.items()
+            }
             for path, (server, route, _) in paths.items():
                 if route == "/v1/embeddings":
                     check_openai(_post(f"http://{server.http_url}{route}", bodies[path][0]).content, batch, dimension)

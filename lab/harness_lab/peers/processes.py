@@ -20,14 +20,16 @@ from harness.serving.gate.serve import free_port
 from harness_lab.peers.workloads import openai_body
 
 
-def tree_cpu_parts(pid: int) -> dict[str, float]:
-    """User + system CPU seconds of ``pid`` and its descendants by part (``gate``, ``tritonserver``,
-    ``stub:<model>``, a peer's program; empty when gone)."""
+def tree_cpu_parts(pid: int, root: str = "gate") -> dict[str, float]:
+    """User + system CPU seconds of ``pid`` (named ``root``: our front gate, or a peer server) and its
+    descendants by part (``tritonserver``, ``stub:<model>``, a peer's programs); empty when gone."""
     try:
         parts = cpu_seconds(pid)
     except psutil.NoSuchProcess:
         return {}
     parts.pop("generator")
+    if "gate" in parts:  # cpu_seconds names the tree's root "gate"
+        parts[root] = parts.pop("gate")
     return parts
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
+UNIFORM, MIXED = "uniform", "mixed"
 #: Bodies per workload: request i carries sentences starting at offset i (mixed: at i x batch, so
 #: that the bodies hold the mix's proportions).
-BODIES = {"uniform": 8, "mixed": 64}
-MIXED = "mixed"
+BODIES = {UNIFORM: 8, MIXED: 64}
 
 
 def sentences(pool: list[str], count: int, offset: int = 0) -> list[str]:
@@ -57,7 +57,7 @@ def texts_of(pieces, workload: str, batch: int) -> list[list[str]]:
     """The texts of each body of ``workload`` at ``batch`` texts a request."""
     if workload == MIXED:
         return [sentences(pieces.mixed, batch, i * batch) for i in range(BODIES[MIXED])]
-    return [sentences(pieces.sentences, batch, offset) for offset in range(BODIES["uniform"])]
+    return [sentences(pieces.sentences, batch, offset) for offset in range(BODIES[UNIFORM])]
 
 
 def bodies(make, pieces, workload: str, batch: int) -> list[bytes]:
