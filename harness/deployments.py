@@ -67,6 +67,16 @@ class Deployment:
     def missing_exports(self) -> list[Path]:
         return [p for p in self.export_outputs() if not p.exists()]
 
+    def unexported_files(self, overrides: dict | None) -> list[str]:
+        """The ``default_model_filename`` files of a config variant that no version folder holds: an
+        export step writes such a file (an INT8 IR, say) only where its accuracy gate holds."""
+        named = {model: o.get("default_model_filename") for model, o in (overrides or {}).items()}
+        return [
+            f"{model}/<version>/{filename}"
+            for model, filename in named.items()
+            if filename and not list((self.model_repository / model).glob(f"*/{filename}"))
+        ]
+
     def run_step(self, command: list[str], python: str | None = None, check: bool = True) -> int:
         """Run a manifest command in the deployment's folder (``{python}``: ``python`` or this interpreter)."""
         command = [part.replace("{python}", python or sys.executable) for part in command]

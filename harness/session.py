@@ -118,8 +118,9 @@ def for_each_scenario(
 ) -> list[str]:
     """Call ``run(deployment, benchmark, ctx)`` for each benchmark scenario of ``deployments`` (default:
     all) on ``target``, each on a server of ``pool`` (config variants on their own server, stopped
-    after the scenario; a deployment's server stopped after its last scenario). One failing scenario
-    does not stop the others: returns ``"<deployment>/<benchmark>: <error>"`` for each that failed."""
+    after the scenario; a deployment's server stopped after its last scenario; a variant whose model
+    file the export's gate did not write, skipped). One failing scenario does not stop the others:
+    returns ``"<deployment>/<benchmark>: <error>"`` for each that failed."""
     failed = []
     chosen = [get_deployment(name) for name in deployments] if deployments else discover()
     for deployment in chosen:
@@ -128,6 +129,10 @@ def for_each_scenario(
             continue
         for benchmark in deployment.benchmarks:
             if (benchmark.targets and target not in benchmark.targets) or (only and benchmark.id not in only):
+                continue
+            missing = deployment.unexported_files(benchmark.overrides)
+            if missing:
+                print(f"{deployment.name}/{benchmark.id}: skipped, not exported here: {', '.join(missing)}", flush=True)
                 continue
             try:
                 run(deployment, benchmark, pool.context(deployment, benchmark.overrides, benchmark.models))

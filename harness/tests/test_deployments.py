@@ -55,14 +55,12 @@ def _context(server_pool, deployment, request, config=None, models=()):
 
 
 def _skip_unexported(deployment, config: dict | None) -> None:
-    """Skip a config variant whose ``default_model_filename`` no version folder holds: an export
-    step that writes such a file only where its accuracy gate holds (e.g. an INT8 IR) skipped it."""
-    for model, overrides in (config or {}).items():
-        filename = overrides.get("default_model_filename")
-        if filename and not list((deployment.model_repository / model).glob(f"*/{filename}")):
-            pytest.skip(
-                f"{model}/<version>/{filename} was not exported here (its export step or gate; see {deployment.name}'s README)"
-            )
+    """Skip a config variant whose model file this machine's export did not write (its gate)."""
+    missing = deployment.unexported_files(config)
+    if missing:
+        pytest.skip(
+            f"{', '.join(missing)} was not exported here (its export step or gate; see {deployment.name}'s README)"
+        )
 
 
 def _checked_config(deployment, request) -> dict | None:

@@ -114,3 +114,34 @@ def test_export_runs_only_for_missing_outputs_and_force_adds_the_force_args(tmp_
     assert deployment.export() is True and (folder / "out.txt").read_text() == "plain"
     assert deployment.export() is False, "all outputs present: nothing to run"
     assert deployment.export(force=True) is True and (folder / "out.txt").read_text() == "--force"
+
+
+def test_a_variant_whose_gated_file_was_not_exported_is_skipped_by_the_benchmarks(tmp_path, capsys, monkeypatch):
+    from harness.session import for_each_scenario
+
+    folder = tmp_path / "toy"
+    (folder / "model_repository" / "m" / "1").mkdir(parents=True)
+    (folder / "model_repository" / "m" / "1" / "model.onnx").write_bytes(b"")
+    (folder / "deployment.toml").write_text(
+        'name = "toy"\nentry_models = ["m"]\nbenchmarks = [\n'
+        '  { id = "plain", workload = "w.py:w", config = { m = { instance_count = 2 } } },\n'
+        '  { id = "gated", workload = "w.py:w", config = { m = { default_model_filename = "model_int8.xml" } } },\n]\n'
+    )
+    (deployment,) = discover(tmp_path)
+    assert [deployment.unexported_files(b.overrides) for b in deployment.benchmarks] == [
+        [],
+        ["m/<version>/model_int8.xml"],
+    ]
+
+    class Pool:  # what for_each_scenario asks of a ServerPool, without starting servers
+        def context(self, deployment, overrides, models):
+            return overrides
+
+        def release(self, key):
+            pass
+
+    ran = []
+    monkeypatch.setenv("HARNESS_DEPLOYMENTS_DIR", str(tmp_path))
+    failed = for_each_scenario(Pool(), lambda d, b, ctx: ran.append(b.id), target="cpu")
+    assert failed == [] and ran == ["plain"]
+    assert "toy/gated: skipped, not exported here: m/<version>/model_int8.xml" in capsys.readouterr().out
