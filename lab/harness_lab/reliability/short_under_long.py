@@ -2,11 +2,14 @@
 
     python -m harness short-under-long --deployment embedding_cpu --model embedding_onnx_text
     python -m harness short-under-long --config '{"embedding_onnx_text": {"instance_count": 1}}'
+    python -m harness short-under-long --query-lane 1
 
 Texts: the deployment's ``[peers] embedding`` ``mixed`` texts, split at ``LONG_FACTOR`` x their median
 length into short queries and long passages. On one server, each round measures the probe (short
 queries, c=1) alone, then the same probe while ``--long-concurrency`` passages are held in flight;
-every answer is checked against the vector the server gave that text alone. The report
+every answer is checked against the vector the server gave that text alone. ``--query-lane N``
+serves a second copy of the model, ``<model>_queries`` with N instances of its own, and sends the
+probe there: the queries' own instances, which no passage occupies. The report
 (results/reliability/short_under_long.json) gives the probe's p50/p99 idle and loaded per round, the
 medians, loaded / idle, and the passages/s meanwhile.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -22,7 +26,9 @@ from pathlib import Path
 import psutil
 
 from harness.deployments import declaring, get_deployment
+from harness.repository import read_config, write_config
 from harness.testing.servers import deployment_server, started, stop_server
+from harness.variants import apply_overrides
 from harness_lab.reliability.load import bytes_workload, percentiles, run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, write_json
 from harness_lab.reliability.servers import chosen_target
@@ -36,6 +42,24 @@ def split_texts(texts: list[str]) -> tuple[list[str], list[str]]:
     """(short, long) of ``texts``, in their order: long ones are over ``LONG_FACTOR`` x the median length."""
     cut = LONG_FACTOR * statistics.median(len(t) for t in texts)
     return [t for t in texts if len(t) <= cut], [t for t in texts if len(t) > cut]
+
+
+def add_query_lane(server, model: str, instances: int) -> str:
+    """Add ``<model>_queries`` to ``server``'s repository (not started yet): ``model``'s files under a
+    config of its own name and ``instances`` instances, public behind the gate. Returns its name."""
+    repository = Path(server.options.model_repository)
+    lane = f"{model}_queries"
+    (repository / lane).mkdir()
+    for item in (repository / model).iterdir():
+        if item.name != "config.pbtxt":
+            os.symlink(item.resolve(), repository / lane / item.name)
+    config = apply_overrides(read_config(repository / model / "config.pbtxt"), {"instance_count": instances})
+    config.name = lane
+    write_config(config, repository / lane / "config.pbtxt")
+    server.options.required_models = [*server.options.required_models, lane]
+    policy = server.options.gate_policy
+    server.options.gate_policy = policy.model_copy(update={"public": [*policy.public, lane]})
+    return lane
 
 
 def probe(server, short, long, concurrency: int, long_concurrency: int, duration_s: float, warmup_s: float) -> dict:
@@ -85,21 +109,24 @@ def run(
     duration_s: float,
     warmup_s: float,
     overrides: dict | None = None,
+    query_lane: int = 0,
 ) -> dict:
     dep = get_deployment(deployment)
     if dep.manifest.peers is None:
         raise SystemExit(f"{dep.name} has no [peers] table: its `embedding` gives the mixed texts")
     short_texts, long_texts = split_texts(dep.resolve(dep.manifest.peers.embedding)().mixed)
     input_name, output = text_tensors(dep.model_repository, model)
-    server = started(deployment_server(dep, [model], overrides=overrides))
+    server = deployment_server(dep, [model], overrides=overrides)
+    probe_model = add_query_lane(server, model, query_lane) if query_lane else model
+    started(server)
     rows = []
     try:
 
-        def workload(texts):
+        def workload(texts, served):
             cases = [t.encode() for t in texts]
-            return bytes_workload(server.http_url, model, cases, input_name=input_name, output=output, atol=2e-4)
+            return bytes_workload(server.http_url, served, cases, input_name=input_name, output=output, atol=2e-4)
 
-        short, long = workload(short_texts[:64]), workload(long_texts[:32])
+        short, long = workload(short_texts[:64], probe_model), workload(long_texts[:32], model)
         for index in range(rounds):
             row = {"round": index, **probe(server, short, long, concurrency, long_concurrency, duration_s, warmup_s)}
             rows.append(row)
@@ -115,6 +142,7 @@ def run(
         "deployment": deployment,
         "model": model,
         "config_overrides": overrides,
+        "query_lane": {"model": probe_model, "instances": query_lane} if query_lane else None,
         "short_texts": len(short_texts[:64]),
         "long_texts": len(long_texts[:32]),
         "concurrency": concurrency,
@@ -140,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="seconds each probe measures")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--config", default=None, help="JSON config overrides of the served models (harness.variants)")
+    parser.add_argument(
+        "--query-lane", type=int, default=0, metavar="N", help="probe a copy of the model with N instances of its own"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "short_under_long.json")
     args = parser.parse_args(argv)
     if args.deployment is None:
@@ -147,7 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     deployment, model = chosen_target(parser, args)
     overrides = json.loads(args.config) if args.config else None
     report = run(
-        deployment, model, args.concurrency, args.long_concurrency, args.rounds, args.duration, args.warmup, overrides
+        deployment,
+        model,
+        args.concurrency,
+        args.long_concurrency,
+        args.rounds,
+        args.duration,
+        args.warmup,
+        overrides,
+        args.query_lane,
     )
     write_json(report, args.json)
     print({k: v for k, v in report.items() if k.endswith("_median") or k == "p99_loaded_over_idle"})
