@@ -133,6 +133,23 @@ class PeerRatio(Strict):
     only_where_ahead: str = ""
 
 
+class PeerVariant(Strict):
+    """``[peers.variants.<name>]``: a config variant ``python -m harness peers`` serves by default on
+    a tritonserver of its own (targets ``<model>[<name>]``), where the CPU has what it needs."""
+
+    #: The benchmark whose ``config`` the variant's server runs (its checks: ``--config-variant <id>``).
+    benchmark: str
+    #: The ``[peers.models]`` it serves, those of them the run serves (``--models``).
+    models: list[str]
+    #: Served only on a CPU with one of these flags (``/proc/cpuinfo``); empty: on every CPU.
+    cpu_flags: list[str] = []
+    #: Its records' ``engine`` and ``precision`` (e.g. ``openvino``, ``bf16``).
+    engine: str = ""
+    precision: str = ""
+    #: What it is (the records' ``variant``).
+    describe: str = ""
+
+
 class PeersSpec(Strict):
     """``[peers]``: ``python -m harness peers``, the served models next to their in-process ceilings
     and a peer server (infinity-emb) on the same embedding model."""
@@ -154,6 +171,8 @@ class PeersSpec(Strict):
     embedding: str
     #: Served by a ``--variant`` server by default (``--variant-models``).
     variant_models: list[str] = []
+    #: Config variants served by default, each on its own server (``--declared-variants``).
+    variants: dict[str, PeerVariant] = {}
     #: The ceiling kind whose ONNX file the peer's ``optimum`` engine runs.
     peer_onnx: str = "onnx-fp32"
     #: What the results matrix's side-by-side section compares (its heading).
@@ -171,6 +190,7 @@ class PeersSpec(Strict):
             "variant_models": self.variant_models,
             "ceiling_follows": [self.ceiling_follows],
             "openai_models": list(self.openai_models),
+            **{f"variants.{name}.models": variant.models for name, variant in self.variants.items()},
         }
         for key, models in named.items():
             unknown = [m for m in models if m not in self.models]
@@ -249,6 +269,12 @@ class Manifest(Strict):
         for key, model in entry.items():
             if model and model not in self.entry_models:
                 raise ValueError(f"{key} = {model!r} is no entry model ({self.entry_models})")
+        configured = {b.id for b in self.benchmarks if b.config}
+        for name, variant in (self.peers.variants if self.peers else {}).items():
+            if variant.benchmark not in configured:
+                raise ValueError(
+                    f"[peers.variants.{name}] benchmark = {variant.benchmark!r} is no benchmark with a config"
+                )
         nested = [name for name, profile in self.profiles.items() if profile.profiles]
         if nested:
             raise ValueError(f"[profiles.{nested[0]}] names profiles: a profile lists its fields only")

@@ -243,14 +243,60 @@ def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors
             client.embeddings.create(model=SERVED_NAME, input=[])
 
 
+def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what_runs():
+    from harness.deployments import get_deployment
+    from harness_lab.peers.__main__ import declared_variants
+
+    deployment = get_deployment("embedding_cpu")
+    declared = deployment.manifest.peers.variants["openvino-bf16"]
+    assert (declared.engine, declared.precision, declared.models) == ("openvino", "bf16", ["embedding_onnx_text"])
+    (served,), skipped = declared_variants(deployment, ["embedding_onnx_text", "embedding_py"], None, ["avx512_bf16"])
+    assert not skipped and (served.name, served.models, served.declared) == (
+        "openvino-bf16",
+        ["embedding_onnx_text"],
+        declared,
+    )
+    parameters = served.config["embedding_onnx_text"]["parameters"]
+    assert parameters == {"in_process_engine": "openvino"}
+    assert declared_variants(deployment, ["embedding_onnx_text"], None, ["amx_bf16"])[0], "AMX has BF16 too"
+    assert declared_variants(deployment, ["embedding_py"], None, ["avx512_bf16"]) == ([], []), "not its model"
+    assert declared_variants(deployment, ["embedding_onnx_text"], [], ["avx512_bf16"]) == ([], []), "none chosen"
+    served, skipped = declared_variants(deployment, ["embedding_onnx_text"], None, ["avx2", "avx512_vnni"])
+    assert served == [] and skipped == ["variant openvino-bf16 not served: this CPU has none of avx512_bf16, amx_bf16"]
+
+
+@pytest.mark.parametrize(
+    "edit, error",
+    [
+        ('benchmark = "embedding_onnx_text-mixed-openvino-bf16"', "is no benchmark with a config"),
+        ('models = ["embedding_onnx_text"]\ncpu_flags', "variants.openvino-bf16.models: 'no_such_model' is not in"),
+    ],
+)
+def test_a_declared_variant_names_a_config_benchmark_and_peers_models(tmp_path, edit, error):
+    from harness import PROJECT_ROOT
+    from harness.deployments import ManifestError
+    from harness.manifest import read_manifest
+
+    text = (PROJECT_ROOT / "deployments/embedding_cpu/deployment.toml").read_text()
+    assert edit in text
+    broken = edit.replace("embedding_onnx_text-mixed-openvino-bf16", "embedding_onnx_text-mixed")
+    broken = broken.replace('["embedding_onnx_text"]', '["no_such_model"]')
+    bad = tmp_path / "deployment.toml"
+    bad.write_text(text.replace(edit, broken))
+    with pytest.raises(ManifestError, match=error):
+        read_manifest(bad)
+
+
 @pytest.mark.server
 def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate(tmp_path, monkeypatch):
     """``harness peers`` end to end, as small as it goes: one workload, one round, our native and
-    OpenAI paths on one gated tritonserver and the naive peer; every target answered without
-    errors and each record names its path; the matrix section shows the three side by side."""
+    OpenAI paths on one gated tritonserver and the naive peer (and, on a CPU with BF16, the text
+    model on OpenVINO BF16 on a server of its own); every target answered without errors and each
+    record names its path; the matrix section shows the three side by side."""
     import json
     import shutil
 
+    from harness.measuring.engines import cpu_flags
     from harness_lab.peers.__main__ import main
 
     if not shutil.which("wrk"):
@@ -259,6 +305,14 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     argv = ["--deployment", "embedding_cpu", "--models", "embedding_onnx_text", "--peers", "naive"]
     assert main(argv + ["--batch", "2,mixed", "--concurrency", "2", "--rounds", "1", "--duration", "1"]) == 0
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    for record in records:
+        assert record["errors"] == 0 and record["requests"] > 0, record
+    bf16 = [r for r in records if r["model"] == "embedding_onnx_text[openvino-bf16]"]
+    assert bool(bf16) == bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags()))
+    for record in bf16:
+        assert (record["engine"], record["precision"], record["path"]) == ("openvino", "bf16", "native")
+        assert "OpenVINO BF16" in record["variant"] and record["config_benchmark"].endswith("-openvino-bf16")
+    records = [r for r in records if r not in bf16]
     by_target = {r["model"]: r for r in records}
     assert set(by_target) == {"embedding_onnx_text", "openai:embedding_onnx_text", "naive-fastapi"}
     assert {n: (r["path"], r["gate"]) for n, r in by_target.items()} == {
@@ -270,8 +324,6 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     assert by_target["embedding_onnx_text"]["reply"] == "binary"  # as tritonclient asks
     (parts,) = by_target["embedding_onnx_text"]["rounds_cpu_ms_per_item_by_process"]
     assert {"gate", "tritonserver", "stub:embedding_onnx_text"} <= set(parts), parts
-    for record in records:
-        assert record["errors"] == 0 and record["requests"] > 0, record
     text = "\n".join(ratios.render(records))
     assert "behind the front gate" in text and OPENAI_OVER_NATIVE in text
     assert {r.get("workload") for r in records} == {"uniform", "mixed"}

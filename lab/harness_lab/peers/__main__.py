@@ -9,7 +9,9 @@ Servers and ceiling workers run on ``--server-cores``, wrk on ``--generator-core
 concurrency) workload (``--batch``: sentences per request, or ``mixed``: one text a request of
 the deployment's mixed lengths) runs ``--rounds`` rounds of ``--duration`` s per target, each round's ceiling
 the better of the request's batch and ``min(batch x concurrency, 64)``; records go to
-results/records.jsonl (``comparison: side-by-side``) with every round's sentences/s.
+results/records.jsonl (``comparison: side-by-side``) with every round's sentences/s. The
+``[peers.variants]`` (e.g. the text model on OpenVINO BF16) are served too, each on a tritonserver of
+its own, where the CPU has the flags they need (``--declared-variants`` chooses).
 
     make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
     python -m harness peers --deployment <d> --models <m1>,<m2> --batch 1,8 --concurrency 1,8
@@ -34,6 +36,7 @@ import requests
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment, ManifestError, declaring, get_deployment
+from harness.manifest import PeerVariant
 from harness.measuring.engines import cpu_flags
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
@@ -193,6 +196,37 @@ def openai_calls(deployment: Deployment, models: list[str], spec) -> list[str]:
     return [part.model for pair in parts for part in pair if part]
 
 
+@dataclass
+class ServedVariant:
+    """A tritonserver with config overrides, serving ``models`` as targets ``<model>[<name>]``;
+    ``declared``: its ``[peers.variants]`` entry (None: a ``--variant``)."""
+
+    name: str
+    config: dict
+    models: list[str]
+    declared: PeerVariant | None = None
+    server: object = None
+
+
+def declared_variants(
+    deployment: Deployment, models: list[str], chosen: list[str] | None, flags: list[str]
+) -> tuple[list[ServedVariant], list[str]]:
+    """The ``[peers.variants]`` a run of ``models`` serves (``chosen`` names, None: all): those that
+    serve one of ``models`` on a CPU with one of their ``cpu_flags``; and a line for each left out
+    for want of the flags."""
+    benchmarks = {b.id: b for b in deployment.benchmarks}
+    served, skipped = [], []
+    for name, variant in deployment.manifest.peers.variants.items():
+        wanted = [m for m in variant.models if m in models]
+        if (chosen is not None and name not in chosen) or not wanted:
+            continue
+        if variant.cpu_flags and not set(variant.cpu_flags) & set(flags):
+            skipped.append(f"variant {name} not served: this CPU has none of {', '.join(variant.cpu_flags)}")
+            continue
+        served.append(ServedVariant(name, benchmarks[variant.benchmark].overrides, wanted, variant))
+    return served, skipped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
@@ -239,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         "--variant-models are targets named MODEL[NAME]",
     )
     parser.add_argument("--variant-models", default=None, help="default: [peers] variant_models")
+    parser.add_argument(
+        "--declared-variants",
+        default=None,
+        help="comma-separated [peers.variants] names ('' for none; default: all where the CPU has their flags)",
+    )
     parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
     args = parser.parse_args(argv)
     try:
@@ -261,6 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models + variant_models + openai_models if m not in spec.models]
     if unknown:
         parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
+    chosen = names(args.declared_variants, spec.variants) if args.declared_variants is not None else None
+    if chosen and set(chosen) - set(spec.variants):
+        parser.error(f"--declared-variants: {deployment.name}'s [peers.variants] are {', '.join(spec.variants)}")
+    variants, skipped = declared_variants(deployment, models, chosen, cpu_flags())
+    for line in skipped:
+        print(line, flush=True)
+    for variant in args.variant:
+        name, _, config = variant.partition("=")
+        variants.append(ServedVariant(name, json.loads(config), variant_models))
     peer_onnx = deployment.path / spec.ceiling_onnx[spec.peer_onnx]
 
     all_cores = sorted(os.sched_getaffinity(0))
@@ -289,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     #: What a record of our server says about it (``gate``: behind the front gate).
     ours = {"server_mode": "local", "gate": args.gate}
 
-    def native_targets(server, names: list[str], suffix: str, config: dict | None) -> list[Target]:
-        """``/v2/models/<m>/infer`` of ``names`` on ``server`` (a variant's: ``config`` overrides)."""
+    def native_targets(server, names: list[str], variant: ServedVariant | None = None) -> list[Target]:
+        """``/v2/models/<m>/infer`` of ``names`` on ``server`` (a variant's, its config overrides)."""
         found, version = [], server.describe()["server_version"]
         for model in names:
             served, endpoint = spec.models[model], f"/v2/models/{model}/infer"
@@ -305,10 +353,16 @@ def main(argv: list[str] | None = None) -> int:
             record = {**ours, "server_version": version, "path": "native", "endpoint": endpoint}
             if served.request == "text":
                 record["reply"] = args.native_reply
-            describe = served.describe
-            if config is not None:
-                record["config_overrides"] = config
-                describe += f", config {json.dumps(config, sort_keys=True)}"
+            describe, suffix = served.describe, ""
+            if variant is not None:
+                record["config_overrides"], suffix = variant.config, f"[{variant.name}]"
+                declared = variant.declared
+                if declared is None:
+                    describe += f", config {json.dumps(variant.config, sort_keys=True)}"
+                else:
+                    describe = declared.describe or describe
+                    record |= {"config_benchmark": declared.benchmark, "engine": declared.engine}
+                    record |= {"precision": declared.precision, "cpu_flags": cpu_flags()}
             url = f"http://{server.http_url}{endpoint}"
             found.append(
                 Target(model + suffix, url, make_body, served.ceiling, describe, record, check, server.process.pid)
@@ -319,14 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
     served_models = list(dict.fromkeys(models + openai_models + openai_calls(deployment, openai_models, spec)))
     triton = start_triton(deployment, served_models, server_cores, overrides, args.gate) if served_models else None
-    variants = []
     peers = []
     workers: dict[str, CeilingWorker] = {}
     try:
-        for variant in args.variant:
-            name, _, config = variant.partition("=")
-            server = start_triton(deployment, variant_models, server_cores, json.loads(config), args.gate)
-            variants.append((name, json.loads(config), server))
+        for variant in variants:
+            variant.server = start_triton(deployment, variant.models, server_cores, variant.config, args.gate)
         for engine in engines:
             peer = InfinityServer(engine, pieces.model_dir, peer_onnx, cores=server_cores, threads=threads)
             peer.start()
@@ -338,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = []
         if triton:
             version = triton.describe()["server_version"]
-            targets += native_targets(triton, models, "", None)
+            targets += native_targets(triton, models)
             for model in openai_models:
                 served = spec.models[model]
                 name = spec.openai_models.get(model, model)
@@ -362,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                         triton.process.pid,
                     )
                 )
-        for name, config, server in variants:
-            targets += native_targets(server, variant_models, f"[{name}]", config)
+        for variant in variants:
+            targets += native_targets(variant.server, variant.models, variant)
         for peer in peers:
             infinity = isinstance(peer, InfinityServer)
             targets.append(
@@ -498,8 +549,9 @@ def main(argv: list[str] | None = None) -> int:
             worker.close()
         for peer in peers:
             peer.stop()
-        for _, _, server in variants:
-            stop_server(server)
+        for variant in variants:
+            if variant.server is not None:
+                stop_server(variant.server)
         if triton:
             stop_server(triton)
         generator.close()

@@ -1,4 +1,5 @@
-"""Server-side tokenization and pooling around the ONNX transformer: through BLS, or in-process."""
+"""Server-side tokenization and pooling around the ONNX transformer: through BLS, or in-process
+(on onnxruntime or OpenVINO)."""
 
 import json
 import os
@@ -40,12 +41,36 @@ def session_options(config: dict):
     return options
 
 
+def openvino_run(path: Path, config: dict):
+    """``(run(names, feed), precision that runs)`` of ``path`` compiled by OpenVINO for the CPU:
+    ``intra_op_thread_count`` threads, one stream, and ``INFERENCE_PRECISION_HINT`` (f32 / bf16;
+    unset: the engine's default, BF16 on a CPU with AVX512-BF16 or AMX)."""
+    import openvino as ov
+
+    properties = {
+        "INFERENCE_NUM_THREADS": parameter(config, "intra_op_thread_count", 1, int),
+        "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY",
+    }
+    precision = parameter(config, "INFERENCE_PRECISION_HINT", "")
+    if precision:
+        properties["INFERENCE_PRECISION_HINT"] = precision
+    compiled = ov.Core().compile_model(str(path), "CPU", properties)
+    request = compiled.create_infer_request()
+
+    def run(names, feed):
+        result = request.infer(feed)
+        return [result[compiled.output(name)] for name in names]
+
+    return run, compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+
+
 class TritonPythonModel:
     """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), the transformer run by ``onnx_model``; TOKEN_COUNT
     (each text's tokens after truncation, what the OpenAI route's ``usage`` sums) when asked for."""
 
     def initialize(self, args):
-        """Read the config; load the tokenizer, the pooling settings and, in-process, the ONNX session."""
+        """Read the config; load the tokenizer, the pooling settings and, in-process, the ONNX file's engine."""
         self.config = json.loads(args["model_config"])
         self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
         self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
@@ -61,19 +86,31 @@ class TritonPythonModel:
         self.count_dtype = pb_utils.triton_string_to_numpy(
             pb_utils.get_output_config_by_name(self.config, "TOKEN_COUNT")["data_type"]
         )
-        self.session = None
+        self.run = None  # in-process: run(names, feed) -> [last_hidden_state]; None: through BLS
         if parameter(self.config, "onnx_in_process", "false").lower() in ("1", "true", "yes"):
-            import onnxruntime as ort
+            self.run = self._in_process_run(onnx_file(Path(args["model_repository"]).parent, self.onnx_model))
 
-            path = onnx_file(Path(args["model_repository"]).parent, self.onnx_model)
-            session = ort.InferenceSession(str(path), session_options(self.config), providers=["CPUExecutionProvider"])
-            # The arena returns a run's memory after it when the config asks (e.g. "cpu:0").
-            run_options = ort.RunOptions()
-            shrinkage = parameter(self.config, "memory.enable_memory_arena_shrinkage", "")
-            if shrinkage:
-                run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
-            self.session = session
-            self.run = lambda names, feed: session.run(names, feed, run_options)
+    def _in_process_run(self, path: Path):
+        """``run(names, feed)`` of ``path`` in this process, on ``in_process_engine``: onnxruntime
+        (the default) or OpenVINO (``openvino_run``)."""
+        engine = parameter(self.config, "in_process_engine", "onnxruntime")
+        if engine == "openvino":
+            run, precision = openvino_run(path, self.config)
+            pb_utils.Logger.log_info(
+                f"{self.config['name']}: {path.name} in-process on OpenVINO, precision={precision}"
+            )
+            return run
+        if engine != "onnxruntime":
+            raise pb_utils.TritonModelException(f"in_process_engine {engine!r}: onnxruntime or openvino")
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), session_options(self.config), providers=["CPUExecutionProvider"])
+        # The arena returns a run's memory after it when the config asks (e.g. "cpu:0").
+        run_options = ort.RunOptions()
+        shrinkage = parameter(self.config, "memory.enable_memory_arena_shrinkage", "")
+        if shrinkage:
+            run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
+        return lambda names, feed: session.run(names, feed, run_options)
 
     def execute(self, requests):
         """Validate each request, embed every valid text of the batch together, answer each.
@@ -91,7 +128,7 @@ class TritonPythonModel:
             pooling=self.info.pooling,
             model_dir=str(self.info.model_dir),
         )
-        if self.session is None:
+        if self.run is None:
             return self._execute_bls(batch, options)
         try:
             vectors, counts = embed_texts_local(self.run, batch.texts, token_counts=True, **options)
@@ -114,5 +151,5 @@ class TritonPythonModel:
         )
 
     def finalize(self):
-        """Release the in-process session, if any."""
-        self.session = None
+        """Release the in-process engine, if any."""
+        self.run = None
