@@ -172,15 +172,18 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         import aiohttp
         from aiohttp import web
 
+        # A proxy keeps no cookies (and skips the jar's per-request filtering).
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+            cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
-        app = web.Application(client_max_size=0)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=float(self.cfg.get("exit_timeout_s", 5))
+        # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
+        runner = web.ServerRunner(
+            web.Server(self.handle, access_log=None),
+            handle_signals=False,
+            shutdown_timeout=float(self.cfg.get("exit_timeout_s", 5)),
         )
         await runner.setup()
         await web.SockSite(runner, http_sock).start()
