@@ -143,7 +143,8 @@ class PeerVariant(Strict):
     models: list[str]
     #: Served only on a CPU with one of these flags (``/proc/cpuinfo``); empty: on every CPU.
     cpu_flags: list[str] = []
-    #: Its records' ``engine`` and ``precision`` (e.g. ``openvino``, ``bf16``).
+    #: Its records' ``engine`` and ``precision`` (e.g. ``openvino``, ``bf16``); on ``openvino`` its
+    #: targets' ceiling is their ONNX kind on OpenVINO too (``onnx-fp32@openvino``).
     engine: str = ""
     precision: str = ""
     #: What it is (the records' ``variant``).
@@ -157,7 +158,8 @@ class PeersSpec(Strict):
     models: dict[str, PeerModel]
     #: Served by default (``--models``).
     default_models: list[str]
-    #: The ONNX file of each ceiling kind (``onnx-fp32`` ...), relative to the deployment folder.
+    #: The ONNX file of each ceiling kind (``onnx-fp32`` ...), relative to the deployment folder
+    #: (on onnxruntime; kind ``<kind>@openvino``: the same file on OpenVINO).
     ceiling_onnx: dict[str, str]
     #: The served model whose config the ONNX ceiling follows (``onnx_max_batch_size``,
     #: ``tokenizer_parallelism``).

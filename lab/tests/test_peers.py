@@ -265,6 +265,21 @@ def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what
     assert served == [] and skipped == ["variant openvino-bf16 not served: this CPU has none of avx512_bf16, amx_bf16"]
 
 
+def test_an_openvino_variant_is_compared_with_its_onnx_file_on_openvino():
+    from harness.deployments import get_deployment
+    from harness.manifest import PeerVariant
+    from harness_lab.peers.__main__ import variant_ceiling
+    from harness_lab.peers.ceiling import kinds
+
+    deployment = get_deployment("embedding_cpu")
+    declared = deployment.manifest.peers.variants["openvino-bf16"]
+    assert variant_ceiling("onnx-fp32", declared) == "onnx-fp32@openvino" in kinds(deployment)
+    assert variant_ceiling("onnx-fp32", None) == "onnx-fp32", "a --variant: the model's own"
+    other = PeerVariant(benchmark="b", models=["m"], engine="onnxruntime")
+    assert variant_ceiling("onnx-int8", other) == "onnx-int8"
+    assert variant_ceiling("sentence-transformers", declared) == "sentence-transformers"
+
+
 @pytest.mark.parametrize(
     "edit, error",
     [
@@ -312,6 +327,7 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     for record in bf16:
         assert (record["engine"], record["precision"], record["path"]) == ("openvino", "bf16", "native")
         assert "OpenVINO BF16" in record["variant"] and record["config_benchmark"].endswith("-openvino-bf16")
+        assert (record["ceiling_kind"], record["ceiling_precision"]) == ("onnx-fp32@openvino", "bf16")
     records = [r for r in records if r not in bf16]
     by_target = {r["model"]: r for r in records}
     assert set(by_target) == {"embedding_onnx_text", "openai:embedding_onnx_text", "naive-fastapi"}

@@ -43,7 +43,7 @@ from harness.measuring.records import append_record
 from harness.serving.gate.policy import GatePolicy
 from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.peers import workloads
-from harness_lab.peers.ceiling import TORCH_KIND
+from harness_lab.peers.ceiling import ENGINES, TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
 from harness_lab.peers.naive import NaiveServer
 from harness_lab.peers.processes import tree_cpu_parts, wait_idle
@@ -81,7 +81,8 @@ class Target:
 
 
 class CeilingWorker:
-    """``harness_lab.peers.ceiling --serve`` pinned to the server's cores."""
+    """``harness_lab.peers.ceiling --serve`` pinned to the server's cores; ``precision``: the one
+    its OpenVINO engine runs (empty on onnxruntime and torch)."""
 
     def __init__(self, deployment: str, kind: str, cores: set[int], threads: int):
         options = f"--deployment {deployment} --kind {kind} --threads {threads} --serve"
@@ -96,6 +97,7 @@ class CeilingWorker:
         ready = self.process.stdout.readline()
         if not ready:
             raise RuntimeError(f"ceiling worker {kind} did not start")
+        self.precision = json.loads(ready).get("precision", "")
 
     def measure(self, batch: int, duration_s: float, workload: str) -> tuple[float, float]:
         """Sentences/s and the worker's CPU ms per sentence at ``batch`` texts of ``workload``."""
@@ -206,6 +208,14 @@ class ServedVariant:
     models: list[str]
     declared: PeerVariant | None = None
     server: object = None
+
+
+def variant_ceiling(kind: str, declared: PeerVariant | None) -> str:
+    """The ceiling of a variant's target: its model's ONNX kind on the declared ``engine`` where
+    the ceiling runs that engine (``onnx-fp32@openvino``), else the model's own."""
+    if declared is None or declared.engine not in ENGINES or kind == TORCH_KIND:
+        return kind
+    return f"{kind}@{declared.engine}"
 
 
 def declared_variants(
@@ -354,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             if served.request == "text":
                 record["reply"] = args.native_reply
             describe, suffix = served.describe, ""
+            ceiling = variant_ceiling(served.ceiling, variant.declared if variant else None)
             if variant is not None:
                 record["config_overrides"], suffix = variant.config, f"[{variant.name}]"
                 declared = variant.declared
@@ -364,9 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                     record |= {"config_benchmark": declared.benchmark, "engine": declared.engine}
                     record |= {"precision": declared.precision, "cpu_flags": cpu_flags()}
             url = f"http://{server.http_url}{endpoint}"
-            found.append(
-                Target(model + suffix, url, make_body, served.ceiling, describe, record, check, server.process.pid)
-            )
+            found.append(Target(model + suffix, url, make_body, ceiling, describe, record, check, server.process.pid))
         return found
 
     #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
@@ -522,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                         "rounds_items_per_second": [round(r, 2) for r in rates],
                         "errors": sum(r.errors for r in runs),
                         "ceiling_kind": target.ceiling,
+                        "ceiling_precision": workers[target.ceiling].precision or None,
                         "ceiling_batch_size": ceiling_batch,
                         "ceiling_rule": "max(in-process at batch, at min(batch x c, 64))",
                         "ceiling_items_per_second": round(ceiling, 2),

@@ -5,6 +5,9 @@ An ONNX kind (a key of the deployment's ``[peers] ceiling_onnx``, e.g. ``onnx-fp
 normalisation, at ``batch`` sentences per call, run in length buckets of at most ``--max-rows``
 rows as the served model ``[peers] ceiling_follows`` does (default: its ``onnx_max_batch_size``;
 on a small-cache core 16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there.
+``<kind>@openvino`` (e.g. ``onnx-fp32@openvino``): the same, that file compiled by OpenVINO for
+the CPU as a served model's ``in_process_engine = "openvino"`` does (``threads`` threads, one
+stream, latency hint, the engine's default precision: BF16 on a CPU with AVX512-BF16 or AMX).
 ``sentence-transformers``: ``SentenceTransformer.encode`` (torch, ``threads`` threads). Run pinned
 to the server's cores: ``taskset -c 1 python -m harness_lab.peers.ceiling --deployment <d>
 --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
@@ -21,6 +24,30 @@ import time
 from harness.deployments import Deployment, declaring, get_deployment
 
 TORCH_KIND = "sentence-transformers"
+#: Engines an ONNX kind also runs on (``<kind>@<engine>``); without one: onnxruntime.
+ENGINES = ("openvino",)
+
+
+def kinds(deployment: Deployment) -> list[str]:
+    """Every ceiling kind of the deployment: its ONNX kinds, on each engine, and the torch one."""
+    onnx = list(deployment.manifest.peers.ceiling_onnx)
+    return [*onnx, *(f"{kind}@{engine}" for engine in ENGINES for kind in onnx), TORCH_KIND]
+
+
+def openvino_run(path, threads: int):
+    """``(run(names, feed), precision that runs)`` of ``path`` compiled by OpenVINO for the CPU
+    with the served model's properties (``openvino_run`` of its ``model.py``)."""
+    import openvino as ov
+
+    properties = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    compiled = ov.Core().compile_model(str(path), "CPU", properties)
+    request = compiled.create_infer_request()
+
+    def run(names, feed):
+        result = request.infer(feed)
+        return [result[compiled.output(name)] for name in names]
+
+    return run, compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
 
 
 def served_parameter(deployment: Deployment, key: str, default: str) -> str:
@@ -34,7 +61,8 @@ def served_parameter(deployment: Deployment, key: str, default: str) -> str:
 
 def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64, wrap_run=None):
     """A function ``texts -> vectors`` doing a served request's whole work in this process
-    (``wrap_run(session.run)``, when given, runs the ONNX file: e.g. to time it)."""
+    (``wrap_run(run)``, when given, runs the ONNX file: e.g. to time it); on OpenVINO its
+    ``precision`` is the one that runs."""
     pieces = deployment.resolve(deployment.manifest.peers.embedding)()
     if kind == TORCH_KIND:
         import torch
@@ -47,9 +75,16 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64,
 
     if served_parameter(deployment, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    session = cpu_session(deployment.path / deployment.manifest.peers.ceiling_onnx[kind], threads)
-    run = wrap_run(session.run) if wrap_run else session.run
-    return lambda texts: pieces.embed(run, texts, max_rows)
+    onnx, _, engine = kind.partition("@")
+    path = deployment.path / deployment.manifest.peers.ceiling_onnx[onnx]
+    run, precision = openvino_run(path, threads) if engine == "openvino" else (cpu_session(path, threads).run, "")
+    run = wrap_run(run) if wrap_run else run
+
+    def encode(texts):
+        return pieces.embed(run, texts, max_rows)
+
+    encode.precision = precision
+    return encode
 
 
 def measure(encode, groups: list[list[str]], duration_s: float) -> tuple[float, float]:
@@ -71,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
-    parser.add_argument("--kind", required=True, help=f"a key of [peers] ceiling_onnx, or {TORCH_KIND}")
+    parser.add_argument(
+        "--kind", required=True, help=f"a key of [peers] ceiling_onnx (optionally @openvino), or {TORCH_KIND}"
+    )
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument(
         "--workload", choices=(UNIFORM, MIXED), default=UNIFORM, help="the short sentences, or the mixed lengths"
@@ -86,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
     if deployment.manifest.peers is None:
         parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
-    kinds = [*deployment.manifest.peers.ceiling_onnx, TORCH_KIND]
-    if args.kind not in kinds:
-        parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds)}")
+    if args.kind not in kinds(deployment):
+        parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds(deployment))}")
     max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
     encode = encoder(deployment, args.kind, args.threads, max_rows)
     pieces = deployment.resolve(deployment.manifest.peers.embedding)()
@@ -99,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**line, "items_per_second": round(rate, 2), "cpu_ms_per_item": round(cpu_ms, 4)}), flush=True)
 
     if args.serve:  # lines "batch duration [workload]"
-        print(json.dumps({"ready": args.kind}), flush=True)
+        print(json.dumps({"ready": args.kind, "precision": getattr(encode, "precision", "")}), flush=True)
         for line in sys.stdin:
             batch, duration, *workload = line.split()
             report(int(batch), float(duration), workload[0] if workload else UNIFORM)
