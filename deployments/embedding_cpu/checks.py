@@ -617,11 +617,11 @@ def reliability_workload(http_url: str, model: str):
 def peers_embedding():
     """``[peers] embedding`` (python -m harness peers): the sentence-transformers folder the peer and
     the torch ceiling load, its vector size, the client tokenizer, the ONNX ceiling's tokenize +
-    run + pool, the sentences every target gets, and the mixed-length texts (short queries and
+    run + pool (and the served model's OpenVINO compile), the sentences every target gets, and the mixed-length texts (short queries and
     200-500-token passages, seeded) of the mixed workload."""
     from types import SimpleNamespace
 
-    from embedding_cpu_processing.bls import embed_texts_local
+    from embedding_cpu_processing.bls import embed_texts_local, openvino_run
 
     info = EmbeddingModelInfo.read()
 
@@ -629,4 +629,5 @@ def peers_embedding():
         return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize, pooling=info.pooling)
 
     pieces = {"model_dir": info.model_dir, "dimension": info.dimension, "tokenize": tokenize, "embed": embed}
+    pieces["openvino_run"] = openvino_run  # the served model's OpenVINO engine, for `<kind>@openvino` ceilings
     return SimpleNamespace(**pieces, sentences=SHORT_SENTENCES, mixed=_mixed_texts())

@@ -5,9 +5,9 @@ An ONNX kind (a key of the deployment's ``[peers] ceiling_onnx``, e.g. ``onnx-fp
 normalisation, at ``batch`` sentences per call, run in length buckets of at most ``--max-rows``
 rows as the served model ``[peers] ceiling_follows`` does (default: its ``onnx_max_batch_size``;
 on a small-cache core 16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there.
-``<kind>@openvino`` (e.g. ``onnx-fp32@openvino``): the same, that file compiled by OpenVINO for
-the CPU as a served model's ``in_process_engine = "openvino"`` does (``threads`` threads, one
-stream, latency hint, the engine's default precision: BF16 on a CPU with AVX512-BF16 or AMX).
+``<kind>@openvino`` (e.g. ``onnx-fp32@openvino``): the same, that file compiled by the
+deployment's own ``openvino_run`` (a ``[peers] embedding`` piece: ``threads`` threads, the
+engine's default precision, as the served model's ``in_process_engine = "openvino"`` runs it).
 ``sentence-transformers``: ``SentenceTransformer.encode`` (torch, ``threads`` threads). Run pinned
 to the server's cores: ``taskset -c 1 python -m harness_lab.peers.ceiling --deployment <d>
 --kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
@@ -32,22 +32,6 @@ def kinds(deployment: Deployment) -> list[str]:
     """Every ceiling kind of the deployment: its ONNX kinds, on each engine, and the torch one."""
     onnx = list(deployment.manifest.peers.ceiling_onnx)
     return [*onnx, *(f"{kind}@{engine}" for engine in ENGINES for kind in onnx), TORCH_KIND]
-
-
-def openvino_run(path, threads: int):
-    """``(run(names, feed), precision that runs)`` of ``path`` compiled by OpenVINO for the CPU
-    with the served model's properties (``openvino_run`` of its ``model.py``)."""
-    import openvino as ov
-
-    properties = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
-    compiled = ov.Core().compile_model(str(path), "CPU", properties)
-    request = compiled.create_infer_request()
-
-    def run(names, feed):
-        result = request.infer(feed)
-        return [result[compiled.output(name)] for name in names]
-
-    return run, compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
 
 
 def served_parameter(deployment: Deployment, key: str, default: str) -> str:
@@ -77,7 +61,9 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64,
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     onnx, _, engine = kind.partition("@")
     path = deployment.path / deployment.manifest.peers.ceiling_onnx[onnx]
-    run, precision = openvino_run(path, threads) if engine == "openvino" else (cpu_session(path, threads).run, "")
+    run, precision = (
+        pieces.openvino_run(path, threads) if engine == "openvino" else (cpu_session(path, threads).run, "")
+    )
     run = wrap_run(run) if wrap_run else run
 
     def encode(texts):

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
-from embedding_cpu_processing.bls import embed_texts, embed_texts_local
+from embedding_cpu_processing.bls import embed_texts, embed_texts_local, openvino_run
 from embedding_cpu_processing.text_batches import TextBatch, TextLimits
 from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, load_tokenizer
 
@@ -41,30 +41,6 @@ def session_options(config: dict):
     return options
 
 
-def openvino_run(path: Path, config: dict):
-    """``(run(names, feed), precision that runs)`` of ``path`` compiled by OpenVINO for the CPU:
-    ``intra_op_thread_count`` threads, one stream, and ``INFERENCE_PRECISION_HINT`` (f32 / bf16;
-    unset: the engine's default, BF16 on a CPU with AVX512-BF16 or AMX)."""
-    import openvino as ov
-
-    properties = {
-        "INFERENCE_NUM_THREADS": parameter(config, "intra_op_thread_count", 1, int),
-        "NUM_STREAMS": 1,
-        "PERFORMANCE_HINT": "LATENCY",
-    }
-    precision = parameter(config, "INFERENCE_PRECISION_HINT", "")
-    if precision:
-        properties["INFERENCE_PRECISION_HINT"] = precision
-    compiled = ov.Core().compile_model(str(path), "CPU", properties)
-    request = compiled.create_infer_request()
-
-    def run(names, feed):
-        result = request.infer(feed)
-        return [result[compiled.output(name)] for name in names]
-
-    return run, compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
-
-
 class TritonPythonModel:
     """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), the transformer run by ``onnx_model``; TOKEN_COUNT
     (each text's tokens after truncation, what the OpenAI route's ``usage`` sums) when asked for."""
@@ -95,7 +71,8 @@ class TritonPythonModel:
         (the default) or OpenVINO (``openvino_run``)."""
         engine = parameter(self.config, "in_process_engine", "onnxruntime")
         if engine == "openvino":
-            run, precision = openvino_run(path, self.config)
+            threads = parameter(self.config, "intra_op_thread_count", 1, int)
+            run, precision = openvino_run(path, threads, parameter(self.config, "INFERENCE_PRECISION_HINT", ""))
             pb_utils.Logger.log_info(
                 f"{self.config['name']}: {path.name} in-process on OpenVINO, precision={precision}"
             )
