@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = names(args.declared_variants, spec.variants) if args.declared_variants is not None else None
     if chosen and set(chosen) - set(spec.variants):
         parser.error(f"--declared-variants: {deployment.name}'s [peers.variants] are {', '.join(spec.variants)}")
-    variants, skipped = declared_variants(deployment, models, chosen, cpu_flags())
+    flags = cpu_flags()
+    variants, skipped = declared_variants(deployment, models, chosen, flags)
     for line in skipped:
         print(line, flush=True)
     for variant in args.variant:
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     describe = declared.describe or describe
                     record |= {"config_benchmark": declared.benchmark, "engine": declared.engine}
-                    record |= {"precision": declared.precision, "cpu_flags": cpu_flags()}
+                    record |= {"precision": declared.precision, "cpu_flags": flags}
             url = f"http://{server.http_url}{endpoint}"
             found.append(Target(model + suffix, url, make_body, ceiling, describe, record, check, server.process.pid))
         return found
