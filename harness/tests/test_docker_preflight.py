@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.serving.gate.serve import free_port
+from harness.serving.gate.serve import free_port, free_ports
 from harness.serving.launchers import ServerOptions
 from harness.serving.launchers.docker import DockerTritonServer
 from harness.serving.launchers.docker_engine import OWNER_LABEL, OWNER_VALUE, PID_LABEL, DockerStartError
@@ -63,7 +63,7 @@ def test_image_that_cannot_be_pulled_says_make_image(tmp_path):
 @needs_engine
 @pytest.mark.parametrize("which", ["http", "grpc", "metrics"])
 def test_port_in_use_is_a_one_line_error(tmp_path, image, which):
-    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    ports = dict(zip(("http", "grpc", "metrics"), free_ports(3)))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", ports[which]))
         taken.listen()
@@ -151,7 +151,7 @@ def test_cli_serve_docker_honours_the_port_options(capsys, image):
     """The ports given on the command line are the ones checked (and published): a taken --grpc-port is named."""
     from harness.__main__ import main
 
-    http, metrics = free_port(), free_port()
+    http, metrics = free_ports(2)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from harness.serving.gate.serve import free_port
+from harness.serving.gate.serve import free_ports
 from harness.serving.launchers import ServerOptions, create_server
 from harness.serving.launchers.docker import DockerTritonServer
 from harness.serving.launchers.docker_engine import OWNER_LABEL, OWNER_VALUE, PID_LABEL
@@ -61,7 +61,7 @@ def test_tiny_repository_served_in_the_cpu_image(tmp_path, image):
     client = ENGINE
     leftover = _leftover(client, image)
     repo = make_repository(tmp_path)
-    ports = (free_port(), free_port(), free_port())
+    ports = free_ports(3)
     server = create_server("docker", ServerOptions(str(repo), required_models=["double", "echo"], image=image))
     server = DockerTritonServer(server.options, ports=ports)
     began = time.monotonic()

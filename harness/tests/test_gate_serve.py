@@ -55,14 +55,14 @@ def test_serve_rewrites_the_tritonserver_command():
 def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     """What the CPU image runs: the gate binds the ports, starts the command behind it, reads the
     admin token from a file (then removes it), refuses the crashers and internal models."""
-    from harness.serving.gate.serve import free_port
+    from harness.serving.gate.serve import free_ports
     from harness.serving.launchers.local import assemble_backend_dir, pytriton_root
 
     repo = make_gate_repository(tmp_path)
     backends = assemble_backend_dir(tmp_path / "backends")
     env = LocalTritonServer(ServerOptions(str(repo))).environment()
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
+    http, grpc_port, metrics = free_ports(3)
     token = tmp_path / "token"
     token.write_text("s3cret-token")
     token.chmod(0o600)

@@ -106,11 +106,23 @@ def serve_command(triton: list[str], *gate_options: str) -> list[str]:
     return ["python3", "-m", "harness.serving.gate", "serve", *gate_options, "--", *triton]
 
 
+def free_ports(count: int) -> tuple[int, ...]:
+    """``count`` distinct TCP ports on 127.0.0.1 that are free right now. All are held at once while
+    chosen: ports taken one at a time can repeat, and two listeners with SO_REUSEPORT on one port
+    (the gate's HTTP and gRPC, say) would share its connections."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return tuple(sock.getsockname()[1] for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def restricted_apis(mode: str) -> list[str]:
@@ -227,7 +239,7 @@ def serve_main(argv: list[str]) -> int:
     restricted = restricted_apis(mode)
     token, token_note = read_token(args.admin_token_file)
     internal = secrets.token_hex(16)
-    private = (free_port(), free_port(), free_port())
+    private = free_ports(3)
     workers = args.gate_workers or default_workers()
     socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")

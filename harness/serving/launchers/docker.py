@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from harness.serving.gate.policy import write_policy
-from harness.serving.gate.serve import ADMIN_HEADER, free_port, serve_command
+from harness.serving.gate.serve import ADMIN_HEADER, free_ports, serve_command
 from harness.serving.gate.workers import default_workers
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, ports_in_use
 from harness.serving.launchers.docker_engine import (
@@ -60,7 +60,7 @@ class DockerTritonServer(StartedTritonServer):
         pack_stale_envs: bool = True,
         gate_workers: int | None = None,
     ):
-        super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
+        super().__init__(options, host, ports or free_ports(3))
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
         self.exit_timeout_s = exit_timeout_s

@@ -31,7 +31,7 @@ from harness.serving.gate.isolation import sigterm_when_parent_dies
 from harness.serving.gate.serve import (
     ADMIN_HEADER,
     close_sockets,
-    free_port,
+    free_ports,
     gated_command,
     listen_flags,
     restricted_apis,
@@ -105,7 +105,8 @@ class LocalTritonServer(StartedTritonServer):
         gate_options: dict | None = None,
         gate_workers: int | None = None,
     ):
-        super().__init__(options, host, ports or (free_port(), free_port(), free_port()))
+        chosen = free_ports(6)  # public and private ports distinct from each other (same namespace without isolation)
+        super().__init__(options, host, ports or chosen[:3])
         if host not in ("127.0.0.1", "localhost", "::1"):
             message = (
                 f"tritonserver will listen on {host}: its inference API is open to the network with no "
@@ -120,7 +121,7 @@ class LocalTritonServer(StartedTritonServer):
         #: Gate processes serving the public ports (``harness.serving.gate.workers``).
         self.gate_workers = gate_workers or default_workers()
         #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
-        self.private_ports = (free_port(), free_port(), free_port()) if gate else None
+        self.private_ports = chosen[3:] if gate else None
         #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
         self.internal_token = uuid.uuid4().hex
         self._own_work_dir = work_dir is None
