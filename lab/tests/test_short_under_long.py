@@ -24,7 +24,7 @@ def test_a_short_run_probes_its_query_lane_idle_and_loaded_and_reports_both(tmp_
     argv = ["--deployment", "embedding_cpu", "--model", "embedding_onnx_text", "--rounds", "1", "--query-lane", "1"]
     assert main([*argv, "--duration", "1.5", "--warmup", "0.5", "--long-concurrency", "2", "--json", str(report)]) == 0
     found = json.loads(report.read_text())
-    assert found["query_lane"] == {"model": "embedding_onnx_text_queries", "instances": 1}
+    assert found["query_lane"] == {"model": "embedding_onnx_text_queries", "instances": 1, "config_overrides": None}
     row = found["rows"][0]
     assert row["idle"]["n"] > 0 and row["loaded"]["n"] > 0, row
     assert row["long_per_s"] > 0, row

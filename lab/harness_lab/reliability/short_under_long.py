@@ -11,7 +11,7 @@ every answer is checked against the vector the server gave that text alone. ``--
 serves a second copy of the model, ``<model>_queries`` with N instances of its own, and sends the
 probe there: the queries' own instances, which no passage occupies. The report
 (results/reliability/short_under_long.json) gives the probe's p50/p99 idle and loaded per round, the
-medians, loaded / idle, and the passages/s meanwhile.
+medians, loaded / idle, and the queries/s and passages/s meanwhile.
 """
 
 from __future__ import annotations
@@ -44,16 +44,19 @@ def split_texts(texts: list[str]) -> tuple[list[str], list[str]]:
     return [t for t in texts if len(t) <= cut], [t for t in texts if len(t) > cut]
 
 
-def add_query_lane(server, model: str, instances: int) -> str:
+def add_query_lane(server, model: str, instances: int, overrides: dict | None = None) -> str:
     """Add ``<model>_queries`` to ``server``'s repository (not started yet): ``model``'s files under a
-    config of its own name and ``instances`` instances, public behind the gate. Returns its name."""
+    config of its own name, ``instances`` instances and ``overrides`` (harness.variants), public
+    behind the gate. Returns its name."""
     repository = Path(server.options.model_repository)
     lane = f"{model}_queries"
     (repository / lane).mkdir()
     for item in (repository / model).iterdir():
         if item.name != "config.pbtxt":
             os.symlink(item.resolve(), repository / lane / item.name)
-    config = apply_overrides(read_config(repository / model / "config.pbtxt"), {"instance_count": instances})
+    config = apply_overrides(
+        read_config(repository / model / "config.pbtxt"), {**(overrides or {}), "instance_count": instances}
+    )
     config.name = lane
     write_config(config, repository / lane / "config.pbtxt")
     server.options.required_models = [*server.options.required_models, lane]
@@ -95,6 +98,7 @@ def probe(server, short, long, concurrency: int, long_concurrency: int, duration
     return {
         "idle": idle["latency_all"],
         "loaded": loaded["latency_all"],
+        "short_per_s": loaded["throughput_rps"],
         "long_per_s": passages["throughput_rps"],
         "long_latency": passages["latency_all"],
     }
@@ -110,6 +114,7 @@ def run(
     warmup_s: float,
     overrides: dict | None = None,
     query_lane: int = 0,
+    lane_overrides: dict | None = None,
 ) -> dict:
     dep = get_deployment(deployment)
     if dep.manifest.peers is None:
@@ -117,7 +122,7 @@ def run(
     short_texts, long_texts = split_texts(dep.resolve(dep.manifest.peers.embedding)().mixed)
     input_name, output = text_tensors(dep.model_repository, model)
     server = deployment_server(dep, [model], overrides=overrides)
-    probe_model = add_query_lane(server, model, query_lane) if query_lane else model
+    probe_model = add_query_lane(server, model, query_lane, lane_overrides) if query_lane else model
     started(server)
     rows = []
     try:
@@ -142,7 +147,9 @@ def run(
         "deployment": deployment,
         "model": model,
         "config_overrides": overrides,
-        "query_lane": {"model": probe_model, "instances": query_lane} if query_lane else None,
+        "query_lane": {"model": probe_model, "instances": query_lane, "config_overrides": lane_overrides}
+        if query_lane
+        else None,
         "short_texts": len(short_texts[:64]),
         "long_texts": len(long_texts[:32]),
         "concurrency": concurrency,
@@ -152,6 +159,7 @@ def run(
         "rows": rows,
         **summary,
         "p99_loaded_over_idle": round(summary["loaded_p99_ms_median"] / summary["idle_p99_ms_median"], 2),
+        "short_per_s_median": round(statistics.median(r["short_per_s"] for r in rows), 1),
         "long_per_s_median": round(statistics.median(r["long_per_s"] for r in rows), 1),
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_average_1m": round(psutil.getloadavg()[0], 2),
@@ -171,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--query-lane", type=int, default=0, metavar="N", help="probe a copy of the model with N instances of its own"
     )
+    parser.add_argument("--lane-config", default=None, help="JSON config overrides of the query lane's model only")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "short_under_long.json")
     args = parser.parse_args(argv)
     if args.deployment is None:
@@ -187,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         args.warmup,
         overrides,
         args.query_lane,
+        json.loads(args.lane_config) if args.lane_config else None,
     )
     write_json(report, args.json)
     print({k: v for k, v in report.items() if k.endswith("_median") or k == "p99_loaded_over_idle"})

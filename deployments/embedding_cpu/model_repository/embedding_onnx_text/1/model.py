@@ -41,6 +41,13 @@ def session_options(config: dict):
     return options
 
 
+def lower_priority(nice: int) -> None:
+    """Every thread of this instance's stub process at ``nice`` (Linux: a thread's own value, which
+    the threads it starts later inherit): a busier model's instances yield the CPU to others'."""
+    for thread_id in os.listdir("/proc/self/task"):
+        os.setpriority(os.PRIO_PROCESS, int(thread_id), nice)
+
+
 class TritonPythonModel:
     """TEXT (BYTES, UTF-8) -> EMBEDDING (FP32), the transformer run by ``onnx_model``; TOKEN_COUNT
     (each text's tokens after truncation, what the OpenAI route's ``usage`` sums) when asked for."""
@@ -48,6 +55,9 @@ class TritonPythonModel:
     def initialize(self, args):
         """Read the config; load the tokenizer, the pooling settings and, in-process, the ONNX file's engine."""
         self.config = json.loads(args["model_config"])
+        nice = parameter(self.config, "nice", 0, int)
+        if nice:
+            lower_priority(nice)
         self.onnx_model = parameter(self.config, "onnx_model", "embedding_onnx")
         self.max_rows = parameter(self.config, "onnx_max_batch_size", 64, int)
         self.max_tokens = parameter(self.config, "max_batch_tokens", 0, int) or None
