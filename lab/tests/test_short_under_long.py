@@ -30,3 +30,42 @@ def test_a_short_run_probes_its_query_lane_idle_and_loaded_and_reports_both(tmp_
     assert row["long_per_s"] > 0, row
     assert found["long_texts"] > 0 and found["short_texts"] > found["long_texts"]
     assert found["p99_loaded_over_idle"] == round(found["loaded_p99_ms_median"] / found["idle_p99_ms_median"], 2)
+
+
+@pytest.mark.server
+@pytest.mark.timeout(300)
+def test_a_v1_client_reaches_the_query_lane_by_its_openai_model_name():
+    """The lane mapped to an OpenAI model name of its own (as docs/deployments/embedding_cpu.md
+    shows): /v1/embeddings with that name runs the lane, and its vectors match the reference."""
+    import numpy as np
+    import requests
+
+    from harness.deployments import get_deployment
+    from harness.fixtures import read_fixture
+    from harness.serving.gate.policy import OpenAIModel, OpenAIText
+    from harness.testing.servers import deployment_server, started, stop_server
+    from harness_lab.reliability.short_under_long import add_query_lane
+
+    fixture = read_fixture(get_deployment("embedding_cpu").path / "fixtures" / "expected_embeddings.json")
+    texts = [t for t in fixture["sentences"] if t]
+    expected = np.asarray([e for t, e in zip(fixture["sentences"], fixture["embeddings"]) if t], np.float32)
+    server = deployment_server("embedding_cpu", ["embedding_onnx_text"])
+    lane = add_query_lane(server, "embedding_onnx_text", 1)
+    policy = server.options.gate_policy
+    models = {**policy.openai.models, lane: OpenAIModel(text=OpenAIText(model=lane, tokens_output="TOKEN_COUNT"))}
+    server.options.gate_policy = policy.model_copy(
+        update={"openai": policy.openai.model_copy(update={"models": models})}
+    )
+    started(server)
+    try:
+        reply = requests.post(
+            f"http://{server.http_url}/v1/embeddings", json={"model": lane, "input": texts}, timeout=60
+        )
+        assert reply.status_code == 200, reply.text
+        stats = requests.get(f"http://{server.http_url}/v2/models/{lane}/stats", timeout=10).json()
+    finally:
+        stop_server(server)
+    actual = np.asarray([item["embedding"] for item in reply.json()["data"]], np.float32)
+    cosines = (actual * expected).sum(-1) / np.linalg.norm(actual, axis=-1) / np.linalg.norm(expected, axis=-1)
+    assert cosines.min() >= 0.999, cosines
+    assert stats["model_stats"][0]["inference_count"] == len(texts), stats
