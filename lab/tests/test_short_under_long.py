@@ -41,12 +41,12 @@ def test_a_v1_client_reaches_the_query_lane_by_its_openai_model_name():
     import requests
 
     from harness.deployments import get_deployment
-    from harness.fixtures import read_fixture
     from harness.serving.gate.policy import OpenAIModel, OpenAIText
     from harness.testing.servers import deployment_server, started, stop_server
     from harness_lab.reliability.short_under_long import add_query_lane
 
-    fixture = read_fixture(get_deployment("embedding_cpu").path / "fixtures" / "expected_embeddings.json")
+    checks = get_deployment("embedding_cpu").checks_module
+    fixture = checks._fixture()
     texts = [t for t in fixture["sentences"] if t]
     expected = np.asarray([e for t, e in zip(fixture["sentences"], fixture["embeddings"]) if t], np.float32)
     server = deployment_server("embedding_cpu", ["embedding_onnx_text"])
@@ -66,6 +66,5 @@ def test_a_v1_client_reaches_the_query_lane_by_its_openai_model_name():
     finally:
         stop_server(server)
     actual = np.asarray([item["embedding"] for item in reply.json()["data"]], np.float32)
-    cosines = (actual * expected).sum(-1) / np.linalg.norm(actual, axis=-1) / np.linalg.norm(expected, axis=-1)
-    assert cosines.min() >= 0.999, cosines
+    checks._assert_close(f"/v1 {lane}", texts, actual, expected, checks.MIN_COSINE["embedding_onnx_text"])
     assert stats["model_stats"][0]["inference_count"] == len(texts), stats
