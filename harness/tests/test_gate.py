@@ -108,6 +108,35 @@ def test_compressed_requests_are_validated_as_triton_reads_them(gated):
     assert_alive(gated)
 
 
+def test_a_reply_is_compressed_only_when_the_client_asks(gated):
+    """Triton gzips an inference reply whenever the request has Accept-Encoding: the gate must
+    forward the client's own header, never add one (a client that asked for nothing got gzip)."""
+    import gzip
+    import http.client
+
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["hello"]}]})
+    host, port = gated.http_url.rsplit(":", 1)
+    for accept in (None, "gzip"):
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        connection.putrequest("POST", "/v2/models/echo/infer", skip_accept_encoding=True)
+        connection.putheader("Content-Length", str(len(body)))
+        if accept:
+            connection.putheader("Accept-Encoding", accept)
+        connection.endheaders(body.encode())
+        response = connection.getresponse()
+        raw = response.read()
+        connection.close()
+        assert response.status == 200, raw
+        assert response.getheader("Content-Encoding") == accept
+        reply = json.loads(gzip.decompress(raw) if accept else raw)
+        assert reply["outputs"][0]["data"] == ["hello"]
+    with httpclient.InferenceServerClient(gated.http_url) as client:
+        text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[b"hello"]], dtype=object))
+        result = client.infer("echo", [text], response_compression_algorithm="deflate")
+        assert result.as_numpy("TEXT_OUT")[0, 0] == b"hello"
+
+
 def test_other_json_endpoints_get_the_depth_check(gated):
     base = f"http://{gated.http_url}"
     deep = b'{"TEXT":' + nested(50000) + b"}"

@@ -172,10 +172,12 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         import aiohttp
         from aiohttp import web
 
-        # A proxy keeps no cookies (and skips the jar's per-request filtering).
+        # A proxy keeps no cookies (and skips the jar's per-request filtering), and adds no
+        # Accept-Encoding of its own: Triton gzips an inference response whenever one is sent.
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
             cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("Accept-Encoding",),
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
