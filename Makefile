@@ -79,7 +79,7 @@ refresh: install ## Regenerate deployment NAME in order: export, fixtures from t
 	@test -n "$(NAME)" || { echo "usage: make refresh NAME=<deployment>"; exit 2; }
 	$(PY) -m harness refresh $(NAME)
 
-# The deployment make bench-peers measures: its deployment.toml's [peers] names the models, ceilings and ratios.
+# The deployment make bench-peers measures: its lab/deployments/<d>.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu
 bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: bench-network, gate-cost
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
@@ -130,7 +130,7 @@ pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|np
 	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
 # --- reliability: soak, faults, hostile input (lab/harness_lab/reliability/soak.py, lab/harness_lab/reliability/faults.py) ---
-# The deployment soak, faults and gate-cost load: its deployment.toml's [reliability] names the model and workload.
+# The deployment soak, faults and gate-cost load: its lab/deployments/<d>.toml's [reliability] names the model.
 RELIABILITY_DEPLOYMENT ?= embedding_cpu
 SOAK_DURATION ?= 15
 SOAK_ARGS ?=
@@ -184,7 +184,7 @@ test-docker: install image scaleout-tools ## Every deployment's correctness chec
 
 # --- beyond one machine: Kubernetes objects, multi-replica runs (lab/harness_lab/scaleout/, lab/docs/scaling.md) ---
 K8S_ARGS ?=
-# make scaleout DEPLOYMENT=<d>: its deployment.toml's [scaleout] names the model clients call (default:
+# make scaleout DEPLOYMENT=<d>: its lab/deployments/<d>.toml's [scaleout] names the model clients call (default:
 # the deployment whose [scaleout] table names one). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
 # NODES=2: a second swarm node (a dockerd in a container) joins; throughput, drain, node loss and back.
 SCALEOUT_ARGS ?=

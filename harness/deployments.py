@@ -216,25 +216,6 @@ def discover(root: Path | None = None) -> list[Deployment]:
     return found
 
 
-def declaring(key: str, root: Path | None = None) -> Deployment:
-    """The one deployment whose manifest sets ``key`` (a table such as ``reliability``, or a
-    ``table.key`` such as ``scaleout.model``): a tool's default when no ``--deployment`` is given."""
-
-    def value(manifest: Manifest):
-        for part in key.split("."):
-            manifest = getattr(manifest, part)
-        return manifest
-
-    found = [d for d in discover(root) if value(d.manifest)]
-    if len(found) != 1:
-        table, _, name = key.partition(".")
-        names = ", ".join(d.name for d in found) or "none"
-        raise ManifestError(
-            f"{len(found)} deployments declare [{table}]{' ' + name if name else ''} ({names}): pass --deployment"
-        )
-    return found[0]
-
-
 def get_deployment(name: str, root: Path | None = None) -> Deployment:
     """The deployment called ``name``, with the list of known ones in the error."""
     found, broken = discover_with_errors(root)

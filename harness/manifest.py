@@ -95,138 +95,6 @@ class Benchmark(Strict):
         return {model: spec.fields() for model, spec in self.config.items()}
 
 
-class ReliabilitySpec(Strict):
-    """``[reliability]``: what ``python -m harness soak`` / ``faults`` / ``gate-cost`` load by default."""
-
-    #: The entry model loaded (``--model`` overrides it).
-    model: str
-    #: ``"file.py:function"``: ``function(http_url, model)`` returns a ``CheckedWorkload`` of the
-    #: reliability tools, requests whose every answer is known before the load (e.g.
-    #: ``text_embedding_workload``: sentences, each embedded alone first).
-    workload: str
-
-
-class PeerModel(Strict):
-    """``[peers.models.<model>]``: one served model of the side-by-side run."""
-
-    #: The request: ``text`` (``TEXT`` BYTES in, ``EMBEDDING`` out) or ``tokens`` (client-tokenized
-    #: ``input_ids`` + ``attention_mask`` in, ``last_hidden_state`` out).
-    request: Literal["text", "tokens"]
-    #: The in-process ceiling it is compared with: a key of ``[peers] ceiling_onnx`` or ``sentence-transformers``.
-    ceiling: str
-    #: What it is (the records' ``variant``).
-    describe: str = ""
-
-
-class PeerRatio(Strict):
-    """``[[peers.ratios]]``: one ratio of the results matrix's side-by-side table."""
-
-    label: str
-    #: A target (a model of ``[peers.models]``, ``infinity-<engine>``) or ``ceiling:<kind>``.
-    top: str
-    #: A target, ``ceiling`` (the top's own ceiling), ``best-peer`` (the faster peer, round by round) or
-    #: ``ceiling:<kind>``.
-    bottom: str
-    goal: float
-    #: A target: the goal holds only at workloads where it, too, is ahead of ``bottom`` (elsewhere
-    #: the row reads ``n/a``), e.g. the OpenAI path ahead of a peer wherever the native path is.
-    only_where_ahead: str = ""
-
-
-class PeerVariant(Strict):
-    """``[peers.variants.<name>]``: a config variant ``python -m harness peers`` serves by default on
-    a tritonserver of its own (targets ``<model>[<name>]``), where the CPU has what it needs."""
-
-    #: The benchmark whose ``config`` the variant's server runs (its checks: ``--config-variant <id>``).
-    benchmark: str
-    #: The ``[peers.models]`` it serves, those of them the run serves (``--models``).
-    models: list[str]
-    #: Served only on a CPU with one of these flags (``/proc/cpuinfo``); empty: on every CPU.
-    cpu_flags: list[str] = []
-    #: Its records' ``engine`` and ``precision`` (e.g. ``openvino``, ``bf16``); on ``openvino`` its
-    #: targets' ceiling is their ONNX kind on OpenVINO too (``onnx-fp32@openvino``).
-    engine: str = ""
-    precision: str = ""
-    #: What it is (the records' ``variant``).
-    describe: str = ""
-
-
-class PeersSpec(Strict):
-    """``[peers]``: ``python -m harness peers``, the served models next to their in-process ceilings
-    and a peer server (infinity-emb) on the same embedding model."""
-
-    models: dict[str, PeerModel]
-    #: Served by default (``--models``).
-    default_models: list[str]
-    #: The ONNX file of each ceiling kind (``onnx-fp32`` ...), relative to the deployment folder
-    #: (on onnxruntime; kind ``<kind>@openvino``: the same file on OpenVINO).
-    ceiling_onnx: dict[str, str]
-    #: The served model whose config the ONNX ceiling follows (``onnx_max_batch_size``,
-    #: ``tokenizer_parallelism``).
-    ceiling_follows: str
-    #: ``"file.py:function"``: ``function()`` returns the in-process pieces of the run: ``model_dir``
-    #: (the sentence-transformers folder the peer and the torch ceiling load), ``dimension`` (of a
-    #: vector), ``tokenize(texts)`` (the client's ``input_ids`` / ``attention_mask``) and
-    #: ``embed(run, texts, max_rows)`` (tokenize, an onnxruntime ``session.run``, pool: the ONNX ceiling's work)
-    #: and ``sentences`` (the texts the run's requests carry); optionally ``mixed`` (texts of mixed
-    #: lengths, for the ``mixed`` workload).
-    embedding: str
-    #: Served by a ``--variant`` server by default (``--variant-models``).
-    variant_models: list[str] = []
-    #: Config variants served by default, each on its own server (``--declared-variants``).
-    variants: dict[str, PeerVariant] = {}
-    #: The ceiling kind whose ONNX file the peer's ``optimum`` engine runs.
-    peer_onnx: str = "onnx-fp32"
-    #: What the results matrix's side-by-side section compares (its heading).
-    title: str = ""
-    ratios: list[PeerRatio] = []
-    #: ``{ <[peers.models] model> = "<OpenAI model name>" }``: also served through the front gate's
-    #: ``POST /v1/embeddings`` asking for that name (target ``openai:<model>``, the model's ceiling).
-    openai_models: dict[str, str] = {}
-
-    @model_validator(mode="after")
-    def _names_exist(self):
-        kinds = set(self.ceiling_onnx) | {"sentence-transformers"}
-        named = {
-            "default_models": self.default_models,
-            "variant_models": self.variant_models,
-            "ceiling_follows": [self.ceiling_follows],
-            "openai_models": list(self.openai_models),
-            **{f"variants.{name}.models": variant.models for name, variant in self.variants.items()},
-        }
-        for key, models in named.items():
-            unknown = [m for m in models if m not in self.models]
-            if unknown:
-                raise ValueError(f"[peers] {key}: {unknown[0]!r} is not in [peers.models] ({list(self.models)})")
-        for model, spec in self.models.items():
-            if spec.ceiling not in kinds:
-                raise ValueError(f"[peers.models.{model}] ceiling = {spec.ceiling!r}: one of {sorted(kinds)}")
-        if self.peer_onnx not in self.ceiling_onnx:
-            raise ValueError(f"[peers] peer_onnx = {self.peer_onnx!r} is not in ceiling_onnx")
-        return self
-
-
-class ScaleoutSpec(Strict):
-    """``[scaleout]``: Kubernetes objects (unset keys take the scale-out tools' defaults) and the
-    multi-replica run (``python -m harness scaleout run``)."""
-
-    replicas: int | None = None
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-    #: Mean queue wait per model execution (µs) the autoscaler holds the pods at.
-    queue_target_us: int | None = None
-    #: Requests of one replica, instead of its measured footprint.
-    memory_mib: int | None = None
-    cpu: float | None = None
-    bundle_image: str | None = None
-    storage_uri: str | None = None
-    #: The entry model the multi-replica run calls (``TEXT`` in, ``EMBEDDING`` out); each replica
-    #: loads it and the models it calls.
-    model: str | None = None
-    #: The models whose version 2 the run's roll brings.
-    rolled_models: list[str] = []
-
-
 class Manifest(Strict):
     """A whole ``deployment.toml``."""
 
@@ -241,9 +109,6 @@ class Manifest(Strict):
     #: Tuning levers declared once, applied by name in a benchmark's ``config`` (``profiles = [...]``).
     profiles: dict[str, ConfigOverrides] = {}
     benchmarks: list[Benchmark] = []
-    scaleout: ScaleoutSpec = ScaleoutSpec()
-    reliability: ReliabilitySpec | None = None
-    peers: PeersSpec | None = None
     #: ``[gate]``: bounds the front gate enforces beyond what each config implies
     #: (``harness.serving.gate.policy``). Clients may call the entry models only.
     gate: GateBounds = GateBounds()
@@ -263,20 +128,13 @@ class Manifest(Strict):
                     f"of this manifest ({', '.join(ids)})"
                 )
         entry = {
-            "[reliability] model": self.reliability and self.reliability.model,
-            "[scaleout] model": self.scaleout.model,
+            f"[openai.models.{name}] {part}.model": getattr(spec, part).model
+            for name, spec in (self.openai.models if self.openai else {}).items()
+            for part in spec.entry_parts()
         }
-        for name, spec in (self.openai.models if self.openai else {}).items():
-            entry |= {f"[openai.models.{name}] {part}.model": getattr(spec, part).model for part in spec.entry_parts()}
         for key, model in entry.items():
             if model and model not in self.entry_models:
                 raise ValueError(f"{key} = {model!r} is no entry model ({self.entry_models})")
-        configured = {b.id for b in self.benchmarks if b.config}
-        for name, variant in (self.peers.variants if self.peers else {}).items():
-            if variant.benchmark not in configured:
-                raise ValueError(
-                    f"[peers.variants.{name}] benchmark = {variant.benchmark!r} is no benchmark with a config"
-                )
         nested = [name for name, profile in self.profiles.items() if profile.profiles]
         if nested:
             raise ValueError(f"[profiles.{nested[0]}] names profiles: a profile lists its fields only")

@@ -520,7 +520,7 @@ MIXED_PASSAGE_SHARE = 0.25
 
 
 @cache
-def _mixed_texts(count: int = 1024, seed: int = 0) -> list[str]:
+def mixed_texts(count: int = 1024, seed: int = 0) -> list[str]:
     """``count`` texts in a seeded order: short queries and, at ``MIXED_PASSAGE_SHARE``, passages
     of 200-500 tokens each (cut at a token boundary of the notes read as a ring)."""
     from tokenizers import Tokenizer
@@ -543,8 +543,8 @@ def _mixed_texts(count: int = 1024, seed: int = 0) -> list[str]:
 
 
 def workload_embedding_onnx_text_mixed(ctx) -> Workload:
-    """One text a request, short queries and 200-500-token passages mixed (``_mixed_texts``)."""
-    texts = _mixed_texts()
+    """One text a request, short queries and 200-500-token passages mixed (``mixed_texts``)."""
+    texts = mixed_texts()
     counter = iter(range(1 << 62))
 
     def prepare():
@@ -604,30 +604,3 @@ def workload_full_pipeline_py_document(ctx) -> Workload:
 
 def workload_pipeline_orchestrator_document(ctx) -> Workload:
     return _document_workload("pipeline_orchestrator")
-
-
-def reliability_workload(http_url: str, model: str):
-    """``[reliability]`` (soak, faults, gate cost): unique sentences, each answer compared with the
-    vector the same server gave that sentence alone before the load."""
-    from harness_lab.reliability.load import text_embedding_workload
-
-    return text_embedding_workload(http_url, model, input_name="TEXT", output="EMBEDDING")
-
-
-def peers_embedding():
-    """``[peers] embedding`` (python -m harness peers): the sentence-transformers folder the peer and
-    the torch ceiling load, its vector size, the client tokenizer, the ONNX ceiling's tokenize +
-    run + pool (and the served model's OpenVINO compile), the sentences every target gets, and the mixed-length texts (short queries and
-    200-500-token passages, seeded) of the mixed workload."""
-    from types import SimpleNamespace
-
-    from embedding_cpu_processing.bls import embed_texts_local, openvino_run
-
-    info = EmbeddingModelInfo.read()
-
-    def embed(run, texts: list[str], max_rows: int):
-        return embed_texts_local(run, texts, max_rows=max_rows, normalize=info.normalize, pooling=info.pooling)
-
-    pieces = {"model_dir": info.model_dir, "dimension": info.dimension, "tokenize": tokenize, "embed": embed}
-    pieces["openvino_run"] = openvino_run  # the served model's OpenVINO engine, for `<kind>@openvino` ceilings
-    return SimpleNamespace(**pieces, sentences=SHORT_SENTENCES, mixed=_mixed_texts())

@@ -9,10 +9,6 @@ from harness.manifest import (
     Benchmark,
     ConfigOverrides,
     ManifestError,
-    PeerModel,
-    PeerRatio,
-    ReliabilitySpec,
-    ScaleoutSpec,
     TargetSettings,
     read_manifest,
 )
@@ -97,70 +93,6 @@ def test_the_documented_manifest_reads(tmp_path):
     assert manifest.benchmarks and manifest.profiles
 
 
-TABLES = """
-[reliability]
-model = "m"
-workload = "checks.py:reliability_workload"
-
-[scaleout]
-model = "m"
-rolled_models = ["m"]
-cpu = 2
-memory_mib = 1024
-
-[peers]
-default_models = ["m"]
-ceiling_onnx = { onnx-fp32 = "model_repository/m/1/model.onnx" }
-ceiling_follows = "m"
-embedding = "checks.py:peers_embedding"
-
-[peers.models.m]
-request = "text"
-ceiling = "onnx-fp32"
-
-[[peers.ratios]]
-label = "m / ceiling"
-top = "m"
-bottom = "ceiling"
-goal = 1
-"""
-
-
-def test_the_tools_tables_are_typed(tmp_path):
-    _, manifest = _read(tmp_path, GOOD + TABLES)
-    assert manifest.reliability == ReliabilitySpec(model="m", workload="checks.py:reliability_workload")
-    assert manifest.scaleout == ScaleoutSpec(model="m", rolled_models=["m"], cpu=2.0, memory_mib=1024)
-    assert manifest.peers.models == {"m": PeerModel(request="text", ceiling="onnx-fp32")}
-    assert manifest.peers.ratios == [PeerRatio(label="m / ceiling", top="m", bottom="ceiling", goal=1.0)]
-    assert isinstance(manifest.peers.ratios[0].goal, float) and manifest.peers.peer_onnx == "onnx-fp32"
-    _, plain = _read(tmp_path, GOOD)
-    assert plain.reliability is None and plain.peers is None and plain.scaleout == ScaleoutSpec()
-
-
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (('workload = "checks.py:reliability_workload"', 'workloads = "x"'), "reliability.workloads: unknown key"),
-        (('model = "m"\nworkload', 'model = "other"\nworkload'), "[reliability] model = 'other' is no entry model"),
-        (("cpu = 2", "cpus = 2"), "scaleout.cpus: unknown key"),
-        (("cpu = 2", 'cpu = "2"'), "scaleout.cpu: input should be a valid number, not '2'"),
-        (
-            ('request = "text"', 'request = "json"'),
-            "peers.models.m.request: input should be 'text' or 'tokens', not 'json'",
-        ),
-        (('ceiling = "onnx-fp32"\n', 'ceiling = "onnx-int8"\n'), "ceiling = 'onnx-int8': one of"),
-        (('default_models = ["m"]', 'default_models = ["n"]'), "[peers] default_models: 'n' is not in [peers.models]"),
-        (("goal = 1", 'goal = "high"'), "peers.ratios[0].goal: input should be a valid number"),
-    ],
-)
-def test_bad_tools_tables_are_refused(tmp_path, change, message):
-    path = tmp_path / "deployment.toml"
-    path.write_text((GOOD + TABLES).replace(*change, 1))
-    with pytest.raises(ManifestError) as refused:
-        read_manifest(path)
-    assert message in str(refused.value), str(refused.value)
-
-
 @pytest.mark.parametrize(
     "table, message",
     [
@@ -168,6 +100,9 @@ def test_bad_tools_tables_are_refused(tmp_path, change, message):
         ('fixtures = "expected"\n', ": fixtures: unknown key"),
         ('[target.cpu]\nenv = { A = "1" }\n', "target.cpu.env: unknown key"),
         ('[target.cpu]\nserver_args = ["--x"]\n', "target.cpu.server_args: unknown key"),
+        # the lab's tables live in lab/deployments/<deployment>.toml (harness_lab.manifest)
+        ('[reliability]\nmodel = "m"\n', ": reliability: unknown key"),
+        ("[scaleout]\nreplicas = 2\n", ": scaleout: unknown key"),
     ],
 )
 def test_keys_nothing_reads_are_refused(tmp_path, table, message):
@@ -176,18 +111,6 @@ def test_keys_nothing_reads_are_refused(tmp_path, table, message):
     with pytest.raises(ManifestError) as refused:
         read_manifest(path)
     assert message in str(refused.value), str(refused.value)
-
-
-def test_a_tool_without_deployment_takes_the_one_declaring_its_table(tmp_path):
-    from harness.deployments import declaring
-
-    for name, extra in (("a", TABLES), ("b", "")):
-        (tmp_path / name / "model_repository" / "m").mkdir(parents=True)
-        (tmp_path / name / "deployment.toml").write_text(GOOD.replace('"toy"', f'"{name}"') + extra)
-    assert declaring("reliability", tmp_path).name == "a" and declaring("scaleout.model", tmp_path).name == "a"
-    (tmp_path / "b" / "deployment.toml").write_text(GOOD.replace('"toy"', '"b"') + TABLES)
-    with pytest.raises(ManifestError, match=r"2 deployments declare \[peers\] \(a, b\): pass --deployment"):
-        declaring("peers", tmp_path)
 
 
 OPENAI = """

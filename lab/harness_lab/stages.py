@@ -30,10 +30,10 @@ import uuid
 
 import requests
 
-from harness.deployments import declaring, get_deployment
 from harness.measuring.loadgen import _stats, server_split
 from harness.measuring.records import append_record
 from harness.testing.servers import deployment_server, started, stop_server
+from harness_lab.manifest import chosen, resolve
 from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import encoder, served_parameter
 from harness_lab.text_models import text_tensors
@@ -142,14 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per server, batch and round")
     args = parser.parse_args(argv)
-    deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
-    spec = deployment.manifest.peers
+    deployment, lab = chosen("peers", args.deployment)
+    spec = lab.peers
     if spec is None:
         parser.error(f"{deployment.name} has no [peers] table: its `embedding` gives the texts and the ceiling")
     model = args.model or spec.ceiling_follows
     if model not in spec.models or spec.models[model].request != "text":
         parser.error(f"--model {model}: not a text-in model of {deployment.name}'s [peers.models]")
-    pieces = deployment.resolve(spec.embedding)()
+    pieces = resolve(deployment.name, spec.embedding)()
     text_input, output = text_tensors(deployment.model_repository, model)
     batches = [int(b) for b in args.batch.split(",")]
     texts = {b: workloads.texts_of(pieces, workloads.UNIFORM, b) for b in batches}

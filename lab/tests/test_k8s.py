@@ -212,8 +212,8 @@ def test_bundle_layout_reaches_the_packed_env(deployment, tmp_path):
         pytest.skip(f"{deployment.name} has no Python-backend model")
 
 
-def test_a_copied_deployment_renders_with_its_scaleout_table(tmp_path):
-    """A new folder (the template use): its own name, and its [scaleout] table overrides the defaults."""
+def test_a_copied_deployment_renders_with_its_scaleout_table(tmp_path, monkeypatch):
+    """A new folder (the template use): its own name, and its lab [scaleout] table overrides the defaults."""
     source = next(d for d in DEPLOYMENTS if d.name == "embedding_cpu")
     folder = tmp_path / "my_embedder"
     shutil.copytree(
@@ -221,10 +221,11 @@ def test_a_copied_deployment_renders_with_its_scaleout_table(tmp_path):
         folder / "model_repository" / "embedding_onnx",
         ignore=shutil.ignore_patterns("*.onnx"),
     )
-    (folder / "deployment.toml").write_text(
-        'name = "my_embedder"\nentry_models = ["embedding_onnx"]\n'
+    (folder / "deployment.toml").write_text('name = "my_embedder"\nentry_models = ["embedding_onnx"]\n')
+    (tmp_path / "my_embedder.toml").write_text(
         "[scaleout]\nmin_replicas = 3\nmax_replicas = 12\nreplicas = 3\nqueue_target_us = 5000\nmemory_mib = 1024\n"
     )
+    monkeypatch.setenv("HARNESS_LAB_DEPLOYMENTS_DIR", str(tmp_path))
     copied = load_deployment(folder)
     objects = by_kind(rendered(copied)["triton.yaml"])
     for obj in objects.values():

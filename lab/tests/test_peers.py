@@ -205,16 +205,15 @@ def test_every_openai_style_target_gets_the_same_body_shape(tmp_path):
 
 
 def test_openai_models_must_be_peers_models(tmp_path):
-    from harness import PROJECT_ROOT
     from harness.deployments import ManifestError
-    from harness.manifest import read_manifest
+    from harness_lab.manifest import LAB_DEPLOYMENTS, lab_manifest
 
-    text = (PROJECT_ROOT / "deployments/embedding_cpu/deployment.toml").read_text()
+    text = (LAB_DEPLOYMENTS / "embedding_cpu.toml").read_text()
     assert "openai_models = { embedding_onnx_text =" in text
-    bad = tmp_path / "deployment.toml"
-    bad.write_text(text.replace("openai_models = { embedding_onnx_text =", "openai_models = { no_such_model ="))
+    bad = text.replace("openai_models = { embedding_onnx_text =", "openai_models = { no_such_model =")
+    (tmp_path / "embedding_cpu.toml").write_text(bad)
     with pytest.raises(ManifestError, match="openai_models: 'no_such_model' is not in"):
-        read_manifest(bad)
+        lab_manifest("embedding_cpu", folder=tmp_path)
 
 
 def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors():
@@ -224,12 +223,11 @@ def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors
     import openai
     from sentence_transformers import SentenceTransformer
 
-    from harness.deployments import get_deployment
+    from harness_lab.manifest import lab_manifest, resolve
     from harness_lab.peers import workloads
     from harness_lab.peers.naive import SERVED_NAME, NaiveServer
 
-    deployment = get_deployment("embedding_cpu")
-    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
+    pieces = resolve("embedding_cpu", lab_manifest("embedding_cpu").peers.embedding)()
     model_dir, texts = pieces.model_dir, workloads.sentences(pieces.sentences, 5)
     expected = SentenceTransformer(str(model_dir), device="cpu").encode(texts)
     with NaiveServer(model_dir, threads=1) as server:
@@ -245,12 +243,15 @@ def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors
 
 def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what_runs():
     from harness.deployments import get_deployment
+    from harness_lab.manifest import lab_manifest
     from harness_lab.peers.__main__ import declared_variants
 
     deployment = get_deployment("embedding_cpu")
-    declared = deployment.manifest.peers.variants["openvino-bf16"]
+    spec = lab_manifest(deployment).peers
+    declared = spec.variants["openvino-bf16"]
     assert (declared.engine, declared.precision, declared.models) == ("openvino", "bf16", ["embedding_onnx_text"])
-    (served,), skipped = declared_variants(deployment, ["embedding_onnx_text", "embedding_py"], None, ["avx512_bf16"])
+    both = ["embedding_onnx_text", "embedding_py"]
+    (served,), skipped = declared_variants(deployment, spec, both, None, ["avx512_bf16"])
     assert not skipped and (served.name, served.models, served.declared) == (
         "openvino-bf16",
         ["embedding_onnx_text"],
@@ -258,21 +259,21 @@ def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what
     )
     parameters = served.config["embedding_onnx_text"]["parameters"]
     assert parameters == {"in_process_engine": "openvino"}
-    assert declared_variants(deployment, ["embedding_onnx_text"], None, ["amx_bf16"])[0], "AMX has BF16 too"
-    assert declared_variants(deployment, ["embedding_py"], None, ["avx512_bf16"]) == ([], []), "not its model"
-    assert declared_variants(deployment, ["embedding_onnx_text"], [], ["avx512_bf16"]) == ([], []), "none chosen"
-    served, skipped = declared_variants(deployment, ["embedding_onnx_text"], None, ["avx2", "avx512_vnni"])
+    assert declared_variants(deployment, spec, ["embedding_onnx_text"], None, ["amx_bf16"])[0], "AMX has BF16 too"
+    assert declared_variants(deployment, spec, ["embedding_py"], None, ["avx512_bf16"]) == ([], []), "not its model"
+    assert declared_variants(deployment, spec, ["embedding_onnx_text"], [], ["avx512_bf16"]) == ([], []), "none chosen"
+    served, skipped = declared_variants(deployment, spec, ["embedding_onnx_text"], None, ["avx2", "avx512_vnni"])
     assert served == [] and skipped == ["variant openvino-bf16 not served: this CPU has none of avx512_bf16, amx_bf16"]
 
 
 def test_an_openvino_variant_is_compared_with_its_onnx_file_on_openvino():
     from harness.deployments import get_deployment
-    from harness.manifest import PeerVariant
+    from harness_lab.manifest import PeerVariant, lab_manifest
     from harness_lab.peers.__main__ import variant_ceiling
     from harness_lab.peers.ceiling import kinds
 
     deployment = get_deployment("embedding_cpu")
-    declared = deployment.manifest.peers.variants["openvino-bf16"]
+    declared = lab_manifest(deployment).peers.variants["openvino-bf16"]
     assert variant_ceiling("onnx-fp32", declared) == "onnx-fp32@openvino" in kinds(deployment)
     assert variant_ceiling("onnx-fp32", None) == "onnx-fp32", "a --variant: the model's own"
     other = PeerVariant(benchmark="b", models=["m"], engine="onnxruntime")
@@ -288,18 +289,16 @@ def test_an_openvino_variant_is_compared_with_its_onnx_file_on_openvino():
     ],
 )
 def test_a_declared_variant_names_a_config_benchmark_and_peers_models(tmp_path, edit, error):
-    from harness import PROJECT_ROOT
     from harness.deployments import ManifestError
-    from harness.manifest import read_manifest
+    from harness_lab.manifest import LAB_DEPLOYMENTS, lab_manifest
 
-    text = (PROJECT_ROOT / "deployments/embedding_cpu/deployment.toml").read_text()
+    text = (LAB_DEPLOYMENTS / "embedding_cpu.toml").read_text()
     assert edit in text
     broken = edit.replace("embedding_onnx_text-mixed-openvino-bf16", "embedding_onnx_text-mixed")
     broken = broken.replace('["embedding_onnx_text"]', '["no_such_model"]')
-    bad = tmp_path / "deployment.toml"
-    bad.write_text(text.replace(edit, broken))
+    (tmp_path / "embedding_cpu.toml").write_text(text.replace(edit, broken))
     with pytest.raises(ManifestError, match=error):
-        read_manifest(bad)
+        lab_manifest("embedding_cpu", folder=tmp_path)
 
 
 @pytest.mark.server

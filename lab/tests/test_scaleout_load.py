@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from harness.deployments import get_deployment
+from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout.load import Load
 from harness_lab.text_models import text_tensors
 
 
 def test_tensors_of_the_scaleout_model_come_from_its_config():
     deployment = get_deployment("embedding_cpu")
-    assert text_tensors(deployment.model_repository, deployment.manifest.scaleout.model) == ("TEXT", "EMBEDDING")
+    assert text_tensors(deployment.model_repository, lab_manifest(deployment).scaleout.model) == ("TEXT", "EMBEDDING")
 
 
 def test_a_model_that_is_not_text_to_one_vector_is_refused_by_name():

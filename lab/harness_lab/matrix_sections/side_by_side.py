@@ -15,12 +15,12 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from harness.manifest import PeersSpec
 from harness.measuring.matrix.cells import dates, stamp
 from harness.measuring.matrix.fmt import number, rate, ratio, spread, table
 from harness.measuring.matrix.headlines import machine
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
+from harness_lab.manifest import PeersSpec
 from harness_lab.matrix_sections.shared import bars, ceiling_handle, load
 from harness_lab.peers.workloads import MIXED
 
@@ -39,11 +39,12 @@ def _latest(records: list[dict], keep) -> list[dict]:
 
 def peers_spec(records: list[dict]) -> PeersSpec | None:
     """The ``[peers]`` table of the deployment the records measured (None when it has none)."""
-    from harness.deployments import ManifestError, get_deployment
+    from harness.deployments import ManifestError
+    from harness_lab.manifest import lab_manifest
 
     name = next((r["deployment"] for r in records if r.get("deployment")), None)
     try:
-        return get_deployment(name).manifest.peers if name else None
+        return lab_manifest(name).peers if name else None
     except ManifestError:
         return None
 

@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 import requests
 
 from harness import PROJECT_ROOT
-from harness.deployments import Deployment, ManifestError, declaring, get_deployment
-from harness.manifest import PeerVariant
+from harness.deployments import Deployment, ManifestError
 from harness.measuring.engines import cpu_flags
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
 from harness.serving.gate.policy import GatePolicy
 from harness.testing.servers import deployment_server, started, stop_server
+from harness_lab.manifest import PeersSpec, PeerVariant, chosen, resolve
 from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import ENGINES, TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
@@ -219,14 +219,14 @@ def variant_ceiling(kind: str, declared: PeerVariant | None) -> str:
 
 
 def declared_variants(
-    deployment: Deployment, models: list[str], chosen: list[str] | None, flags: list[str]
+    deployment: Deployment, spec: PeersSpec, models: list[str], chosen: list[str] | None, flags: list[str]
 ) -> tuple[list[ServedVariant], list[str]]:
     """The ``[peers.variants]`` a run of ``models`` serves (``chosen`` names, None: all): those that
     serve one of ``models`` on a CPU with one of their ``cpu_flags``; and a line for each left out
     for want of the flags."""
     benchmarks = {b.id: b for b in deployment.benchmarks}
     served, skipped = [], []
-    for name, variant in deployment.manifest.peers.variants.items():
+    for name, variant in spec.variants.items():
         wanted = [m for m in variant.models if m in models]
         if (chosen is not None and name not in chosen) or not wanted:
             continue
@@ -291,12 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="appended to each variant (e.g. the lever tried)")
     args = parser.parse_args(argv)
     try:
-        deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
+        deployment, lab = chosen("peers", args.deployment)
     except ManifestError as exc:
         parser.error(str(exc))
-    spec = deployment.manifest.peers
+    spec = lab.peers
     if spec is None:
-        parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
+        parser.error(f"{deployment.name} has no [peers] table in lab/deployments/{deployment.name}.toml")
 
     def names(given: str | None, default) -> list[str]:
         return [m for m in given.split(",") if m] if given is not None else list(default)
@@ -310,11 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models + variant_models + openai_models if m not in spec.models]
     if unknown:
         parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
-    chosen = names(args.declared_variants, spec.variants) if args.declared_variants is not None else None
-    if chosen and set(chosen) - set(spec.variants):
+    declared = names(args.declared_variants, spec.variants) if args.declared_variants is not None else None
+    if declared and set(declared) - set(spec.variants):
         parser.error(f"--declared-variants: {deployment.name}'s [peers.variants] are {', '.join(spec.variants)}")
     flags = cpu_flags()
-    variants, skipped = declared_variants(deployment, models, chosen, flags)
+    variants, skipped = declared_variants(deployment, spec, models, declared, flags)
     for line in skipped:
         print(line, flush=True)
     for variant in args.variant:
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     generator = WrkGenerator(generator_cores)
     print(f"run {run_id}: servers on cores {cores_label(server_cores)}, {generator.describe()}", flush=True)
 
-    pieces = deployment.resolve(spec.embedding)()
+    pieces = resolve(deployment.name, spec.embedding)()
     if not hasattr(pieces, workloads.MIXED) and (workloads.MIXED, 1) in batches:
         print(f"{deployment.name}'s [peers] embedding gives no `mixed` texts: no mixed workload", flush=True)
         batches.remove((workloads.MIXED, 1))

@@ -21,16 +21,25 @@ import os
 import sys
 import time
 
-from harness.deployments import Deployment, declaring, get_deployment
+from harness.deployments import Deployment, ManifestError
+from harness_lab.manifest import PeersSpec, chosen, lab_manifest, resolve
 
 TORCH_KIND = "sentence-transformers"
 #: Engines an ONNX kind also runs on (``<kind>@<engine>``); without one: onnxruntime.
 ENGINES = ("openvino",)
 
 
+def peers_table(deployment: Deployment) -> PeersSpec:
+    """The deployment's lab ``[peers]`` table; ManifestError when it has none."""
+    spec = lab_manifest(deployment).peers
+    if spec is None:
+        raise ManifestError(f"{deployment.name} has no [peers] table in lab/deployments/{deployment.name}.toml")
+    return spec
+
+
 def kinds(deployment: Deployment) -> list[str]:
     """Every ceiling kind of the deployment: its ONNX kinds, on each engine, and the torch one."""
-    onnx = list(deployment.manifest.peers.ceiling_onnx)
+    onnx = list(peers_table(deployment).ceiling_onnx)
     return [*onnx, *(f"{kind}@{engine}" for engine in ENGINES for kind in onnx), TORCH_KIND]
 
 
@@ -39,7 +48,7 @@ def served_parameter(deployment: Deployment, key: str, default: str) -> str:
     ceiling does what it does."""
     from harness.repository import parameter, read_config
 
-    config = deployment.model_repository / deployment.manifest.peers.ceiling_follows / "config.pbtxt"
+    config = deployment.model_repository / peers_table(deployment).ceiling_follows / "config.pbtxt"
     return parameter(read_config(config), key, default)
 
 
@@ -47,7 +56,8 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64,
     """A function ``texts -> vectors`` doing a served request's whole work in this process
     (``wrap_run(run)``, when given, runs the ONNX file: e.g. to time it); on OpenVINO its
     ``precision`` is the one that runs."""
-    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
+    spec = peers_table(deployment)
+    pieces = resolve(deployment.name, spec.embedding)()
     if kind == TORCH_KIND:
         import torch
         from sentence_transformers import SentenceTransformer
@@ -60,7 +70,7 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64,
     if served_parameter(deployment, "tokenizer_parallelism", "true").lower() in ("0", "false", "no"):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     onnx, _, engine = kind.partition("@")
-    path = deployment.path / deployment.manifest.peers.ceiling_onnx[onnx]
+    path = deployment.path / spec.ceiling_onnx[onnx]
     run, precision = (
         pieces.openvino_run(path, threads) if engine == "openvino" else (cpu_session(path, threads).run, "")
     )
@@ -106,14 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
     )
     args = parser.parse_args(argv)
-    deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
-    if deployment.manifest.peers is None:
-        parser.error(f"{deployment.name} has no [peers] table in its deployment.toml")
+    try:
+        deployment, lab = chosen("peers", args.deployment)
+        peers_table(deployment)
+    except ManifestError as exc:
+        parser.error(str(exc))
     if args.kind not in kinds(deployment):
         parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds(deployment))}")
     max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
     encode = encoder(deployment, args.kind, args.threads, max_rows)
-    pieces = deployment.resolve(deployment.manifest.peers.embedding)()
+    pieces = resolve(deployment.name, lab.peers.embedding)()
 
     def report(batch: int, duration_s: float, workload: str) -> None:
         rate, cpu_ms = measure(encode, texts_of(pieces, workload, batch), duration_s)

@@ -21,11 +21,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from harness.deployments import declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.pair_bench import cpu_seconds
 from harness.serving.gate.policy import GatePolicy, OpenAIMapping
 from harness.testing.servers import stop_server
+from harness_lab.manifest import chosen, resolve
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
 from harness_lab.peers.processes import wait_idle
@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generator-cores", default="0")
     parser.add_argument("--json", default=None, help="also write the report here")
     args = parser.parse_args(argv)
-    deployment = get_deployment(args.deployment) if args.deployment else declaring("peers")
-    spec = deployment.manifest.peers
+    deployment, lab = chosen("peers", args.deployment)
+    spec = lab.peers
     model, name = next(iter(spec.openai_models.items()))
     text_input = text_tensors(deployment.model_repository, model)[0]
-    pieces = deployment.resolve(spec.embedding)()
+    pieces = resolve(deployment.name, spec.embedding)()
     pool, dimension = pieces.sentences, pieces.dimension
     generator_cores = {int(c) for c in args.generator_cores.split(",")}
     all_cores = set(os.sched_getaffinity(0))

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import psutil
 
-from harness.deployments import declaring, get_deployment
+from harness.deployments import get_deployment
 from harness.repository import read_config, write_config
 from harness.testing.servers import deployment_server, started, stop_server
 from harness.variants import apply_overrides
+from harness_lab.manifest import declaring, lab_manifest, resolve
 from harness_lab.reliability.load import bytes_workload, percentiles, run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, write_json
 from harness_lab.reliability.servers import chosen_target
@@ -117,9 +118,9 @@ def run(
     lane_overrides: dict | None = None,
 ) -> dict:
     dep = get_deployment(deployment)
-    if dep.manifest.peers is None:
+    if lab_manifest(dep).peers is None:
         raise SystemExit(f"{dep.name} has no [peers] table: its `embedding` gives the mixed texts")
-    short_texts, long_texts = split_texts(dep.resolve(dep.manifest.peers.embedding)().mixed)
+    short_texts, long_texts = split_texts(resolve(dep.name, lab_manifest(dep).peers.embedding)().mixed)
     input_name, output = text_tensors(dep.model_repository, model)
     server = deployment_server(dep, [model], overrides=overrides)
     probe_model = add_query_lane(server, model, query_lane, lane_overrides) if query_lane else model

@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import signal
 
-    from harness.deployments import ManifestError, declaring
+    from harness.deployments import ManifestError
+    from harness_lab.manifest import declaring
     from harness_lab.scaleout import ScaleoutError
     from harness_lab.scaleout.run import run as run_stack
 

@@ -11,6 +11,7 @@ import yaml
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.serving.gate.serve import serve_command
+from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout.footprint import UNMEASURED, footprint, probes, resources
 
 DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
@@ -68,7 +69,7 @@ def header(api_version: str, kind: str, deployment: Deployment, options: RenderO
 
 def apply_manifest(deployment: Deployment, options: RenderOptions) -> RenderOptions:
     """The deployment's ``[scaleout]`` table over the defaults (CLI values already in ``options``)."""
-    table = deployment.manifest.scaleout.model_dump(exclude_none=True, exclude={"model", "rolled_models"})
+    table = lab_manifest(deployment).scaleout.model_dump(exclude_none=True, exclude={"model", "rolled_models"})
     options.extra.update({key: table.pop(key) for key in ("memory_mib", "cpu") if key in table})
     for key, value in table.items():
         setattr(options, key, value)

@@ -18,6 +18,7 @@ from harness.deployments import Deployment
 from harness.repository import dependencies
 from harness.serving.gate.serve import free_port
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
+from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
 from harness_lab.scaleout.footprint import resources
 from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query, gated
@@ -174,7 +175,7 @@ class Stack:
     spread: bool = False
 
     def __post_init__(self):
-        table = self.deployment.manifest.scaleout
+        table = lab_manifest(self.deployment).scaleout
         if not self.models:
             if not table.model:
                 raise ScaleoutError(
@@ -246,7 +247,7 @@ class Stack:
             'exec 3<>/dev/tcp/127.0.0.1/8000 && printf "GET /v2/health/ready HTTP/1.0\r\n\r\n" >&3 '
             '&& head -n1 <&3 | grep -q " 200 "'
         )
-        table = self.deployment.manifest.scaleout
+        table = lab_manifest(self.deployment).scaleout
         requests_ = resources(self.deployment, {"memory_mib": table.memory_mib, "cpu": table.cpu})
         return {
             "image": self.image,
