@@ -90,6 +90,25 @@ def test_copy_owns_its_names_and_copies_exported_files(tmp_path, source):
     assert not copy.missing_exports(), "the copy has what it serves: no export needed"
 
 
+#: The lab's own tables of a deployment (lab/deployments/<deployment>.toml) and the files they name.
+LAB_FILES = PROJECT_ROOT / "lab" / "deployments"
+
+
+@pytest.mark.parametrize("source", sorted(p.stem for p in LAB_FILES.glob("*.toml")))
+def test_a_copy_carries_nothing_of_the_lab(tmp_path, source):
+    """The lab's tables, files and hooks are the lab's: a copy of a deployment the lab runs on has no
+    lab table, no lab file of its own and no function a lab table names, and imports nothing of the lab."""
+    hooks = set(re.findall(r'"[\w./-]+\.py:(\w+)"', (LAB_FILES / f"{source}.toml").read_text()))
+    copy = copy_deployment(f"{source}_copy{os.getpid()}", source, root=tmp_path).deployment
+    table = tomllib.loads((copy.path / "deployment.toml").read_text())
+    assert not {"reliability", "peers", "scaleout"} & set(table), "a lab table in the copy's deployment.toml"
+    assert not (LAB_FILES / f"{copy.name}.toml").exists(), "a lab file made for the copy"
+    for path, text in _text_files(copy.path):
+        assert not re.search(r"^\s*(from|import)\s+harness_lab\b", text, re.MULTILINE), f"{path} imports the lab"
+        named = [hook for hook in hooks if re.search(rf"\bdef {hook}\(", text)]
+        assert not named, f"{path} defines {named}: a hook of the lab's tables"
+
+
 def test_refusals_name_what_is_wrong(tmp_path, capsys):
     source = SOURCES[0]
     (tmp_path / "taken").mkdir()
