@@ -10,11 +10,6 @@ COMMANDS = {
     "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
     "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
     "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),
-    "short-under-long": (
-        "harness_lab.reliability.short_under_long",
-        "short-query latency while long texts are in flight",
-    ),
-    "memory-per-byte": ("harness_lab.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
     "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
     "scaleout": ("harness_lab.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
 }

@@ -3,7 +3,6 @@
     python -m harness perf-analyzer status                  # where perf_analyzer runs here, or why not
     python -m harness perf-analyzer bench <deployment> --duration 3 --concurrency 1 4 \\
         --only <benchmark id> --compare                    # + the asyncio generator, level by level
-    python -m harness_lab.perf_analyzer_cost          # CPU-ms per request of each generator
 
 A working local binary, else the image of ``make perf-analyzer-image`` (perf_analyzer_container.py);
 records name their ``generator`` and ``pinning``. See docs/harness.md, "perf_analyzer as a second generator".

@@ -361,14 +361,6 @@ def test_native_text_replies_are_checked_on_the_output_the_config_names():
         check_triton_text(header.replace(b"[2,3]", b"[2,4]") + bytes(24), 2, 4, output="VECTOR")
 
 
-def test_gate_json_costs_time_the_gates_own_request_parsing_and_answers():
-    from harness_lab.peers.openai_cost import gate_json_costs
-
-    costs = gate_json_costs(2, 8, ["a sentence", "another one"], repeats=2)
-    assert set(costs) == {"parse_request", "answer_float", "answer_base64", "answer_float_tolist_json_dumps"}
-    assert all(ms >= 0 for ms in costs.values())
-
-
 def test_served_models_get_no_more_instances_than_the_server_cores():
     from harness.deployments import get_deployment
     from harness.repository import configs

@@ -148,12 +148,6 @@ def test_runner_wraps_only_in_a_container_and_names_generator_and_pinning(tmp_pa
     assert boxed.pinning("none", None) == "none"
 
 
-def test_generator_cost_reads_bash_times():
-    from harness_lab.perf_analyzer_cost import _times_s
-
-    assert _times_s("1m0.50s 0m0.25s") == 60.75
-
-
 def test_no_binary_and_no_image_is_one_line_naming_the_make_target():
     with pytest.raises(RuntimeError, match="make perf-analyzer-image") as error:
         select_runner("definitely-not-perf-analyzer", "triton-harness/no-such-perf-analyzer:0")

@@ -1,6 +1,6 @@
 """A query lane: passages on ``embedding_onnx_text`` at a lower CPU priority (parameter ``nice``),
-short queries on a copy of it at the default, on a real server (lab's short-under-long tool
-measures what it buys)."""
+short queries on a copy of it at the default, on a real server (what it buys:
+docs/deployments/embedding_cpu.md, "A lane for queries")."""
 
 from __future__ import annotations
 
