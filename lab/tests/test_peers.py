@@ -170,7 +170,7 @@ def test_check_openai_accepts_floats_and_base64_of_the_dimension_in_order():
 
     import numpy as np
 
-    from harness_lab.peers.__main__ import check_openai
+    from harness_lab.peers.targets import check_openai
 
     vectors = np.arange(6, dtype="<f4").reshape(2, 3)
     floats = {"data": [{"embedding": v.tolist(), "index": i} for i, v in enumerate(vectors)]}
@@ -244,7 +244,7 @@ def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors
 def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what_runs():
     from harness.deployments import get_deployment
     from harness_lab.manifest import lab_manifest
-    from harness_lab.peers.__main__ import declared_variants
+    from harness_lab.peers.targets import declared_variants
 
     deployment = get_deployment("embedding_cpu")
     spec = lab_manifest(deployment).peers
@@ -269,8 +269,8 @@ def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what
 def test_an_openvino_variant_is_compared_with_its_onnx_file_on_openvino():
     from harness.deployments import get_deployment
     from harness_lab.manifest import PeerVariant, lab_manifest
-    from harness_lab.peers.__main__ import variant_ceiling
     from harness_lab.peers.ceiling import kinds
+    from harness_lab.peers.targets import variant_ceiling
 
     deployment = get_deployment("embedding_cpu")
     declared = lab_manifest(deployment).peers.variants["openvino-bf16"]
@@ -347,7 +347,7 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
 
 
 def test_native_text_replies_are_checked_on_the_output_the_config_names():
-    from harness_lab.peers.__main__ import check_triton_text
+    from harness_lab.peers.targets import check_triton_text
 
     reply = b'{"outputs":[{"name":"VECTOR","shape":[2,3],"datatype":"FP32","data":[0,0,0,0,0,0]}]}'
     check_triton_text(reply, 2, 3, output="VECTOR")
@@ -374,3 +374,45 @@ def test_served_models_get_no_more_instances_than_the_server_cores():
     assert capped and all(fitted[m] == {"instance_count": 1} for m in capped), fitted
     assert not set(fitted) - capped - {"embedding_py"}, "models within the cores are left as they are"
     assert fitted_to_cores(deployment, None, max(counts.values())) == {}
+
+
+def test_a_target_record_takes_its_rounds_median_and_the_target_s_own_fields():
+    """The record of a target's rounds: sentences/s is the median round's (not the median run's wrk
+    figure), errors are summed over the rounds, the target's fields (a variant's config) win over the
+    run's, and the ratio to the ceiling is taken on the medians."""
+    from harness.measuring.generators.wrk import WrkResult
+    from harness_lab.peers.measure import CeilingRounds, Cell, TargetRounds, side_by_side_record
+    from harness_lab.peers.targets import Target
+
+    def run(requests: int, errors: int = 0) -> WrkResult:
+        return WrkResult("http://x", 2, 1.0, requests, errors, {"p50": 1.0}, 100.0, 50.0)
+
+    rounds = TargetRounds(runs=[run(10), run(30, errors=1), run(20)], cpu_ms=[2.0, 4.0, 0.0], cpu_parts=[{}, {}, {}])
+    ceiling = CeilingRounds(rates=[100.0, 80.0, 120.0], cpu_ms=[1.0, 1.0, 1.0])
+    server = {"path": "native", "config_overrides": {"m": {"instance_count": 1}}}
+    target = Target("m[v]", "http://x", bytes, "onnx-int8", "m on v", server, lambda *_: None)
+    fields = {"deployment": "d", "run_id": "r", "generator": "wrk", "server_cores": "1", "generator_cores": "0"}
+    fields |= {"config_overrides": None, "label": ""}
+    record = side_by_side_record(fields, target, Cell("uniform", 2, 2, 3, 1.0), rounds, ceiling, "").as_dict()
+    assert record["rounds_items_per_second"] == [20.0, 60.0, 40.0] and record["items_per_second"] == 40.0
+    assert record["errors"] == 1 and record["requests"] == 20, "the median run's own wrk figures"
+    assert record["ceiling_items_per_second"] == 100.0 and record["served_over_ceiling"] == 0.4
+    assert record["cpu_ceiling_over_served"] == 0.375, "median of 1/2 and 1/4; a round without CPU left out"
+    assert record["config_overrides"] == {"m": {"instance_count": 1}} and record["base_model"] == "m"
+    assert record["ceiling_batch_size"] == 4 and record["ceiling_precision"] is None and "kernel_path" in record
+
+
+def test_a_run_plan_takes_the_table_s_defaults_and_refuses_unknown_models():
+    from harness_lab.peers.__main__ import parser, plan
+
+    arguments = parser()
+    run = plan(arguments, arguments.parse_args(["--deployment", "embedding_cpu", "--declared-variants", ""]))
+    assert run.models == ["embedding_onnx_text", "embedding_py", "embedding_onnx", "embedding_onnx_int8"]
+    assert run.openai_models == ["embedding_onnx_text"] and run.variants == []
+    assert run.batches == [("uniform", 1), ("uniform", 8), ("uniform", 32), ("mixed", 1)]
+    assert (run.engines, run.naive) == (["optimum", "torch"], True)
+    assert not run.server_cores & run.generator_cores or run.server_cores == run.generator_cores
+    no_gate = plan(arguments, arguments.parse_args(["--deployment", "embedding_cpu", "--no-gate"]))
+    assert no_gate.openai_models == [], "no /v1 without the gate"
+    with pytest.raises(SystemExit):
+        plan(arguments, arguments.parse_args(["--deployment", "embedding_cpu", "--models", "no_such_model"]))
