@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,74 @@ def command(
     return cmd
 
 
+@dataclass
+class Scenario:
+    """One benchmark scenario as perf_analyzer replays it: its fixed inputs, where, how big."""
+
+    workload: object
+    protocol: str
+    url: str
+    batch: int
+    data: dict
+    sent: int
+    server: dict
+    backends: dict
+
+
+def plan_scenario(ctx, benchmark, protocol: str | None) -> Scenario:
+    """The scenario's workload (fixed inputs only), its protocol and URL, and its records' server fields."""
+    from harness.measuring.bench import model_backends
+    from harness.tensors import make_inputs, make_outputs, request_bytes
+
+    workload = ctx.deployment.resolve(benchmark.workload)(ctx)
+    if workload.prepare is not None or workload.inputs is None:
+        raise ValueError(
+            f"{benchmark.id}: the client prepares every request (prepare()); perf_analyzer can only replay fixed inputs"
+        )
+    protocol = protocol or benchmark.protocol
+    if protocol == "grpc" and not ctx.server.grpc_url:
+        protocol = "http"
+    with ctx.http_client() as client:
+        batched = int(client.get_model_config(workload.model).get("max_batch_size", 0)) > 0
+    data, batch = input_data(workload.inputs, batched)
+    inputs, outputs = make_inputs(protocol, workload.inputs), make_outputs(protocol, workload.outputs)
+    return Scenario(
+        workload,
+        protocol,
+        ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url,
+        batch,
+        data,
+        request_bytes(protocol, workload.model, inputs, outputs, workload.parameters),
+        ctx.server.describe(),
+        model_backends(ctx, workload.model),
+    )
+
+
+def run_level(runner: Runner, scenario: Scenario, level: int, tmp: Path, duration_s: float, stability: int, cpus):
+    """perf_analyzer at one concurrency ``level``: (the command run, its CSV rows)."""
+    workload, csv_file = scenario.workload, tmp / "result.csv"
+    cmd = command(
+        workload.model,
+        scenario.url,
+        scenario.protocol,
+        [level],
+        tmp / "input.json",
+        csv_file,
+        int(duration_s * 1000),
+        scenario.batch,
+        runner.binary,
+        workload.headers,
+        stability,
+    )
+    executed = runner.command(cmd, tmp, cpus)
+    done = subprocess.run(executed, capture_output=True, text=True, timeout=duration_s * 20 + 120)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"perf_analyzer failed ({done.returncode}): {' '.join(executed)}\n{(done.stdout + done.stderr)[-3000:]}"
+        )
+    return executed, parse_csv(csv_file.read_text())
+
+
 def run_scenario(
     ctx,
     benchmark,
@@ -141,77 +210,37 @@ def run_scenario(
 ) -> list[dict]:
     """Measure one benchmark scenario with perf_analyzer (``runner``, default: ``select_runner(binary)``);
     append and return its records."""
-    from harness.measuring.bench import model_backends
     from harness.measuring.loadgen import apply_pinning, pin_plan
     from harness.measuring.records import append_record, scenario_fields
-    from harness.tensors import make_inputs, make_outputs, request_bytes
 
     runner = runner or select_runner(binary)
-    workload = ctx.deployment.resolve(benchmark.workload)(ctx)
-    if workload.prepare is not None or workload.inputs is None:
-        raise ValueError(
-            f"{benchmark.id}: the client prepares every request (prepare()); perf_analyzer can only replay fixed inputs"
-        )
-    protocol = protocol or benchmark.protocol
-    if protocol == "grpc" and not ctx.server.grpc_url:
-        protocol = "http"
-    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
-    with ctx.http_client() as client:
-        batched = int(client.get_model_config(workload.model).get("max_batch_size", 0)) > 0
-    data, batch = input_data(workload.inputs, batched)
-    levels = list(concurrencies or benchmark.concurrency)
-    server = ctx.server.describe()
-    backends = model_backends(ctx, workload.model)
-    sent = request_bytes(
-        protocol,
-        workload.model,
-        make_inputs(protocol, workload.inputs),
-        make_outputs(protocol, workload.outputs),
-        workload.parameters,
+    scenario = plan_scenario(ctx, benchmark, protocol)
+    workload, generator_cpus = scenario.workload, pin_plan().get("generator")
+    fields = scenario_fields(
+        ctx,
+        benchmark,
+        workload,
+        protocol=scenario.protocol,
+        generator=runner.generator,
+        server=scenario.server,
+        backends=scenario.backends,
     )
-    generator_cpus = pin_plan().get("generator")
     records = []
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
-        input_file, csv_file = Path(tmp) / "input.json", Path(tmp) / "result.csv"
-        input_file.write_text(json.dumps(data))
-        for level in levels:  # one run per level: the manifest's levels are not a contiguous range
-            cmd = command(
-                workload.model,
-                url,
-                protocol,
-                [level],
-                input_file,
-                csv_file,
-                int(duration_s * 1000),
-                batch,
-                runner.binary,
-                workload.headers,
-                stability_percent,
+        (Path(tmp) / "input.json").write_text(json.dumps(scenario.data))
+        for level in concurrencies or benchmark.concurrency:  # one run per level: the levels are no range
+            pinning = runner.pinning(apply_pinning(scenario.url), generator_cpus)
+            executed, rows = run_level(
+                runner, scenario, level, Path(tmp), duration_s, stability_percent, generator_cpus
             )
-            pinning = runner.pinning(apply_pinning(url), generator_cpus)
-            executed = runner.command(cmd, Path(tmp), generator_cpus)
-            done = subprocess.run(executed, capture_output=True, text=True, timeout=duration_s * 20 + 120)
-            if done.returncode != 0:
-                raise RuntimeError(
-                    f"perf_analyzer failed ({done.returncode}): {' '.join(executed)}\n"
-                    f"{(done.stdout + done.stderr)[-3000:]}"
-                )
-            for row in parse_csv(csv_file.read_text()):
+            for row in rows:
                 record = {
-                    **scenario_fields(
-                        ctx,
-                        benchmark,
-                        workload,
-                        protocol=protocol,
-                        generator=runner.generator,
-                        server=server,
-                        backends=backends,
-                    ),
+                    **fields,
                     "duration_s": duration_s,
                     "errors": 0,
                     "requests": None,
                     "items_per_second": round(row["perf_throughput"] * workload.items_per_request, 2),
-                    "bytes_sent_per_request": sent,
+                    "bytes_sent_per_request": scenario.sent,
                     "bytes_received_per_request": None,
                     "pinning": pinning,
                     "perf_analyzer_command": " ".join(executed),

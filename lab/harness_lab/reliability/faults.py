@@ -123,6 +123,32 @@ class ReadinessWatch(threading.Thread):
 
 
 # -- scenarios --------------------------------------------------------------------------------
+def _unattended_then_remedy(server, stub_model: str, log: LoadLog, info: dict, unattended_s: float) -> None:
+    """After a stub was killed: ``unattended_s`` of watching whether Triton replaced it and the errors
+    stopped; if not, the operator's remedy (unload + load of ``stub_model``). Findings into ``info``."""
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        time.sleep(unattended_s)
+        info["ready_flag_while_broken"] = bool(client.is_model_ready(stub_model))
+        window_end = time.monotonic()
+        info["errors_in_last_second_unattended"] = log.count(
+            "failed", ended_from=window_end - 1.0, ended_before=window_end
+        )
+        info["stub_restarted_by_triton"] = any(
+            p.pid not in info["stubs_before"] for p in stub_processes(server.process.pid, stub_model)
+        )
+        # Recovered only when the dead stub was replaced: a quiet second proves nothing, since
+        # the dynamic batcher may not have sent a batch to the dead instance in it.
+        info["recovered_by_itself"] = info["stub_restarted_by_triton"] and info["errors_in_last_second_unattended"] == 0
+        if info["recovered_by_itself"]:
+            return
+        # A plain load of the (unchanged) loaded model was seen to return at once without
+        # replacing the dead stub; unload + load always replaced it.
+        log.events["remedy"] = time.monotonic()
+        _reload(server, client, stub_model, log, "remedy_unloaded", "remedy_done")
+        info["remedy"] = f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
+        info["remedy_call_s"] = round(log.events["remedy_done"] - log.events["remedy"], 2)
+
+
 def kill_stub(
     server,
     workload: CheckedWorkload,
@@ -156,30 +182,7 @@ def kill_stub(
         watch = ReadinessWatch(server.http_url, log.events["fault"])
         victim.send_signal(signal.SIGKILL)
         info["killed_pid"] = victim.pid
-        with httpclient.InferenceServerClient(server.http_url) as client:
-            time.sleep(unattended_s)
-            info["ready_flag_while_broken"] = bool(client.is_model_ready(stub_model))
-            window_end = time.monotonic()
-            info["errors_in_last_second_unattended"] = log.count(
-                "failed", ended_from=window_end - 1.0, ended_before=window_end
-            )
-            info["stub_restarted_by_triton"] = any(
-                p.pid not in info["stubs_before"] for p in stub_processes(server.process.pid, stub_model)
-            )
-            # Recovered only when the dead stub was replaced: a quiet second proves nothing, since
-            # the dynamic batcher may not have sent a batch to the dead instance in it.
-            info["recovered_by_itself"] = (
-                info["stub_restarted_by_triton"] and info["errors_in_last_second_unattended"] == 0
-            )
-            if not info["recovered_by_itself"]:
-                # A plain load of the (unchanged) loaded model was seen to return at once without
-                # replacing the dead stub; unload + load always replaced it.
-                log.events["remedy"] = time.monotonic()
-                _reload(server, client, stub_model, log, "remedy_unloaded", "remedy_done")
-                info["remedy"] = (
-                    f"unload + load of {stub_model} (POST /v2/repository/models/{stub_model}/unload, /load)"
-                )
-                info["remedy_call_s"] = round(log.events["remedy_done"] - log.events["remedy"], 2)
+        _unattended_then_remedy(server, stub_model, log, info, unattended_s)
         time.sleep(after_s)
         info.update(watch.stop())
         info["gate"] = bool(getattr(server, "gate", False))

@@ -129,7 +129,7 @@ def check_soak(report: dict, max_growth_mib: float, max_growth_pct: float, max_p
     return failed
 
 
-def main(argv: list[str] | None = None) -> int:
+def soak_parser():
     parser = target_parser(__doc__, "soak.json", concurrency=64)
     parser.add_argument("--input", default=None, help="with --output: the input of a text -> vector model")
     parser.add_argument("--output", default=None)
@@ -152,6 +152,23 @@ def main(argv: list[str] | None = None) -> int:
         "instead of sentences; each answer's --output checked against the file's answer alone",
     )
     parser.add_argument("--sample-every", type=float, default=None, help="RSS sampling period, s (default run/40)")
+    return parser
+
+
+def soak_workload(args, files: list[Path], http_url: str) -> CheckedWorkload:
+    """``--images`` files (bytes in, ``--output`` compared), else ``--input`` / ``--output`` of a text ->
+    vector model, else the deployment's checked workload."""
+    if files:
+        names = [f.name for f in files]
+        contents = [f.read_bytes() for f in files]
+        return bytes_workload(http_url, args.model, contents, input_name=args.input, output=args.output, names=names)
+    if args.input:
+        return text_embedding_workload(http_url, args.model, input_name=args.input, output=args.output)
+    return checked_workload(args.deployment, args.model, http_url, args.workload)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = soak_parser()
     args = parser.parse_args(argv)
 
     files = sorted({Path(p) for pattern in args.images or [] for p in glob.glob(pattern)})
@@ -162,22 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     args.deployment, args.model = chosen_target(parser, args)
     server = started(model_server(args.deployment, args.model))
     try:
-        if files:
-            workload = bytes_workload(
-                server.http_url,
-                args.model,
-                [f.read_bytes() for f in files],
-                input_name=args.input,
-                output=args.output,
-                names=[f.name for f in files],
-            )
-        elif args.input:
-            workload = text_embedding_workload(server.http_url, args.model, input_name=args.input, output=args.output)
-        else:
-            workload = checked_workload(args.deployment, args.model, server.http_url, args.workload)
         report = run_soak(
             server,
-            workload,
+            soak_workload(args, files, server.http_url),
             concurrency=args.concurrency,
             duration_s=args.duration,
             warmup_s=args.warmup,
