@@ -4,7 +4,7 @@
 Each record of a run carries every round's sentences/s; targets of one workload ran in the
 same rounds, alternating, so a ratio is the median over rounds of the per-round quotients
 (``served / ceiling`` likewise, against the ceiling worker's measurement of that round). Which
-ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (deployment.toml).
+ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (lab/deployments/<d>.toml).
 Records since the OpenAI path name their ``path`` (``native``, ``openai``, ``peer``) and ``gate``;
 the paths table shows, per workload, each ``[peers] openai_models`` model's native and OpenAI
 paths beside the best infinity-emb engine and the naive FastAPI server.

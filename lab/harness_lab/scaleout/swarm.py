@@ -179,7 +179,7 @@ class Stack:
         if not self.models:
             if not table.model:
                 raise ScaleoutError(
-                    f"{self.deployment.name}: deployment.toml sets no [scaleout] model (the one clients call)"
+                    f"{self.deployment.name}: lab/deployments/{self.deployment.name}.toml sets no [scaleout] model (the one clients call)"
                 )
             called = dependencies(self.deployment.model_repository, [table.model])
             self.models = (table.model, *(m for m in called if m != table.model))
