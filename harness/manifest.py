@@ -179,14 +179,20 @@ def describe_errors(exc: ValidationError) -> str:
     return "; ".join(_describe(error) for error in errors)
 
 
-def read_manifest(path: Path) -> Manifest:
-    """Parse and type-check one ``deployment.toml``."""
+def read_typed(path: Path, model: type[Strict], context: dict | None = None):
+    """Parse one TOML file into ``model`` (validators get ``context``); ManifestError naming the file
+    and each key that is wrong."""
     try:
         with path.open("rb") as handle:
             table = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from None
     try:
-        return Manifest.model_validate(table)
+        return model.model_validate(table, context=context)
     except ValidationError as exc:
         raise ManifestError(f"{path}: {describe_errors(exc)}") from None
+
+
+def read_manifest(path: Path) -> Manifest:
+    """Parse and type-check one ``deployment.toml``."""
+    return read_typed(path, Manifest)

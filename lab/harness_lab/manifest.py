@@ -7,15 +7,14 @@ must exist in the deployment's own manifest (an entry model, a benchmark)."""
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError, ValidationInfo, model_validator
+from pydantic import ValidationInfo, model_validator
 
 from harness.deployments import Deployment, ManifestError, discover, get_deployment, load_module
-from harness.manifest import Manifest, Strict, describe_errors
+from harness.manifest import Manifest, Strict, read_typed
 
 #: Where the lab's tables live: one ``<deployment>.toml`` (and the Python files its tables name) each;
 #: $HARNESS_LAB_DEPLOYMENTS_DIR, where set (as $HARNESS_DEPLOYMENTS_DIR for the deployments).
@@ -190,15 +189,7 @@ class LabManifest(Strict):
 
 def read_lab_manifest(path: Path, manifest: Manifest) -> LabManifest:
     """Parse and type-check one lab file against its deployment's ``manifest``."""
-    try:
-        with path.open("rb") as handle:
-            table = tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
-    try:
-        return LabManifest.model_validate(table, context={"manifest": manifest})
-    except ValidationError as exc:
-        raise ManifestError(f"{path}: {describe_errors(exc)}") from None
+    return read_typed(path, LabManifest, {"manifest": manifest})
 
 
 def lab_manifest(deployment: str | Deployment, folder: Path | None = None) -> LabManifest:
