@@ -10,6 +10,7 @@ MODE ?= local
 BENCH_DURATION ?= 5
 PAIR_ROUNDS ?= 3
 PYTEST_ARGS ?=
+SERVE_ARGS ?=
 # pyproject.toml extras: serve (Python-backend models' packages), test, export (exporters, references); all = every one
 EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
@@ -56,8 +57,8 @@ list: install ## List the deployments the harness discovers
 export: install ## Export model files of DEPLOYMENT (e.g. make export DEPLOYMENT=embedding_cpu)
 	$(PY) -m harness export $(DEPLOYMENT)
 
-deploy: install ## Serve DEPLOYMENT on TARGET until Ctrl-C (exports what is missing)
-	$(PY) -m harness serve $(DEPLOYMENT) --mode $(MODE) --target $(TARGET)
+deploy: install ## Serve DEPLOYMENT on TARGET until Ctrl-C (exports what is missing; SERVE_ARGS: more `harness serve` flags)
+	$(PY) -m harness serve $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) $(SERVE_ARGS)
 
 deploy-embedding: ## Serve embedding_cpu (embedding_py, embedding_onnx) on :8000/:8001
 	$(MAKE) deploy DEPLOYMENT=embedding_cpu

@@ -240,7 +240,8 @@ def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, 
 
     ``on_ready(server, seconds_to_ready)`` tells the user what is served; when it returns a status
     (``--once``, ``--check``) the run ends with it. A start failure prints the launcher's one-line
-    error and returns 1. The server is stopped whatever happens.
+    error and returns 1. The server is stopped whatever happens, and the call returns only when its
+    ports can be bound again.
     """
     interrupt_on_sigterm()
     began = time.monotonic()
@@ -255,8 +256,26 @@ def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, 
     except KeyboardInterrupt:
         return 0
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        server.stop()
+        stop_undisturbed(server)
+
+
+def stop_undisturbed(server: TritonServer, ports_free_within_s: float = 30.0) -> None:
+    """Stop ``server`` with further Ctrl-C / SIGTERM ignored, then wait until its ports are free.
+
+    ``make`` passes a SIGTERM on to its children, so a process group stopped with SIGTERM gets it
+    more than once: a second one must not cut the stop short (a traceback, a server left running).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    server.stop()
+    if not isinstance(server, StartedTritonServer):
+        return
+    ports = (server.http_port, server.grpc_port, server.metrics_port)
+    deadline = time.monotonic() + ports_free_within_s
+    while (busy := ports_in_use(server.host, ports)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if busy:
+        print("; ".join(busy), file=sys.stderr)
 
 
 def serve_until_interrupted(server: TritonServer) -> int:
