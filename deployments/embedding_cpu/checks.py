@@ -60,6 +60,29 @@ def _fixture(name: str = "expected_embeddings.json") -> dict:
     return fixture
 
 
+def token_limits(model_dir: Path | None = None) -> tuple[int, int]:
+    """The transformer's vocabulary size and its positions (the longest token-id row it takes), from
+    the model folder's own config.json."""
+    info = EmbeddingModelInfo.read(model_dir)
+    modules = json.loads((info.model_dir / "modules.json").read_text())
+    transformer = next(m["path"] for m in modules if m["type"].endswith("Transformer"))
+    config = json.loads((info.model_dir / transformer / "config.json").read_text())
+    return int(config["vocab_size"]), int(config["max_position_embeddings"])
+
+
+def manifest_values(deployment) -> dict[str, object]:
+    """deployment.toml's values that follow from the model (``python -m harness refresh`` writes
+    them): the vocabulary size of every /v1 token-id path and the gate's bound on token-id rows."""
+    vocab_size, positions = token_limits()
+    routes = deployment.manifest.openai.models if deployment.manifest.openai else {}
+    values: dict[str, object] = {
+        f"openai.models.{name}.tokens.vocab_size": vocab_size for name, spec in routes.items() if spec.tokens
+    }
+    for model in client.TOKEN_MODELS:
+        values |= {f"gate.max_dims.{model}.{name}": [positions] for name in ("input_ids", "attention_mask")}
+    return values
+
+
 def _cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     actual = actual / np.linalg.norm(actual, axis=-1, keepdims=True)
     expected = expected / np.linalg.norm(expected, axis=-1, keepdims=True)
