@@ -72,12 +72,18 @@ def token_limits(model_dir: Path | None = None) -> tuple[int, int]:
 
 def manifest_values(deployment) -> dict[str, object]:
     """deployment.toml's values that follow from the model (``python -m harness refresh`` writes
-    them): the vocabulary size of every /v1 token-id path and the gate's bound on token-id rows."""
+    them): the pooling, normalisation and vocabulary size of every /v1 token-id path and the gate's
+    bound on token-id rows."""
+    info = EmbeddingModelInfo.read()
     vocab_size, positions = token_limits()
     routes = deployment.manifest.openai.models if deployment.manifest.openai else {}
-    values: dict[str, object] = {
-        f"openai.models.{name}.tokens.vocab_size": vocab_size for name, spec in routes.items() if spec.tokens
-    }
+    values: dict[str, object] = {}
+    for name in (name for name, spec in routes.items() if spec.tokens):
+        values |= {
+            f"openai.models.{name}.tokens.pooling": info.pooling,
+            f"openai.models.{name}.tokens.normalize": info.normalize,
+            f"openai.models.{name}.tokens.vocab_size": vocab_size,
+        }
     for model in client.TOKEN_MODELS:
         values |= {f"gate.max_dims.{model}.{name}": [positions] for name in ("input_ids", "attention_mask")}
     return values
@@ -170,7 +176,7 @@ def check_embedding_onnx_text_token_count_matches_reference(ctx):
 def check_openai_route_from_text_and_token_ids_matches_reference(ctx):
     """POST /v1/embeddings (the gate) for every [openai] model: text in, and token ids in where the
     manifest maps them, pooled as the model folder says (the manifest's pooling and normalize must
-    be the folder's: a swapped model edits them)."""
+    be the folder's: ``python -m harness refresh`` writes them, manifest_values)."""
     info = EmbeddingModelInfo.read()
     fixture = _fixture()
     sentences = [s for s in fixture["sentences"] if s]
@@ -181,7 +187,8 @@ def check_openai_route_from_text_and_token_ids_matches_reference(ctx):
             want = (info.pooling, info.normalize)
             assert (spec.tokens.pooling, spec.tokens.normalize) == want, (
                 f"deployment.toml [openai.models.{name}] tokens: pooling = {spec.tokens.pooling!r}, normalize = "
-                f"{str(spec.tokens.normalize).lower()}; {info.model_dir} pools {want[0]!r}, normalize {want[1]}"
+                f"{str(spec.tokens.normalize).lower()}; {info.model_dir} pools {want[0]!r}, normalize {want[1]} "
+                f"(`python -m harness refresh {ctx.deployment.name}` writes the folder's)"
             )
         inputs = {"text": sentences} if spec.text or spec.tokenizer else {}
         if spec.tokens is not None:
