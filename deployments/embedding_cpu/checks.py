@@ -104,14 +104,17 @@ def _assert_close(name: str, labels: list[str], actual: np.ndarray, expected: np
 
 
 def assert_reference_not_degenerate(name: str, expected: np.ndarray) -> None:
-    """Reference vectors all near zero, or all the same, would let any answer pass a cosine bound
-    (or none): fail, saying so, before comparing."""
+    """Reference vectors not finite, all 0, or all the same (at their own scale) would let any answer
+    pass a cosine bound (or none): fail, saying why and what to do, before comparing."""
     rows = np.atleast_2d(expected)
-    assert np.abs(rows).max() > 1e-6, f"{name}: the reference vectors are all ~0: regenerate the fixtures"
-    spread = rows.max(axis=0) - rows.min(axis=0)
-    assert len(rows) == 1 or spread.max() > 1e-6, (
-        f"{name}: the reference gives {len(rows)} inputs one and the same vector: a degenerate model "
-        "(untrained or broken weights); regenerate the fixtures from a working one"
+    remedy = f"check the model folder's weights, then regenerate the fixtures: python -m harness refresh {HERE.name}"
+    assert np.isfinite(rows).all(), f"{name}: the reference vectors hold NaN or inf (broken weights); {remedy}"
+    scale = float(np.abs(rows).max())
+    assert scale > 0, f"{name}: the reference vectors are all 0 (the model's output ignores its input); {remedy}"
+    spread = float((rows.max(axis=0) - rows.min(axis=0)).max())
+    assert len(rows) == 1 or spread > 1e-4 * scale, (
+        f"{name}: the reference gives {len(rows)} inputs one and the same vector (spread {spread:.2e} at scale "
+        f"{scale:.2e}): the model's output ignores its input; {remedy}"
     )
 
 
