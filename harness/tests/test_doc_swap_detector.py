@@ -40,9 +40,11 @@ def test_checks_refuse_a_degenerate_reference():
     record = json.loads((PROJECT_ROOT / "deployments/yolo11_ensemble/fixtures/expected_detections.json").read_text())
     checks.assert_reference_not_degenerate(record)
     no_boxes = {**record, "images": {name: {**ref, "detections": []} for name, ref in record["images"].items()}}
-    with pytest.raises(AssertionError, match="degenerate"):
-        checks.assert_reference_not_degenerate(no_boxes)
-    checks.assert_reference_not_degenerate({**no_boxes, "heads": {"bus.jpg": {"shape": [7, 2100]}}})
+    assert record["low_conf"]["bus.jpg"]["detections"], "the low-confidence reference has boxes"
+    checks.assert_reference_not_degenerate(no_boxes)  # the boxes at the low confidence
+    no_low_boxes = {**no_boxes, "low_conf": {n: {**ref, "detections": []} for n, ref in record["low_conf"].items()}}
+    with pytest.raises(AssertionError, match="no box .* not even at a low confidence.*refresh"):
+        checks.assert_reference_not_degenerate(no_low_boxes)
 
 
 def test_head_match_fails_on_one_changed_value_or_shape():
