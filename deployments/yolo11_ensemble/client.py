@@ -1,6 +1,6 @@
 """Client for the yolo11_ensemble deployment: send image files, print (and draw) the detections.
 
-    .venv/bin/python deployments/yolo11_ensemble/client.py IMAGE... [--url HOST:PORT] [--protocol http|grpc]
+    python client.py IMAGE... [--url HOST:PORT] [--protocol http|grpc]
         [--conf 0.25] [--iou 0.7] [--max-det 300] [--save out.jpg] [--mode ensemble|tensor640|naive]
 
 Modes:
@@ -11,20 +11,94 @@ Modes:
   naive      the "before" path as in the real incident: the image is stretched to a large
              square (--naive-size, default 1280) and sent as float32 (19.7 MB at 1280).
 
+The ensemble mode needs tritonclient[all] and numpy (Pillow for --save) only: it runs outside
+this repository too (README, "Outside this repository"). The "before" modes preprocess here as
+ultralytics does, with opencv-python and this folder's yolo11_ensemble_processing package.
+
 Importable: ``detect_ensemble``, ``tensor_request_640``, ``tensor_request_naive``,
 ``finish_tensor`` build and read the requests the harness benchmarks use.
 """
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
-from harness.client_cli import DEFAULT_URLS, EXIT_USAGE, ClientError, client_parser, read_file, run, server_url
+# Command-line plumbing, the same in every deployment's client so that each file stands alone
+# (tritonclient and numpy are all it needs): server options, one-line failures, exit codes
+# 0 done, 1 server unreachable or request refused, 2 bad arguments or an unreadable file.
+DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+EXIT_SERVER, EXIT_USAGE = 1, 2
+
+
+class ClientError(Exception):
+    """A failure the client explains in one line (``exit_code`` says which kind)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_SERVER):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ClientArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (``--help`` still prints the usage)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_server_options(parser: argparse.ArgumentParser, in_subcommand: bool = False) -> None:
+    """``--url`` and ``--protocol``; on a subcommand they default to what was given before it."""
+    url_default = argparse.SUPPRESS if in_subcommand else None
+    protocol_default = argparse.SUPPRESS if in_subcommand else "http"
+    parser.add_argument("--url", default=url_default, help="host:port (default 127.0.0.1:8000 http, :8001 grpc)")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default=protocol_default)
+
+
+def read_file(path) -> bytes:
+    """A file's bytes, or a one-line ``ClientError`` saying why it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ClientError(f"cannot read {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+
+
+def explain(exc: Exception, url: str, protocol: str) -> tuple[str, int]:
+    """One line and an exit code for a failure."""
+    unreachable = f"cannot reach a Triton server at {url} ({protocol}): is it running?"
+    if isinstance(exc, ClientError):
+        return str(exc), exc.exit_code
+    if isinstance(exc, InferenceServerException):
+        message = " ".join(str(exc.message() or exc).split())
+        if exc.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED") or "failed to connect" in message:
+            return unreachable, EXIT_SERVER
+        return f"server refused the request: {message}", EXIT_SERVER
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror}", EXIT_USAGE
+    if isinstance(exc, OSError) or type(exc).__module__.startswith(("aiohttp", "gevent")):
+        return unreachable, EXIT_SERVER
+    return f"{type(exc).__name__}: {exc}", EXIT_SERVER
+
+
+def run(parser: argparse.ArgumentParser, handler, argv=None) -> int:
+    """Parse ``argv`` and call ``handler(args, url)``; a failure becomes one line on stderr."""
+    args = parser.parse_args(argv)
+    url = args.url or DEFAULT_URLS[args.protocol]
+    try:
+        return handler(args, url) or 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a command-line tool explains, it does not dump a traceback
+        message, code = explain(exc, url, args.protocol)
+        print(f"{parser.prog}: {message}", file=sys.stderr)
+        return code
+
 
 ENSEMBLE = "yolo11_ensemble"
 DETECTOR = "yolo11_detector"
@@ -174,21 +248,18 @@ def detect_tensor(
 
 def draw(data: bytes, detections: Detections, path: str) -> None:
     """Save a copy of the image with the boxes and labels drawn."""
-    import cv2
+    from PIL import Image, ImageDraw
 
-    image = _decode(data)
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    pen = ImageDraw.Draw(image)
     for box, score, name in zip(detections.boxes, detections.scores, detections.class_names):
-        x1, y1, x2, y2 = (int(round(float(v))) for v in box)
-        cv2.rectangle(image, (x1, y1), (x2, y2), (0, 200, 255), 2)
-        cv2.putText(
-            image, f"{name} {score:.2f}", (x1, max(y1 - 5, 12)), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 200, 255), 2
-        )
-    if not cv2.imwrite(path, image):
-        raise OSError(f"cannot write {path}")
+        x1, y1, x2, y2 = (round(float(v)) for v in box)
+        pen.rectangle((x1, y1, x2, y2), outline=(255, 200, 0), width=2)
+        pen.text((x1, max(y1 - 12, 0)), f"{name} {score:.2f}", fill=(255, 200, 0))
+    image.save(path)
 
 
-def _detect(args) -> int:
-    url = server_url(args)
+def _detect(args, url: str) -> int:
     datas = [read_file(p) for p in args.images]
     if args.mode == "ensemble":
         results = detect_ensemble(datas, url, args.protocol, args.conf, args.iou, args.max_det)
@@ -220,7 +291,8 @@ def _detect(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = client_parser(__doc__)
+    parser = ClientArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_options(parser)
     parser.add_argument("images", nargs="+", help="image files")
     parser.add_argument("--mode", choices=["ensemble", "tensor640", "naive"], default="ensemble")
     parser.add_argument("--naive-size", type=int, default=NAIVE_SIZE)

@@ -10,6 +10,9 @@ preprocess's tensor size (its config.pbtxt, which export.py sets to the exported
 Also the raw head (4 + classes, anchors) of that predictor on bus.jpg and zidane.jpg, at the
 anchors of highest class score and at anchors spread evenly: what the checks compare when a
 checkpoint (seeded weights, other classes) finds few or no boxes in these images.
+And on those two images, the same predict at a low confidence of each image's own (in the
+widest score gap among its best boxes, so a few boxes pass it whatever the checkpoint: trained or
+seeded, YOLOv8 or YOLO11): the box path checked at a confidence where there are boxes.
 Images: ultralytics' own bus.jpg and zidane.jpg plus edge cases made from them (PNG,
 grayscale, CMYK JPEG, WebP, tiny, very wide, EXIF-rotated). Total well under 2 MB.
 """
@@ -36,6 +39,8 @@ IMAGES = FIXTURES / "images"
 EXPECTED = FIXTURES / "expected_detections.json"
 CONF, IOU, MAX_DET = 0.25, 0.7, 300
 HEAD_IMAGES, HEAD_ANCHORS = ("bus.jpg", "zidane.jpg"), 64
+#: The low confidence is cut after this many best boxes at least, and this many at most.
+LOW_CONF_BOXES = (3, 10)
 REGENERATE = "python -m harness refresh yolo11_ensemble"
 
 
@@ -89,6 +94,37 @@ def head_reference(model, path: Path) -> dict:
     }
 
 
+def detections(result, names: list[str]) -> dict:
+    """An ultralytics result as the fixtures record it: the image size and its boxes."""
+    boxes = result.boxes
+    return {
+        "size": [int(result.orig_shape[1]), int(result.orig_shape[0])],
+        "detections": [
+            {
+                "box": [round(float(v), 3) for v in box],
+                "score": round(float(score), 5),
+                "class_id": int(cid),
+                "class_name": names[int(cid)],
+            }
+            for box, score, cid in zip(boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.tolist())
+        ],
+    }
+
+
+def low_confidence(model, path: Path, imgsz: int) -> float:
+    """A confidence some of the image's best boxes pass: midway across the widest gap (relative to
+    the scores) between the LOW_CONF_BOXES best scores predict finds at any confidence."""
+    fewest, most = LOW_CONF_BOXES
+    found = model.predict(
+        str(path), imgsz=imgsz, conf=1e-6, iou=IOU, max_det=most + 1, rect=False, device="cpu", verbose=False
+    )[0]
+    scores = sorted(found.boxes.conf.tolist(), reverse=True)
+    if len(scores) <= fewest:
+        return scores[-1] / 2 if scores else 1e-6
+    cut = max(range(fewest, len(scores)), key=lambda i: (scores[i - 1] - scores[i]) / scores[i - 1])
+    return (scores[cut - 1] + scores[cut]) / 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", default=export.DEFAULT_WEIGHTS)
@@ -102,30 +138,29 @@ def main(argv: list[str] | None = None) -> int:
     names = [model.names[i] for i in range(len(model.names))]
     imgsz = export.input_size()[0]
     images = make_images()
-    expected, heads = {}, {}
+    expected, heads, low = {}, {}, {}
     for path in images:
         result = model.predict(
             str(path), imgsz=imgsz, conf=CONF, iou=IOU, max_det=MAX_DET, rect=False, device="cpu", verbose=False
         )[0]
-        boxes = result.boxes
         if path.name in HEAD_IMAGES:
             heads[path.name] = head_reference(model, path)
-        expected[path.name] = {
-            "size": [int(result.orig_shape[1]), int(result.orig_shape[0])],
-            "detections": [
-                {
-                    "box": [round(float(v), 3) for v in box],
-                    "score": round(float(score), 5),
-                    "class_id": int(cid),
-                    "class_name": names[int(cid)],
-                }
-                for box, score, cid in zip(boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.tolist())
-            ],
-        }
-        print(
-            f"{path.name:24} {result.orig_shape[1]}x{result.orig_shape[0]:<5} "
-            f"{len(boxes)} boxes {[names[int(c)] for c in boxes.cls.tolist()]}"
-        )
+        expected[path.name] = detections(result, names)
+        print(f"{path.name:24} {result.orig_shape[1]}x{result.orig_shape[0]:<5} {len(result.boxes)} boxes")
+    for name in HEAD_IMAGES:
+        conf = round(low_confidence(model, IMAGES / name, imgsz), 6)
+        result = model.predict(
+            str(IMAGES / name),
+            imgsz=imgsz,
+            conf=conf,
+            iou=IOU,
+            max_det=MAX_DET,
+            rect=False,
+            device="cpu",
+            verbose=False,
+        )[0]
+        low[name] = {"conf": conf, **detections(result, names)}
+        print(f"{name:24} conf {conf:<10} {len(result.boxes)} boxes")
     record = {
         "reference": f"ultralytics {ultralytics.__version__} YOLO(weights).predict(path, imgsz={imgsz}, "
         f"conf={CONF}, iou={IOU}, max_det={MAX_DET}, rect=False)",
@@ -141,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "images": expected,
         "head_rule": "raw head at the listed anchors: xywh within 1e-3 (relative) + 0.05 px, scores within 1e-4",
         "heads": heads,
+        "low_conf": low,
     }
     EXPECTED.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     total = sum(p.stat().st_size for p in images)

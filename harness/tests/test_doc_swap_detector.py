@@ -1,5 +1,5 @@
 """docs/adding-a-deployment.md "Swapping the detector": a copy of yolo11_ensemble serving a 3-class
-YOLOv8n (seeded weights, 320 input) on every path; the original untouched (test_new.run_swap_guide).
+YOLO11n (seeded weights, 320 input) on every path; the original untouched (test_new.run_swap_guide).
 Also, no server: the checks' raw-head comparison and their refusal of a degenerate reference."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def test_doc_swap_of_the_detector(tmp_path):
     fixtures = json.loads((copy / "fixtures" / "expected_detections.json").read_text())
     assert fixtures["class_names"] == ["cat", "dog", "parrot"] and fixtures["imgsz"] == 320
     assert {ref["shape"][0] for ref in fixtures["heads"].values()} == {4 + 3}
-    found = [d["class_name"] for ref in fixtures["images"].values() for d in ref["detections"]]
+    found = [d["class_name"] for ref in fixtures["low_conf"].values() for d in ref["detections"]]
     assert found and set(found) <= {"cat", "dog", "parrot"}, found  # the box matches compared something
     served_names = copy / "model_repository" / "postprocess" / "1" / "assets" / "class_names.json"
     assert json.loads(served_names.read_text()) == ["cat", "dog", "parrot"]
@@ -40,9 +40,11 @@ def test_checks_refuse_a_degenerate_reference():
     record = json.loads((PROJECT_ROOT / "deployments/yolo11_ensemble/fixtures/expected_detections.json").read_text())
     checks.assert_reference_not_degenerate(record)
     no_boxes = {**record, "images": {name: {**ref, "detections": []} for name, ref in record["images"].items()}}
-    with pytest.raises(AssertionError, match="degenerate"):
-        checks.assert_reference_not_degenerate(no_boxes)
-    checks.assert_reference_not_degenerate({**no_boxes, "heads": {"bus.jpg": {"shape": [7, 2100]}}})
+    assert record["low_conf"]["bus.jpg"]["detections"], "the low-confidence reference has boxes"
+    checks.assert_reference_not_degenerate(no_boxes)  # the boxes at the low confidence
+    no_low_boxes = {**no_boxes, "low_conf": {n: {**ref, "detections": []} for n, ref in record["low_conf"].items()}}
+    with pytest.raises(AssertionError, match="no box .* not even at a low confidence.*refresh"):
+        checks.assert_reference_not_degenerate(no_low_boxes)
 
 
 def test_head_match_fails_on_one_changed_value_or_shape():

@@ -61,3 +61,34 @@ def test_a_missed_gate_is_reported_a_failed_fixtures_step_is_an_error(tmp_path, 
     with pytest.raises(subprocess.CalledProcessError, match="step.py"):
         refresh(broken, sys.executable)
     assert _steps(broken) == ["export", "fixtures"], "nothing runs after failed fixtures"
+
+
+def test_refresh_writes_the_values_the_model_gives_into_the_manifest(tmp_path, capsys):
+    """The checks module's ``manifest_values``, read after the export, land in deployment.toml with
+    its comments kept; a key whose table the manifest lacks is left out."""
+    deployment = _deployment(tmp_path)
+    manifest = deployment.path / "deployment.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + textwrap.dedent("""
+        [tests]
+        module = "checks.py"
+        # the front gate's bounds
+        [gate]
+        max_dims = { m = { ids = [512] } }  # the model's positions
+        """)
+    )
+    export = deployment.path / "export.py"
+    export.write_text("import pathlib\npathlib.Path('positions.txt').write_text('128')\n" + export.read_text())
+    (deployment.path / "checks.py").write_text(
+        "import pathlib\n"
+        "def manifest_values(deployment):\n"
+        "    positions = int((deployment.path / 'positions.txt').read_text())\n"
+        "    return {'gate.max_dims.m.ids': [positions], 'openai.models.m.tokens.vocab_size': 7}\n"
+    )
+    refresh(load_deployment(deployment.path), sys.executable)
+    written = manifest.read_text()
+    assert "max_dims = { m = { ids = [128] } }  # the model's positions" in written, written
+    assert "# the front gate's bounds" in written and "openai" not in written, written
+    assert load_deployment(deployment.path).manifest.gate.max_dims == {"m": {"ids": [128]}}
+    assert "gate.max_dims.m.ids: [512] -> [128]" in capsys.readouterr().out

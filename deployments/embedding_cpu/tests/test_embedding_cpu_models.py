@@ -46,12 +46,13 @@ def test_tokenize_answers_each_request_and_refuses_bad_text_with_invalid_arg():
 
 
 def test_pool_embedding_fails_only_the_request_that_breaks():
+    dimension = EmbeddingModelInfo.read().dimension
     config = model_config(
-        [("last_hidden_state", "TYPE_FP32", [-1, 384]), ("attention_mask", "TYPE_INT64", [-1])],
-        [("EMBEDDING", "TYPE_FP32", [384])],
+        [("last_hidden_state", "TYPE_FP32", [-1, dimension]), ("attention_mask", "TYPE_INT64", [-1])],
+        [("EMBEDDING", "TYPE_FP32", [dimension])],
     )
     model = _model("pool_embedding", config)
-    hidden = np.random.default_rng(0).standard_normal((2, 5, 384)).astype(np.float32)
+    hidden = np.random.default_rng(0).standard_normal((2, 5, dimension)).astype(np.float32)
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=np.int64)
     good = Request({"last_hidden_state": hidden, "attention_mask": mask})
     broken = Request({"last_hidden_state": hidden, "attention_mask": mask[:, :3]})

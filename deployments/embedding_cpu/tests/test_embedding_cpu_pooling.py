@@ -58,7 +58,10 @@ def test_checks_refuse_a_degenerate_reference():
     checks = get_deployment("embedding_cpu").checks_module
     vectors = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
     checks.assert_reference_not_degenerate("ok", vectors)
-    with pytest.raises(AssertionError, match="all ~0"):
+    checks.assert_reference_not_degenerate("small", vectors * 1e-7)  # the scale is the reference's own
+    with pytest.raises(AssertionError, match="all 0"):
         checks.assert_reference_not_degenerate("zeros", np.zeros((4, 8), np.float32))
+    with pytest.raises(AssertionError, match="NaN"):
+        checks.assert_reference_not_degenerate("nan", np.full((4, 8), np.nan, np.float32))
     with pytest.raises(AssertionError, match="one and the same vector"):
         checks.assert_reference_not_degenerate("constant", np.tile(vectors[:1], (4, 1)))

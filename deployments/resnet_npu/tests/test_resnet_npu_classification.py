@@ -296,3 +296,23 @@ def test_resnet_npu_docker_launch_spec():
     assert spec["volumes"][str(deployment.model_repository)] == {"bind": "/models", "mode": "ro"}
     npu_benchmarks = [b for b in deployment.benchmarks if "npu" in b.targets]
     assert npu_benchmarks and all(b.protocol == "http" for b in npu_benchmarks)
+
+
+def test_checks_judge_a_reference_at_its_own_scale(monkeypatch):
+    """A reference of tiny logits (seeded weights) is judged at its own scale, top-5 ties within the
+    tolerance in either order; all-zero or image-blind logits are refused, with the reason and the
+    command that regenerates the fixtures."""
+    from harness.deployments import get_deployment
+
+    checks = get_deployment(REPOSITORY.parent.name, REPOSITORY.parents[1]).checks_module
+    logits = {f"m/{i}.jpg": np.random.default_rng(i).normal(size=10).astype(np.float32) * 1e-7 for i in range(3)}
+    monkeypatch.setattr(checks, "expected_logits", lambda: logits)
+    checks.assert_reference_not_degenerate("m")
+    assert checks.logit_scale("m") == max(float(np.abs(v).max()) for v in logits.values())
+    refresh = f"python -m harness refresh {REPOSITORY.parent.name}"
+    monkeypatch.setattr(checks, "expected_logits", lambda: {k: np.zeros(10, np.float32) for k in logits})
+    with pytest.raises(AssertionError, match=f"every reference logit is 0.*{refresh}"):
+        checks.assert_reference_not_degenerate("m")
+    monkeypatch.setattr(checks, "expected_logits", lambda: {k: logits["m/0.jpg"] for k in logits})
+    with pytest.raises(AssertionError, match=f"one and the same logits.*{refresh}"):
+        checks.assert_reference_not_degenerate("m")
