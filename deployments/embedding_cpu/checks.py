@@ -609,7 +609,7 @@ def workload_pipeline_orchestrator_document(ctx) -> Workload:
 def reliability_workload(http_url: str, model: str):
     """``[reliability]`` (soak, faults, gate cost): unique sentences, each answer compared with the
     vector the same server gave that sentence alone before the load."""
-    from harness_lab.reliability.load import text_embedding_workload
+    from harness_lab.reliability.workloads import text_embedding_workload
 
     return text_embedding_workload(http_url, model, input_name="TEXT", output="EMBEDDING")
 

@@ -18,7 +18,8 @@ import uuid
 
 from harness.deployments import discover, get_deployment
 from harness.manifest import Benchmark
-from harness.measuring.loadgen import GENERATOR, _stats, container_pids, run_load, server_split
+from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
+from harness.measuring.pinning import container_pids
 from harness.measuring.records import append_record
 from harness.session import ServerPool, variant_key
 

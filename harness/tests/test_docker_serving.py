@@ -41,7 +41,7 @@ def _assert_pinning_reaches_the_container(server) -> None:
 
     import psutil
 
-    from harness.measuring.loadgen import pin_server
+    from harness.measuring.pinning import pin_server
 
     cpu = max(os.sched_getaffinity(0))
     assert pin_server(server.grpc_url, {cpu}) >= 2

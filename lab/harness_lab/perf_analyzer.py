@@ -143,7 +143,7 @@ def run_scenario(
     """Measure one benchmark scenario with perf_analyzer (``runner``, default: ``select_runner(binary)``);
     append and return its records."""
     from harness.measuring.bench import model_backends
-    from harness.measuring.loadgen import apply_pinning, pin_plan
+    from harness.measuring.pinning import apply_pinning, pin_plan
     from harness.measuring.records import append_record, scenario_fields
     from harness.tensors import make_inputs, make_outputs, request_bytes
 

@@ -26,12 +26,13 @@ from pathlib import Path
 import psutil
 
 from harness.deployments import declaring, get_deployment
+from harness.measuring.loadgen import percentiles, run_checked_load
 from harness.repository import read_config, write_config
 from harness.testing.servers import deployment_server, started, stop_server
 from harness.variants import apply_overrides
-from harness_lab.reliability.load import bytes_workload, percentiles, run_checked_load
 from harness_lab.reliability.report import RESULTS_DIR, write_json
 from harness_lab.reliability.servers import chosen_target
+from harness_lab.reliability.workloads import bytes_workload
 from harness_lab.text_models import text_tensors
 
 #: A text is long when it is this many times longer (characters) than the median text.
