@@ -256,7 +256,7 @@ def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what
         ["embedding_onnx_text"],
         declared,
     )
-    parameters = served.config["embedding_onnx_text"]["parameters"]
+    parameters = served.config["embedding_onnx_text"].parameters
     assert parameters == {"in_process_engine": "openvino"}
     assert declared_variants(deployment, ["embedding_onnx_text"], None, ["amx_bf16"])[0], "AMX has BF16 too"
     assert declared_variants(deployment, ["embedding_py"], None, ["avx512_bf16"]) == ([], []), "not its model"
@@ -372,14 +372,16 @@ def test_gate_json_costs_time_the_gates_own_request_parsing_and_answers():
 
 def test_served_models_get_no_more_instances_than_the_server_cores():
     from harness.deployments import get_deployment
+    from harness.manifest import ConfigOverrides
     from harness.repository import configs
     from harness_lab.peers.__main__ import fitted_to_cores
 
     deployment = get_deployment("embedding_cpu")
     counts = {m: sum(g.count for g in c.instance_group) for m, c in configs(deployment.model_repository).items()}
-    fitted = fitted_to_cores(deployment, {"embedding_py": {"instance_count": 2, "dynamic_batching": False}}, 1)
-    assert fitted["embedding_py"] == {"instance_count": 2, "dynamic_batching": False}, "what the caller set is kept"
+    chosen = ConfigOverrides(instance_count=2, dynamic_batching=False)
+    fitted = fitted_to_cores(deployment, {"embedding_py": chosen}, 1)
+    assert fitted["embedding_py"] == chosen, "what the caller set is kept"
     capped = {m for m, c in counts.items() if c > 1 and m != "embedding_py"}
-    assert capped and all(fitted[m] == {"instance_count": 1} for m in capped), fitted
+    assert capped and all(fitted[m] == ConfigOverrides(instance_count=1) for m in capped), fitted
     assert not set(fitted) - capped - {"embedding_py"}, "models within the cores are left as they are"
     assert fitted_to_cores(deployment, None, max(counts.values())) == {}

@@ -36,7 +36,7 @@ import requests
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment, ManifestError, declaring, get_deployment
-from harness.manifest import PeerVariant
+from harness.manifest import ConfigOverrides, PeerVariant, overrides_table
 from harness.measuring.engines import cpu_flags
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
@@ -155,16 +155,18 @@ def check_openai(reply: bytes, count: int, dimension: int) -> None:
             raise AssertionError(f"an embedding of {size} values, expected {dimension}")
 
 
-def fitted_to_cores(deployment: Deployment, overrides: dict | None, cores: int) -> dict:
+def fitted_to_cores(
+    deployment: Deployment, overrides: dict[str, ConfigOverrides] | None, cores: int
+) -> dict[str, ConfigOverrides]:
     """``overrides`` with every CPU model's instance count capped at ``cores`` where they do not set
     it: as a user sizes the configs for the cores the server gets (instances beyond them only switch)."""
     from harness.repository import configs
 
-    fitted = {model: dict(config) for model, config in (overrides or {}).items()}
+    fitted = dict(overrides or {})
     for model, config in configs(deployment.model_repository).items():
         count = sum(group.count for group in config.instance_group)
-        if count > cores and "instance_count" not in fitted.get(model, {}):
-            fitted.setdefault(model, {})["instance_count"] = cores
+        if count > cores and fitted.get(model, ConfigOverrides()).instance_count is None:
+            fitted[model] = fitted.get(model, ConfigOverrides()).model_copy(update={"instance_count": cores})
     return fitted
 
 
@@ -172,7 +174,7 @@ def start_triton(
     deployment: Deployment,
     models: list[str],
     cores: set[int],
-    overrides: dict | None,
+    overrides: dict[str, ConfigOverrides] | None,
     gate: bool,
     gate_policy: GatePolicy | None = None,
 ):
@@ -204,7 +206,7 @@ class ServedVariant:
     ``declared``: its ``[peers.variants]`` entry (None: a ``--variant``)."""
 
     name: str
-    config: dict
+    config: dict[str, ConfigOverrides]
     models: list[str]
     declared: PeerVariant | None = None
     server: object = None
@@ -233,7 +235,7 @@ def declared_variants(
         if variant.cpu_flags and not set(variant.cpu_flags) & set(flags):
             skipped.append(f"variant {name} not served: this CPU has none of {', '.join(variant.cpu_flags)}")
             continue
-        served.append(ServedVariant(name, benchmarks[variant.benchmark].overrides, wanted, variant))
+        served.append(ServedVariant(name, benchmarks[variant.benchmark].config, wanted, variant))
     return served, skipped
 
 
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
     for variant in args.variant:
         name, _, config = variant.partition("=")
-        variants.append(ServedVariant(name, json.loads(config), variant_models))
+        variants.append(ServedVariant(name, overrides_table(json.loads(config)), variant_models))
     peer_onnx = deployment.path / spec.ceiling_onnx[spec.peer_onnx]
 
     all_cores = sorted(os.sched_getaffinity(0))
@@ -367,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             describe, suffix = served.describe, ""
             ceiling = variant_ceiling(served.ceiling, variant.declared if variant else None)
             if variant is not None:
-                record["config_overrides"], suffix = variant.config, f"[{variant.name}]"
-                declared = variant.declared
+                record["config_overrides"] = {m: config.fields() for m, config in variant.config.items()}
+                suffix, declared = f"[{variant.name}]", variant.declared
                 if declared is None:
-                    describe += f", config {json.dumps(variant.config, sort_keys=True)}"
+                    describe += f", config {json.dumps(record['config_overrides'], sort_keys=True)}"
                 else:
                     describe = declared.describe or describe
                     record |= {"config_benchmark": declared.benchmark, "engine": declared.engine}
@@ -382,7 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     #: The ceiling each infinity engine is compared with: its optimum engine runs the ONNX file of ``peer_onnx``.
     peer_ceiling = {"optimum": spec.peer_onnx, "torch": TORCH_KIND}
     served_models = list(dict.fromkeys(models + openai_models + openai_calls(deployment, openai_models, spec)))
-    triton = start_triton(deployment, served_models, server_cores, overrides, args.gate) if served_models else None
+    triton = (
+        start_triton(deployment, served_models, server_cores, overrides_table(overrides), args.gate)
+        if served_models
+        else None
+    )
     peers = []
     workers: dict[str, CeilingWorker] = {}
     try:

@@ -32,6 +32,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import triton_to_np_dtype
 
 from harness import PROJECT_ROOT
+from harness.manifest import overrides_table
 from harness.tensors import make_inputs
 from harness.testing.processes import served_processes
 from harness.testing.servers import deployment_server, started, stop_server
@@ -591,7 +592,7 @@ def measure_deployment(deployment, args, budget_bytes: float, models: list[str] 
                 server = None
             print(f"{deployment.name}/{model}", flush=True)
             try:
-                server = server or started(deployment_server(deployment, overrides=args.triton_config))
+                server = server or started(deployment_server(deployment, overrides=overrides_table(args.triton_config)))
                 report = measure_model(server, deployment, model, args, budget_bytes)
             except Exception as exc:  # noqa: BLE001 - one model's failure must not hide the others
                 report = {"model": model, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "rows": []}

@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from harness.deployments import declaring, get_deployment
+from harness.manifest import ConfigOverrides, overrides_table
 from harness.measuring.loadgen import percentiles, run_checked_load
 from harness.repository import read_config, write_config
 from harness.testing.servers import deployment_server, started, stop_server
@@ -45,7 +46,7 @@ def split_texts(texts: list[str]) -> tuple[list[str], list[str]]:
     return [t for t in texts if len(t) <= cut], [t for t in texts if len(t) > cut]
 
 
-def add_query_lane(server, model: str, instances: int, overrides: dict | None = None) -> str:
+def add_query_lane(server, model: str, instances: int, overrides: ConfigOverrides | None = None) -> str:
     """Add ``<model>_queries`` to ``server``'s repository (not started yet): ``model``'s files under a
     config of its own name, ``instances`` instances and ``overrides`` (harness.variants), public
     behind the gate. Returns its name."""
@@ -55,9 +56,8 @@ def add_query_lane(server, model: str, instances: int, overrides: dict | None = 
     for item in (repository / model).iterdir():
         if item.name != "config.pbtxt":
             os.symlink(item.resolve(), repository / lane / item.name)
-    config = apply_overrides(
-        read_config(repository / model / "config.pbtxt"), {**(overrides or {}), "instance_count": instances}
-    )
+    lane_overrides = (overrides or ConfigOverrides()).model_copy(update={"instance_count": instances})
+    config = apply_overrides(read_config(repository / model / "config.pbtxt"), lane_overrides)
     config.name = lane
     write_config(config, repository / lane / "config.pbtxt")
     server.options.required_models = [*server.options.required_models, lane]
@@ -122,8 +122,9 @@ def run(
         raise SystemExit(f"{dep.name} has no [peers] table: its `embedding` gives the mixed texts")
     short_texts, long_texts = split_texts(dep.resolve(dep.manifest.peers.embedding)().mixed)
     input_name, output = text_tensors(dep.model_repository, model)
-    server = deployment_server(dep, [model], overrides=overrides)
-    probe_model = add_query_lane(server, model, query_lane, lane_overrides) if query_lane else model
+    server = deployment_server(dep, [model], overrides=overrides_table(overrides))
+    lane_config = ConfigOverrides.model_validate(lane_overrides or {})
+    probe_model = add_query_lane(server, model, query_lane, lane_config) if query_lane else model
     started(server)
     rows = []
     try:

@@ -12,7 +12,10 @@ from harness_lab.text_models import sentence_workload, text_tensors
 
 #: The client's retry policy under the scale-out load: a request is lost when all its tries fail.
 RETRY = Retry(
-    tries=3, retry_on=("connection error", "no answer", "HTTP 502", "HTTP 503", "HTTP 504"), backoff_s=0.05, timeout_s=30
+    tries=3,
+    retry_on=("connection error", "no answer", "HTTP 502", "HTTP 503", "HTTP 504"),
+    backoff_s=0.05,
+    timeout_s=30,
 )
 SENTENCE = "Triton serves this sentence from one of several replicas behind a balancer."
 

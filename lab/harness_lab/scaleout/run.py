@@ -145,7 +145,9 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
     # The last answer any request got from an address that served before the kill but not after it.
     survivors = set(served_by([o for o in outcomes if o.start >= recovered_at]))
     gone = set(served_before) - survivors
-    last_from_victim = max((o.end for o in outcomes if o.ok and o.facts["upstream"].rsplit(":", 1)[0] in gone), default=None)
+    last_from_victim = max(
+        (o.end for o in outcomes if o.ok and o.facts["upstream"].rsplit(":", 1)[0] in gone), default=None
+    )
     result = {
         "victim_task": victim["id"][:12],
         "replicas": stack.replicas,
