@@ -38,7 +38,7 @@ from harness import PROJECT_ROOT
 from harness.deployments import Deployment, ManifestError, declaring, get_deployment
 from harness.manifest import ConfigOverrides, PeerVariant, overrides_table
 from harness.measuring.engines import cpu_flags
-from harness.measuring.generators.wrk import WrkGenerator, cores_label
+from harness.measuring.pinning import cores_label
 from harness.measuring.records import append_record
 from harness.serving.gate.policy import GatePolicy
 from harness.testing.servers import deployment_server, started, stop_server
@@ -47,6 +47,7 @@ from harness_lab.peers.ceiling import ENGINES, TORCH_KIND
 from harness_lab.peers.infinity import InfinityServer, infinity_version
 from harness_lab.peers.naive import NaiveServer
 from harness_lab.peers.processes import tree_cpu_parts, wait_idle
+from harness_lab.peers.wrk import WrkGenerator
 from harness_lab.text_models import text_tensors
 
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.

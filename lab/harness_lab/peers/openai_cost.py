@@ -22,13 +22,14 @@ from collections import defaultdict
 import numpy as np
 
 from harness.deployments import declaring, get_deployment
-from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.pair_bench import cpu_seconds
+from harness.measuring.pinning import cores_label
 from harness.serving.gate.policy import GatePolicy, OpenAIMapping
 from harness.testing.servers import stop_server
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
 from harness_lab.peers.processes import wait_idle
+from harness_lab.peers.wrk import WrkGenerator
 from harness_lab.text_models import text_tensors
 
 
