@@ -192,11 +192,18 @@ class Sender:
             self.client = grpc_aio.InferenceServerClient(url)
         self.outputs = None if protocol == "json" else make_outputs(protocol, workload.outputs)
 
-    async def send(self, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict]:
+    def encode(self, inputs: dict[str, np.ndarray]):
+        """``inputs`` as the wire wants them: tritonclient InferInputs, or a KServe v2 JSON body."""
+        if self.protocol != "json":
+            return make_inputs(self.protocol, inputs)
+        body = {"inputs": [json_tensor(name, array) for name, array in inputs.items()]}
+        return body | {"outputs": [{"name": name} for name in self.workload.outputs or []]}
+
+    async def send(self, encoded) -> tuple[dict[str, np.ndarray], dict]:
+        """One request of ``encoded`` inputs: its output arrays and facts."""
         if self.protocol == "json":
-            return await self._send_json(inputs)
-        w = self.workload
-        infer_inputs = make_inputs(self.protocol, inputs)
+            return await self._send_json(encoded)
+        w, infer_inputs = self.workload, encoded
         result = await self.client.infer(
             w.model, infer_inputs, outputs=self.outputs, parameters=w.parameters, headers=w.headers
         )
@@ -205,9 +212,7 @@ class Sender:
             self.sizes = (sent, response_bytes(result))
         return result_arrays(result, w.outputs), {}
 
-    async def _send_json(self, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict]:
-        body = {"inputs": [json_tensor(name, array) for name, array in inputs.items()]}
-        body["outputs"] = [{"name": name} for name in self.workload.outputs or []]
+    async def _send_json(self, body: dict) -> tuple[dict[str, np.ndarray], dict]:
         path = f"{self.url}/v2/models/{self.workload.model}/infer"
         async with self.client.post(path, json=body, headers=self.workload.headers) as response:
             text = await response.text()
@@ -249,7 +254,16 @@ class Requests:
         self.workload, self.sender, self.clock = workload, sender, clock
         needs_threads = workload.prepare is not None or workload.finish is not None
         self.threads = ThreadPoolExecutor(max(concurrency, 1), "loadgen-client") if needs_threads else None
-        self.static = None if workload.prepare or workload.make else workload.request_inputs()
+        fixed = workload.prepare is None and workload.make is None
+        #: The workload's fixed inputs, encoded once.
+        self.fixed = sender.encode(workload.request_inputs()) if fixed else None
+
+    def _encode(self, index: int) -> tuple[Any, Any]:
+        """Request ``index`` encoded for the wire, and the key its answer is checked by."""
+        if self.workload.make is not None:
+            inputs, key = self.workload.make(index)
+            return self.sender.encode(inputs), key
+        return self.sender.encode(self.workload.request_inputs()), None
 
     async def _try(self, index: int, key: Any, inputs) -> tuple[str, str, dict]:
         """One try: (status, detail, facts)."""
@@ -269,12 +283,16 @@ class Requests:
 
     async def one(self, index: int) -> RequestRecord:
         w, loop = self.workload, asyncio.get_running_loop()
-        key = None
         start = self.clock()
-        if w.make is not None:
-            inputs, key = w.make(index)
-        else:
-            inputs = self.static or await loop.run_in_executor(self.threads, w.request_inputs)
+        try:
+            if self.fixed is not None:
+                inputs, key = self.fixed, None
+            elif w.prepare is not None:  # client-side work: off the event loop
+                inputs, key = await loop.run_in_executor(self.threads, self._encode, index)
+            else:
+                inputs, key = self._encode(index)
+        except Exception as exc:  # noqa: BLE001 - a request that could not be made is a failed one
+            return RequestRecord(start, self.clock(), "error", error_text(exc))
         record = RequestRecord(start, start, "ok")
         for attempt in range(1, w.retry.tries + 1):
             record.tries = attempt
