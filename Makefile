@@ -219,7 +219,7 @@ HOSTILE_ARGS ?=
 hostile: install ## The project's hostile inputs against the server at URL (loopback; GRPC_URL=host:port adds gRPC, HOSTILE_ARGS=--model M): per class refused cleanly / accepted / server died / hung
 	$(PY) -m harness hostile --mode external --url $(URL) $(if $(GRPC_URL),--grpc-url $(GRPC_URL)) $(HOSTILE_ARGS)
 
-# --- embedding serving vs its ceiling and its peers (harness/measuring/generators/wrk.py, lab/harness_lab/peers/) ---
+# --- embedding serving vs its ceiling and its peers (lab/harness_lab/peers/wrk.py, lab/harness_lab/peers/) ---
 INFINITY_VENV ?= .venv-infinity
 PEERS_ARGS ?=
 .PHONY: wrk peer-infinity bench-peers

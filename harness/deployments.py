@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from harness import PROJECT_ROOT
-from harness.manifest import Benchmark, Manifest, ManifestError, TargetSettings, read_manifest
+from harness.manifest import Benchmark, ConfigOverrides, Manifest, ManifestError, TargetSettings, read_manifest
 from harness.serving.gate.policy import GatePolicy
 from harness.serving.launchers import ServerOptions
 
@@ -67,10 +67,10 @@ class Deployment:
     def missing_exports(self) -> list[Path]:
         return [p for p in self.export_outputs() if not p.exists()]
 
-    def unexported_files(self, overrides: dict | None) -> list[str]:
+    def unexported_files(self, overrides: dict[str, ConfigOverrides] | None) -> list[str]:
         """The ``default_model_filename`` files of a config variant that no version folder holds: an
         export step writes such a file (an INT8 IR, say) only where its accuracy gate holds."""
-        named = {model: o.get("default_model_filename") for model, o in (overrides or {}).items()}
+        named = {model: o.default_model_filename for model, o in (overrides or {}).items()}
         return [
             f"{model}/<version>/{filename}"
             for model, filename in named.items()

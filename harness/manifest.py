@@ -3,11 +3,12 @@ key or a value of the wrong type is refused with the file and the key's path."""
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError, model_validator
+from pydantic import TypeAdapter, ValidationError, model_validator
 
 from harness.serving.gate.policy import GateBounds, OpenAIMapping, Strict
 
@@ -67,8 +68,22 @@ class ConfigOverrides(Strict):
     default_model_filename: str | None = None
 
     def fields(self) -> dict:
-        """The fields set, as ``harness.variants.apply_overrides`` takes them (profiles resolved)."""
+        """The fields set (profiles resolved), as records and server keys show them."""
         return self.model_dump(exclude_none=True, exclude={"profiles"})
+
+    def under(self, layer: ConfigOverrides) -> ConfigOverrides:
+        """These overrides with ``layer``'s set fields over them (``parameters`` merged), no profiles."""
+        parameters = {**(self.parameters or {}), **(layer.parameters or {})} or None
+        return self.model_copy(update={**layer.fields(), "parameters": parameters, "profiles": []})
+
+
+def overrides_table(raw: dict | None) -> dict[str, ConfigOverrides]:
+    """``{model: ConfigOverrides}`` of ``{model: {field: value}}`` (JSON on a command line); a
+    ValueError names the model and the key."""
+    try:
+        return TypeAdapter(dict[str, ConfigOverrides]).validate_python(raw or {})
+    except ValidationError as exc:
+        raise ValueError(f"config overrides: {describe_errors(exc)}") from None
 
 
 class Benchmark(Strict):
@@ -147,12 +162,8 @@ class Manifest(Strict):
         unknown = [name for name in spec.profiles if name not in self.profiles]
         if unknown:
             raise ValueError(f"benchmark {benchmark!r}: no [profiles.{unknown[0]}] (profiles: {list(self.profiles)})")
-        fields, parameters = {}, {}
-        for layer in [*(self.profiles[name] for name in spec.profiles), spec]:
-            layer = layer.fields()
-            parameters |= layer.pop("parameters", {})
-            fields |= layer
-        return ConfigOverrides(**fields, **({"parameters": parameters} if parameters else {}))
+        layers = [*(self.profiles[name] for name in spec.profiles), spec]
+        return functools.reduce(ConfigOverrides.under, layers, ConfigOverrides())
 
 
 def _where(location: tuple) -> str:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment, discover, get_deployment
+from harness.manifest import ConfigOverrides
 from harness.serving.launchers import create_server, default_mode
 from harness.serving.launchers.base import ServerStartError
 from harness.variants import describe, variant_repository
 
 
-def variant_key(deployment: Deployment, config: dict | None = None) -> str:
+def variant_key(deployment: Deployment, config: dict[str, ConfigOverrides] | None = None) -> str:
     """Server key of a deployment, or of one config variant of it."""
     return f"{deployment.name}{describe(config) if config else ''}"
 
@@ -43,7 +44,7 @@ class ServerPool:
         self.start_times: dict[str, float] = {}
 
     def context(
-        self, deployment: Deployment, config: dict | None = None, models: tuple[str, ...] = ()
+        self, deployment: Deployment, config: dict[str, ConfigOverrides] | None = None, models: tuple[str, ...] = ()
     ) -> DeploymentContext:
         """The deployment served on a ready server (export and start on first call).
 
@@ -62,7 +63,9 @@ class ServerPool:
                 raise
         return self._contexts[key]
 
-    def _start(self, deployment: Deployment, config: dict | None, models: tuple[str, ...], key: str):
+    def _start(
+        self, deployment: Deployment, config: dict[str, ConfigOverrides] | None, models: tuple[str, ...], key: str
+    ):
         """Export (a server the harness starts), write the variant's repository, start and wait ready."""
         mode = self.mode or default_mode()
         if config and mode == "external":
@@ -130,17 +133,17 @@ def for_each_scenario(
         for benchmark in deployment.benchmarks:
             if (benchmark.targets and target not in benchmark.targets) or (only and benchmark.id not in only):
                 continue
-            missing = deployment.unexported_files(benchmark.overrides)
+            missing = deployment.unexported_files(benchmark.config)
             if missing:
                 print(f"{deployment.name}/{benchmark.id}: skipped, not exported here: {', '.join(missing)}", flush=True)
                 continue
             try:
-                run(deployment, benchmark, pool.context(deployment, benchmark.overrides, benchmark.models))
+                run(deployment, benchmark, pool.context(deployment, benchmark.config, benchmark.models))
             except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
                 failed.append(f"{deployment.name}/{benchmark.id}: {type(exc).__name__}: {exc}")
                 print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
             finally:
                 if benchmark.config:
-                    pool.release(variant_key(deployment, benchmark.overrides))
+                    pool.release(variant_key(deployment, benchmark.config))
         pool.release(deployment.name)
     return failed

@@ -6,22 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
 
-from harness.manifest import ConfigOverrides, describe_errors
+from harness.manifest import ConfigOverrides
 from harness.repository import derive, model_dirs
 
 
-def apply_overrides(
-    config: model_config_pb2.ModelConfig, overrides: ConfigOverrides | dict
-) -> model_config_pb2.ModelConfig:
-    """Change the fields ``overrides`` sets (``harness.manifest.ConfigOverrides``; a dict is checked against it)."""
-    if isinstance(overrides, dict):
-        try:
-            overrides = ConfigOverrides.model_validate(overrides)
-        except ValidationError as exc:
-            raise ValueError(f"config overrides: {describe_errors(exc)}") from None
+def apply_overrides(config: model_config_pb2.ModelConfig, overrides: ConfigOverrides) -> model_config_pb2.ModelConfig:
+    """Change the fields ``overrides`` sets."""
     if overrides.instance_count is not None:
         if not config.instance_group:
             config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
@@ -56,7 +48,10 @@ def apply_overrides(
 
 
 def variant_repository(
-    source: Path, overrides: dict[str, dict], dest: Path | None = None, models: list[str] | tuple[str, ...] = ()
+    source: Path,
+    overrides: dict[str, ConfigOverrides],
+    dest: Path | None = None,
+    models: list[str] | tuple[str, ...] = (),
 ) -> Path:
     """A repository of links to ``source``'s files (only ``models`` when given), each model named in
     ``overrides`` with a rewritten ``config.pbtxt``."""
@@ -73,6 +68,7 @@ def variant_repository(
     return derive(source, dest, models=models or None, edit=override, prefix="triton-variant-")
 
 
-def describe(overrides: dict[str, dict]) -> str:
+def describe(overrides: dict[str, ConfigOverrides]) -> str:
     """A short stable label of a set of overrides, for records and server keys."""
-    return json.dumps(overrides, sort_keys=True, separators=(",", ":"))
+    fields = {model: spec.fields() for model, spec in overrides.items()}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))

@@ -116,17 +116,15 @@ def reference_transform(name: str):
 def imported_reference(spec: dict):
     """(logits of one PIL image, weights identity, class names) of an ``--onnx`` classifier: its own
     ONNX file in onnxruntime behind the torchvision transforms of its size, mean and std."""
-    import onnxruntime
     from torchvision import transforms as T
 
+    from harness.measuring.engines import cpu_session
     from harness.provenance import file_identity
 
     transform = T.Compose(
         [T.Resize(spec["resize"]), T.CenterCrop(spec["size"]), T.ToTensor(), T.Normalize(spec["mean"], spec["std"])]
     )
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = onnxruntime.InferenceSession(spec["onnx"], options, providers=["CPUExecutionProvider"])
+    session = cpu_session(spec["onnx"], threads=2)
     input_name = session.get_inputs()[0].name
 
     def logits(image):

@@ -317,13 +317,9 @@ def check_low_confidence_boxes_match_ultralytics(ctx):
 
 @lru_cache(maxsize=1)
 def _detector_session():
-    import onnxruntime as ort
+    from harness.measuring.engines import cpu_session
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.inter_op_num_threads = 1
-    path = HERE / "model_repository" / DETECTOR / "1" / "model.onnx"
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return cpu_session(HERE / "model_repository" / DETECTOR / "1" / "model.onnx", threads=2)
 
 
 def _detector_ceiling(batch: int):

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     backends: dict[str, dict] = {}
     run_id = uuid.uuid4().hex[:12]
     try:
-        contexts = {b.id: pool.context(deployment, b.overrides or None, b.models if b.config else ()) for b in chosen}
+        contexts = {b.id: pool.context(deployment, b.config or None, b.models if b.config else ()) for b in chosen}
         for r in range(args.rounds):
             for benchmark in chosen if r % 2 == 0 else list(reversed(chosen)):
                 records = run_benchmark(

@@ -43,6 +43,21 @@ def model_backends(ctx: DeploymentContext, model: str) -> dict[str, str]:
     return found
 
 
+def ceiling_fields(workload: Workload, level: LoadResult, duration_s: float) -> dict:
+    """The in-process ceiling at the batch the server could form at this level, and served / ceiling
+    ({} when the workload defines no ceiling)."""
+    if workload.ceiling is None:
+        return {}
+    batch = level.concurrency * workload.items_per_request
+    measured = measure_in_process(workload.ceiling(batch), batch, duration_s=min(duration_s, 3.0))
+    served = level.metrics(workload.items_per_request)["items_per_second"]
+    return {
+        "ceiling_items_per_second": measured["items_per_second"],
+        "ceiling_batch_size": batch,
+        "served_over_ceiling": round(served / measured["items_per_second"], 3),
+    }
+
+
 def run_benchmark(
     ctx: DeploymentContext,
     benchmark: Benchmark,
@@ -61,48 +76,25 @@ def run_benchmark(
     if protocol == "grpc" and not ctx.server.grpc_url:
         protocol = "http"
     url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
-    server = ctx.server.describe()
-    backends = model_backends(ctx, workload.model)
+    scenario = scenario_fields(
+        ctx,
+        benchmark,
+        workload,
+        protocol=protocol,
+        generator=f"{GENERATOR} (tritonclient {protocol}.aio)",
+        server=ctx.server.describe(),
+        backends=model_backends(ctx, workload.model),
+    )
     records = []
 
     def record(level: LoadResult) -> None:
         metrics = level.metrics(workload.items_per_request)
-        ceiling = {}
-        if workload.ceiling is not None:
-            batch = level.concurrency * workload.items_per_request
-            measured = measure_in_process(workload.ceiling(batch), batch, duration_s=min(duration_s, 3.0))
-            ceiling = {
-                "ceiling_items_per_second": measured["items_per_second"],
-                "ceiling_batch_size": batch,
-                "served_over_ceiling": round(metrics["items_per_second"] / measured["items_per_second"], 3),
-            }
-        row = {
-            **scenario_fields(
-                ctx,
-                benchmark,
-                workload,
-                protocol=protocol,
-                generator=f"{GENERATOR} (tritonclient {protocol}.aio)",
-                server=server,
-                backends=backends,
-            ),
-            **metrics,
-            **ceiling,
-            **(record_fields or {}),
-        }
-        append_record(row)
-        records.append(row)
+        records.append({**scenario, **metrics, **ceiling_fields(workload, level, duration_s), **(record_fields or {})})
+        append_record(records[-1])
         if on_level:
             on_level(level)
 
-    sweep(
-        workload,
-        list(concurrencies or benchmark.concurrency),
-        protocol=protocol,
-        url=url,
-        http_url=ctx.server.http_url,
-        duration_s=duration_s,
-        warmup_s=warmup_s,
-        on_level=record,
-    )
+    concurrencies = list(concurrencies or benchmark.concurrency)
+    options = dict(protocol=protocol, url=url, http_url=ctx.server.http_url, duration_s=duration_s, warmup_s=warmup_s)
+    sweep(workload, concurrencies, on_level=record, **options)
     return records

@@ -17,8 +17,9 @@ import sys
 import uuid
 
 from harness.deployments import discover, get_deployment
-from harness.manifest import Benchmark
-from harness.measuring.loadgen import GENERATOR, _stats, container_pids, run_load, server_split
+from harness.manifest import Benchmark, overrides_table
+from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
+from harness.measuring.pinning import container_pids
 from harness.measuring.records import append_record
 from harness.session import ServerPool, variant_key
 
@@ -211,9 +212,9 @@ def run_manifest(args) -> int:
             pairs = manifest_pairs(deployment, args.target, args.only) if args.target in deployment.targets else []
             variants: dict[str, list] = {}
             for pair in pairs:
-                variants.setdefault(variant_key(deployment, pair[1].overrides), []).append(pair)
+                variants.setdefault(variant_key(deployment, pair[1].config), []).append(pair)
             for key, group in variants.items():
-                config = group[0][1].overrides
+                config = group[0][1].config
                 wanted = [set(b.models) for pair in group for b in pair]
                 models = () if any(not m for m in wanted) else tuple(sorted(set().union(*wanted)))
                 try:
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.record_results or args.only:
         parser.error("--record-results and --only go with --manifest")
     deployment = get_deployment(args.deployment)
-    variants = {name: json.loads(text) or None for name, text in (args.variant or [["as-is", "{}"]])}
+    variants = {name: overrides_table(json.loads(text)) or None for name, text in (args.variant or [["as-is", "{}"]])}
     pool = ServerPool(mode=args.mode, target=args.target)
     levels = []
     try:

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from harness.manifest import ConfigOverrides
 from harness.repository import dependencies
 from harness.testing.toy_models import echo_repository
 
@@ -16,7 +17,7 @@ def deployment_server(
     deployment,
     models: list[str] | None = None,
     *,
-    overrides: dict | None = None,
+    overrides: dict[str, ConfigOverrides] | None = None,
     model_control_mode: str = "none",
     target: str = "cpu",
     gate: bool = True,

@@ -54,7 +54,7 @@ def _context(server_pool, deployment, request, config=None, models=()):
     return server_pool.context(deployment, config, models)
 
 
-def _skip_unexported(deployment, config: dict | None) -> None:
+def _skip_unexported(deployment, config) -> None:
     """Skip a config variant whose model file this machine's export did not write (its gate)."""
     missing = deployment.unexported_files(config)
     if missing:
@@ -63,7 +63,7 @@ def _skip_unexported(deployment, config: dict | None) -> None:
         )
 
 
-def _checked_config(deployment, request) -> dict | None:
+def _checked_config(deployment, request):
     """The config overrides ``--config-variant`` names for this deployment (None: its own configs)."""
     variant = request.config.getoption("--config-variant")
     if not variant:
@@ -71,8 +71,8 @@ def _checked_config(deployment, request) -> dict | None:
     found = [b for b in deployment.benchmarks if b.id == variant]
     if not found or not found[0].config:
         pytest.skip(f"{deployment.name} has no config variant {variant!r}")
-    _skip_unexported(deployment, found[0].overrides)
-    return found[0].overrides
+    _skip_unexported(deployment, found[0].config)
+    return found[0].config
 
 
 @pytest.mark.parametrize(("deployment", "check"), CHECKS)
@@ -92,14 +92,14 @@ def test_benchmark(server_pool, deployment, benchmark, request):
         pytest.skip(f"{benchmark.id} is not defined for target {target}")
     if benchmark.config and request.config.getoption("--server-mode") == "external":
         pytest.skip(f"{benchmark.id} measures a config variant: needs a server the harness starts")
-    _skip_unexported(deployment, benchmark.overrides)
-    ctx = _context(server_pool, deployment, request, benchmark.overrides, benchmark.models)
+    _skip_unexported(deployment, benchmark.config)
+    ctx = _context(server_pool, deployment, request, benchmark.config, benchmark.models)
     duration = request.config.getoption("--bench-duration")
     try:
         records = run_benchmark(ctx, benchmark, duration_s=duration, warmup_s=min(1.0, duration / 2))
     finally:
         if benchmark.config:
-            server_pool.release(variant_key(deployment, benchmark.overrides))
+            server_pool.release(variant_key(deployment, benchmark.config))
     for row in records:
         assert row["errors"] == 0, f"{benchmark.id} at concurrency {row['concurrency']}: {row['first_error']}"
         assert row["requests"] > 0, f"{benchmark.id} at concurrency {row['concurrency']}: no request completed"

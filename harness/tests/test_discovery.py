@@ -128,7 +128,7 @@ def test_a_variant_whose_gated_file_was_not_exported_is_skipped_by_the_benchmark
         '  { id = "gated", workload = "w.py:w", config = { m = { default_model_filename = "model_int8.xml" } } },\n]\n'
     )
     (deployment,) = discover(tmp_path)
-    assert [deployment.unexported_files(b.overrides) for b in deployment.benchmarks] == [
+    assert [deployment.unexported_files(b.config) for b in deployment.benchmarks] == [
         [],
         ["m/<version>/model_int8.xml"],
     ]

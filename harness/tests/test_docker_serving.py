@@ -41,7 +41,7 @@ def _assert_pinning_reaches_the_container(server) -> None:
 
     import psutil
 
-    from harness.measuring.loadgen import pin_server
+    from harness.measuring.pinning import pin_server
 
     cpu = max(os.sched_getaffinity(0))
     assert pin_server(server.grpc_url, {cpu}) >= 2
@@ -99,10 +99,11 @@ def test_tiny_repository_served_in_the_cpu_image(tmp_path, image):
 def test_config_variant_of_links_is_served_in_the_container(tmp_path, image):
     """A config variant (links to the original files, as benchmarks make them) must not dangle in the
     container: the launcher serves a hard-linked copy, with the variant's config."""
+    from harness.manifest import ConfigOverrides
     from harness.variants import variant_repository
 
     repo = make_repository(tmp_path / "src", models=("double",))
-    variant = variant_repository(repo, {"double": {"instance_count": 2}}, tmp_path / "variant")
+    variant = variant_repository(repo, {"double": ConfigOverrides(instance_count=2)}, tmp_path / "variant")
     assert (variant / "double" / "1").is_symlink()
     server = DockerTritonServer(ServerOptions(str(variant), required_models=["double"], image=image))
     server.start()

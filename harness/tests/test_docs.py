@@ -24,10 +24,13 @@ HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", "refr
 
 
 def _code(text: str) -> list[str]:
-    """Fenced code blocks (line by line) and inline code spans."""
-    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    """Fenced code blocks (line by line) and inline code spans; a ```text block is the record of a past
+    run (e.g. a removed tool's command next to its finding), not an instruction, and is not checked."""
+    blocks = re.findall(r"^```([^\n]*)\n(.*?)^```", text, flags=re.S | re.M)
+    fenced = [body for info, body in blocks if info.strip() != "text"]
     without_fences = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
-    spans = re.findall(r"`([^`\n]+)`", without_fences)
+    # `<commit>:<path or command>` names what existed at that commit (a removed tool's record): not checked.
+    spans = [span for span in re.findall(r"`([^`\n]+)`", without_fences) if not re.match(r"[0-9a-f]{7,40}:", span)]
     return [line for block in fenced for line in block.splitlines()] + spans
 
 

@@ -1,4 +1,5 @@
-"""The load generator keeps client-side work (prepare / finish) off its event loop.
+"""The load generator keeps client-side work (prepare / finish) off its event loop, checks every
+answer of a checked workload on each protocol, and tries a request again as its Retry says.
 
 Each workload's ``prepare()`` and ``finish()`` wait on a barrier that two of them must reach
 together. Run on the event loop, the first call blocks the loop, no second call can start,
@@ -8,12 +9,14 @@ there and succeed. The server is a real tritonserver with the harness's echo mod
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from harness.measuring.loadgen import Workload, run_load
+from harness.measuring.loadgen import Load, Retry, Workload, run_checked_load, run_load
 from harness.tests.repositories import make_repository, ready_server
 
 BARRIER_TIMEOUT_S = 3.0
@@ -91,7 +94,7 @@ def _affinities(pid: int) -> set[frozenset]:
 
 
 def test_pin_plan_parses_and_refuses():
-    from harness.measuring.loadgen import pin_plan
+    from harness.measuring.pinning import pin_plan
 
     assert pin_plan("") == {}
     assert pin_plan("server=0 generator=1") == {"server": {0}, "generator": {1}}
@@ -139,3 +142,46 @@ def test_pinning_puts_server_and_generator_on_their_cpus(echo_server, monkeypatc
                 os.sched_setaffinity(int(task.name), everything)
         for task in __import__("pathlib").Path(f"/proc/{os.getpid()}/task").iterdir():
             os.sched_setaffinity(int(task.name), everything)
+
+
+def _echo_checked(retry: Retry) -> Workload:
+    """Request ``i`` sends its own text; the check names a reply that is not that text."""
+
+    def make(i: int):
+        text = f"request {i}".encode()
+        return {"TEXT": np.array([[text]], dtype=object)}, text
+
+    def check(arrays, text):
+        got = arrays["TEXT_OUT"].reshape(-1)[0]
+        got = got.encode() if isinstance(got, str) else bytes(got)
+        return None if got == text else f"{got!r}"
+
+    return Workload(model="echo", outputs=["TEXT_OUT"], make=make, check=check, retry=retry)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["http", "grpc", "json"])
+def test_background_load_checks_every_answer(echo_server, protocol):
+    url = {"http": echo_server.http_url, "grpc": echo_server.grpc_url, "json": f"http://{echo_server.http_url}"}
+    load = Load(_echo_checked(Retry()), url[protocol], protocol=protocol, concurrency=4).start()
+    time.sleep(1.0)
+    log = load.stop()
+    assert log.count() >= 8 and log.count("ok") == log.count(), log.select("failed")[:3]
+    wrong = _echo_checked(Retry())
+    wrong.check = lambda arrays, text: "not mine"
+    log = run_checked_load(wrong, echo_server.http_url, concurrency=2, during=lambda log: time.sleep(0.5))
+    assert log.count("wrong") == log.count() > 0 and log.select()[0].detail.startswith("request ")
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_try_is_tried_again_as_the_policy_says():
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, never listening: every connection is refused
+        retry = Retry(tries=3, retry_on=("connection error",), backoff_s=0.01, timeout_s=5)
+        load = Load(_echo_checked(retry), f"http://127.0.0.1:{port}", protocol="json", concurrency=1).start()
+        time.sleep(0.3)
+        log = load.stop()
+    records = log.select()
+    assert records and all(r.status == "error" and r.tries == 3 for r in records), records[:2]
+    assert records[0].first_try_error.startswith("connection error: ")

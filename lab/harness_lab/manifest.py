@@ -31,7 +31,7 @@ class ReliabilitySpec(Strict):
 
     #: The entry model loaded (``--model`` overrides it).
     model: str
-    #: ``"file.py:function"`` of the lab folder: ``function(http_url, model)`` returns a ``CheckedWorkload``
+    #: ``"file.py:function"`` of the lab folder: ``function(http_url, model)`` returns a ``harness.measuring.loadgen.Workload``
     #: of the reliability tools; unset: unique sentences to the model's one text input, each answer
     #: compared with the vector the same server gave that sentence alone before the load.
     workload: str | None = None

@@ -210,7 +210,7 @@ def run_scenario(
 ) -> list[dict]:
     """Measure one benchmark scenario with perf_analyzer (``runner``, default: ``select_runner(binary)``);
     append and return its records."""
-    from harness.measuring.loadgen import apply_pinning, pin_plan
+    from harness.measuring.pinning import apply_pinning, pin_plan
     from harness.measuring.records import append_record, scenario_fields
 
     runner = runner or select_runner(binary)

@@ -69,7 +69,7 @@ class Runner:
     def command(self, cmd: list[str], workdir: Path, generator_cpus: set[int] | None = None) -> list[str]:
         """What to execute for a perf_analyzer command line whose files are under ``workdir``.
 
-        A local binary inherits this process's affinity (set by ``loadgen.apply_pinning``); a
+        A local binary inherits this process's affinity (set by ``pinning.apply_pinning``); a
         container is pinned by ``--cpuset-cpus``.
         """
         if self.image is None:
@@ -77,7 +77,7 @@ class Runner:
         return docker_command(["perf_analyzer", *cmd[1:]], self.image, workdir, generator_cpus)
 
     def pinning(self, described: str, generator_cpus: set[int] | None) -> str:
-        """The records' ``pinning``: ``loadgen.apply_pinning``'s words, plus how the container was pinned."""
+        """The records' ``pinning``: ``pinning.apply_pinning``'s words, plus how the container was pinned."""
         if self.image is None or not generator_cpus:
             return described
         return (

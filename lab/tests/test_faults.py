@@ -13,7 +13,7 @@ from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
 from harness_lab.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
-from harness_lab.reliability.load import echo_workload
+from harness_lab.reliability.workloads import echo_workload
 
 
 @pytest.fixture(scope="module")

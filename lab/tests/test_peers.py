@@ -257,7 +257,7 @@ def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what
         ["embedding_onnx_text"],
         declared,
     )
-    parameters = served.config["embedding_onnx_text"]["parameters"]
+    parameters = served.config["embedding_onnx_text"].parameters
     assert parameters == {"in_process_engine": "openvino"}
     assert declared_variants(deployment, spec, ["embedding_onnx_text"], None, ["amx_bf16"])[0], "AMX has BF16 too"
     assert declared_variants(deployment, spec, ["embedding_py"], None, ["avx512_bf16"]) == ([], []), "not its model"
@@ -363,15 +363,17 @@ def test_native_text_replies_are_checked_on_the_output_the_config_names():
 
 def test_served_models_get_no_more_instances_than_the_server_cores():
     from harness.deployments import get_deployment
+    from harness.manifest import ConfigOverrides
     from harness.repository import configs
     from harness_lab.peers.__main__ import fitted_to_cores
 
     deployment = get_deployment("embedding_cpu")
     counts = {m: sum(g.count for g in c.instance_group) for m, c in configs(deployment.model_repository).items()}
-    fitted = fitted_to_cores(deployment, {"embedding_py": {"instance_count": 2, "dynamic_batching": False}}, 1)
-    assert fitted["embedding_py"] == {"instance_count": 2, "dynamic_batching": False}, "what the caller set is kept"
+    chosen = ConfigOverrides(instance_count=2, dynamic_batching=False)
+    fitted = fitted_to_cores(deployment, {"embedding_py": chosen}, 1)
+    assert fitted["embedding_py"] == chosen, "what the caller set is kept"
     capped = {m for m, c in counts.items() if c > 1 and m != "embedding_py"}
-    assert capped and all(fitted[m] == {"instance_count": 1} for m in capped), fitted
+    assert capped and all(fitted[m] == ConfigOverrides(instance_count=1) for m in capped), fitted
     assert not set(fitted) - capped - {"embedding_py"}, "models within the cores are left as they are"
     assert fitted_to_cores(deployment, None, max(counts.values())) == {}
 
@@ -380,9 +382,9 @@ def test_a_target_record_takes_its_rounds_median_and_the_target_s_own_fields():
     """The record of a target's rounds: sentences/s is the median round's (not the median run's wrk
     figure), errors are summed over the rounds, the target's fields (a variant's config) win over the
     run's, and the ratio to the ceiling is taken on the medians."""
-    from harness.measuring.generators.wrk import WrkResult
     from harness_lab.peers.measure import CeilingRounds, Cell, TargetRounds, side_by_side_record
     from harness_lab.peers.targets import Target
+    from harness_lab.peers.wrk import WrkResult
 
     def run(requests: int, errors: int = 0) -> WrkResult:
         return WrkResult("http://x", 2, 1.0, requests, errors, {"p50": 1.0}, 100.0, 50.0)

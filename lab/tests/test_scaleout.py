@@ -3,7 +3,7 @@ behind the stack's haproxy (``docker stack deploy`` of the stack rendered from t
 replica's container is killed with SIGKILL under load (the engine starts a replacement), then a
 new model version is rolled by ``docker service update`` (the engine rolls, start-first and
 health-gated). No request may be lost with the client's stated retry policy
-(harness_lab.scaleout.load.RETRY), and our code only watches.
+(harness_lab.scaleout.RETRY), and our code only watches.
 
 Runs with `--server-mode docker` where a Docker engine answers (skipped with the reason otherwise); CI runs
 it in the docker stage (`make test-docker`), after the image and the packed envs are built. The
@@ -19,9 +19,8 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness_lab.scaleout import k8s
+from harness_lab.scaleout import RETRY, k8s, stack_load
 from harness_lab.scaleout.autoscale import query, wait_scraped
-from harness_lab.scaleout.load import RETRY, stack_load
 from harness_lab.scaleout.run import kill_under_load, leftovers, roll_version
 from harness_lab.scaleout.swarm import SWARM_GROUP_BY, SWARM_MATCHERS, Stack, docker, stacks
 
@@ -104,7 +103,7 @@ def test_the_engine_replaces_a_killed_replica_and_no_request_is_lost(stack):
     # Both tasks served before the kill: the kill hit a replica that had traffic.
     assert len(result["served_by_before_kill"]) == 2, result
     assert client["lost"] == 0, (
-        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+        f"{client['lost']} requests lost with {RETRY.tries} tries ({client['first_error']}): {result}"
     )
     # The engine, not our code, brought the service back to 2 healthy tasks, the killed one not among them.
     running = stack.running()
@@ -118,7 +117,7 @@ def test_the_engine_rolls_a_new_version_and_no_request_is_lost(stack):
     assert result["engine_final_state"] == "completed", result
     assert result["bundles_running_after"] == ["v2", "v2"], result
     assert client["lost"] == 0, (
-        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+        f"{client['lost']} requests lost with {RETRY.tries} tries ({client['first_error']}): {result}"
     )
     # Both versions answered during the roll; after it, only the new one.
     assert result["responses_by_model_version"].get("1", 0) > 0, result

@@ -3,12 +3,12 @@ model, naming its tensors; answers are checked on the output it names."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from harness.deployments import get_deployment
 from harness_lab.manifest import lab_manifest
-from harness_lab.scaleout.load import Load
-from harness_lab.text_models import text_tensors
+from harness_lab.text_models import sentence_workload, text_tensors
 
 
 def test_tensors_of_the_scaleout_model_come_from_its_config():
@@ -23,10 +23,9 @@ def test_a_model_that_is_not_text_to_one_vector_is_refused_by_name():
 
 
 def test_answers_are_checked_on_the_named_output():
-    load = Load("http://127.0.0.1:1", "m", 1, ("SENTENCE", "VECTOR"))
-    assert load.check({"outputs": [{"name": "VECTOR", "data": [0.6, 0.8]}]}) is None
-    assert load.check({"outputs": [{"name": "EMBEDDING", "data": [0.6, 0.8]}]}) == "no VECTOR in ['EMBEDDING']"
-    assert (
-        load.check({"outputs": [{"name": "VECTOR", "data": [0.8, -0.6]}]}) == "VECTOR differs from the first response"
-    )
-    assert b'"name": "SENTENCE"' in load.body
+    workload = sentence_workload("m", ("SENTENCE", "VECTOR"), "a sentence")
+    assert workload.check({"VECTOR": np.array([[0.6, 0.8]])}, None) is None
+    assert workload.check({"EMBEDDING": np.array([[0.6, 0.8]])}, None) == "no VECTOR in ['EMBEDDING']"
+    assert workload.check({"VECTOR": np.array([[0.8, -0.6]])}, None) == "VECTOR differs from the first response"
+    assert workload.check({"VECTOR": np.array([[0.6, 0.8, 0.0]])}, None) == "VECTOR of shape (3,) or not finite"
+    assert list(workload.inputs) == ["SENTENCE"] and workload.outputs == ["VECTOR"]

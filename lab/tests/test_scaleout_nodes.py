@@ -3,7 +3,7 @@ in a container, harness_lab.scaleout.nodes), two replicas of embedding_cpu sprea
 the stack's haproxy on the manager. Both nodes' replicas must answer through the balancer; the worker
 is drained under load (the engine moves its replica), then lost under load (its whole engine killed:
 the engine reschedules its replica), then brought back (the engine spreads the replicas again); no
-request may be lost with the client's stated retry policy (harness_lab.scaleout.load.RETRY).
+request may be lost with the client's stated retry policy (harness_lab.scaleout.RETRY).
 
 Runs with `--server-mode docker` where a Docker engine answers and a second node can start on it
 (skipped with the reason otherwise); CI runs it in the docker stage (`make test-docker`). The stack,
@@ -18,8 +18,7 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness_lab.scaleout import ScaleoutError
-from harness_lab.scaleout.load import RETRY
+from harness_lab.scaleout import RETRY, ScaleoutError
 from harness_lab.scaleout.nodes import NODE_PREFIX, join, node_state, remove_workers, start_worker
 from harness_lab.scaleout.run import drain_node, kill_node, leftovers, node_back, placement, spread_again
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init, swarm_state
@@ -66,7 +65,7 @@ def _no_loss(result: dict) -> None:
     client = result["client"]
     assert client["requests"] > 20, result
     assert client["lost"] == 0, (
-        f"{client['lost']} requests lost with {RETRY['tries']} tries ({client['first_error']}): {result}"
+        f"{client['lost']} requests lost with {RETRY.tries} tries ({client['first_error']}): {result}"
     )
 
 

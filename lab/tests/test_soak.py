@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from harness.measuring.loadgen import LoadLog, RequestRecord
 from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
-from harness_lab.reliability.load import LoadLog, RequestRecord, echo_workload
 from harness_lab.reliability.memory import memory_growth, memory_trend
 from harness_lab.reliability.report import render_long_soak
 from harness_lab.reliability.soak import check_soak, format_soak, run_soak, summarize_soak
+from harness_lab.reliability.workloads import echo_workload
 
 SOAK_S = 8.0
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.deployments import get_deployment
+from harness.manifest import ConfigOverrides
 from harness.testing.processes import served_processes, stub_processes
 from harness.testing.servers import deployment_server, started, stop_server
 
@@ -26,7 +27,9 @@ def thread_nice_values(process) -> set[int]:
 @pytest.mark.timeout(300)
 def test_nice_lowers_every_thread_of_the_model_stubs_and_answers_still_match_the_reference():
     checks = get_deployment("embedding_cpu").checks_module
-    server = started(deployment_server("embedding_cpu", [MODEL], overrides={MODEL: {"parameters": {"nice": "10"}}}))
+    server = started(
+        deployment_server("embedding_cpu", [MODEL], overrides={MODEL: ConfigOverrides(parameters={"nice": "10"})})
+    )
     try:
         checks._check_sentence_model(SimpleNamespace(server=server), MODEL, skip_empty=True)
         stubs = stub_processes(server.process.pid, MODEL)

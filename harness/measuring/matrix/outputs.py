@@ -45,50 +45,16 @@ def json_row(r: dict, in_matrix: bool) -> dict:
     }
 
 
-def generate(
-    records_file: Path | None = None,
-    docs: Path = DOCS,
-    deployments_root: Path | None = None,
-    outcomes_folder: Path | None = None,
-    sections: list | None = None,
-) -> dict[str, Path]:
-    """Write results.md, results.json, results.csv and plots, with ``sections`` (default: those
-    installed); returns the paths written."""
-    records_file = Path(records_file or records_path())
-    records = read_records(records_file)
-    sections = installed_sections.installed() if sections is None else sections
-    from harness.deployments import discover
-
-    deployments = discover(deployments_root)
-    outcomes = read_outcomes(Path(outcomes_folder or records_file.parent))
-    tables = [r for r in records if not any(s.claims(r) for s in sections)]
-    matrix = build(tables, deployments, outcomes)
-    plots_dir = docs / "plots"
-    # the matrix's own figures only: docs/plots also holds the reliability figures
+def _clear_plots(plots_dir: Path) -> None:
+    """Remove the matrix's own figures (docs/plots also holds the reliability figures)."""
     for pattern in [*(f"*-{kind}.png" for kind in PLOT_KINDS), "headline-*.png"]:
         for old in plots_dir.glob(pattern):
             old.unlink()
-    for name, data in matrix.items():
-        data["plots"] = plot(name, data["rows"], plots_dir, data.get("model_only"))
-    headlines = build_headlines(records, matrix, records_file.parent, sections)
-    headline_plots = plot_headlines(headlines, plots_dir, sections)
-    try:
-        source = str(records_file.resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        source = str(records_file)
-    docs.mkdir(parents=True, exist_ok=True)
-    written = {"markdown": docs / "results.md", "json": docs / "results.json", "csv": docs / "results.csv"}
-    markdown = render_markdown(
-        matrix,
-        source,
-        render_headlines(headlines, sections, deployments),
-        deployments,
-        [clause for s in sections for clause in s.generators(records)],
-        [paragraph for s in sections for paragraph in s.intro(records)],
-    )
-    after = [line for s in sections for line in s.markdown(records)]
-    written["markdown"].write_text(markdown + ("\n".join(after) + "\n" if after else ""))
-    payload = {
+
+
+def results_json(records: list[dict], matrix: dict, headlines: dict, source: str, docs: Path, sections) -> dict:
+    """results.json: every row and other record of each deployment, the headlines, the sections' fields."""
+    return {
         "source": source,
         **{k: v for s in sections for k, v in s.json_head(records).items()},
         "not_measured": NOT_MEASURED,
@@ -108,19 +74,64 @@ def generate(
         },
         **{k: v for s in sections for k, v in s.json_tail(records).items()},
     }
-    written["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    with written["csv"].open("w", newline="") as handle:
+
+
+def _write_csv(path: Path, matrix: dict) -> None:
+    with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for data in matrix.values():
             writer.writerows([json_row(r, True) for r in data["rows"]] + [json_row(r, False) for r in data["extra"]])
+
+
+def _source(records_file: Path) -> str:
+    try:
+        return str(records_file.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(records_file)
+
+
+def generate(
+    records_file: Path | None = None,
+    docs: Path = DOCS,
+    deployments_root: Path | None = None,
+    outcomes_folder: Path | None = None,
+    sections: list | None = None,
+) -> dict[str, Path]:
+    """Write results.md, results.json, results.csv and plots, with ``sections`` (default: those
+    installed); returns the paths written."""
+    from harness.deployments import discover
+
+    records_file = Path(records_file or records_path())
+    records = read_records(records_file)
+    sections = installed_sections.installed() if sections is None else sections
+    deployments = discover(deployments_root)
+    outcomes = read_outcomes(Path(outcomes_folder or records_file.parent))
+    matrix = build([r for r in records if not any(s.claims(r) for s in sections)], deployments, outcomes)
+    _clear_plots(docs / "plots")
+    for name, data in matrix.items():
+        data["plots"] = plot(name, data["rows"], docs / "plots", data.get("model_only"))
+    headlines = build_headlines(records, matrix, records_file.parent, sections)
+    headline_plots = plot_headlines(headlines, docs / "plots", sections)
+    source = _source(records_file)
+    docs.mkdir(parents=True, exist_ok=True)
+    written = {"markdown": docs / "results.md", "json": docs / "results.json", "csv": docs / "results.csv"}
+    markdown = render_markdown(
+        matrix,
+        source,
+        render_headlines(headlines, sections, deployments),
+        deployments,
+        [clause for s in sections for clause in s.generators(records)],
+        [paragraph for s in sections for paragraph in s.intro(records)],
+    )
+    after = [line for s in sections for line in s.markdown(records)]
+    written["markdown"].write_text(markdown + ("\n".join(after) + "\n" if after else ""))
+    payload = results_json(records, matrix, headlines, source, docs, sections)
+    written["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    _write_csv(written["csv"], matrix)
     for s in sections:
         for kind, (name, text) in s.pages(records, deployments).items():
             written[kind] = docs / name
             written[kind].write_text(text)
-    for name, data in matrix.items():
-        for kind, path in data["plots"].items():
-            written[f"plot {name} {kind}"] = path
-    for kind, path in headline_plots.items():
-        written[f"plot headline {kind}"] = path
-    return written
+    written |= {f"plot {name} {kind}": path for name, data in matrix.items() for kind, path in data["plots"].items()}
+    return written | {f"plot headline {kind}": path for kind, path in headline_plots.items()}

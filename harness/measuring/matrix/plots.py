@@ -74,33 +74,27 @@ def sweeps(rows: list[dict]) -> dict[str, list[dict]]:
     }
 
 
-def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] | None = None) -> dict[str, Path]:
-    """The throughput, latency and bytes figures of one run of a deployment; {} when nothing was measured."""
-    mode, run = figure_run(rows)
-    if not run:
-        return {}
-    plt = _pyplot()
-    written: dict[str, Path] = {}
-    save = _saver(folder, f"{name}-", written)
-    variants = variants_in_order(run, model_only)
-    levels = sorted({int(r["concurrency"]) for r in run})
-    at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
-    where = f"{mode} server, {dates(run)}, {machine(run[0])}"
-    height = 1.6 + 0.3 * (len(at) + len(variants))
+class Bars:
+    """The bar layout of one run's figures: a group per variant, a bar per concurrency it was measured at."""
 
-    colors = {c: f"C{i}" for i, c in enumerate(levels)}
-    slots = []  # (y, variant, concurrency): a bar per measured level, variants apart by a gap
-    for benchmark in variants:
-        for c in levels:
-            if (benchmark, c) in at:
-                slots.append((len(slots) + 0.6 * variants.index(benchmark), benchmark, c))
+    def __init__(self, run: list[dict], model_only: dict[str, str] | None):
+        self.variants = variants_in_order(run, model_only)
+        self.levels = sorted({int(r["concurrency"]) for r in run})
+        self.at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
+        self.colors = {c: f"C{i}" for i, c in enumerate(self.levels)}
+        #: (y, variant, concurrency): a bar per measured level, variants apart by a gap
+        self.slots = [
+            (index + 0.6 * self.variants.index(b), b, c)
+            for index, (b, c) in enumerate((b, c) for b in self.variants for c in self.levels if (b, c) in self.at)
+        ]
+        self.height = 1.6 + 0.3 * (len(self.at) + len(self.variants))
 
-    def grouped(ax, key: str, unit: str, mark: str | None = None) -> None:
-        """Horizontal bars from zero: a group per variant, a bar per concurrency it was measured at."""
-        points = [at[(b, c)] for _, b, c in slots]
+    def draw(self, ax, key: str, unit: str, mark: str | None = None) -> None:
+        """Horizontal bars of ``key`` from zero; ``mark``: a tick at that field (p99) and both values."""
+        points = [self.at[(b, c)] for _, b, c in self.slots]
         xs = [p.get(key) or 0.0 for p in points]
-        ys = [y for y, _, _ in slots]
-        bars = ax.barh(ys, xs, 0.85, color=[colors[c] for _, _, c in slots])
+        ys = [y for y, _, _ in self.slots]
+        bars = ax.barh(ys, xs, 0.85, color=[self.colors[c] for _, _, c in self.slots])
         if not mark:
             ax.bar_label(bars, [rate(x) for x in xs], fontsize=6, padding=2)
         else:  # the p99 tick, and both values beyond whichever is longer
@@ -108,61 +102,45 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
             ax.plot([m for m, _ in marked], [y for _, y in marked], "k|", markersize=10)
             for x, p, y in zip(xs, points, ys):
                 top = p.get(mark) or 0.0
-                ax.annotate(
-                    f"{rate(x)} / {rate(top)}",
-                    (max(x, top), y),
-                    xytext=(4, 0),
-                    textcoords="offset points",
-                    va="center",
-                    fontsize=6,
-                )
+                label = f"{rate(x)} / {rate(top)}"
+                ax.annotate(label, (max(x, top), y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6)
         centers = {}
-        for y, b, _ in slots:
+        for y, b, _ in self.slots:
             centers.setdefault(b, []).append(y)
         ax.set_yticks([sum(v) / len(v) for v in centers.values()], list(centers), fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(unit)
         ax.margins(x=0.12)
         ax.grid(axis="x", alpha=0.3)
+        ax.legend(handles=self._legend(mark), fontsize=7, loc="lower right")
+
+    def _legend(self, mark: str | None) -> list:
+        from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
 
-        handles = [Patch(color=colors[c], label=f"c={c}") for c in levels]
+        handles = [Patch(color=self.colors[c], label=f"c={c}") for c in self.levels]
         if mark:
-            from matplotlib.lines import Line2D
-
             handles.append(Line2D([], [], color="black", marker="|", linestyle="", markersize=10, label="p99"))
-        ax.legend(handles=handles, fontsize=7, loc="lower right")
+        return handles
 
-    lines = sweeps(run)
-    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(13 if lines else 8, height), squeeze=False)
-    grouped(axes.flat[0], "items_per_second", "items/s")
-    axes.flat[0].set_title("items/s per variant, bars at each concurrency", fontsize=9)
-    if lines:
-        ax = axes.flat[1]
-        for benchmark, points in lines.items():
-            ax.plot(
-                [int(p["concurrency"]) for p in points], [p["items_per_second"] for p in points], "o-", label=benchmark
-            )
-        ax.set(xscale="log", xlabel="concurrency (requests in flight, log)", ylabel="items/s")
-        swept = sorted({int(p["concurrency"]) for points in lines.values() for p in points})
-        ax.set_xticks(swept, [str(c) for c in swept])
-        ax.minorticks_off()
-        ax.set_title(f"concurrency sweeps ({SWEEP_POINTS}+ levels)", fontsize=9)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
-    save(fig, "throughput")
 
-    fig, ax = plt.subplots(figsize=(8, height))
-    grouped(
-        ax, "perf_latency_p50", "client-side latency ms: bar p50, tick p99 (labels p50 / p99)", mark="perf_latency_p99"
-    )
-    fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
-    save(fig, "latency")
+def _sweep_lines(ax, lines: dict[str, list[dict]]) -> None:
+    """items/s against concurrency (log) of each variant swept at ``SWEEP_POINTS`` or more levels."""
+    for benchmark, points in lines.items():
+        ax.plot([int(p["concurrency"]) for p in points], [p["items_per_second"] for p in points], "o-", label=benchmark)
+    ax.set(xscale="log", xlabel="concurrency (requests in flight, log)", ylabel="items/s")
+    swept = sorted({int(p["concurrency"]) for points in lines.values() for p in points})
+    ax.set_xticks(swept, [str(c) for c in swept])
+    ax.minorticks_off()
+    ax.set_title(f"concurrency sweeps ({SWEEP_POINTS}+ levels)", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
+
+def _bytes_bars(ax, run: list[dict], variants: list[str]) -> None:
+    """Request and response bytes of each variant's latest row (log scale)."""
     last = {b: max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants}
-    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.45 * len(variants)))
     positions = range(len(variants))
     for offset, key, label in (
         (-0.2, "bytes_sent_per_request", "sent"),
@@ -177,6 +155,36 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     ax.margins(x=0.15)
     ax.set(xlabel="bytes per request (request / response body, log)")
     ax.legend(fontsize=7)
+
+
+def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] | None = None) -> dict[str, Path]:
+    """The throughput, latency and bytes figures of one run of a deployment; {} when nothing was measured."""
+    mode, run = figure_run(rows)
+    if not run:
+        return {}
+    plt = _pyplot()
+    written: dict[str, Path] = {}
+    save = _saver(folder, f"{name}-", written)
+    layout = Bars(run, model_only)
+    where = f"{mode} server, {dates(run)}, {machine(run[0])}"
+
+    lines = sweeps(run)
+    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(13 if lines else 8, layout.height), squeeze=False)
+    layout.draw(axes.flat[0], "items_per_second", "items/s")
+    axes.flat[0].set_title("items/s per variant, bars at each concurrency", fontsize=9)
+    if lines:
+        _sweep_lines(axes.flat[1], lines)
+    fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
+    save(fig, "throughput")
+
+    fig, ax = plt.subplots(figsize=(8, layout.height))
+    unit = "client-side latency ms: bar p50, tick p99 (labels p50 / p99)"
+    layout.draw(ax, "perf_latency_p50", unit, mark="perf_latency_p99")
+    fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
+    save(fig, "latency")
+
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.45 * len(layout.variants)))
+    _bytes_bars(ax, run, layout.variants)
     fig.suptitle(f"{name}: bytes on the wire per request of each variant\n({where})", fontsize=10)
     save(fig, "bytes")
     return written

@@ -63,6 +63,37 @@ def _speed_run(record: dict) -> bool:
     return bool((record.get("notes") or {}).get("speed_run"))
 
 
+def _bench_loopback(records: list[dict], deployment: str, paths: list[str]) -> list[dict]:
+    """The local bench rows of ``paths`` (default generator, oldest first): the loopback column when no
+    unshaped run in a namespace was made."""
+    plain = [
+        r
+        for r in records
+        if r.get("deployment") == deployment
+        and not r.get("network")
+        and not r.get("comparison")
+        and r.get("benchmark") in paths
+        and r.get("server_mode") == "local"
+        and generator_family(r) == "harness-asyncio"
+    ]
+    return sorted(plain, key=stamp)
+
+
+def _cells(records: list[dict], mine: list[dict], deployment: str, paths: list[str]) -> tuple[dict, dict, bool]:
+    """``{(path, link): {concurrency: record}}``, ``{link: bits/s}`` and whether loopback came from the bench."""
+    links = {_link_name(r): _link_bits(r) for r in mine}
+    cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
+    for r in mine:
+        cells[(r["benchmark"], _link_name(r))][int(r.get("concurrency") or 0)] = r
+    loopback_from_bench = "loopback" not in links
+    if loopback_from_bench:
+        for r in _bench_loopback(records, deployment, paths):
+            cells[(r["benchmark"], "loopback")][int(r.get("concurrency") or 0)] = r
+        if any((p, "loopback") in cells for p in paths):
+            links["loopback"] = float("inf")
+    return cells, links, loopback_from_bench
+
+
 def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -> dict:
     """Items/s of each path by link, at the lowest concurrency every (path, link) measured."""
     shaped = network_records(records)
@@ -73,26 +104,7 @@ def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -
     if any(_speed_run(r) for r in mine):  # the paths of a speed-run model: the link, not the CPU, bounds them
         mine = [r for r in mine if _speed_run(r)]
     paths = sorted({r["benchmark"] for r in mine})
-    links = {_link_name(r): _link_bits(r) for r in mine}
-    cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
-    for r in mine:
-        cells[(r["benchmark"], _link_name(r))][int(r.get("concurrency") or 0)] = r
-    loopback_from_bench = "loopback" not in links
-    if loopback_from_bench:  # no unshaped run in a namespace: the local bench rows of the same paths
-        plain = [
-            r
-            for r in records
-            if r.get("deployment") == deployment
-            and not r.get("network")
-            and not r.get("comparison")
-            and r.get("benchmark") in paths
-            and r.get("server_mode") == "local"
-            and generator_family(r) == "harness-asyncio"
-        ]
-        for r in sorted(plain, key=stamp):
-            cells[(r["benchmark"], "loopback")][int(r.get("concurrency") or 0)] = r
-        if any((p, "loopback") in cells for p in paths):
-            links["loopback"] = float("inf")
+    cells, links, loopback_from_bench = _cells(records, mine, deployment, paths)
     order = sorted(links, key=lambda name: -links[name])
     common = set.intersection(*(set(cells.get((p, link), {})) for p in paths for link in order))
     if not common:

@@ -206,16 +206,13 @@ def _verdict(row: dict) -> str:
     return "met" if row["value"] >= row["goal"] else "NOT met"
 
 
-def render(records: list[dict]) -> list[str]:
-    """Markdown lines: the side-by-side table and its ratios (empty when no such run exists)."""
-    run = latest_run(records)
-    if not run:
-        return []
+def _introduction(run: list[dict]) -> list[str]:
+    """The section's heading and the sentence of how the run was made."""
     first = min(run, key=lambda r: str(r.get("timestamp", "")))
     spec = peers_spec(run)
     loads = [r["load_average_1m"] for r in run if r.get("load_average_1m") is not None]
     load = f"1-minute load average {min(loads):.1f}-{max(loads):.1f}" if loads else "machine load not recorded"
-    lines = [
+    return [
         "",
         f"## {first.get('deployment')} side by side: {spec.title}",
         "",
@@ -232,6 +229,10 @@ def render(records: list[dict]) -> list[str]:
         "its ceiling on the same texts.",
         "",
     ]
+
+
+def _targets_table(run: list[dict]) -> str:
+    """Every target of every workload: its rate, rounds, latency, errors and ceiling."""
     order = {key: i for i, key in enumerate(workloads_of(run))}
     rows = [
         [
@@ -249,51 +250,49 @@ def render(records: list[dict]) -> list[str]:
         ]
         for r in sorted(run, key=lambda r: (order[(workload_label(r), int(r["concurrency"]))], r["model"]))
     ]
-    lines.append(
+    return table(
+        rows,
+        "batch | c | target | sentences/s | rounds | p50 ms | p99 ms | errors | ceiling | served / ceiling | "
+        "INT8 kernel path",
+    )
+
+
+def _paths_lines(run: list[dict]) -> list[str]:
+    """The serving paths table (native, OpenAI, infinity-emb, naive), when the run has one."""
+    path_rows = paths(run)
+    if not path_rows:
+        return []
+    quotients = ("openai_over_native", "openai_over_infinity", "native_over_infinity")
+    rows = [
+        [
+            r["batch"],
+            r["concurrency"],
+            r["model"],
+            number(r["native"]),
+            number(r["openai"]),
+            f"{number(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
+            number(r["naive"]),
+            *(number(r[q], 2) for q in quotients),
+        ]
+        for r in path_rows
+    ]
+    return [
+        "",
+        "Serving paths side by side (sentences/s, median over rounds; quotients round by round): our "
+        "native KServe request and our OpenAI-style `/v1/embeddings` on the same server, infinity-emb's "
+        "`/embeddings` (its faster engine) and the naive FastAPI + sentence-transformers server, all "
+        'OpenAI-style bodies alike (`{"input": [...], "model": ...}`):',
+        "",
         table(
             rows,
-            "batch | c | target | sentences/s | rounds | p50 ms | p99 ms | errors | ceiling | served / ceiling | "
-            "INT8 kernel path",
-        )
-    )
-    path_rows = paths(run)
-    if path_rows:
-        lines += [
-            "",
-            "Serving paths side by side (sentences/s, median over rounds; quotients round by round): our "
-            "native KServe request and our OpenAI-style `/v1/embeddings` on the same server, infinity-emb's "
-            "`/embeddings` (its faster engine) and the naive FastAPI + sentence-transformers server, all "
-            'OpenAI-style bodies alike (`{"input": [...], "model": ...}`):',
-            "",
-            table(
-                [
-                    [
-                        r["batch"],
-                        r["concurrency"],
-                        r["model"],
-                        number(r["native"]),
-                        number(r["openai"]),
-                        f"{number(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
-                        number(r["naive"]),
-                        *(
-                            number(r[q], 2)
-                            for q in ("openai_over_native", "openai_over_infinity", "native_over_infinity")
-                        ),
-                    ]
-                    for r in path_rows
-                ],
-                "batch | c | model | native | OpenAI path | best infinity-emb | naive FastAPI | OpenAI / native | "
-                "OpenAI / infinity | native / infinity",
-            ),
-        ]
-    lines += [
-        "",
-        "Ratios (goals: the deployment's `[[peers.ratios]]`; `met` when the median reaches it, `n/a` where the "
-        "goal holds only where another target is ahead and it is not). CPU-time ratio: the same quotient "
-        "from CPU seconds per sentence (the server's process tree, counted until idle after each window, "
-        "against the ceiling worker's), steadier than wall-clock rates when other jobs share the core:",
-        "",
+            "batch | c | model | native | OpenAI path | best infinity-emb | naive FastAPI | OpenAI / native | "
+            "OpenAI / infinity | native / infinity",
+        ),
     ]
+
+
+def _ratios_lines(run: list[dict]) -> list[str]:
+    """The ``[[peers.ratios]]`` table: median, rounds, CPU-time ratio, goal and verdict."""
     rows = [
         [
             r["batch"],
@@ -307,10 +306,25 @@ def render(records: list[dict]) -> list[str]:
         ]
         for r in ratios(run)
     ]
-    lines.append(table(rows, ["batch", "c", "ratio", "median", "rounds", "CPU-time ratio", "goal", ""]))
+    return [
+        "",
+        "Ratios (goals: the deployment's `[[peers.ratios]]`; `met` when the median reaches it, `n/a` where the "
+        "goal holds only where another target is ahead and it is not). CPU-time ratio: the same quotient "
+        "from CPU seconds per sentence (the server's process tree, counted until idle after each window, "
+        "against the ceiling worker's), steadier than wall-clock rates when other jobs share the core:",
+        "",
+        table(rows, ["batch", "c", "ratio", "median", "rounds", "CPU-time ratio", "goal", ""]),
+    ]
+
+
+def render(records: list[dict]) -> list[str]:
+    """Markdown lines: the side-by-side table and its ratios (empty when no such run exists)."""
+    run = latest_run(records)
+    if not run:
+        return []
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
-    lines += ["", "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants), ""]
-    return lines
+    targets = "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants)
+    return [*_introduction(run), _targets_table(run), *_paths_lines(run), *_ratios_lines(run), "", targets, ""]
 
 
 # -- the headline lesson "serving": which way to serve an embedding model on a CPU --------------

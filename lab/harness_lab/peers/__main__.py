@@ -28,8 +28,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from harness.deployments import Deployment, ManifestError
+from harness.manifest import ConfigOverrides, overrides_table
 from harness.measuring.engines import cpu_flags
-from harness.measuring.generators.wrk import WrkGenerator, cores_label
+from harness.measuring.pinning import cores_label
 from harness.measuring.records import append_record
 from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.manifest import PeersSpec, chosen, resolve
@@ -49,6 +50,7 @@ from harness_lab.peers.targets import (
     post,
     route_exists,
 )
+from harness_lab.peers.wrk import WrkGenerator
 
 
 def parser() -> argparse.ArgumentParser:
@@ -145,7 +147,7 @@ def _variants(parser, args, deployment: Deployment, spec: PeersSpec, models: lis
         parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
     for variant in args.variant:
         name, _, config = variant.partition("=")
-        variants.append(ServedVariant(name, json.loads(config), variant_models))
+        variants.append(ServedVariant(name, overrides_table(json.loads(config)), variant_models))
     return variants
 
 
@@ -198,16 +200,18 @@ def plan(parser, args) -> RunPlan:
     )
 
 
-def fitted_to_cores(deployment: Deployment, overrides: dict | None, cores: int) -> dict:
+def fitted_to_cores(
+    deployment: Deployment, overrides: dict[str, ConfigOverrides] | None, cores: int
+) -> dict[str, ConfigOverrides]:
     """``overrides`` with every CPU model's instance count capped at ``cores`` where they do not set
     it: as a user sizes the configs for the cores the server gets (instances beyond them only switch)."""
     from harness.repository import configs
 
-    fitted = {model: dict(config) for model, config in (overrides or {}).items()}
+    fitted = dict(overrides or {})
     for model, config in configs(deployment.model_repository).items():
         count = sum(group.count for group in config.instance_group)
-        if count > cores and "instance_count" not in fitted.get(model, {}):
-            fitted.setdefault(model, {})["instance_count"] = cores
+        if count > cores and fitted.get(model, ConfigOverrides()).instance_count is None:
+            fitted[model] = fitted.get(model, ConfigOverrides()).model_copy(update={"instance_count": cores})
     return fitted
 
 

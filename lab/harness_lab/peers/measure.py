@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 
 from harness import PROJECT_ROOT
 from harness.measuring.engines import cpu_flags
-from harness.measuring.generators.wrk import cores_label
+from harness.measuring.pinning import cores_label
 from harness_lab.peers import workloads
 from harness_lab.peers.processes import tree_cpu_parts, wait_idle
 from harness_lab.peers.targets import Target

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 
-from harness.measuring.generators.wrk import cores_label
 from harness.measuring.pair_bench import cpu_seconds
+from harness.measuring.pinning import cores_label
 from harness.serving.gate.serve import free_port
 from harness_lab.peers.workloads import openai_body
 

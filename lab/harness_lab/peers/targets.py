@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import requests
 
 from harness.deployments import Deployment
+from harness.manifest import ConfigOverrides
 from harness_lab.manifest import PeersSpec, PeerVariant
 from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import ENGINES, TORCH_KIND
@@ -40,7 +41,7 @@ class ServedVariant:
     ``declared``: its ``[peers.variants]`` entry (None: a ``--variant``)."""
 
     name: str
-    config: dict
+    config: dict[str, ConfigOverrides]
     models: list[str]
     declared: PeerVariant | None = None
     server: object = None
@@ -133,7 +134,7 @@ def declared_variants(
         if variant.cpu_flags and not set(variant.cpu_flags) & set(flags):
             skipped.append(f"variant {name} not served: this CPU has none of {', '.join(variant.cpu_flags)}")
             continue
-        served.append(ServedVariant(name, benchmarks[variant.benchmark].overrides, wanted, variant))
+        served.append(ServedVariant(name, benchmarks[variant.benchmark].config, wanted, variant))
     return served, skipped
 
 
@@ -168,8 +169,9 @@ def native_targets(
         record |= {"endpoint": endpoint} | ({"reply": options.native_reply} if served.request == "text" else {})
         describe, suffix = served.describe, ""
         if variant is not None:
-            record["config_overrides"], suffix = variant.config, f"[{variant.name}]"
-            describe += f", config {json.dumps(variant.config, sort_keys=True)}" if declared is None else ""
+            overrides = {m: config.fields() for m, config in variant.config.items()}
+            record["config_overrides"], suffix = overrides, f"[{variant.name}]"
+            describe += f", config {json.dumps(overrides, sort_keys=True)}" if declared is None else ""
         if declared is not None:
             describe = declared.describe or describe
             record |= {"config_benchmark": declared.benchmark, "engine": declared.engine}

@@ -1,4 +1,4 @@
-"""Faults under verified load (``harness_lab.reliability.load``): kill a Python stub, unload +
+"""Faults under verified load (``harness.measuring.loadgen``): kill a Python stub, unload +
 reload a model, stop + restart the server; what the clients saw (errors, their window, when service
 was back, wrong answers). What tritonserver does in each: lab/docs/reliability.md.
 
@@ -17,9 +17,9 @@ from collections import Counter
 
 import tritonclient.http as httpclient
 
+from harness.measuring.loadgen import LoadLog, Workload, run_checked_load
 from harness.testing.processes import stub_processes
 from harness.testing.servers import model_server, restarted, started, stop_server
-from harness_lab.reliability.load import CheckedWorkload, LoadLog, run_checked_load
 from harness_lab.reliability.report import NoReports, faults_section, write_docs, write_json
 from harness_lab.reliability.servers import checked_workload, chosen_target, target_parser
 
@@ -151,7 +151,7 @@ def _unattended_then_remedy(server, stub_model: str, log: LoadLog, info: dict, u
 
 def kill_stub(
     server,
-    workload: CheckedWorkload,
+    workload: Workload,
     *,
     stub_model: str | None = None,
     concurrency: int = 16,
@@ -195,7 +195,7 @@ def kill_stub(
 
 
 def unload_reload(
-    server, workload: CheckedWorkload, *, concurrency: int = 16, before_s: float = 2.0, after_s: float = 3.0
+    server, workload: Workload, *, concurrency: int = 16, before_s: float = 2.0, after_s: float = 3.0
 ) -> dict:
     """Unload the model under load, wait until it is gone, load it again."""
     info: dict = {"scenario": "unload_reload", "model": workload.model, "concurrency": concurrency}
@@ -213,7 +213,7 @@ def unload_reload(
 
 def restart_server(
     server,
-    workload: CheckedWorkload,
+    workload: Workload,
     *,
     concurrency: int = 16,
     before_s: float = 2.0,

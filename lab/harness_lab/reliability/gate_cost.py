@@ -23,9 +23,9 @@ import time
 
 import psutil
 
+from harness.measuring.loadgen import run_checked_load
 from harness.measuring.pair_bench import cpu_seconds as pair_cpu_seconds
 from harness.testing.servers import model_server, started, stop_server
-from harness_lab.reliability.load import run_checked_load
 from harness_lab.reliability.report import write_json
 from harness_lab.reliability.servers import checked_workload, chosen_target, target_parser
 

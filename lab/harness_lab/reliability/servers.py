@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness_lab.reliability.load import CheckedWorkload, echo_workload, text_embedding_workload
+from harness.measuring.loadgen import Workload
 from harness_lab.reliability.report import RESULTS_DIR
+from harness_lab.reliability.workloads import echo_workload, text_embedding_workload
 
 
 def target_parser(doc: str, report: str, concurrency: int) -> argparse.ArgumentParser:
@@ -45,7 +46,7 @@ def chosen_target(parser, args) -> tuple[str, str]:
     return dep.name, args.model or lab.reliability.model
 
 
-def checked_workload(deployment: str, model: str, http_url: str, reference: str | None = None) -> CheckedWorkload:
+def checked_workload(deployment: str, model: str, http_url: str, reference: str | None = None) -> Workload:
     """The checked workload of ``model`` served at ``http_url``: ``echo`` answers its own text; any other
     model gets ``reference`` (``"file.py:function"`` of the lab folder) or else the lab ``[reliability]``
     table's ``workload``, called as ``function(http_url, model)``; neither: unique sentences to the

@@ -15,6 +15,7 @@ The checked workload: ``--images`` files (bytes in, ``--output`` compared), else
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import shlex
@@ -22,19 +23,13 @@ import sys
 import time
 from pathlib import Path
 
+from harness.measuring.loadgen import LoadLog, Retry, Workload, percentiles, run_checked_load
 from harness.testing.processes import process_memory
 from harness.testing.servers import model_server, started, stop_server
-from harness_lab.reliability.load import (
-    CheckedWorkload,
-    LoadLog,
-    bytes_workload,
-    percentiles,
-    run_checked_load,
-    text_embedding_workload,
-)
 from harness_lab.reliability.memory import memory_growth, memory_trend, rss_sample
 from harness_lab.reliability.report import soak_section, write_json
 from harness_lab.reliability.servers import checked_workload, chosen_target, target_parser
+from harness_lab.reliability.workloads import bytes_workload, text_embedding_workload
 
 
 def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
@@ -58,7 +53,7 @@ def summarize_soak(log: LoadLog, warmup_s: float) -> dict:
 
 def run_soak(
     server,
-    workload: CheckedWorkload,
+    workload: Workload,
     *,
     concurrency: int = 64,
     duration_s: float = 15.0,
@@ -83,13 +78,8 @@ def run_soak(
             series.append(rss_sample(pid, t0))
         memory["end"] = process_memory(pid)
 
-    log = run_checked_load(
-        workload,
-        server.http_url,
-        concurrency=concurrency,
-        backoff_s=0.0,
-        during=sample_after_warmup,
-    )
+    unpaused = dataclasses.replace(workload, retry=Retry())  # every failure counts, none waited out
+    log = run_checked_load(unpaused, server.http_url, concurrency=concurrency, during=sample_after_warmup)
     report = {
         "scenario": "soak",
         "model": workload.model,
@@ -155,7 +145,7 @@ def soak_parser():
     return parser
 
 
-def soak_workload(args, files: list[Path], http_url: str) -> CheckedWorkload:
+def soak_workload(args, files: list[Path], http_url: str) -> Workload:
     """``--images`` files (bytes in, ``--output`` compared), else ``--input`` / ``--output`` of a text ->
     vector model, else the deployment's checked workload."""
     if files:

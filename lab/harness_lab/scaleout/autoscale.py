@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 import time
 
-from harness_lab.scaleout import wait_for
+from harness_lab.scaleout import stack_load, summarize, wait_for
 from harness_lab.scaleout.k8s import QUEUE_METRIC, RenderOptions, apply_manifest
-from harness_lab.scaleout.load import stack_load, summarize
 from harness_lab.scaleout.swarm import JOB, Stack
 
 TOLERANCE = 0.1
@@ -70,7 +69,7 @@ def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -
         load = stack_load(stack, load_c).start() if load_c else None
         time.sleep(window_s)
         values = per_task(stack)
-        outcomes = load.stop() if load else []
+        outcomes = load.stop().records if load else []
         levels.append(
             {
                 "level": label,

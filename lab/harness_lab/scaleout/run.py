@@ -12,11 +12,11 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
+from harness.measuring.loadgen import RequestRecord
 from harness.measuring.records import machine
-from harness_lab.scaleout import ScaleoutError, wait_for
+from harness_lab.scaleout import RETRY, ScaleoutError, stack_load, summarize, wait_for
 from harness_lab.scaleout.autoscale import autoscaling_signal
 from harness_lab.scaleout.capacity import predicted_throughput
-from harness_lab.scaleout.load import RETRY, Outcome, stack_load, summarize
 from harness_lab.scaleout.nodes import Worker, join, kill_worker, node_state, restart_worker, start_worker
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, stack_objects, swarm_init
 
@@ -27,13 +27,13 @@ NODE_SCENARIOS = ("drain", "node-loss")
 BALANCER_SETTLE_S = 4.0
 
 
-def served_by(outcomes: list[Outcome]) -> dict[str, int]:
+def served_by(outcomes: list[RequestRecord]) -> dict[str, int]:
     """Successful requests per task address (the balancer's ``X-Upstream``)."""
-    return dict(Counter(o.upstream.split(",")[-1].strip().rsplit(":", 1)[0] or "?" for o in outcomes if o.ok))
+    return dict(Counter(o.facts["upstream"].split(",")[-1].strip().rsplit(":", 1)[0] or "?" for o in outcomes if o.ok))
 
 
-def by_version(outcomes: list[Outcome]) -> dict[str, int]:
-    return dict(Counter(str(o.version) for o in outcomes if o.ok))
+def by_version(outcomes: list[RequestRecord]) -> dict[str, int]:
+    return dict(Counter(str(o.facts["model_version"]) for o in outcomes if o.ok))
 
 
 class Watch:
@@ -84,8 +84,8 @@ def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: floa
         began = time.time()
         time.sleep(duration_s)
         ended = time.time()
-        outcomes = load.stop()
-        window = [o for o in outcomes if began <= o.ended <= ended]
+        outcomes = load.stop().records
+        window = [o for o in outcomes if began <= o.end <= ended]
         rows.append(
             {
                 "replicas": count,
@@ -129,7 +129,7 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
     victim = stack.running()[-1]
     load = stack_load(stack, concurrency).start()
     time.sleep(before_s)
-    served_before = served_by(list(load.outcomes))
+    served_before = served_by(list(load.log.records))
     asked_at, killed_at = stack.kill(victim)
 
     # The engine notices the exit and schedules a new task; it is running once its health check passes.
@@ -140,12 +140,14 @@ def kill_under_load(stack: Stack, concurrency: int, before_s: float = 4.0, after
     wait_for(replaced, 900, f"a task replacing {victim['id'][:12]}")
     recovered_at = time.time()
     time.sleep(after_s)
-    outcomes = load.stop()
-    after_kill = [o for o in outcomes if o.began >= killed_at]
+    outcomes = load.stop().records
+    after_kill = [o for o in outcomes if o.start >= killed_at]
     # The last answer any request got from an address that served before the kill but not after it.
-    survivors = set(served_by([o for o in outcomes if o.began >= recovered_at]))
+    survivors = set(served_by([o for o in outcomes if o.start >= recovered_at]))
     gone = set(served_before) - survivors
-    last_from_victim = max((o.ended for o in outcomes if o.ok and o.upstream.rsplit(":", 1)[0] in gone), default=None)
+    last_from_victim = max(
+        (o.end for o in outcomes if o.ok and o.facts["upstream"].rsplit(":", 1)[0] in gone), default=None
+    )
     result = {
         "victim_task": victim["id"][:12],
         "replicas": stack.replicas,
@@ -186,7 +188,7 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: f
     state = wait_for(settled, 1800, f"the update to {version}", period_s=1.0)
     finished = time.time()
     time.sleep(after_s)
-    outcomes = load.stop()
+    outcomes = load.stop().records
     events = watch.stop()
     if state == "completed":
         stack.bundle = version
@@ -202,7 +204,7 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: f
         "roll_s": round(finished - began, 1),
         "client": summarize(outcomes),
         "responses_by_model_version": by_version(outcomes),
-        "responses_by_model_version_after_roll": by_version([o for o in outcomes if o.began > finished + 0.5]),
+        "responses_by_model_version_after_roll": by_version([o for o in outcomes if o.start > finished + 0.5]),
         "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
         "host_load_avg_1m": round(os.getloadavg()[0], 1),
     }
@@ -239,7 +241,7 @@ def placement(stack: Stack) -> dict[str, int]:
     return dict(Counter(names.get(t["node"], t["node"][:12]) for t in stack.running()))
 
 
-def served_by_node(outcomes: list[Outcome], tasks: list[dict]) -> dict[str, int]:
+def served_by_node(outcomes: list[RequestRecord], tasks: list[dict]) -> dict[str, int]:
     """Successful requests per node (hostname), from the balancer's ``X-Upstream`` and the tasks' addresses."""
     names = node_names()
     node_of = {t["address"]: names.get(t["node"], t["node"][:12]) for t in tasks if t["address"]}
@@ -267,7 +269,7 @@ def node_under_load(stack: Stack, concurrency: int, node: str, action, done, wha
     wait_for(finished, 900, what)
     took = time.time() - asked_at
     time.sleep(5.0)
-    outcomes, events = load.stop(), watch.stop()
+    outcomes, events = load.stop().records, watch.stop()
     names = node_names()
     result = {
         "node": names.get(node, node),
@@ -421,7 +423,7 @@ def run(
         "lb": lb,
         "orchestrator": "docker swarm (docker stack deploy)",
         "engine": docker("version", "--format", "{{.Server.Version}}").strip(),
-        "retry_policy": RETRY,
+        "retry_policy": RETRY.as_record(),
         "machine": machine(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "nodes": nodes,

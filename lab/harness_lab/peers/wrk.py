@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.measuring.loadgen import cores_label
+from harness.measuring.pinning import cores_label
 
 #: Lua script: bodies from the file named by the first script argument, rotated per request.
 SCRIPT = r"""
