@@ -15,8 +15,8 @@ from types import ModuleType
 
 from harness import PROJECT_ROOT
 from harness.manifest import Benchmark, Manifest, ManifestError, TargetSettings, read_manifest
-from harness.serving.gate.policy import GatePolicy
 from harness.serving.launchers import ServerOptions
+from triton_gate.policy import GatePolicy
 
 __all__ = ["Benchmark", "Deployment", "ManifestError", "discover", "discover_with_errors", "get_deployment"]
 

@@ -41,9 +41,9 @@ def test_a_v1_client_reaches_the_query_lane_by_its_openai_model_name():
     import requests
 
     from harness.deployments import get_deployment
-    from harness.serving.gate.policy import OpenAIModel, OpenAIText
     from harness.testing.servers import deployment_server, started, stop_server
     from harness_lab.reliability.short_under_long import add_query_lane
+    from triton_gate.policy import OpenAIModel, OpenAIText
 
     checks = get_deployment("embedding_cpu").checks_module
     fixture = checks._fixture()

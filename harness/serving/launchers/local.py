@@ -2,7 +2,7 @@
 
 The harness assembles a backend directory (the Python backend with the stub of the running
 interpreter, plus the harness's own backends), binds 127.0.0.1 on free ports and serves through
-the front gate (``harness.serving.gate``), which starts tritonserver behind it; ``gate=False``
+the front gate (``triton_gate``), which starts tritonserver behind it; ``gate=False``
 starts tritonserver directly on the public ports (to measure the gate's cost).
 """
 
@@ -27,8 +27,10 @@ import onnxruntime
 import psutil
 
 from harness.repository import RepositoryError
-from harness.serving.gate.isolation import sigterm_when_parent_dies
-from harness.serving.gate.serve import (
+from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
+from harness.serving.packenv import PackedEnvError, assert_repository
+from triton_gate.isolation import sigterm_when_parent_dies
+from triton_gate.serve import (
     ADMIN_HEADER,
     close_sockets,
     free_ports,
@@ -37,9 +39,7 @@ from harness.serving.gate.serve import (
     restricted_apis,
     worker_sockets,
 )
-from harness.serving.gate.workers import default_workers
-from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
-from harness.serving.packenv import PackedEnvError, assert_repository
+from triton_gate.workers import default_workers
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 
@@ -118,7 +118,7 @@ class LocalTritonServer(StartedTritonServer):
         self.gate = gate
         self.isolate = isolate
         self.gate_options = dict(gate_options or {})
-        #: Gate processes serving the public ports (``harness.serving.gate.workers``).
+        #: Gate processes serving the public ports (``triton_gate.workers``).
         self.gate_workers = gate_workers or default_workers()
         #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
         self.private_ports = chosen[3:] if gate else None
@@ -253,7 +253,7 @@ class LocalTritonServer(StartedTritonServer):
             with os.fdopen(fd, "w") as f:
                 json.dump(self.gate_config(fds), f)
             self.process = self._spawn(
-                [sys.executable, "-m", "harness.serving.gate", str(config_path)],
+                [sys.executable, "-m", "triton_gate", str(config_path)],
                 pass_fds=[fd for mine in fds for fd in mine.values()],
             )
         finally:

@@ -40,7 +40,6 @@ from harness.manifest import PeerVariant
 from harness.measuring.engines import cpu_flags
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.records import append_record
-from harness.serving.gate.policy import GatePolicy
 from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.peers import workloads
 from harness_lab.peers.ceiling import ENGINES, TORCH_KIND
@@ -48,6 +47,7 @@ from harness_lab.peers.infinity import InfinityServer, infinity_version
 from harness_lab.peers.naive import NaiveServer
 from harness_lab.peers.processes import tree_cpu_parts, wait_idle
 from harness_lab.text_models import text_tensors
+from triton_gate.policy import GatePolicy
 
 #: Named where the record is INT8: the ops onnxruntime runs and the kernels MLAS dispatches to here.
 INT8_KERNEL_PATH = "onnxruntime dynamic INT8, QOperator (DynamicQuantizeMatMul + QAttention), MLAS u8s8 GEMM, {isa}"

@@ -24,12 +24,12 @@ import numpy as np
 from harness.deployments import declaring, get_deployment
 from harness.measuring.generators.wrk import WrkGenerator, cores_label
 from harness.measuring.pair_bench import cpu_seconds
-from harness.serving.gate.policy import GatePolicy, OpenAIMapping
 from harness.testing.servers import stop_server
 from harness_lab.peers import workloads
 from harness_lab.peers.__main__ import _post, check_openai, openai_calls, start_triton
 from harness_lab.peers.processes import wait_idle
 from harness_lab.text_models import text_tensors
+from triton_gate.policy import GatePolicy, OpenAIMapping
 
 
 def process_cpu(root_pid: int) -> dict[str, float]:
@@ -44,7 +44,7 @@ def gate_json_costs(batch: int, dimension: int, pool: list[str], repeats: int = 
     arrays, base64 strings), and of ``row.tolist()`` + ``json.dumps`` for comparison."""
     import base64
 
-    from harness.serving.gate.openai_api import dump, parse_request
+    from triton_gate.openai_api import dump, parse_request
 
     policy = OpenAIMapping(models={"m": {"text": {"model": "m"}}}, default="m")
     body = workloads.openai_body(workloads.sentences(pool, batch), "m")

@@ -447,7 +447,7 @@ class Measurement:
 def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: int, max_dims: dict | None):
     """The body and header length if the gate would accept it, else (None, the gate's reason)."""
     from harness.repository import config_from_json
-    from harness.serving.gate.validate import GateError, validate_infer
+    from triton_gate.validate import GateError, validate_infer
 
     body, header_length = request_body(inputs, outputs, parameters)
     if len(body) > limit:
@@ -461,8 +461,8 @@ def accepted_body(model: str, config: dict, inputs, outputs, parameters, limit: 
 
 def _current_limit(server, model: str, config: dict) -> tuple[int, dict | None]:
     from harness.repository import config_from_json
-    from harness.serving.gate.policy import GatePolicy
-    from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
+    from triton_gate.policy import GatePolicy
+    from triton_gate.validate import DEFAULT_MAX_BODY, body_limit
 
     policy = server.options.gate_policy or GatePolicy()
     default = int(getattr(server, "gate_options", {}).get("max_body_bytes") or DEFAULT_MAX_BODY)

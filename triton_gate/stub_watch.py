@@ -2,7 +2,7 @@
 
 When a stub dies while Triton still calls its model READY, the model is marked ``broken`` (the
 gate's readiness and the model's ready endpoint answer not-ready), an event is recorded, and the
-model is unloaded + loaded again. ``StubWatch`` is a part of ``harness.serving.gate.server.Gate``:
+model is unloaded + loaded again. ``StubWatch`` is a part of ``triton_gate.server.Gate``:
 it uses the gate's tritonserver child and its upstream calls (``ready_models``, ``repository_call``).
 """
 
@@ -18,8 +18,8 @@ import time
 import psutil
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from harness.serving.gate import log
-from harness.serving.gate.workers import exited
+from triton_gate import log
+from triton_gate.workers import exited
 
 
 def expected_stubs(config: ModelConfig) -> int:

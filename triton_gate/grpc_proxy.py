@@ -17,8 +17,8 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from harness.serving.gate.auth import PROBE_METHODS, bearer_ok
-from harness.serving.gate.validate import GateError, check_input, count_bytes_elements
+from triton_gate.auth import PROBE_METHODS, bearer_ok
+from triton_gate.validate import GateError, check_input, count_bytes_elements
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).

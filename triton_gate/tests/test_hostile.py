@@ -14,8 +14,8 @@ import pytest
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import make_gate_repository
 from harness_lab.hostile.__main__ import main
-from harness_lab.hostile.cases import CLASSES, InputSpec, Target, all_cases, declared_bytes, huge_shape
-from harness_lab.hostile.runner import DIED, NOT_RUN, REFUSED
+from triton_gate.tests.hostile_cases import CLASSES, InputSpec, Target, all_cases, declared_bytes, huge_shape
+from triton_gate.tests.hostile_runner import DIED, NOT_RUN, REFUSED
 
 SINK = Target("sink", (InputSpec("X", "FP32", (-1, -1, -1)),), max_batch_size=8)
 TEXT = Target("t", (InputSpec("TEXT", "BYTES", (-1, 1)),), max_batch_size=16)
@@ -62,7 +62,7 @@ def test_declared_allocations_exceed_the_machine():
 
 def test_the_cases_import_without_pytest_or_hypothesis():
     code = (
-        "import sys, harness_lab.hostile.__main__, harness_lab.hostile.cases;"
+        "import sys, harness_lab.hostile.__main__, triton_gate.tests.hostile_cases;"
         "assert not {'pytest', 'hypothesis'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

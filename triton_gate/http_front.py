@@ -1,7 +1,7 @@
 """HTTP side of the gate: which paths are restricted, inference, internal or loads, and the
 aiohttp handlers that check a request before it is forwarded to tritonserver's private port.
 
-``HttpFront`` is a part of ``harness.serving.gate.server.Gate``: it uses the state and upstream
+``HttpFront`` is a part of ``triton_gate.server.Gate``: it uses the state and upstream
 calls the gate sets up (admin token, upstream URLs and session, ``broken`` models, in-flight count).
 """
 
@@ -13,9 +13,9 @@ from urllib.parse import unquote
 
 from yarl import URL
 
-from harness.serving.gate.auth import PROBE_PATHS, bearer_ok
-from harness.serving.gate.openai_api import error_body as openai_error
-from harness.serving.gate.validate import GateError, body_limit, parse_json, validate_infer
+from triton_gate.auth import PROBE_PATHS, bearer_ok
+from triton_gate.openai_api import error_body as openai_error
+from triton_gate.validate import GateError, body_limit, parse_json, validate_infer
 
 HOP_BY_HOP = {
     "connection",

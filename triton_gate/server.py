@@ -1,6 +1,6 @@
 """The front gate process: owns tritonserver, validates every request, reports honest readiness.
 
-Started by ``LocalTritonServer`` as ``python -m harness.serving.gate <config.json>`` with the public
+Started by ``LocalTritonServer`` as ``python -m triton_gate <config.json>`` with the public
 sockets already bound (inherited file descriptors), or by ``serve``. Its parts: ``isolation``
 (private network and mount namespace, as root), ``validate`` and ``http_front`` (HTTP checks before
 Triton parses a request), ``policy`` (internal models, bounds), ``grpc_proxy``, ``openai_api``,
@@ -25,14 +25,14 @@ from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
 
-from harness.serving.gate import log
-from harness.serving.gate.http_front import HttpFront
-from harness.serving.gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
-from harness.serving.gate.openai_api import OpenAIFront
-from harness.serving.gate.policy import GatePolicy
-from harness.serving.gate.stub_watch import StubWatch
-from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
-from harness.serving.gate.workers import fork_workers, shared_state, stop_workers
+from triton_gate import log
+from triton_gate.http_front import HttpFront
+from triton_gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
+from triton_gate.openai_api import OpenAIFront
+from triton_gate.policy import GatePolicy
+from triton_gate.stub_watch import StubWatch
+from triton_gate.validate import DEFAULT_MAX_BODY, GateError
+from triton_gate.workers import fork_workers, shared_state, stop_workers
 
 __all__ = ["GATE_NICE", "Gate", "log", "main", "run_gate"]
 
@@ -198,7 +198,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             await web.SockSite(metrics_runner, metrics_sock).start()
         grpc_server = pump = None
         if grpc_sock is not None:
-            from harness.serving.gate.grpc_proxy import start_grpc
+            from triton_gate.grpc_proxy import start_grpc
 
             grpc_server, pump = await start_grpc(self, grpc_sock)
         stop = asyncio.Event()
@@ -269,7 +269,7 @@ def run_gate(config: dict, socks: list[dict[str, socket.socket | None]]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the local launcher: ``python -m harness.serving.gate <config.json>``."""
+    """Entry point of the local launcher: ``python -m triton_gate <config.json>``."""
     argv = sys.argv[1:] if argv is None else argv
     config_path = Path(argv[0])
     config = json.loads(config_path.read_text())

@@ -1,6 +1,6 @@
 """The gate on its own, in front of a tritonserver command line: the CPU image's entry point.
 
-    python -m harness.serving.gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
+    python -m triton_gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
         [--metrics-port 8002] [--admin-token-file PATH] [--policy-file PATH] [--api-key-file PATH]
         [--gate-workers N]
         -- tritonserver --model-repository=/models ...
@@ -102,8 +102,8 @@ def listen_flags(
 
 def serve_command(triton: list[str], *gate_options: str) -> list[str]:
     """The command line that runs ``triton`` (a tritonserver command) behind the gate, in an image that
-    carries ``harness.serving.gate`` (the container's entry point form)."""
-    return ["python3", "-m", "harness.serving.gate", "serve", *gate_options, "--", *triton]
+    carries ``triton_gate`` (the container's entry point form)."""
+    return ["python3", "-m", "triton_gate", "serve", *gate_options, "--", *triton]
 
 
 def free_ports(count: int) -> tuple[int, ...]:
@@ -185,21 +185,21 @@ def read_token(path: str | None) -> tuple[str, str]:
 
 
 def serve_main(argv: list[str]) -> int:
-    from harness.serving.gate import log
-    from harness.serving.gate.auth import read_keys
-    from harness.serving.gate.isolation import raise_priority
-    from harness.serving.gate.policy import GatePolicy, read_policy
-    from harness.serving.gate.server import run_gate
-    from harness.serving.gate.workers import default_workers
+    from triton_gate import log
+    from triton_gate.auth import read_keys
+    from triton_gate.isolation import raise_priority
+    from triton_gate.policy import GatePolicy, read_policy
+    from triton_gate.server import run_gate
+    from triton_gate.workers import default_workers
 
     if "--" not in argv:
         print(
-            "usage: python -m harness.serving.gate serve [options] -- tritonserver --model-repository=...",
+            "usage: python -m triton_gate serve [options] -- tritonserver --model-repository=...",
             file=sys.stderr,
         )
         return 2
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m harness.serving.gate serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m triton_gate serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
@@ -214,20 +214,20 @@ def serve_main(argv: list[str]) -> int:
         "--api-key-file",
         default=os.environ.get("TRITON_GATE_API_KEY_FILE"),
         help="API keys, one per line: every route but the health probes then needs 'Authorization: Bearer <key>' "
-        "(harness.serving.gate.auth; default: off)",
+        "(triton_gate.auth; default: off)",
     )
     parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
     parser.add_argument(
         "--gate-workers",
         type=int,
         default=None,
-        help="gate processes serving the public ports (harness.serving.gate.workers; default: $TRITON_GATE_WORKERS, "
+        help="gate processes serving the public ports (triton_gate.workers; default: $TRITON_GATE_WORKERS, "
         "else one per 10 cores, at least 1)",
     )
     parser.add_argument(
         "--policy-file",
         default=os.environ.get("TRITON_GATE_POLICY_FILE"),
-        help="the deployment's gate policy (JSON: public models, body and dimension bounds; harness.serving.gate.policy)",
+        help="the deployment's gate policy (JSON: public models, body and dimension bounds; triton_gate.policy)",
     )
     args = parser.parse_args(argv[:split])
     command = normalise(argv[split + 1 :])

@@ -25,8 +25,8 @@ except ImportError:  # an image without it: the stdlib's encoder, same numbers (
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
-from harness.serving.gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
-from harness.serving.gate.validate import GateError, parse_json, triton_datatype
+from triton_gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
+from triton_gate.validate import GateError, parse_json, triton_datatype
 
 #: OpenAI's bound on the number of inputs of one embeddings request.
 MAX_INPUTS = 2048
@@ -156,7 +156,7 @@ def dump(answer: dict) -> bytes:
 
 
 class OpenAIFront:
-    """The /v1 handlers; a part of ``harness.serving.gate.server.Gate`` (its session, configs, limits)."""
+    """The /v1 handlers; a part of ``triton_gate.server.Gate`` (its session, configs, limits)."""
 
     @property
     def openai(self) -> OpenAIMapping | None:
@@ -205,7 +205,7 @@ class OpenAIFront:
         except Exception as exc:  # noqa: BLE001 - a bug here: logged, answered in OpenAI's shape
             import traceback
 
-            from harness.serving.gate import log
+            from triton_gate import log
 
             log(f"/v1 handler failed: {traceback.format_exc()}")
             return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
