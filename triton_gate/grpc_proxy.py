@@ -219,10 +219,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 async def start_grpc(gate, public_sock):
     """Start the proxy on a private unix socket and pump the public TCP socket into it."""
-    private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg["work_dir"])
+    private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg.work_dir)
     os.chmod(private_dir, 0o700)
     path = os.path.join(private_dir, "grpc.sock")
-    limit = int(gate.cfg.get("grpc_max_message_bytes") or gate.default_max_body)
+    limit = gate.default_max_body
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1)])
     server.add_generic_rpc_handlers((ProxyHandler(gate),))
     server.add_insecure_port(f"unix:{path}")

@@ -165,7 +165,7 @@ class StubWatch:
     def event(self, kind: str, **fields) -> None:
         record = {"event": kind, "time": time.time(), **fields}
         self.events.append(record)
-        path = self.cfg.get("events_path")
+        path = self.cfg.events_path
         if path:
             with open(path, "a") as f:
                 f.write(json.dumps(record) + "\n")
