@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from triton_gate import log
 from triton_gate.auth import PROBE_METHODS, bearer_ok
 from triton_gate.validate import GateError, check_input, count_bytes_elements
 
@@ -94,6 +95,12 @@ def validate_grpc_infer(
                 raise GateError(400, f"{where}: shape {shape} declares {elements} values, contents hold {count}")
 
 
+async def refuse(context, exc: GateError, method: str) -> None:
+    """Abort the call with the refusal's status, logged in one line as the HTTP side logs one."""
+    log(f"refused {exc.status} model={exc.model or '-'} client={context.peer()} (gRPC {method}): {exc.message}")
+    await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+
+
 class ProxyHandler(grpc.GenericRpcHandler):
     def __init__(self, gate):
         self.gate = gate
@@ -138,8 +145,12 @@ class ProxyHandler(grpc.GenericRpcHandler):
             request = service_pb2.ModelInferRequest.FromString(request_bytes)
         except DecodeError:
             raise GateError(400, "ModelInferRequest is not a valid protobuf message") from None
-        config = await self.gate.check_inference(request.model_name, admin)
-        validate_grpc_infer(request, config, self.gate.policy.max_dims.get(request.model_name))
+        try:
+            config = await self.gate.check_inference(request.model_name, admin)
+            validate_grpc_infer(request, config, self.gate.policy.max_dims.get(request.model_name))
+        except GateError as exc:
+            exc.model = request.model_name
+            raise
         request.DiscardUnknownFields()
         return request.SerializeToString()
 
@@ -163,7 +174,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
                 if name == "ModelInfer":
                     request_bytes = await self._check_infer(request_bytes, admin)
             except GateError as exc:
-                await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+                await refuse(context, exc, name)
             gate.in_flight += 1
             try:
                 return await self.channel.unary_unary(method)(
@@ -180,14 +191,14 @@ class ProxyHandler(grpc.GenericRpcHandler):
         async def call(request_iterator, context):
             metadata, admin, authorized = self._metadata(context)
             if not authorized:
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED)
+                await refuse(context, GateError(401, UNAUTHENTICATED), "ModelStreamInfer")
 
             async def checked():
                 async for request_bytes in request_iterator:
                     try:
                         checked_bytes = await self._check_infer(request_bytes, admin)
                     except GateError as exc:
-                        await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+                        await refuse(context, exc, "ModelStreamInfer")
                     yield checked_bytes
 
             upstream = self.channel.stream_stream(method)(checked(), metadata=metadata)

@@ -25,7 +25,8 @@ from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
 
-from triton_gate import log
+from triton_gate import HTTP_LOGGER, log
+from triton_gate.body import Admission
 from triton_gate.config import GateConfig
 from triton_gate.http_front import HttpFront
 from triton_gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
@@ -184,9 +185,13 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         )
         # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
         runner = web.ServerRunner(
-            web.Server(self.handle, access_log=None),
+            # The gate inflates bodies itself (``body``); a refused body is never read on (no lingering).
+            web.Server(self.handle, access_log=None, auto_decompress=False, lingering_time=0, logger=HTTP_LOGGER),
             handle_signals=False,
             shutdown_timeout=self.cfg.exit_timeout_s,
+        )
+        self.admission = Admission(
+            self.policy.max_bytes_in_flight, self.cfg.max_bytes_in_flight, self.cfg.admission_wait_s
         )
         await runner.setup()
         await web.SockSite(runner, http_sock).start()
@@ -194,7 +199,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         if metrics_sock is not None:
             metrics_app = web.Application()
             metrics_app.router.add_route("GET", "/{tail:.*}", self.handle_metrics)
-            metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False)
+            metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False, logger=HTTP_LOGGER)
             await metrics_runner.setup()
             await web.SockSite(metrics_runner, metrics_sock).start()
         grpc_server = pump = None

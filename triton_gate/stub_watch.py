@@ -15,6 +15,7 @@ import re
 import signal
 import time
 
+import aiohttp
 import psutil
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
@@ -84,6 +85,8 @@ class StubWatch:
                 os.kill(os.getpid(), signal.SIGTERM)
             try:
                 known = await self.watch_stubs(known)
+            except aiohttp.ClientConnectionError:
+                continue  # tritonserver not listening yet (start-up) or stopping: its exit is seen above
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad round
                 log(f"stub watch: {type(exc).__name__}: {exc}")
 

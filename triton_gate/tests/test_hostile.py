@@ -6,6 +6,7 @@ server refuses every class cleanly."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -136,19 +137,38 @@ def gated_report(tmp_path_factory):
             _run(tmp_path, *urls, "--model", "sink"),
             _run(tmp_path, *urls, "--model", "echo", "--only", "bytes_lengths", "grpc_bytes", "restricted_apis"),
         ]
+        logs = server.logs()
     finally:
         server.stop()
     outcomes = [o for _, report in runs for o in report["outcomes"]]
-    return {klass: [o for o in outcomes if o["class"] == klass] for klass in CLASSES}
+    return {klass: [o for o in outcomes if o["class"] == klass] for klass in CLASSES}, logs
 
 
 @pytest.mark.server
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("klass", CLASSES)
 def test_the_gated_server_refuses_every_class_cleanly(gated_report, klass):
-    outcomes = gated_report[klass]
+    outcomes = gated_report[0][klass]
     assert outcomes, f"no case of {klass} ran"
     wrong = [
         f"{o['case']}: {o['verdict']} ({o['answer']} {o['message'][:120]})" for o in outcomes if o["verdict"] != REFUSED
     ]
     assert wrong == []  # (a case answered after the request timeout, 10 s, would be "hung")
+
+
+@pytest.mark.server
+@pytest.mark.timeout(180)
+def test_each_refusal_is_one_line_of_the_gate_log_without_a_traceback(gated_report):
+    """The gate's own refusals are logged one line each (status, model, client, reason); what
+    tritonserver refuses after the gate passed it (and the restricted APIs' answers) is not."""
+    by_class, logs = gated_report
+    outcomes = [o for items in by_class.values() for o in items]
+    lines = [line for line in logs.splitlines() if line.startswith("gate: refused ")]
+    for bad in ("Traceback", "Error handling request", "Unhandled exception"):
+        assert bad not in logs, logs[logs.index(bad) - 500 : logs.index(bad) + 1500]
+    assert all(re.match(r"gate: refused [45]\d\d model=\S+ client=\S+", line) for line in lines), lines
+    # at most one line per case, and a line for every case the gate refused itself (its messages)
+    assert len(lines) <= len(outcomes)
+    for outcome in outcomes:
+        if outcome["verdict"] == REFUSED and outcome["message"] and outcome["answer"].isdigit():
+            assert any(outcome["message"][:60] in line for line in lines) or "Triton" in outcome["message"], outcome
