@@ -126,12 +126,7 @@ class Deployment:
         (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds and the
         ``[openai]`` table's ``/v1`` mapping."""
         gate = self.manifest.gate
-        return GatePolicy(
-            public=self.entry_models,
-            max_body_bytes=gate.max_body_bytes,
-            max_dims=gate.max_dims,
-            openai=self.manifest.openai,
-        )
+        return GatePolicy(public=self.entry_models, openai=self.manifest.openai, **dict(gate))
 
     @cached_property
     def checks_module(self) -> ModuleType | None:
