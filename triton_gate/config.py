@@ -26,7 +26,6 @@ class GateConfig(BaseModel):
     admin_token: str
     #: Token of tritonserver's own restricted APIs; never given to clients.
     internal_token: str
-    restricted_apis: list[str]
     user_model_control_mode: str = "none"
     admin_header: str = ADMIN_HEADER
     #: tritonserver's log (None: the gate's own stdout) and the gate's events (stub deaths, reloads).
@@ -77,7 +76,6 @@ def gate_config(
         private_ports=private,
         admin_token=admin_token,
         internal_token=internal,
-        restricted_apis=restricted,
         user_model_control_mode=mode,
         exit_timeout_s=float(flags.exit_timeout_secs or 30),
         **fields,

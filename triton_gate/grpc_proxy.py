@@ -2,8 +2,9 @@
 
 Calls go through as raw bytes; only ``ModelInfer`` / ``ModelStreamInfer`` requests are parsed (the
 HTTP side's checks) and ``ServerReady`` / ``ModelReady`` answered from the gate's own readiness;
-the restricted methods need the admin header as metadata. The proxy listens on a private unix
-socket, joined to the public TCP socket by a byte pump (grpc cannot adopt a bound socket).
+the restricted methods reach tritonserver with its internal token only for the admin header. The
+proxy listens on a private unix socket, joined to the public TCP socket by a byte pump (grpc
+cannot adopt a bound socket).
 """
 
 from __future__ import annotations
@@ -24,19 +25,6 @@ from triton_gate.validate import GateError, check_input, count_bytes_elements
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
 GRPC_PREFIX = "triton-grpc-protocol-"
-RESTRICTED = {
-    "SystemSharedMemoryStatus": "shared-memory",
-    "SystemSharedMemoryRegister": "shared-memory",
-    "SystemSharedMemoryUnregister": "shared-memory",
-    "CudaSharedMemoryStatus": "shared-memory",
-    "CudaSharedMemoryRegister": "shared-memory",
-    "CudaSharedMemoryUnregister": "shared-memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
-    "RepositoryIndex": "model-repository",
-    "RepositoryModelLoad": "model-repository",
-    "RepositoryModelUnload": "model-repository",
-}
 TYPED_FIELD = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
@@ -162,8 +150,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
             try:
                 if not authorized and name not in PROBE_METHODS:
                     raise GateError(401, UNAUTHENTICATED)
-                load = name in ("RepositoryModelLoad", "RepositoryModelUnload")
-                gate.check_restricted(RESTRICTED.get(name), load, admin, GRPC_PREFIX + gate.admin_header)
+                gate.check_load(name in ("RepositoryModelLoad", "RepositoryModelUnload"))
                 if name == "ServerReady":
                     ready = not gate.draining and not gate.broken and await gate.upstream_ready()
                     return service_pb2.ServerReadyResponse(ready=ready).SerializeToString()

@@ -1,4 +1,4 @@
-"""HTTP side of the gate: which paths are restricted, inference, internal or loads, and the
+"""HTTP side of the gate: which paths are inference, internal or loads, and the
 aiohttp handlers that check a request before it is forwarded to tritonserver's private port.
 
 ``HttpFront`` is a part of ``triton_gate.server.Gate``: it uses the state and upstream
@@ -50,19 +50,6 @@ RETRY_AFTER_S = 1
 OTHER_BODY_LIMIT, ADMIN_BODY_LIMIT = 1 << 20, 256 << 20
 READY_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/ready$")
 LOAD_PATH = re.compile(r"^/v2/repository/models/([^/]+)/(load|unload)$")
-
-
-def restricted_api(path: str) -> str | None:
-    """Which Triton restricted-API group an HTTP path belongs to (None: open)."""
-    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
-        return "shared-memory"
-    if path.startswith("/v2/trace") or re.match(r"^/v2/models/[^/]+(/versions/[^/]+)?/trace", path):
-        return "trace"
-    if path.startswith("/v2/logging"):
-        return "logging"
-    if path.startswith("/v2/repository"):
-        return "model-repository"
-    return None
 
 
 def check_json_body(body: bytes) -> None:
@@ -132,11 +119,12 @@ class HttpFront:
         return response
 
     async def handle_triton(self, request, path: str):
-        """The /v2 routes: restricted APIs, readiness, checked inference, loads; then forwarded."""
+        """The /v2 routes: readiness, checked inference, loads; then forwarded (a restricted API reaches
+        tritonserver with its internal token only for an admin)."""
         from aiohttp import web
 
         admin = self.is_admin(request.headers)
-        self.check_restricted(restricted_api(path), bool(LOAD_PATH.match(path)), admin, self.admin_header)
+        self.check_load(bool(LOAD_PATH.match(path)))
         if path == "/v2/health/ready":
             return await self.readiness_response()
         ready = READY_PATH.match(path)

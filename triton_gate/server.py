@@ -152,13 +152,11 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
         return config
 
-    def check_restricted(self, api: str | None, load: bool, admin: bool, header: str) -> None:
-        """Refuse model load/unload in mode ``none`` (even to an admin), and a restricted API group
-        (``http_front.restricted_api``, ``grpc_proxy.RESTRICTED``) without the admin ``header``."""
+    def check_load(self, load: bool) -> None:
+        """Refuse model load/unload in mode ``none``, even to an admin. (The restricted API groups
+        tritonserver refuses itself: only an admin's call carries its internal token.)"""
         if load and self.user_mode == "none":
             raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
-        if api is not None and not admin and (api in self.cfg.restricted_apis or self.user_mode == "none"):
-            raise GateError(403, f"This API is restricted, expecting header '{header}'")
 
     async def check_inference(self, model: str, admin: bool) -> ModelConfig:
         """``check_model_access`` for an inference call, refused with 503 while draining."""
