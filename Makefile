@@ -23,11 +23,11 @@ help: ## Show this help
 	@echo "Variables: DEPLOYMENT=<name> TARGET=cpu|gpu|npu MODE=local|docker|external BENCH_DURATION=<s> BENCH_ONLY=<benchmark ids>"
 
 # Local distributions installed editable beside the project: triton_helpers (what the deployments'
-# Python models share) and each deployment's own package (a folder with a pyproject.toml one level down).
+# Python models share), triton_gate (the front gate in front of tritonserver) and each deployment's own package (a folder with a pyproject.toml one level down).
 # The lab (lab/: soak, faults, hostile, peers, scaleout, netem, perf_analyzer) with LAB_EXTRAS (peers: the naive
 # FastAPI peer's packages) is installed editable beside them too.
 LAB_EXTRAS ?= peers
-LOCAL_PACKAGES := triton_helpers $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
+LOCAL_PACKAGES := triton_helpers triton_gate $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
 
 $(VENV)/.installed: requirements/no-deps.txt pyproject.toml lab/pyproject.toml $(foreach p,$(LOCAL_PACKAGES),$(p)/pyproject.toml) $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
@@ -38,9 +38,9 @@ $(VENV)/.installed: requirements/no-deps.txt pyproject.toml lab/pyproject.toml $
 
 install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default all: serve, test, export) from the registries
 
-# Where the tests are (pyproject's testpaths): the harness, the lab, triton_helpers, each deployment's tests/
+# Where the tests are (pyproject's testpaths): the harness, the lab, triton_helpers, triton_gate, each deployment's tests/
 # and the tests/ of its own package (deployments/<name>/<package>/tests).
-TEST_PATHS := harness/ lab/ triton_helpers/ $(wildcard deployments/*/tests deployments/*/*/tests)
+TEST_PATHS := harness/ lab/ triton_helpers/ triton_gate/ $(wildcard deployments/*/tests deployments/*/*/tests)
 
 test: install ## Run the default suite against real tritonservers (pytest harness/ lab/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not variant_benchmark' $(PYTEST_ARGS)
@@ -205,13 +205,13 @@ scaleout: install docker-engine image scaleout-tools ## 3 replicas of DEPLOYMENT
 scaleout-down: ## Remove every scaleout stack and node and leave the swarm (after a crashed run)
 	$(PY) -m harness scaleout down
 
-# --- front gate (harness/serving/gate): what the validating proxy in front of tritonserver costs ---
+# --- front gate (triton_gate/): what the validating proxy in front of tritonserver costs ---
 .PHONY: gate-cost
 gate-cost: install ## Throughput with and without the front gate at c=8 on RELIABILITY_DEPLOYMENT's [reliability] model and on echo (results/reliability/gate_cost*.json)
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT)
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT) --model echo --json results/reliability/gate_cost_echo.json
 
-# --- hostile inputs against a server you run (lab/harness_lab/hostile/, lab/docs/reliability.md) ---
+# --- hostile inputs against a server you run (lab/harness_lab/hostile/ over triton_gate/tests/hostile_cases.py, lab/docs/reliability.md) ---
 URL ?= 127.0.0.1:8000
 GRPC_URL ?=
 HOSTILE_ARGS ?=

@@ -33,8 +33,8 @@ def _export(args) -> int:
 
 
 def api_keys(args) -> list[str]:
-    """``--api-key`` values, then the keys of ``--api-key-file`` (one per line; harness.serving.gate.auth)."""
-    from harness.serving.gate.auth import read_keys
+    """``--api-key`` values, then the keys of ``--api-key-file`` (one per line; triton_gate.auth)."""
+    from triton_gate.auth import read_keys
 
     return list(args.api_key or []) + read_keys(args.api_key_file)
 

@@ -15,8 +15,8 @@ from types import ModuleType
 
 from harness import PROJECT_ROOT
 from harness.manifest import Benchmark, ConfigOverrides, Manifest, ManifestError, TargetSettings, read_manifest
-from harness.serving.gate.policy import GatePolicy
 from harness.serving.launchers import ServerOptions
+from triton_gate.policy import GatePolicy
 
 __all__ = ["Benchmark", "Deployment", "ManifestError", "discover", "discover_with_errors", "get_deployment"]
 
@@ -126,12 +126,7 @@ class Deployment:
         (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds and the
         ``[openai]`` table's ``/v1`` mapping."""
         gate = self.manifest.gate
-        return GatePolicy(
-            public=self.entry_models,
-            max_body_bytes=gate.max_body_bytes,
-            max_dims=gate.max_dims,
-            openai=self.manifest.openai,
-        )
+        return GatePolicy(public=self.entry_models, openai=self.manifest.openai, **dict(gate))
 
     @cached_property
     def checks_module(self) -> ModuleType | None:

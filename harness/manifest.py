@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import TypeAdapter, ValidationError, model_validator
 
-from harness.serving.gate.policy import GateBounds, OpenAIMapping, Strict
+from triton_gate.policy import GateBounds, OpenAIMapping, Strict
 
 
 class ManifestError(ValueError):
@@ -125,9 +125,9 @@ class Manifest(Strict):
     profiles: dict[str, ConfigOverrides] = {}
     benchmarks: list[Benchmark] = []
     #: ``[gate]``: bounds the front gate enforces beyond what each config implies
-    #: (``harness.serving.gate.policy``). Clients may call the entry models only.
+    #: (``triton_gate.policy``). Clients may call the entry models only.
     gate: GateBounds = GateBounds()
-    #: ``[openai]``: the gate's ``/v1`` routes (``harness.serving.gate.openai_api``).
+    #: ``[openai]``: the gate's ``/v1`` routes (``triton_gate.openai_api``).
     openai: OpenAIMapping | None = None
 
     @model_validator(mode="after")

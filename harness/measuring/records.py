@@ -70,7 +70,7 @@ def scenario_fields(
         "generator": generator,
         "server_mode": server["server_mode"],
         "server_version": server["server_version"],
-        # True: served through the harness's front gate (harness/serving/gate); None: not known (external).
+        # True: served through the harness's front gate (triton_gate); None: not known (external).
         "gate": getattr(ctx.server, "gate", None),
         "backend_implementation": backends,
         "items_per_request": workload.items_per_request,

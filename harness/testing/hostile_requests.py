@@ -1,5 +1,5 @@
 """Requests that abort tritonserver 2.51 (std::bad_alloc, stack overflow): the gate tests send them, and
-the hostile-input tool of the lab (``harness_lab.hostile.cases``) builds its deep-JSON cases from them."""
+the hostile-input tool of the lab (``triton_gate.tests.hostile_cases``) builds its deep-JSON cases from them."""
 
 from __future__ import annotations
 

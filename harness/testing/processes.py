@@ -30,7 +30,7 @@ def _role(process: psutil.Process) -> str | None:
         return None
     if cmdline and Path(cmdline[0]).name == "tritonserver":
         return "server"
-    if "harness.serving.gate" in cmdline:
+    if "triton_gate" in cmdline:
         return "gate"
     return None
 

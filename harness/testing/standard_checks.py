@@ -9,7 +9,7 @@ import struct
 from dataclasses import dataclass
 
 from harness.repository import ModelConfig
-from harness.serving.gate.validate import ModelInput, triton_datatype
+from triton_gate.validate import ModelInput, triton_datatype
 
 #: Not UTF-8 (nor BOM-marked UTF-16), not an image or document magic number.
 UNDECODABLE = b"\x80\x9c\xc3\x28 neither text nor an image \xa0\xa1\xfe"  # no BOM: not UTF-16 either

@@ -12,13 +12,13 @@ import numpy as np
 import requests
 import tritonclient.http as httpclient
 
-from harness.serving.gate.policy import GatePolicy
 from harness.testing.hostile_requests import DEEP_DATA as DEEP_DATA
 from harness.testing.hostile_requests import DEEP_PARAMETERS as DEEP_PARAMETERS
 from harness.testing.hostile_requests import HUGE_SHAPE as HUGE_SHAPE
 from harness.testing.hostile_requests import nested as nested
 from harness.testing.hostile_requests import with_deep_parameters as with_deep_parameters
 from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL
+from triton_gate.policy import GatePolicy
 
 SINK_CONFIG = """
 name: "sink"

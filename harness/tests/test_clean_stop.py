@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.serving.gate.serve import free_ports
 from harness.serving.launchers.base import ports_in_use
+from triton_gate.serve import free_ports
 
 
 @pytest.mark.server

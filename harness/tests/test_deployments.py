@@ -14,9 +14,9 @@ import pytest
 from harness.deployments import discover_with_errors
 from harness.measuring.bench import run_benchmark
 from harness.repository import config_from_json
-from harness.serving.gate.validate import DEFAULT_MAX_BODY, body_limit
 from harness.session import variant_key
 from harness.testing.standard_checks import KINDS, bad_requests
+from triton_gate.validate import DEFAULT_MAX_BODY, body_limit
 
 DEPLOYMENTS, BROKEN = discover_with_errors()
 

@@ -1,4 +1,4 @@
-"""Docker mode behind the front gate: the CPU image's entry point is ``python -m harness.serving.gate serve``.
+"""Docker mode behind the front gate: the CPU image's entry point is ``python -m triton_gate serve``.
 
 The issue's crashing requests get a 4xx and the container stays up; internal models and the
 restricted APIs need the admin header (its token reaches the container in a read-only mounted
@@ -83,9 +83,9 @@ def container_processes(server) -> list[psutil.Process]:
 def test_the_image_runs_the_gate_in_front_of_tritonserver(gated_container):
     assert gated_container.gate is True
     names = [" ".join(p.cmdline()[:4]) for p in container_processes(gated_container)]
-    assert "harness.serving.gate serve" in names[0], names
+    assert "triton_gate serve" in names[0], names
     assert any("tritonserver" in n for n in names[1:]), names
-    gates = [n for n in names if "harness.serving.gate serve" in n]
+    gates = [n for n in names if "triton_gate serve" in n]
     assert len(gates) == GATE_WORKERS, f"expected {GATE_WORKERS} gate processes (--gate-workers), got {names}"
 
 
@@ -133,7 +133,7 @@ def test_another_local_user_reads_neither_the_token_nor_the_container_shared_mem
         " ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in pids)
         + f" ; cat {gated_container.secret_dir}/admin-token"
     )
-    assert "harness.serving.gate" in seen.stdout and token not in seen.stdout + seen.stderr
+    assert "triton_gate" in seen.stdout and token not in seen.stdout + seen.stderr
     # The stubs' IPC regions live in the container's own /dev/shm: not in the host's, and the
     # container's is out of reach through /proc/<pid>/root.
     region = next(

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.serving.gate.serve import free_port, free_ports
 from harness.serving.launchers import ServerOptions
 from harness.serving.launchers.docker import DockerTritonServer
 from harness.serving.launchers.docker_engine import OWNER_LABEL, OWNER_VALUE, PID_LABEL, DockerStartError
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
 from harness.tests.docker_fixtures import assert_one_line_error, needs_engine
 from harness.tests.repositories import make_repository
+from triton_gate.serve import free_port, free_ports
 
 
 def _python310_env(path: Path) -> Path:

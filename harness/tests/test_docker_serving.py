@@ -13,12 +13,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from harness.serving.gate.serve import free_ports
 from harness.serving.launchers import ServerOptions, create_server
 from harness.serving.launchers.docker import DockerTritonServer
 from harness.serving.launchers.docker_engine import OWNER_LABEL, OWNER_VALUE, PID_LABEL
 from harness.tests.docker_fixtures import ENGINE, needs_engine
 from harness.tests.repositories import make_repository
+from triton_gate.serve import free_ports
 
 pytestmark = pytest.mark.server
 

@@ -18,7 +18,17 @@ DOCS = (
     + sorted((PROJECT_ROOT / "docs").rglob("*.md"))
     + sorted((PROJECT_ROOT / "lab" / "docs").rglob("*.md"))
 )
-TOP_LEVEL = ("deployments/", "harness/", "lab/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
+TOP_LEVEL = (
+    "deployments/",
+    "harness/",
+    "lab/",
+    "docs/",
+    "triton_helpers/",
+    "triton_gate/",
+    "requirements/",
+    ".ci/",
+    "results/",
+)
 PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
 HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", "refresh", *tools())
 

@@ -1,4 +1,4 @@
-"""The front gate (harness.serving.gate): the crashing requests get a 4xx and the server stays up,
+"""The front gate (triton_gate): the crashing requests get a 4xx and the server stays up,
 honest readiness with automatic reload of a model whose stub died, isolation from other
 local users (checked as ``nobody``), internal models, SIGTERM drain.
 
@@ -217,7 +217,7 @@ def test_internal_models_are_refused_to_clients(gated):
 def test_another_local_user_sees_neither_the_token_nor_the_shared_memory_nor_tritonserver(gated):
     tree = [gated.process.pid] + [p.pid for p in psutil.Process(gated.process.pid).children(recursive=True)]
     seen = as_nobody(" ; ".join(f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo" for pid in tree))
-    assert str(tree[0]) and "harness.serving.gate" in seen.stdout and "tritonserver" in seen.stdout, seen
+    assert str(tree[0]) and "triton_gate" in seen.stdout and "tritonserver" in seen.stdout, seen
     assert gated.admin_token not in seen.stdout
     environ = as_nobody(" ; ".join(f"cat /proc/{pid}/environ" for pid in tree))
     assert gated.admin_token not in environ.stdout

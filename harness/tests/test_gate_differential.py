@@ -6,7 +6,7 @@ any order, a key given twice in one object (with another value), escaped key nam
 sent twice. Each goes through a real gated tritonserver to ``receipt``, a Python model that answers
 what Triton handed it: per input the shape, datatype, byte size and values. For every request the
 gate accepts, that receipt must equal what the gate checked (its own parse of the same bytes,
-``harness.serving.gate.validate.parse_header``); a request the gate refuses gets a 4xx, never a 5xx.
+``triton_gate.validate.parse_header``); a request the gate refuses gets a 4xx, never a 5xx.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from harness.serving.gate.validate import DTYPE_SIZE, GateError, parse_header
 from harness.serving.launchers import LocalTritonServer, ServerOptions
+from triton_gate.validate import DTYPE_SIZE, GateError, parse_header
 
 RECEIPT_CONFIG = """
 name: "receipt"

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.repository import config_from_json
-from harness.serving.gate.validate import GateError, validate_infer
+from triton_gate.validate import GateError, validate_infer
 
 CONFIG = config_from_json(
     {

@@ -1,4 +1,4 @@
-"""The gate standalone, ``python -m harness.serving.gate serve -- tritonserver ...``: the CPU image's
+"""The gate standalone, ``python -m triton_gate serve -- tritonserver ...``: the CPU image's
 entry point, run here on the local tritonserver."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from harness.serving.gate.policy import write_policy
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import DEEP_DATA, DEEP_PARAMETERS, GATE_POLICY, HUGE_SHAPE, make_gate_repository
+from triton_gate.policy import write_policy
 
 
 def test_serve_rewrites_the_tritonserver_command():
-    from harness.serving.gate.serve import gated_command
+    from triton_gate.serve import gated_command
 
     user = [
         "tritonserver",
@@ -55,8 +55,8 @@ def test_serve_rewrites_the_tritonserver_command():
 def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     """What the CPU image runs: the gate binds the ports, starts the command behind it, reads the
     admin token from a file (then removes it), refuses the crashers and internal models."""
-    from harness.serving.gate.serve import free_ports
     from harness.serving.launchers.local import assemble_backend_dir, pytriton_root
+    from triton_gate.serve import free_ports
 
     repo = make_gate_repository(tmp_path)
     backends = assemble_backend_dir(tmp_path / "backends")
@@ -70,7 +70,7 @@ def test_serve_mode_gates_a_tritonserver_command_line(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "harness.serving.gate",
+        "triton_gate",
         "serve",
         "--host",
         "127.0.0.1",

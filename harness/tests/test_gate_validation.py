@@ -1,4 +1,4 @@
-"""The gate's request validation (harness.serving.gate.validate) without a server: clear 400s for the
+"""The gate's request validation (triton_gate.validate) without a server: clear 400s for the
 requests that abort tritonserver 2.51, binary sections checked against the declared shape, body
 limits from the config, and the crashers refused for every model of every deployment."""
 
@@ -10,8 +10,8 @@ import struct
 import pytest
 
 from harness.repository import config_from_json, read_config
-from harness.serving.gate.validate import GateError, body_limit, triton_datatype, validate_infer
 from harness.tests.gate_cases import DEEP_DATA, DEEP_PARAMETERS, HUGE_SHAPE, nested
+from triton_gate.validate import GateError, body_limit, triton_datatype, validate_infer
 
 SINK = config_from_json(
     {"name": "sink", "max_batch_size": 8, "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, -1]}]}

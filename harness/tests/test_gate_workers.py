@@ -1,4 +1,4 @@
-"""The gate with several worker processes (``harness.serving.gate.workers``) on a real tritonserver:
+"""The gate with several worker processes (``triton_gate.workers``) on a real tritonserver:
 every worker serves, refuses what the policy refuses the same way, one metrics view, and a stop
 leaves no process behind."""
 
@@ -16,9 +16,9 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from harness.serving.gate.workers import SharedDict
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import GATE_POLICY, make_gate_repository
+from triton_gate.workers import SharedDict
 
 WORKERS = 2
 #: Fresh connections opened to reach every worker: SO_REUSEPORT hashes each to one worker's socket.

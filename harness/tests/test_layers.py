@@ -1,5 +1,5 @@
 """The import directions hold: the contracts of pyproject.toml [tool.importlinter] (the core never
-imports the lab or the stubs' helpers, the gate imports nothing else of the harness, the core's layers
+imports the lab or the stubs' helpers, the gate imports nothing of the harness, the core's layers
 point down, no cycle between sibling packages), checked by import-linter as `make lint` does."""
 
 from __future__ import annotations

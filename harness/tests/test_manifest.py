@@ -126,7 +126,7 @@ tokens = { model = "m", output = "last_hidden_state", normalize = true, vocab_si
 
 def test_the_openai_table_becomes_the_gate_policy(tmp_path):
     from harness.deployments import Deployment
-    from harness.serving.gate.policy import GatePolicy, OpenAIText
+    from triton_gate.policy import GatePolicy, OpenAIText
 
     path, manifest = _read(tmp_path, GOOD + OPENAI)
     assert manifest.openai.models["m"].tokens.normalize is True

@@ -265,7 +265,7 @@ def test_wrong_method_and_path_are_openai_errors(server):
     assert response.status_code == 404 and "error" in response.json()
 
 
-# -- API keys (harness.serving.gate.auth), on a gate in front of two toy models ------------------
+# -- API keys (triton_gate.auth), on a gate in front of two toy models ------------------
 
 
 @pytest.fixture(scope="module")

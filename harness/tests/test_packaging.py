@@ -23,6 +23,7 @@ NOT_FROM_PYPROJECT = {
     "harness",
     "harness_lab",
     "triton_helpers",
+    "triton_gate",
 }
 #: Imported by serving code only inside a function that export scripts call.
 EXPORT_ONLY = {"torchvision": "make_fixtures.py and the tests (the reference transforms)"}

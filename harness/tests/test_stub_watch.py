@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from harness.repository import ModelConfig, config_from_json
-from harness.serving.gate.stub_watch import StubWatch, expected_stubs
+from triton_gate.stub_watch import StubWatch, expected_stubs
 
 PYTHON = config_from_json({"backend": "python", "instance_group": [{"kind": "KIND_CPU", "count": 2}]})
 PYTHON_BASED = config_from_json(

@@ -17,9 +17,10 @@ CA=/etc/ssl/certs/ca-certificates.crt
 ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
 OV_BACKEND="$ROOT/harness/serving/backends/openvino/model.py"
 SHARED_BACKEND="$ROOT/harness/serving/backends/batched_runs.py"   # beside each model.py, which imports it
-# The front gate's files (the image's entry point: python -m harness.serving.gate serve -- tritonserver ...).
-# Every module of the package (it imports nothing else of the harness; test_layers keeps it so).
-mapfile -t GATE_FILES < <(cd "$ROOT/harness/serving/gate" && ls -- *.py | sort)
+# The front gate, its own distribution (the image's entry point: python -m triton_gate serve -- tritonserver ...):
+# its pyproject.toml and modules, not its tests (it imports nothing of the harness; lint-imports keeps it so).
+GATE="$ROOT/triton_gate"
+mapfile -t GATE_FILES < <(cd "$GATE" && ls -- pyproject.toml *.py | sort)
 
 # shellcheck source=../debian-base.sh
 . "$HERE/../debian-base.sh"
@@ -40,7 +41,7 @@ OV_IMPLEMENTATION="openvino via harness Python backend (openvino $OV_VERSION)"
 BASE_HASH=$( (printf '%s\n' "$SUITE" "$INCLUDE" minbase; cat "$HERE/../debian-base.sh") | sha256sum | cut -c1-12)
 BASE="triton-harness/debian-$SUITE-python3.11:$BASE_HASH"
 CONTENT_HASH=$( (cd "$HERE" && cat Dockerfile requirements.txt requirements-no-deps.txt build.sh; cat "$ORT_BACKEND" "$OV_BACKEND" "$SHARED_BACKEND" "$CA";
-                 cat "$ROOT/harness/__init__.py" "$ROOT/harness/serving/__init__.py"; for f in "${GATE_FILES[@]}"; do cat "$ROOT/harness/serving/gate/$f"; done;
+                 for f in "${GATE_FILES[@]}"; do cat "$GATE/$f"; done;
                  echo "$BASE $TRITON_VERSION $ORT_IMPLEMENTATION $OV_IMPLEMENTATION") | sha256sum | cut -c1-16)
 
 current=$(docker image inspect "$IMAGE" --format '{{ index .Config.Labels "org.triton-harness.content-hash" }}' 2>/dev/null || true)
@@ -64,10 +65,8 @@ mkdir -p "$CONTEXT/openvino"
 cp "$OV_BACKEND" "$CONTEXT/openvino/model.py"
 cp "$SHARED_BACKEND" "$CONTEXT/onnxruntime/"
 cp "$SHARED_BACKEND" "$CONTEXT/openvino/"
-mkdir -p "$CONTEXT/gate/serving/gate"
-cp "$ROOT/harness/__init__.py" "$CONTEXT/gate/__init__.py"
-cp "$ROOT/harness/serving/__init__.py" "$CONTEXT/gate/serving/__init__.py"
-for f in "${GATE_FILES[@]}"; do cp "$ROOT/harness/serving/gate/$f" "$CONTEXT/gate/serving/gate/$f"; done
+mkdir -p "$CONTEXT/triton_gate"
+for f in "${GATE_FILES[@]}"; do cp "$GATE/$f" "$CONTEXT/triton_gate/$f"; done
 say "building $IMAGE (content hash $CONTENT_HASH)"
 t=$SECONDS
 docker build --quiet --network host -t "$IMAGE" \
@@ -82,7 +81,7 @@ say "docker build in $((SECONDS - t)) s"
 docker run --rm --network none "$IMAGE" bash -c \
     'set -e; missing=$(ldd "$(readlink -f "$(command -v tritonserver)")" /opt/tritonserver/backends/python/triton_python_backend_stub \
          /opt/tritonserver/backends/python/libtriton_python.so | grep "not found" || true); [ -z "$missing" ] || { echo "$missing"; exit 1; }
-     python -c "import numpy, onnxruntime, openvino, harness.serving.gate.server, harness.serving.gate.serve, harness.serving.gate.grpc_proxy"' \
+     python -c "import numpy, onnxruntime, openvino, triton_gate.server, triton_gate.serve, triton_gate.grpc_proxy"' \
     || die "$IMAGE was built but does not run (tritonserver, the 3.11 stub's libraries, numpy/onnxruntime/openvino, or the gate)"
 size=$(docker image inspect "$IMAGE" --format '{{.Size}}')
 say "$IMAGE built in $((SECONDS - began)) s, $((size / 1000000)) MB"

@@ -8,12 +8,12 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from harness.serving.gate.serve import ADMIN_HEADER
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
 from harness_lab.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
 from harness_lab.reliability.workloads import echo_workload
+from triton_gate.serve import ADMIN_HEADER
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ server refuses every class cleanly."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -14,8 +15,8 @@ import pytest
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.tests.gate_cases import make_gate_repository
 from harness_lab.hostile.__main__ import main
-from harness_lab.hostile.cases import CLASSES, InputSpec, Target, all_cases, declared_bytes, huge_shape
-from harness_lab.hostile.runner import DIED, NOT_RUN, REFUSED
+from triton_gate.tests.hostile_cases import CLASSES, InputSpec, Target, all_cases, declared_bytes, huge_shape
+from triton_gate.tests.hostile_runner import DIED, NOT_RUN, REFUSED
 
 SINK = Target("sink", (InputSpec("X", "FP32", (-1, -1, -1)),), max_batch_size=8)
 TEXT = Target("t", (InputSpec("TEXT", "BYTES", (-1, 1)),), max_batch_size=16)
@@ -62,7 +63,7 @@ def test_declared_allocations_exceed_the_machine():
 
 def test_the_cases_import_without_pytest_or_hypothesis():
     code = (
-        "import sys, harness_lab.hostile.__main__, harness_lab.hostile.cases;"
+        "import sys, harness_lab.hostile.__main__, triton_gate.tests.hostile_cases;"
         "assert not {'pytest', 'hypothesis'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -136,19 +137,40 @@ def gated_report(tmp_path_factory):
             _run(tmp_path, *urls, "--model", "sink"),
             _run(tmp_path, *urls, "--model", "echo", "--only", "bytes_lengths", "grpc_bytes", "restricted_apis"),
         ]
+        logs = server.logs()
     finally:
         server.stop()
     outcomes = [o for _, report in runs for o in report["outcomes"]]
-    return {klass: [o for o in outcomes if o["class"] == klass] for klass in CLASSES}
+    return {klass: [o for o in outcomes if o["class"] == klass] for klass in CLASSES}, logs
 
 
 @pytest.mark.server
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("klass", CLASSES)
 def test_the_gated_server_refuses_every_class_cleanly(gated_report, klass):
-    outcomes = gated_report[klass]
+    outcomes = gated_report[0][klass]
     assert outcomes, f"no case of {klass} ran"
     wrong = [
         f"{o['case']}: {o['verdict']} ({o['answer']} {o['message'][:120]})" for o in outcomes if o["verdict"] != REFUSED
     ]
     assert wrong == []  # (a case answered after the request timeout, 10 s, would be "hung")
+
+
+@pytest.mark.server
+@pytest.mark.timeout(180)
+def test_each_refusal_is_one_line_of_the_gate_log_without_a_traceback(gated_report):
+    """The gate's own refusals are logged one line each (status, model, client, reason), HTTP ones
+    found by their message; the restricted APIs are refused by tritonserver itself (not logged)."""
+    by_class, logs = gated_report
+    outcomes = [o for items in by_class.values() for o in items]
+    lines = [line for line in logs.splitlines() if line.startswith("gate: refused ")]
+    for bad in ("Traceback", "Error handling request", "Unhandled exception"):
+        assert bad not in logs, logs[logs.index(bad) - 500 : logs.index(bad) + 1500]
+    assert all(re.match(r"gate: refused [45]\d\d model=\S+ client=\S+", line) for line in lines), lines
+    # at most one line per case, and a line for every case the gate refused itself (its messages)
+    assert len(lines) <= len(outcomes)
+    for outcome in outcomes:
+        by_gate = outcome["class"] != "restricted_apis"  # those tritonserver refuses itself
+        if by_gate and outcome["verdict"] == REFUSED and outcome["message"] and outcome["answer"].isdigit():
+            said = " ".join(outcome["message"].split())[:60]
+            assert any(said in line for line in lines), outcome

@@ -21,11 +21,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from harness.deployments import discover, load_deployment
-from harness.serving.gate.policy import GatePolicy
 from harness.serving.packenv import packed_repository, resolve_env_path
 from harness_lab.scaleout import k8s
 from harness_lab.scaleout.__main__ import main as scaleout_main
 from harness_lab.scaleout.footprint import load_footprints
+from triton_gate.policy import GatePolicy
 
 #: preStop ``sleep`` needs 1.30; the newest schemas kubernetes-validate carries are checked too.
 K8S_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
@@ -149,7 +149,7 @@ def test_front_gate_in_front_of_tritonserver(deployment):
     gated = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
     kubernetes_validate.validate(gated, K8S_VERSIONS[0], strict=True)
     command = gated["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[:4] == ["python3", "-m", "harness.serving.gate", "serve"]
+    assert command[:4] == ["python3", "-m", "triton_gate", "serve"]
     split = command.index("--")
     assert command[split + 1 :] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--http-port") + 1] == "8000" and "0.0.0.0" in command[:split]

@@ -80,7 +80,7 @@ def test_replicas_serve_behind_the_front_gate(stack):
     tritonserver lists and registers shared-memory regions for anyone), readiness is the gate's."""
     import requests
 
-    assert stack.gate and stack.server_command()[:4] == ["python3", "-m", "harness.serving.gate", "serve"]
+    assert stack.gate and stack.server_command()[:4] == ["python3", "-m", "triton_gate", "serve"]
     upstreams = set()
     for _ in range(6):  # round robin: both replicas answer
         status = requests.get(f"{stack.url}/v2/systemsharedmemory/status", timeout=10)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import tritonclient.http as httpclient
 
-from harness.serving.gate.policy import GatePolicy
+from triton_gate.policy import GatePolicy
 
 #: Log lines that mean the server will never become ready (or is already broken).
 FAILURE_PATTERNS = [
@@ -90,9 +90,9 @@ class ServerOptions:
     #: Python of the image's backend stub as the deployment's manifest states it (docker mode; an
     #: image label saying otherwise wins).
     stub_python: str | None = None
-    #: What the front gate enforces per model (``harness.serving.gate.policy``); None: every model public.
+    #: What the front gate enforces per model (``triton_gate.policy``); None: every model public.
     gate_policy: GatePolicy | None = None
-    #: API keys of the gate's bearer-token auth (``harness.serving.gate.auth``); empty: off.
+    #: API keys of the gate's bearer-token auth (``triton_gate.auth``); empty: off.
     api_keys: list[str] = field(default_factory=list)
 
 

@@ -15,9 +15,6 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from harness.serving.gate.policy import write_policy
-from harness.serving.gate.serve import ADMIN_HEADER, free_ports, serve_command
-from harness.serving.gate.workers import default_workers
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, ports_in_use
 from harness.serving.launchers.docker_engine import (
     HOST_LABEL,
@@ -35,6 +32,9 @@ from harness.serving.launchers.docker_images import (
     apply_labels,
     profile_for,
 )
+from triton_gate.policy import write_policy
+from triton_gate.serve import ADMIN_HEADER, free_ports, serve_command
+from triton_gate.workers import default_workers
 
 CONTAINER_MODEL_DIR = "/models"
 CONTAINER_ENVS_DIR = "/envs"

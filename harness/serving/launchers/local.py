@@ -2,7 +2,7 @@
 
 The harness assembles a backend directory (the Python backend with the stub of the running
 interpreter, plus the harness's own backends), binds 127.0.0.1 on free ports and serves through
-the front gate (``harness.serving.gate``), which starts tritonserver behind it; ``gate=False``
+the front gate (``triton_gate``), which starts tritonserver behind it; ``gate=False``
 starts tritonserver directly on the public ports (to measure the gate's cost).
 """
 
@@ -27,19 +27,13 @@ import onnxruntime
 import psutil
 
 from harness.repository import RepositoryError
-from harness.serving.gate.isolation import sigterm_when_parent_dies
-from harness.serving.gate.serve import (
-    ADMIN_HEADER,
-    close_sockets,
-    free_ports,
-    gated_command,
-    listen_flags,
-    restricted_apis,
-    worker_sockets,
-)
-from harness.serving.gate.workers import default_workers
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
+from triton_gate.config import GateConfig, gate_config
+from triton_gate.isolation import sigterm_when_parent_dies
+from triton_gate.policy import GatePolicy
+from triton_gate.serve import ADMIN_HEADER, close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
+from triton_gate.workers import default_workers
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 
@@ -118,7 +112,7 @@ class LocalTritonServer(StartedTritonServer):
         self.gate = gate
         self.isolate = isolate
         self.gate_options = dict(gate_options or {})
-        #: Gate processes serving the public ports (``harness.serving.gate.workers``).
+        #: Gate processes serving the public ports (``triton_gate.workers``).
         self.gate_workers = gate_workers or default_workers()
         #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
         self.private_ports = chosen[3:] if gate else None
@@ -144,12 +138,10 @@ class LocalTritonServer(StartedTritonServer):
         """APIs refused without ``admin_headers``: model-repository too unless a control mode was asked for."""
         return restricted_apis(self.options.model_control_mode)
 
-    def command(self) -> list[str]:
-        """The full tritonserver command line: the options' flags (``option_args``, shared with the
-        docker launcher), this machine's binary and backends, then either the public ports or, behind
-        the gate, what ``gated_command`` makes of it (the one rewrite the container's gate uses too)."""
+    def triton_command(self) -> list[str]:
+        """tritonserver's own command line, before the gate (if any) moves it onto private ports."""
         opts = self.options
-        cmd = [
+        return [
             str(pytriton_root() / "bin" / "tritonserver"),
             f"--model-repository={Path(opts.model_repository).resolve()}",
             f"--backend-directory={self.work_dir / 'backends'}",
@@ -157,31 +149,36 @@ class LocalTritonServer(StartedTritonServer):
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ] + self.option_args()
-        if self.gate:
-            return gated_command(cmd, self.private_ports, self.internal_token, self.restricted_apis(), opts.allow_grpc)
-        ports = (self.http_port, self.grpc_port, self.metrics_port)
-        return cmd + listen_flags(self.host, ports, self.restricted_apis(), self.admin_token, opts.allow_grpc)
 
-    def gate_config(self, fds: dict) -> dict:
+    def command(self) -> list[str]:
+        """The full tritonserver command line: the options' flags (``option_args``, shared with the
+        docker launcher), this machine's binary and backends, then either the public ports or, behind
+        the gate, what ``gated_command`` makes of it (the one rewrite the container's gate uses too)."""
+        if self.gate:
+            return self.gate_config([]).command
+        ports = (self.http_port, self.grpc_port, self.metrics_port)
+        return self.triton_command() + listen_flags(
+            self.host, ports, self.restricted_apis(), self.admin_token, self.options.allow_grpc
+        )
+
+    def gate_config(self, fds: list[dict[str, int]]) -> GateConfig:
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
-        return {
-            "command": self.command(),
-            "work_dir": str(self.work_dir),
-            "log_path": str(self.log_path),
-            "events_path": str(self.work_dir / "gate-events.jsonl"),
-            "private_ports": list(self.private_ports),
-            "fds": fds,
-            "admin_header": ADMIN_HEADER,
-            "admin_token": self.admin_token,
-            "internal_token": self.internal_token,
-            "restricted_apis": self.restricted_apis(),
-            "user_model_control_mode": self.options.model_control_mode,
-            "exit_timeout_s": self.exit_timeout_s,
-            "isolate": self.isolate,
-            "policy": self.options.gate_policy.model_dump(mode="json") if self.options.gate_policy else None,
-            "api_keys": list(self.options.api_keys),
+        opts = self.options
+        return gate_config(
+            self.triton_command(),
+            work_dir=self.work_dir,
+            admin_token=self.admin_token,
+            grpc=opts.allow_grpc,
+            private_ports=self.private_ports,
+            internal_token=self.internal_token,
+            log_path=str(self.log_path),
+            events_path=str(self.work_dir / "gate-events.jsonl"),
+            fds=fds,
+            isolate=self.isolate,
+            policy=opts.gate_policy or GatePolicy(),
+            api_keys=list(opts.api_keys),
             **self.gate_options,
-        }
+        )
 
     def gate_events(self) -> list[dict]:
         """What the gate recorded (stub deaths, reloads), oldest first."""
@@ -251,9 +248,9 @@ class LocalTritonServer(StartedTritonServer):
             config_path = self.work_dir / "gate.json"
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
-                json.dump(self.gate_config(fds), f)
+                f.write(self.gate_config(fds).model_dump_json())
             self.process = self._spawn(
-                [sys.executable, "-m", "harness.serving.gate", str(config_path)],
+                [sys.executable, "-m", "triton_gate", str(config_path)],
                 pass_fds=[fd for mine in fds for fd in mine.values()],
             )
         finally:

@@ -23,8 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 from harness.testing.servers import deployment_server, repository_server, restarted, started, stop_server
-from harness_lab.hostile.cases import CLASSES, all_cases, declared_bytes, overcommit_always
-from harness_lab.hostile.runner import NOT_RUN, REFUSED, SEVERITY, Endpoint, by_class, choose_target, run_cases
+from triton_gate.tests.hostile_cases import CLASSES, all_cases, declared_bytes, overcommit_always
+from triton_gate.tests.hostile_runner import NOT_RUN, REFUSED, SEVERITY, Endpoint, by_class, choose_target, run_cases
 
 
 def is_loopback(url: str) -> bool:

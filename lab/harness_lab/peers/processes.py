@@ -16,8 +16,8 @@ import psutil
 
 from harness.measuring.pair_bench import cpu_seconds
 from harness.measuring.pinning import cores_label
-from harness.serving.gate.serve import free_port
 from harness_lab.peers.workloads import openai_body
+from triton_gate.serve import free_port
 
 
 def tree_cpu_parts(pid: int, root: str = "gate") -> dict[str, float]:

@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "--gate",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="serve through the front gate (python -m harness.serving.gate serve; default): the image must carry "
-        "harness.serving.gate as the CPU image does; --no-gate for an image without it (NGC, Ascend)",
+        help="serve through the front gate (python -m triton_gate serve; default): the image must carry "
+        "triton_gate as the CPU image does; --no-gate for an image without it (NGC, Ascend)",
     )
     fp = sub.add_parser("footprint", help="measure one replica of each deployment in the CPU image (docker)")
     fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")

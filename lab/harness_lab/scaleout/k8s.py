@@ -10,9 +10,9 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.serving.gate.serve import serve_command
 from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout.footprint import UNMEASURED, footprint, probes, resources
+from triton_gate.serve import serve_command
 
 DEFAULT_IMAGE = "triton-harness/tritonserver-cpu:2.51.0"
 BUNDLE_ROOT = "/mnt/models"
@@ -35,7 +35,7 @@ class RenderOptions:
     bundle_image: str | None = None
     storage_uri: str | None = None
     target: str = "cpu"
-    #: Serve through the front gate: needs an image that carries ``harness.serving.gate`` (the CPU image does).
+    #: Serve through the front gate: needs an image that carries ``triton_gate`` (the CPU image does).
     gate: bool = True
     #: The manifest's ``memory_mib`` / ``cpu`` (requests of one replica instead of its measured footprint).
     extra: dict = field(default_factory=dict)

@@ -16,13 +16,13 @@ import yaml
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
 from harness.repository import dependencies
-from harness.serving.gate.serve import free_port
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
 from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
 from harness_lab.scaleout.footprint import resources
 from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query, gated
 from harness_lab.scaleout.nodes import remove_workers
+from triton_gate.serve import free_port
 
 IMAGES = PROJECT_ROOT / "images"
 #: Every stack, network and container of ours starts with this (other runs share the engine).

@@ -1,6 +1,6 @@
 """The front gate process: owns tritonserver, validates every request, reports honest readiness.
 
-Started by ``LocalTritonServer`` as ``python -m harness.serving.gate <config.json>`` with the public
+Started by ``LocalTritonServer`` as ``python -m triton_gate <config.json>`` with the public
 sockets already bound (inherited file descriptors), or by ``serve``. Its parts: ``isolation``
 (private network and mount namespace, as root), ``validate`` and ``http_front`` (HTTP checks before
 Triton parses a request), ``policy`` (internal models, bounds), ``grpc_proxy``, ``openai_api``,
@@ -25,14 +25,15 @@ from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
 
-from harness.serving.gate import log
-from harness.serving.gate.http_front import HttpFront
-from harness.serving.gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
-from harness.serving.gate.openai_api import OpenAIFront
-from harness.serving.gate.policy import GatePolicy
-from harness.serving.gate.stub_watch import StubWatch
-from harness.serving.gate.validate import DEFAULT_MAX_BODY, GateError
-from harness.serving.gate.workers import fork_workers, shared_state, stop_workers
+from triton_gate import HTTP_LOGGER, log
+from triton_gate.body import Admission
+from triton_gate.config import GateConfig
+from triton_gate.http_front import HttpFront
+from triton_gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
+from triton_gate.openai_api import OpenAIFront
+from triton_gate.stub_watch import StubWatch
+from triton_gate.validate import GateError
+from triton_gate.workers import fork_workers, shared_state, stop_workers
 
 __all__ = ["GATE_NICE", "Gate", "log", "main", "run_gate"]
 
@@ -42,25 +43,26 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
     routes and the stub watch come from ``HttpFront``, ``OpenAIFront`` and ``StubWatch``, gRPC
     from ``grpc_proxy``."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: GateConfig, workers: int = 1):
         self.cfg = config
-        self.admin_header = config["admin_header"]
-        self.admin_token = config["admin_token"]
-        self.internal_token = config["internal_token"]
-        self.user_mode = config["user_model_control_mode"]
-        self.policy = GatePolicy.model_validate(config.get("policy") or {})
-        self.api_keys = list(config.get("api_keys") or [])  # bearer-token auth when set (auth)
-        self.upstream_http = f"http://127.0.0.1:{config['private_ports'][0]}"
-        self.upstream_grpc = f"127.0.0.1:{config['private_ports'][1]}"
-        self.upstream_metrics = f"http://127.0.0.1:{config['private_ports'][2]}"
-        self.default_max_body = int(config.get("max_body_bytes") or DEFAULT_MAX_BODY)
-        self.monitor_interval = float(config.get("monitor_interval_s", 0.5))
-        self.auto_reload = bool(config.get("auto_reload", True))
+        self.admin_header = config.admin_header
+        self.admin_token = config.admin_token
+        self.internal_token = config.internal_token
+        self.user_mode = config.user_model_control_mode
+        self.policy = config.policy
+        self.api_keys = config.api_keys  # bearer-token auth when set (auth)
+        http, grpc, metrics = config.private_ports
+        self.upstream_http = f"http://127.0.0.1:{http}"
+        self.upstream_grpc = f"127.0.0.1:{grpc}"
+        self.upstream_metrics = f"http://127.0.0.1:{metrics}"
+        self.default_max_body = config.max_body_bytes
+        self.monitor_interval = config.monitor_interval_s
+        self.auto_reload = config.auto_reload
         self.triton: subprocess.Popen | None = None
         self.session = None
         self.configs: dict[str, dict] = {}
         #: Worker processes serving the public sockets (``workers``): 0 is the primary.
-        self.workers = int(config.get("workers") or 1)
+        self.workers = workers
         self.worker, self.worker_pids = 0, []
         state = shared_state(self.workers)
         self.broken = state["broken"]  # model -> when its stub was seen dead
@@ -75,13 +77,13 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
     # -- upstream ---------------------------------------------------------------------------
     def start_triton(self) -> None:
         """tritonserver as the gate's child; its log to ``log_path`` (None: the gate's own stdout)."""
-        log_file = open(self.cfg["log_path"], "ab", buffering=0) if self.cfg.get("log_path") else None
+        log_file = open(self.cfg.log_path, "ab", buffering=0) if self.cfg.log_path else None
         self.triton = subprocess.Popen(
-            self.cfg["command"],
+            self.cfg.command,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            cwd=self.cfg["work_dir"],
+            cwd=self.cfg.work_dir,
             preexec_fn=die_with_parent,
         )
         log(f"tritonserver pid {self.triton.pid}")
@@ -150,13 +152,11 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
         return config
 
-    def check_restricted(self, api: str | None, load: bool, admin: bool, header: str) -> None:
-        """Refuse model load/unload in mode ``none`` (even to an admin), and a restricted API group
-        (``http_front.restricted_api``, ``grpc_proxy.RESTRICTED``) without the admin ``header``."""
+    def check_load(self, load: bool) -> None:
+        """Refuse model load/unload in mode ``none``, even to an admin. (The restricted API groups
+        tritonserver refuses itself: only an admin's call carries its internal token.)"""
         if load and self.user_mode == "none":
             raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
-        if api is not None and not admin and (api in self.cfg["restricted_apis"] or self.user_mode == "none"):
-            raise GateError(403, f"This API is restricted, expecting header '{header}'")
 
     async def check_inference(self, model: str, admin: bool) -> ModelConfig:
         """``check_model_access`` for an inference call, refused with 503 while draining."""
@@ -183,9 +183,13 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         )
         # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
         runner = web.ServerRunner(
-            web.Server(self.handle, access_log=None),
+            # The gate inflates bodies itself (``body``); a refused body is never read on (no lingering).
+            web.Server(self.handle, access_log=None, auto_decompress=False, lingering_time=0, logger=HTTP_LOGGER),
             handle_signals=False,
-            shutdown_timeout=float(self.cfg.get("exit_timeout_s", 5)),
+            shutdown_timeout=self.cfg.exit_timeout_s,
+        )
+        self.admission = Admission(
+            self.policy.max_bytes_in_flight, self.cfg.max_bytes_in_flight, self.cfg.admission_wait_s
         )
         await runner.setup()
         await web.SockSite(runner, http_sock).start()
@@ -193,12 +197,12 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         if metrics_sock is not None:
             metrics_app = web.Application()
             metrics_app.router.add_route("GET", "/{tail:.*}", self.handle_metrics)
-            metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False)
+            metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False, logger=HTTP_LOGGER)
             await metrics_runner.setup()
             await web.SockSite(metrics_runner, metrics_sock).start()
         grpc_server = pump = None
         if grpc_sock is not None:
-            from harness.serving.gate.grpc_proxy import start_grpc
+            from triton_gate.grpc_proxy import start_grpc
 
             grpc_server, pump = await start_grpc(self, grpc_sock)
         stop = asyncio.Event()
@@ -210,7 +214,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         await stop.wait()
         # Drain: not ready, refuse new inference, let in-flight requests finish, then stop Triton.
         self.draining = True
-        exit_timeout_s = float(self.cfg.get("exit_timeout_s", 5))
+        exit_timeout_s = self.cfg.exit_timeout_s
         workers = loop.run_in_executor(None, stop_workers, self.worker_pids, exit_timeout_s + 5) if primary else None
         log(f"worker {self.worker}: draining {self.in_flight} in-flight request(s)")
         deadline = time.monotonic() + exit_timeout_s
@@ -232,7 +236,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         if self.triton.poll() is None:
             self.triton.send_signal(signal.SIGTERM)
             try:
-                await loop.run_in_executor(None, self.triton.wait, float(self.cfg.get("exit_timeout_s", 5)) + 10)
+                await loop.run_in_executor(None, self.triton.wait, exit_timeout_s + 10)
             except subprocess.TimeoutExpired:
                 self.triton.kill()
         else:
@@ -241,10 +245,10 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         return code
 
 
-def run_gate(config: dict, socks: list[dict[str, socket.socket | None]]) -> int:
+def run_gate(config: GateConfig, socks: list[dict[str, socket.socket | None]]) -> int:
     """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM:
     one worker process per entry (``workers``), each serving its own sockets."""
-    gate = Gate({**config, "workers": len(socks)})
+    gate = Gate(config, workers=len(socks))
     gate.start_triton()
     try:
         import uvloop  # a faster event loop where installed (pyproject.toml)
@@ -269,14 +273,14 @@ def run_gate(config: dict, socks: list[dict[str, socket.socket | None]]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the local launcher: ``python -m harness.serving.gate <config.json>``."""
+    """Entry point of the local launcher: ``python -m triton_gate <config.json>``."""
     argv = sys.argv[1:] if argv is None else argv
     config_path = Path(argv[0])
-    config = json.loads(config_path.read_text())
+    config = GateConfig.model_validate_json(config_path.read_bytes())
     config_path.unlink()  # holds the admin token: gone once read
-    socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config["fds"]]
-    log(isolate() if config.get("isolate", True) else "not isolated (isolate=False)")
-    if config.get("raise_priority", True):
+    socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config.fds]
+    log(isolate() if config.isolate else "not isolated (isolate=False)")
+    if config.raise_priority:
         raise_priority()
     return run_gate(config, socks)
 

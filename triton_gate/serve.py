@@ -1,6 +1,6 @@
 """The gate on its own, in front of a tritonserver command line: the CPU image's entry point.
 
-    python -m harness.serving.gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
+    python -m triton_gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
         [--metrics-port 8002] [--admin-token-file PATH] [--policy-file PATH] [--api-key-file PATH]
         [--gate-workers N]
         -- tritonserver --model-repository=/models ...
@@ -38,31 +38,14 @@ REPLACED = (
     "--grpc-restricted-protocol",
     "--model-control-mode",
 )
-#: Flags whose value may follow as the next argument (``--flag value``) and that the gate reads.
-READ = REPLACED + ("--allow-grpc", "--allow-metrics", "--exit-timeout-secs")
 
 
-def normalise(command: list[str]) -> list[str]:
-    """``--flag value`` -> ``--flag=value`` for the flags the gate reads or replaces."""
-    out, i = [], 0
-    while i < len(command):
-        arg = command[i]
-        if arg in READ and i + 1 < len(command):
-            out.append(f"{arg}={command[i + 1]}")
-            i += 2
-            continue
-        out.append(arg)
-        i += 1
-    return out
-
-
-def flag(command: list[str], name: str, default: str | None = None) -> str | None:
-    """The last value of ``--name=value`` in ``command``."""
-    found = default
-    for arg in command:
-        if arg.startswith(name + "="):
-            found = arg.split("=", 1)[1]
-    return found
+def read_flags(command: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(the flags the gate reads or replaces, as ``--flag value`` or ``--flag=value``; the rest in order)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in REPLACED + ("--allow-grpc", "--allow-metrics", "--exit-timeout-secs"):
+        parser.add_argument(name)
+    return parser.parse_known_args(command)
 
 
 def gated_command(
@@ -71,15 +54,15 @@ def gated_command(
     """The user's tritonserver command on private loopback ports, restricted APIs behind the
     gate's internal token, and explicit model control (the gate reloads a model whose stub died;
     a user's mode ``none`` becomes explicit with every model loaded at start)."""
-    command = normalise(command)
-    mode = flag(command, "--model-control-mode", "none")
-    kept = [a for a in command if not a.startswith(tuple(f"{r}=" for r in REPLACED))]
+    flags, kept = read_flags(command)
+    for name in ("--allow-grpc", "--allow-metrics", "--exit-timeout-secs"):
+        value = getattr(flags, name[2:].replace("-", "_"))
+        kept += [f"{name}={value}"] if value is not None else []
+    mode = flags.model_control_mode or "none"
     out = kept + listen_flags("127.0.0.1", private_ports, restricted_apis, internal_token, grpc)
     if mode == "none":
-        out += ["--model-control-mode=explicit", "--load-model=*"]
-    else:
-        out.append(f"--model-control-mode={mode}")
-    return out
+        return out + ["--model-control-mode=explicit", "--load-model=*"]
+    return out + [f"--model-control-mode={mode}"]
 
 
 def listen_flags(
@@ -102,8 +85,8 @@ def listen_flags(
 
 def serve_command(triton: list[str], *gate_options: str) -> list[str]:
     """The command line that runs ``triton`` (a tritonserver command) behind the gate, in an image that
-    carries ``harness.serving.gate`` (the container's entry point form)."""
-    return ["python3", "-m", "harness.serving.gate", "serve", *gate_options, "--", *triton]
+    carries ``triton_gate`` (the container's entry point form)."""
+    return ["python3", "-m", "triton_gate", "serve", *gate_options, "--", *triton]
 
 
 def free_ports(count: int) -> tuple[int, ...]:
@@ -185,21 +168,56 @@ def read_token(path: str | None) -> tuple[str, str]:
 
 
 def serve_main(argv: list[str]) -> int:
-    from harness.serving.gate import log
-    from harness.serving.gate.auth import read_keys
-    from harness.serving.gate.isolation import raise_priority
-    from harness.serving.gate.policy import GatePolicy, read_policy
-    from harness.serving.gate.server import run_gate
-    from harness.serving.gate.workers import default_workers
+    from triton_gate import log
+    from triton_gate.auth import read_keys
+    from triton_gate.config import gate_config
+    from triton_gate.isolation import raise_priority
+    from triton_gate.policy import GatePolicy, read_policy
+    from triton_gate.server import run_gate
+    from triton_gate.workers import default_workers
 
     if "--" not in argv:
-        print(
-            "usage: python -m harness.serving.gate serve [options] -- tritonserver --model-repository=...",
-            file=sys.stderr,
-        )
+        print("usage: python -m triton_gate serve [options] -- tritonserver --model-repository=...", file=sys.stderr)
         return 2
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m harness.serving.gate serve", description=__doc__.split("\n\n")[0])
+    args = serve_parser().parse_args(argv[:split])
+    command = argv[split + 1 :]
+    if not command:
+        serve_parser().error("no tritonserver command after --")
+    flags, _ = read_flags(command)
+    grpc = (flags.allow_grpc or "true").lower() not in ("false", "0", "no")
+    metrics = (flags.allow_metrics or "true").lower() not in ("false", "0", "no")
+    token, token_note = read_token(args.admin_token_file)
+    workers = args.gate_workers or default_workers()
+    socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
+    work_dir = tempfile.mkdtemp(prefix="triton-gate-")
+    policy = GatePolicy.model_validate_json(args.policy_json) if args.policy_json else read_policy(args.policy_file)
+    optional = {"max_body_bytes": args.max_body_bytes} if args.max_body_bytes else {}
+    config = gate_config(
+        command,
+        work_dir=work_dir,
+        admin_token=token,
+        grpc=grpc,
+        events_path=os.path.join(work_dir, "gate-events.jsonl"),
+        policy=policy,
+        api_keys=read_keys(args.api_key_file),
+        **optional,
+    )
+    log(
+        f"serving {args.host}:{args.http_port} (HTTP)"
+        + (f", :{args.grpc_port} (gRPC)" if grpc else "")
+        + (f", :{args.metrics_port} (metrics)" if metrics else "")
+        + f"; {workers} gate worker(s); tritonserver on 127.0.0.1:{config.private_ports[0]}"
+        f" behind it; {token_note}; API keys {'on' if config.api_keys else 'off'}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
+    )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
+    raise_priority()
+    return run_gate(config, socks)
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m triton_gate serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
@@ -214,62 +232,19 @@ def serve_main(argv: list[str]) -> int:
         "--api-key-file",
         default=os.environ.get("TRITON_GATE_API_KEY_FILE"),
         help="API keys, one per line: every route but the health probes then needs 'Authorization: Bearer <key>' "
-        "(harness.serving.gate.auth; default: off)",
+        "(triton_gate.auth; default: off)",
     )
     parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
     parser.add_argument(
         "--gate-workers",
         type=int,
         default=None,
-        help="gate processes serving the public ports (harness.serving.gate.workers; default: $TRITON_GATE_WORKERS, "
+        help="gate processes serving the public ports (triton_gate.workers; default: $TRITON_GATE_WORKERS, "
         "else one per 10 cores, at least 1)",
     )
     parser.add_argument(
         "--policy-file",
         default=os.environ.get("TRITON_GATE_POLICY_FILE"),
-        help="the deployment's gate policy (JSON: public models, body and dimension bounds; harness.serving.gate.policy)",
+        help="the deployment's gate policy (JSON: public models, body and dimension bounds; triton_gate.policy)",
     )
-    args = parser.parse_args(argv[:split])
-    command = normalise(argv[split + 1 :])
-    if not command:
-        parser.error("no tritonserver command after --")
-    grpc = flag(command, "--allow-grpc", "true").lower() not in ("false", "0", "no")
-    metrics = flag(command, "--allow-metrics", "true").lower() not in ("false", "0", "no")
-    mode = flag(command, "--model-control-mode", "none")
-    restricted = restricted_apis(mode)
-    token, token_note = read_token(args.admin_token_file)
-    internal = secrets.token_hex(16)
-    private = free_ports(3)
-    workers = args.gate_workers or default_workers()
-    socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
-    work_dir = tempfile.mkdtemp(prefix="triton-gate-")
-    config = {
-        "command": gated_command(command, private, internal, restricted, grpc),
-        "work_dir": work_dir,
-        "log_path": None,
-        "events_path": os.path.join(work_dir, "gate-events.jsonl"),
-        "private_ports": list(private),
-        "admin_header": ADMIN_HEADER,
-        "admin_token": token,
-        "internal_token": internal,
-        "restricted_apis": restricted,
-        "user_model_control_mode": mode,
-        "exit_timeout_s": float(flag(command, "--exit-timeout-secs", "30")),
-        "policy": (
-            GatePolicy.model_validate_json(args.policy_json) if args.policy_json else read_policy(args.policy_file)
-        ).model_dump(mode="json"),
-        "api_keys": read_keys(args.api_key_file),
-    }
-    if args.max_body_bytes:
-        config["max_body_bytes"] = args.max_body_bytes
-    log(
-        f"serving {args.host}:{args.http_port} (HTTP)"
-        + (f", :{args.grpc_port} (gRPC)" if grpc else "")
-        + (f", :{args.metrics_port} (metrics)" if metrics else "")
-        + f"; {workers} gate worker(s); tritonserver on 127.0.0.1:{private[0]}"
-        f" behind it; {token_note}; API keys {'on' if config['api_keys'] else 'off'}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
-    )
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
-    raise_priority()
-    return run_gate(config, socks)
+    return parser

@@ -39,6 +39,7 @@ class GateError(Exception):
         self.message = message
         self.param = param
         self.code = code
+        self.model: str | None = None  # the model it is about, for the log line
 
 
 def triton_datatype(config_type: int | str) -> str:

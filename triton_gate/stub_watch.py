@@ -2,7 +2,7 @@
 
 When a stub dies while Triton still calls its model READY, the model is marked ``broken`` (the
 gate's readiness and the model's ready endpoint answer not-ready), an event is recorded, and the
-model is unloaded + loaded again. ``StubWatch`` is a part of ``harness.serving.gate.server.Gate``:
+model is unloaded + loaded again. ``StubWatch`` is a part of ``triton_gate.server.Gate``:
 it uses the gate's tritonserver child and its upstream calls (``ready_models``, ``repository_call``).
 """
 
@@ -15,11 +15,12 @@ import re
 import signal
 import time
 
+import aiohttp
 import psutil
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from harness.serving.gate import log
-from harness.serving.gate.workers import exited
+from triton_gate import log
+from triton_gate.workers import exited
 
 
 def expected_stubs(config: ModelConfig) -> int:
@@ -84,6 +85,8 @@ class StubWatch:
                 os.kill(os.getpid(), signal.SIGTERM)
             try:
                 known = await self.watch_stubs(known)
+            except aiohttp.ClientConnectionError:
+                continue  # tritonserver not listening yet (start-up) or stopping: its exit is seen above
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad round
                 log(f"stub watch: {type(exc).__name__}: {exc}")
 
@@ -165,7 +168,7 @@ class StubWatch:
     def event(self, kind: str, **fields) -> None:
         record = {"event": kind, "time": time.time(), **fields}
         self.events.append(record)
-        path = self.cfg.get("events_path")
+        path = self.cfg.events_path
         if path:
             with open(path, "a") as f:
                 f.write(json.dumps(record) + "\n")

@@ -1,7 +1,7 @@
-"""HTTP side of the gate: which paths are restricted, inference, internal or loads, and the
+"""HTTP side of the gate: which paths are inference, internal or loads, and the
 aiohttp handlers that check a request before it is forwarded to tritonserver's private port.
 
-``HttpFront`` is a part of ``harness.serving.gate.server.Gate``: it uses the state and upstream
+``HttpFront`` is a part of ``triton_gate.server.Gate``: it uses the state and upstream
 calls the gate sets up (admin token, upstream URLs and session, ``broken`` models, in-flight count).
 """
 
@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+from functools import partial
 from urllib.parse import unquote
 
 from yarl import URL
 
-from harness.serving.gate.auth import PROBE_PATHS, bearer_ok
-from harness.serving.gate.openai_api import error_body as openai_error
-from harness.serving.gate.validate import GateError, body_limit, parse_json, validate_infer
+from triton_gate import log
+from triton_gate.auth import PROBE_PATHS, bearer_ok
+from triton_gate.body import BodyRefused, read_limited
+from triton_gate.openai_api import error_body as openai_error
+from triton_gate.validate import GateError, body_limit, parse_json, validate_infer
 
 HOP_BY_HOP = {
     "connection",
@@ -29,8 +32,8 @@ HOP_BY_HOP = {
     "content-length",
     "host",
 }
-#: Request headers not forwarded: aiohttp has already inflated a gzip/deflate request body (the
-#: limits above count inflated bytes), so the body goes on as plain bytes; the header length is
+#: Request headers not forwarded: the gate has inflated a gzip/deflate request body (``body``: the
+#: limits count inflated bytes), so the body goes on as plain bytes; the header length is
 #: the gate's own, for the header it re-serialized.
 REQUEST_ONLY_DROP = HOP_BY_HOP | {"content-encoding", "inference-header-content-length"}
 #: Request encodings the gate inflates (Triton's own HTTP server accepts these two).
@@ -39,23 +42,14 @@ CONTENT_ENCODINGS = {"identity", "gzip", "deflate"}
 FRAMING_HEADERS = ("Content-Length", "Transfer-Encoding", "Content-Encoding", "Inference-Header-Content-Length")
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 GENERATE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/generate(?:_stream)?$")
+#: Bodies at least this large are checked off the event loop (health probes keep moving meanwhile).
+OFF_LOOP_BYTES = 1 << 20
+#: Seconds a client is told to wait after a 503 (``Retry-After``).
+RETRY_AFTER_S = 1
 #: Body limit of requests other than inference (metadata, statistics, ...; admin: repository loads).
 OTHER_BODY_LIMIT, ADMIN_BODY_LIMIT = 1 << 20, 256 << 20
 READY_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/ready$")
 LOAD_PATH = re.compile(r"^/v2/repository/models/([^/]+)/(load|unload)$")
-
-
-def restricted_api(path: str) -> str | None:
-    """Which Triton restricted-API group an HTTP path belongs to (None: open)."""
-    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
-        return "shared-memory"
-    if path.startswith("/v2/trace") or re.match(r"^/v2/models/[^/]+(/versions/[^/]+)?/trace", path):
-        return "trace"
-    if path.startswith("/v2/logging"):
-        return "logging"
-    if path.startswith("/v2/repository"):
-        return "model-repository"
-    return None
 
 
 def check_json_body(body: bytes) -> None:
@@ -76,25 +70,6 @@ def check_framing(headers) -> None:
         raise GateError(415, f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or identity")
 
 
-async def read_limited(request, limit: int, what: str) -> bytes:
-    """The request body, refused with 413 as soon as it is known to be over ``limit``."""
-    if request.content_length is not None and request.content_length > limit:
-        raise GateError(413, f"request body of {request.content_length} bytes is over the {limit}-byte limit of {what}")
-    from aiohttp import http_exceptions, web_protocol
-
-    chunks, size = [], 0
-    try:
-        async for chunk in request.content.iter_chunked(1 << 20):
-            size += len(chunk)
-            if size > limit:
-                raise GateError(413, f"request body over the {limit}-byte limit of {what}")
-            chunks.append(chunk)
-    except (http_exceptions.HttpProcessingError, web_protocol.RequestPayloadError) as exc:
-        # e.g. a gzip body that does not inflate
-        raise GateError(400, f"request body cannot be read: {str(exc).strip() or type(exc).__name__}") from None
-    return b"".join(chunks)
-
-
 class HttpFront:
     """The gate's aiohttp handlers (public HTTP port and metrics port)."""
 
@@ -108,8 +83,7 @@ class HttpFront:
         return bearer_ok(headers.get("Authorization"), self.api_keys)
 
     async def handle(self, request):
-        from aiohttp import web
-
+        """Every request on the public HTTP port; a refusal is answered and logged (``refuse``)."""
         # Match what Triton matches: the raw path (Triton decodes a model name itself, the same
         # way for the config lookup below as for the request).
         raw = request.raw_path.split("?", 1)[0]
@@ -121,56 +95,90 @@ class HttpFront:
             if not self.authorized(request.headers, path):
                 raise GateError(401, "a valid API key is required: send 'Authorization: Bearer <key>'")
             check_framing(request.headers)
+            if openai:
+                return await self.handle_openai(request, path)
+            return await self.handle_triton(request, path)
         except GateError as exc:
-            body = openai_error(exc.status, exc.message) if openai else {"error": exc.message}
-            headers = {"WWW-Authenticate": 'Bearer realm="triton"'} if exc.status == 401 else None
-            return web.json_response(body, status=exc.status, headers=headers)
-        if openai:
-            return await self.handle_openai(request, path, read_limited)
-        try:
-            admin = self.is_admin(request.headers)
-            self.check_restricted(restricted_api(path), bool(LOAD_PATH.match(path)), admin, self.admin_header)
-            if path == "/v2/health/ready":
-                return await self.readiness_response()
-            ready = READY_PATH.match(path)
-            if ready and ready.group(1) in self.broken:
-                return web.Response(status=400)
-            infer = INFER_PATH.match(path)
-            generate = GENERATE_PATH.match(path)
-            body, header_length = None, None
-            if infer:
-                config = await self.check_inference(infer.group(1), admin)
-                body, header_length = await self.checked_infer_body(request, infer.group(1), config)
-            else:
-                if generate:
-                    await self.check_inference(generate.group(1), admin)
-                limit = ADMIN_BODY_LIMIT if admin else OTHER_BODY_LIMIT
-                body = await read_limited(request, limit, "this endpoint") if request.can_read_body else None
-                if body:
-                    check_json_body(body)
-            load = LOAD_PATH.match(path)
-            if load:
-                model = load.group(1)
-                self.changing[model] = float("inf")
-                old = (await asyncio.get_running_loop().run_in_executor(None, self.stubs)).get(model, set())
-            try:
-                return await self.forward(request, body, admin, header_length)
-            finally:
-                if load:
-                    self.forget_configs()
-                    asyncio.create_task(self.settle(model, old))
-        except GateError as exc:
-            return web.json_response({"error": exc.message}, status=exc.status)
+            return self.refuse(request, exc, openai)
 
-    async def checked_infer_body(self, request, model: str, config: dict) -> tuple[bytes, int | None]:
-        """The body to forward (validated header re-serialized + binary data) and its header length."""
-        limit = body_limit(config, self.default_max_body, self.policy.max_body_bytes.get(model))
-        body = await read_limited(request, limit, f"model '{model}'")
+    def refuse(self, request, exc: GateError, openai: bool = False, model: str | None = None):
+        """The refusal's response and its one log line; the connection is closed when a body
+        may be left unread (``body.read_limited`` stopped, or never started)."""
+        from aiohttp import web
+
+        read = f" read={exc.received} inflated={exc.inflated}" if isinstance(exc, BodyRefused) else ""
+        model = model or getattr(exc, "model", None) or "-"
+        log(f"refused {exc.status} model={model} client={request.remote}{read}: {exc.message}")
+        body = openai_error(exc.status, exc.message, exc.param, exc.code) if openai else {"error": exc.message}
+        headers = {"WWW-Authenticate": 'Bearer realm="triton"'} if exc.status == 401 else {}
+        if exc.status == 503:
+            headers["Retry-After"] = str(RETRY_AFTER_S)
+        response = web.json_response(body, status=exc.status, headers=headers)
+        if request.can_read_body and not request.content.is_eof():
+            response.force_close()
+        return response
+
+    async def handle_triton(self, request, path: str):
+        """The /v2 routes: readiness, checked inference, loads; then forwarded (a restricted API reaches
+        tritonserver with its internal token only for an admin)."""
+        from aiohttp import web
+
+        admin = self.is_admin(request.headers)
+        self.check_load(bool(LOAD_PATH.match(path)))
+        if path == "/v2/health/ready":
+            return await self.readiness_response()
+        ready = READY_PATH.match(path)
+        if ready and ready.group(1) in self.broken:
+            return web.Response(status=400)
+        infer = INFER_PATH.match(path)
+        if infer:
+            return await self.handle_infer(request, infer.group(1), admin)
+        generate = GENERATE_PATH.match(path)
+        if generate:
+            await self.check_inference(generate.group(1), admin)
+        limit = ADMIN_BODY_LIMIT if admin else OTHER_BODY_LIMIT
+        body = await read_limited(request, limit, "this endpoint") if request.can_read_body else None
+        if body:
+            check_json_body(body)
+        load = LOAD_PATH.match(path)
+        if not load:
+            return await self.forward(request, body, admin)
+        model = load.group(1)
+        self.changing[model] = float("inf")
+        old = (await asyncio.get_running_loop().run_in_executor(None, self.stubs)).get(model, set())
+        try:
+            return await self.forward(request, body, admin)
+        finally:
+            self.forget_configs()
+            asyncio.create_task(self.settle(model, old))
+
+    async def handle_infer(self, request, model: str, admin: bool):
+        """An inference request: read within its limit and admitted within the model's bytes in
+        flight (``body.Admission``: the worst case of the body reserved before it is read), checked, forwarded."""
+        try:
+            config = await self.check_inference(model, admin)
+            limit = body_limit(config, self.default_max_body, self.policy.max_body_bytes.get(model))
+            plain = (request.headers.get("Content-Encoding") or "identity").strip().lower() == "identity"
+            reserve = min(request.content_length, limit) if plain and request.content_length is not None else limit
+            async with self.admission.admit(model, reserve, limit):
+                body = await read_limited(request, limit, f"model '{model}'")
+                body, header_length = await self.checked_infer_body(request, model, config, body)
+                return await self.forward(request, body, admin, header_length)
+        except GateError as exc:
+            exc.model = model
+            raise
+
+    async def checked_infer_body(self, request, model: str, config, body: bytes) -> tuple[bytes, int | None]:
+        """The body to forward (validated header re-serialized + binary data) and its header length;
+        a large one is checked off the event loop."""
         raw_length = request.headers.get("Inference-Header-Content-Length")
         if raw_length is not None and not re.fullmatch(r"[0-9]{1,12}", raw_length.strip()):
             raise GateError(400, f"Inference-Header-Content-Length {raw_length!r} is not a byte count")
         header_length = int(raw_length) if raw_length is not None else None
-        return validate_infer(model, config, body, header_length, self.policy.max_dims.get(model))
+        check = partial(validate_infer, model, config, body, header_length, self.policy.max_dims.get(model))
+        if len(body) < OFF_LOOP_BYTES:
+            return check()
+        return await asyncio.get_running_loop().run_in_executor(None, check)
 
     async def forward(self, request, body: bytes | None, admin: bool, header_length: int | None = None):
         from aiohttp import web

@@ -15,18 +15,15 @@ import time
 from typing import Literal
 
 import numpy as np
+import orjson  # float32 vectors straight to JSON (shortest float32 digits), ~20x the stdlib's speed
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
-
-try:  # float32 vectors straight to JSON (shortest float32 digits), ~20x the stdlib's speed
-    import orjson
-except ImportError:  # an image without it: the stdlib's encoder, same numbers (as float64 digits)
-    orjson = None
-
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
-from harness.serving.gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
-from harness.serving.gate.validate import GateError, parse_json, triton_datatype
+from triton_gate import log_exception
+from triton_gate.body import read_limited
+from triton_gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
+from triton_gate.validate import GateError, parse_json, triton_datatype
 
 #: OpenAI's bound on the number of inputs of one embeddings request.
 MAX_INPUTS = 2048
@@ -150,13 +147,11 @@ def _input_spec(config: ModelConfig, name: str) -> ModelInput:
 def dump(answer: dict) -> bytes:
     """The response's JSON; ``float`` embeddings are float32 arrays (orjson writes each as the
     shortest digits that read back as the same float32)."""
-    if orjson is not None:
-        return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
-    return json.dumps(answer, separators=(",", ":"), default=lambda a: a.tolist()).encode()
+    return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 class OpenAIFront:
-    """The /v1 handlers; a part of ``harness.serving.gate.server.Gate`` (its session, configs, limits)."""
+    """The /v1 handlers; a part of ``triton_gate.server.Gate`` (its session, configs, limits)."""
 
     @property
     def openai(self) -> OpenAIMapping | None:
@@ -169,46 +164,41 @@ class OpenAIFront:
         found = [limits[model] for model in models if model in limits]
         return max(found) if found else self.default_max_body
 
-    async def handle_openai(self, request, path: str, read_limited):
+    async def handle_openai(self, request, path: str):
+        """The /v1 routes; a refusal is raised as ``GateError`` (answered in OpenAI's error shape by ``HttpFront``)."""
         from aiohttp import web
 
-        try:
-            if self.openai is None:
-                raise GateError(
-                    404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)"
-                )
-            if path == "/v1/models":
-                if request.method != "GET":
-                    raise GateError(405, f"{request.method} {path}: use GET")
-                return web.json_response(self.models_list())
-            if path.startswith("/v1/models/"):
-                name = path[len("/v1/models/") :]
-                if name not in self.openai.models:
-                    raise GateError(404, f"The model '{name}' does not exist", "model")
-                return web.json_response(self.model_entry(name))
-            if path != "/v1/embeddings":
-                raise GateError(404, f"{path}: this server answers /v1/embeddings and /v1/models only")
-            if request.method != "POST":
-                raise GateError(405, f"{request.method} {path}: use POST")
-            if self.draining:
-                raise GateError(503, "server is shutting down")
-            body = await read_limited(request, self.openai_limit(), "/v1/embeddings")
-            parsed = parse_request(body, self.openai)
+        if self.openai is None:
+            raise GateError(404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)")
+        if path == "/v1/models":
+            if request.method != "GET":
+                raise GateError(405, f"{request.method} {path}: use GET")
+            return web.json_response(self.models_list())
+        if path.startswith("/v1/models/"):
+            name = path[len("/v1/models/") :]
+            if name not in self.openai.models:
+                raise GateError(404, f"The model '{name}' does not exist", "model")
+            return web.json_response(self.model_entry(name))
+        if path != "/v1/embeddings":
+            raise GateError(404, f"{path}: this server answers /v1/embeddings and /v1/models only")
+        if request.method != "POST":
+            raise GateError(405, f"{request.method} {path}: use POST")
+        if self.draining:
+            raise GateError(503, "server is shutting down")
+        limit = self.openai_limit()
+        async with self.admission.admit(path, limit, limit):
+            parsed = parse_request(await read_limited(request, limit, path), self.openai)
             self.in_flight += 1
             try:
                 answer = await self.embeddings(parsed)
+            except GateError:
+                raise
+            except Exception as exc:  # a bug here: logged with its traceback, answered in OpenAI's shape
+                log_exception(f"/v1 handler failed: {type(exc).__name__}")
+                return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
             finally:
                 self.in_flight -= 1
-            return web.Response(body=dump(answer), content_type="application/json")
-        except GateError as exc:
-            return web.json_response(error_body(exc.status, exc.message, exc.param, exc.code), status=exc.status)
-        except Exception as exc:  # noqa: BLE001 - a bug here: logged, answered in OpenAI's shape
-            import traceback
-
-            from harness.serving.gate import log
-
-            log(f"/v1 handler failed: {traceback.format_exc()}")
-            return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
+        return web.Response(body=dump(answer), content_type="application/json")
 
     def models_list(self) -> dict:
         return {"object": "list", "data": [self.model_entry(name) for name in self.openai.models]}

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness_lab.hostile.cases import Case, Target, valid_item
+from triton_gate.tests.hostile_cases import Case, Target, valid_item
 
 REFUSED, ACCEPTED, ERROR, HUNG, DIED, NOT_RUN = (
     "refused cleanly",

@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 
-from harness.serving.gate.isolation import sigterm_when_parent_dies
+from triton_gate.isolation import sigterm_when_parent_dies
 
 #: Gate workers when none is asked for: one per 10 cores, at least one, so that the gate can take
 #: no more than a tenth of the machine (docs/tuning.md, "The front gate's cost and its workers").

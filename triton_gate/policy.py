@@ -3,7 +3,7 @@
 A policy is a ``GatePolicy``, derived once per deployment (``harness.deployments.Deployment.gate_policy``:
 the manifest's entry models, ``[gate]`` and ``[openai]`` tables) and handed to the gate wherever it
 runs as its JSON (``model_dump_json`` / ``model_validate_json``): inline in the local gate's
-start-up file, as ``--policy-file`` or ``--policy-json`` to ``python -m harness.serving.gate serve``
+start-up file, as ``--policy-file`` or ``--policy-json`` to ``python -m triton_gate serve``
 (the CPU image, Compose and swarm replicas, Kubernetes pods). ::
 
     {"public": ["classify", "classifier"],                  # every other model is internal
@@ -111,6 +111,9 @@ class GateBounds(Strict):
     max_body_bytes: dict[str, PositiveInt] = {}
     #: Largest dims per input of a model, batch dim excluded: ``{ model = { input = [3, 1280, 1280] } }``.
     max_dims: dict[str, dict[str, list[PositiveInt]]] = {}
+    #: Bytes of request bodies in flight to tritonserver per model and gate worker (else 4 bodies of
+    #: its largest size; ``body.Admission``): past it a request waits, then gets 503 + Retry-After.
+    max_bytes_in_flight: dict[str, PositiveInt] = {}
 
 
 class GatePolicy(GateBounds):

@@ -2,8 +2,9 @@
 
 Calls go through as raw bytes; only ``ModelInfer`` / ``ModelStreamInfer`` requests are parsed (the
 HTTP side's checks) and ``ServerReady`` / ``ModelReady`` answered from the gate's own readiness;
-the restricted methods need the admin header as metadata. The proxy listens on a private unix
-socket, joined to the public TCP socket by a byte pump (grpc cannot adopt a bound socket).
+the restricted methods reach tritonserver with its internal token only for the admin header. The
+proxy listens on a private unix socket, joined to the public TCP socket by a byte pump (grpc
+cannot adopt a bound socket).
 """
 
 from __future__ import annotations
@@ -17,25 +18,13 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from harness.serving.gate.auth import PROBE_METHODS, bearer_ok
-from harness.serving.gate.validate import GateError, check_input, count_bytes_elements
+from triton_gate import log
+from triton_gate.auth import PROBE_METHODS, bearer_ok
+from triton_gate.validate import GateError, check_input, count_bytes_elements
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
 GRPC_PREFIX = "triton-grpc-protocol-"
-RESTRICTED = {
-    "SystemSharedMemoryStatus": "shared-memory",
-    "SystemSharedMemoryRegister": "shared-memory",
-    "SystemSharedMemoryUnregister": "shared-memory",
-    "CudaSharedMemoryStatus": "shared-memory",
-    "CudaSharedMemoryRegister": "shared-memory",
-    "CudaSharedMemoryUnregister": "shared-memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
-    "RepositoryIndex": "model-repository",
-    "RepositoryModelLoad": "model-repository",
-    "RepositoryModelUnload": "model-repository",
-}
 TYPED_FIELD = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
@@ -94,6 +83,12 @@ def validate_grpc_infer(
                 raise GateError(400, f"{where}: shape {shape} declares {elements} values, contents hold {count}")
 
 
+async def refuse(context, exc: GateError, method: str) -> None:
+    """Abort the call with the refusal's status, logged in one line as the HTTP side logs one."""
+    log(f"refused {exc.status} model={exc.model or '-'} client={context.peer()} (gRPC {method}): {exc.message}")
+    await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+
+
 class ProxyHandler(grpc.GenericRpcHandler):
     def __init__(self, gate):
         self.gate = gate
@@ -138,8 +133,12 @@ class ProxyHandler(grpc.GenericRpcHandler):
             request = service_pb2.ModelInferRequest.FromString(request_bytes)
         except DecodeError:
             raise GateError(400, "ModelInferRequest is not a valid protobuf message") from None
-        config = await self.gate.check_inference(request.model_name, admin)
-        validate_grpc_infer(request, config, self.gate.policy.max_dims.get(request.model_name))
+        try:
+            config = await self.gate.check_inference(request.model_name, admin)
+            validate_grpc_infer(request, config, self.gate.policy.max_dims.get(request.model_name))
+        except GateError as exc:
+            exc.model = request.model_name
+            raise
         request.DiscardUnknownFields()
         return request.SerializeToString()
 
@@ -151,8 +150,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
             try:
                 if not authorized and name not in PROBE_METHODS:
                     raise GateError(401, UNAUTHENTICATED)
-                load = name in ("RepositoryModelLoad", "RepositoryModelUnload")
-                gate.check_restricted(RESTRICTED.get(name), load, admin, GRPC_PREFIX + gate.admin_header)
+                gate.check_load(name in ("RepositoryModelLoad", "RepositoryModelUnload"))
                 if name == "ServerReady":
                     ready = not gate.draining and not gate.broken and await gate.upstream_ready()
                     return service_pb2.ServerReadyResponse(ready=ready).SerializeToString()
@@ -163,7 +161,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
                 if name == "ModelInfer":
                     request_bytes = await self._check_infer(request_bytes, admin)
             except GateError as exc:
-                await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+                await refuse(context, exc, name)
             gate.in_flight += 1
             try:
                 return await self.channel.unary_unary(method)(
@@ -180,14 +178,14 @@ class ProxyHandler(grpc.GenericRpcHandler):
         async def call(request_iterator, context):
             metadata, admin, authorized = self._metadata(context)
             if not authorized:
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED)
+                await refuse(context, GateError(401, UNAUTHENTICATED), "ModelStreamInfer")
 
             async def checked():
                 async for request_bytes in request_iterator:
                     try:
                         checked_bytes = await self._check_infer(request_bytes, admin)
                     except GateError as exc:
-                        await context.abort(STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), exc.message)
+                        await refuse(context, exc, "ModelStreamInfer")
                     yield checked_bytes
 
             upstream = self.channel.stream_stream(method)(checked(), metadata=metadata)
@@ -219,10 +217,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 async def start_grpc(gate, public_sock):
     """Start the proxy on a private unix socket and pump the public TCP socket into it."""
-    private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg["work_dir"])
+    private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg.work_dir)
     os.chmod(private_dir, 0o700)
     path = os.path.join(private_dir, "grpc.sock")
-    limit = int(gate.cfg.get("grpc_max_message_bytes") or gate.default_max_body)
+    limit = gate.default_max_body
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1)])
     server.add_generic_rpc_handlers((ProxyHandler(gate),))
     server.add_insecure_port(f"unix:{path}")
