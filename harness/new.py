@@ -36,7 +36,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.copy_readme import write_readme
 from harness.deployments import MANIFEST, Deployment, ManifestError, deployments_root, get_deployment, load_deployment
+from harness.manifest import read_manifest
+from harness.rename import parse_renames, rename_models
+from harness.subset import keep_models
 
 __all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
 
@@ -172,8 +176,13 @@ def copy_deployment(
     name: str,
     source: str,
     root: Path | None = None,
+    entry_models: list[str] | None = None,
+    renames: dict[str, str] | None = None,
 ) -> NewDeployment:
-    """Copy deployment ``source`` to ``<root>/<name>`` (root: the deployments root) under ``name``."""
+    """Copy deployment ``source`` to ``<root>/<name>`` (root: the deployments root) under ``name``;
+    with ``entry_models``, only those and what they need (harness.subset); ``renames``:
+    ``{model: its new name}`` (harness.rename). A copy whose original has a README.md.j2 gets its
+    README rendered from it (harness.copy_readme)."""
     check_name(name)
     original = get_deployment(source)
     root = deployments_root(root)
@@ -238,6 +247,7 @@ def copy_deployment(
                 else:
                     destination.write_text(rewritten)
                     shutil.copystat(path, destination)
+        _make_own(staging, entry_models, renames or {})
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -249,6 +259,17 @@ def copy_deployment(
         packages=[target / names[p.parent.name] for p in sorted(original.path.glob(f"{old}_*/pyproject.toml"))],
         models=[target / p for p in models],
     )
+
+
+def _make_own(staging: Path, entry_models: list[str] | None, renames: dict[str, str]) -> None:
+    """The staged copy reduced to ``entry_models``, its models renamed, its README its own."""
+    staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    if entry_models:
+        staged = keep_models(staged, entry_models)
+    if renames:
+        rename_models(staged, renames)
+        staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    write_readme(staged)
 
 
 def install_packages(packages: list[Path], python: str | None = None) -> None:
@@ -275,12 +296,28 @@ def add_arguments(parser) -> None:
         help="deployments folder to create it in (default: $HARNESS_DEPLOYMENTS_DIR or ./deployments)",
     )
     parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="MODEL",
+        help="keep only these entry models and what they need (ensemble steps, BLS callees), their checks, "
+        "tests and benchmarks (default: all)",
+    )
+    parser.add_argument(
+        "--rename",
+        nargs="+",
+        default=[],
+        metavar="OLD=NEW",
+        help="give models names of the copy's own (later: python -m harness rename NAME OLD=NEW ...)",
+    )
+    parser.add_argument(
         "--no-install", action="store_true", help="do not pip-install the copy's own packages (editable)"
     )
 
 
 def new_command(args) -> int:
-    made = copy_deployment(args.name, args.source, root=args.root)
+    made = copy_deployment(
+        args.name, args.source, root=args.root, entry_models=args.models, renames=parse_renames(args.rename)
+    )
     copy = made.deployment
     print(f"{copy.name}: copied from {made.source.name} into {copy.path}")
     for old, new in made.renamed.items():
