@@ -3,7 +3,7 @@
 The template (jinja2) describes the deployment by what the copy has, never by the original's
 runs: the entry models it serves (``models``, ``entry_models``), the weights its own export
 settings name (``export_args``: the ``--flag value`` pairs of ``[export] command`` and
-``fixtures``; ``exists(path)`` for a file or folder of the copy), the commands for this copy
+``fixtures``; ``exists(path)``, ``path_text(path)`` of a file of the copy), the commands for this copy
 (``deploy``, ``test``, ``path``) and its figures: the results block of ``make matrix``, "not
 measured yet" until ``docs/results.json`` has rows of the copy. ``new``, ``rename`` and
 ``python -m harness readme NAME`` (after a swap and ``refresh``) write it.
@@ -60,6 +60,7 @@ def render_readme(deployment: Deployment, results_json: Path = RESULTS_JSON) -> 
         benchmarks=[b.id for b in deployment.benchmarks],
         export_args=export_args(deployment),
         exists=lambda relative: (deployment.path / relative).exists(),
+        path_text=lambda relative: (deployment.path / relative).read_text(),
         deploy=f"make deploy DEPLOYMENT={name}",
         test=f".venv/bin/pytest harness/ deployments/{name}/ -k {name}",
         results=readme_block(name, _results_rows(name, results_json)),

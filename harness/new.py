@@ -40,7 +40,7 @@ from harness.copy_readme import write_readme
 from harness.deployments import MANIFEST, Deployment, ManifestError, deployments_root, get_deployment, load_deployment
 from harness.manifest import read_manifest
 from harness.rename import parse_renames, rename_models
-from harness.subset import keep_models
+from harness.subset import keep_models, set_manifest_key
 
 __all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
 
@@ -269,7 +269,12 @@ def _make_own(staging: Path, entry_models: list[str] | None, renames: dict[str, 
     if renames:
         rename_models(staged, renames)
         staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
-    write_readme(staged)
+    readme = write_readme(staged)
+    if readme is not None:  # the manifest's summary: the README's title, not the original's claims
+        title = readme.read_text().partition("\n")[0]
+        summary = title.removeprefix(f"# {staged.name}:").strip()
+        manifest = staging / MANIFEST
+        manifest.write_text(set_manifest_key(manifest.read_text(), None, "summary", summary))
 
 
 def install_packages(packages: list[Path], python: str | None = None) -> None:

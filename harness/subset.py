@@ -25,7 +25,7 @@ from harness.deployments import MANIFEST, Deployment
 from harness.manifest import read_manifest
 from harness.repository import config_files, read_config
 
-__all__ = ["keep_models", "needed_models"]
+__all__ = ["keep_models", "needed_models", "set_manifest_key"]
 
 _ALNUM = "A-Za-z0-9"
 PRUNED_PREFIXES = ("check_", "workload_", "test_")
@@ -174,7 +174,7 @@ def _drop_tables(text: str, table: str) -> str:
     return "".join(out + ([] if skipping else pending))
 
 
-def _replace_key(text: str, table: str | None, key: str, value) -> str:
+def set_manifest_key(text: str, table: str | None, key: str, value) -> str:
     """Set ``key`` (one line, or a bracketed value over several) of ``[table]`` (None: top level)."""
     start = 0 if table is None else re.search(rf"^\[{re.escape(table)}\]\s*$", text, flags=re.M).end()
     end_match = re.compile(r"^\[", flags=re.M).search(text, start + 1 if table else 0)
@@ -235,16 +235,16 @@ def prune_manifest(deployment: Deployment, entries: list[str], dropped: set[str]
     for benchmark in deployment.benchmarks:
         if benchmark.id not in gone and benchmark.model_only in gone:
             text = re.sub(rf'model_only\s*=\s*"{re.escape(benchmark.model_only)}",\s*', "", text)
-    text = _replace_key(text, None, "entry_models", entries)
+    text = set_manifest_key(text, None, "entry_models", entries)
     export = data.get("export") or {}
     outputs = [o for o in export.get("outputs", []) if not _names_any(o, dropped)]
     if outputs != export.get("outputs", outputs):
-        text = _replace_key(text, "export", "outputs", outputs)
+        text = set_manifest_key(text, "export", "outputs", outputs)
     for key, bounds in (data.get("gate") or {}).items():
         kept = {model: b for model, b in bounds.items() if model not in dropped}
         if kept != bounds:
-            text = _replace_key(text, "gate", key, kept or None)
-    text = _prune_openai(text, data.get("openai"), dropped)
+            text = set_manifest_key(text, "gate", key, kept or None)
+    text = _prune_openai(text, data.get("openai"), dropped, entries)
     for table in MODEL_TABLES:
         if table in data and _names_any(str(data[table]), dropped):
             text = _drop_tables(text, table)
@@ -252,16 +252,21 @@ def prune_manifest(deployment: Deployment, entries: list[str], dropped: set[str]
     return sorted(gone)
 
 
-def _prune_openai(text: str, openai: dict | None, dropped: set[str]) -> str:
+def _prune_openai(text: str, openai: dict | None, dropped: set[str], entries: list[str]) -> str:
+    """``/v1`` models that name a dropped model go; a token-id path to a model that is no longer
+    an entry model (clients may not call it) goes."""
     if not openai:
         return text
     served = {name: m for name, m in openai.get("models", {}).items() if not _names_any(str(m), dropped)}
     for name in set(openai.get("models", {})) - set(served):
         text = _drop_tables(text, f"openai.models.{name}")
+    for name, mapping in served.items():
+        if "tokens" in mapping and mapping["tokens"].get("model") not in entries:
+            text = set_manifest_key(text, f"openai.models.{name}", "tokens", None)
     if not served:
         return _drop_tables(text, "openai")
     if openai.get("default") not in served:
-        text = _replace_key(text, "openai", "default", next(iter(served)))
+        text = set_manifest_key(text, "openai", "default", next(iter(served)))
     return text
 
 
