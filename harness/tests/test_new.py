@@ -266,7 +266,7 @@ def doc_swap(heading: str) -> list[tuple[str, str]]:
 
 def swap_source(heading: str) -> str:
     """The deployment a swap guide copies, from its first step (``make new NAME=... FROM=...``)."""
-    return re.fullmatch(rf"make new NAME={DOC_NAME} FROM=(\w+)", doc_swap(heading)[0][1]).group(1)
+    return re.match(rf"make new NAME={DOC_NAME} FROM=(\w+)( |$)", doc_swap(heading)[0][1]).group(1)
 
 
 @pytest.mark.parametrize("heading", SWAP_HEADINGS)
