@@ -20,9 +20,11 @@ from harness import PROJECT_ROOT
 from harness.deployments import Deployment, get_deployment
 from harness.measuring.matrix.readme import readme_block
 
-__all__ = ["TEMPLATE", "add_arguments", "export_args", "readme_command", "render_readme", "write_readme"]
+__all__ = ["GENERATED", "TEMPLATE", "add_arguments", "export_args", "readme_command", "render_readme", "write_readme"]
 
 TEMPLATE = "README.md.j2"
+#: The last line of a README this module wrote: one without it is written by hand and kept.
+GENERATED = f"<!-- written from {TEMPLATE} by `python -m harness readme`: edit the template, not this file -->"
 RESULTS_JSON = PROJECT_ROOT / "docs" / "results.json"
 
 
@@ -51,27 +53,34 @@ def render_readme(deployment: Deployment, results_json: Path = RESULTS_JSON) -> 
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     name = deployment.name
     models = sorted(p.name for p in deployment.model_repository.iterdir() if p.is_dir())
-    return environment.from_string(template).render(
-        name=name,
-        path=f"deployments/{name}",
-        entry_models=deployment.entry_models,
-        models=models,
-        internal_models=[m for m in models if m not in deployment.entry_models],
-        benchmarks=[b.id for b in deployment.benchmarks],
-        export_args=export_args(deployment),
-        exists=lambda relative: (deployment.path / relative).exists(),
-        path_text=lambda relative: (deployment.path / relative).read_text(),
-        deploy=f"make deploy DEPLOYMENT={name}",
-        test=f".venv/bin/pytest harness/ deployments/{name}/ -k {name}",
-        results=readme_block(name, _results_rows(name, results_json)),
+    return (
+        environment.from_string(template)
+        .render(
+            name=name,
+            path=f"deployments/{name}",
+            entry_models=deployment.entry_models,
+            models=models,
+            internal_models=[m for m in models if m not in deployment.entry_models],
+            benchmarks=[b.id for b in deployment.benchmarks],
+            export_args=export_args(deployment),
+            exists=lambda relative: (deployment.path / relative).exists(),
+            path_text=lambda relative: (deployment.path / relative).read_text(),
+            deploy=f"make deploy DEPLOYMENT={name}",
+            test=f".venv/bin/pytest harness/ deployments/{name}/ -k {name}",
+            results=readme_block(name, _results_rows(name, results_json)),
+        )
+        .rstrip("\n")
+        + f"\n\n{GENERATED}\n"
     )
 
 
-def write_readme(deployment: Deployment, results_json: Path = RESULTS_JSON) -> Path | None:
-    """Write the copy's README.md from its template; None where the deployment has none."""
-    if not (deployment.path / TEMPLATE).exists():
-        return None
+def write_readme(deployment: Deployment, results_json: Path = RESULTS_JSON, replace: bool = False) -> Path | None:
+    """Write the copy's README.md from its template; None where the deployment has no template or
+    its README is written by hand (an original's), unless ``replace`` (``new``: the copied one)."""
     readme = deployment.path / "README.md"
+    hand_written = readme.exists() and GENERATED not in readme.read_text()
+    if not (deployment.path / TEMPLATE).exists() or (hand_written and not replace):
+        return None
     readme.write_text(render_readme(deployment, results_json))
     return readme
 
@@ -84,7 +93,7 @@ def readme_command(args) -> int:
     deployment = get_deployment(args.deployment)
     written = write_readme(deployment)
     if written is None:
-        print(f"{deployment.name} has no {TEMPLATE}: its README is written by hand")
+        print(f"{deployment.name}: no {TEMPLATE}, or a README.md written by hand (kept)")
         return 2
     print(f"{deployment.name}: wrote {written}")
     return 0

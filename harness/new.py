@@ -60,6 +60,9 @@ class NewDeployment:
     renamed: dict[str, str]
     packages: list[Path] = field(default_factory=list)
     models: list[Path] = field(default_factory=list)
+    #: model folders left out (``entry_models``) and renamed (``renames``)
+    dropped_models: list[str] = field(default_factory=list)
+    renamed_models: dict[str, str] = field(default_factory=dict)
 
 
 def _skipped(path: Path) -> bool:
@@ -201,7 +204,6 @@ def copy_deployment(
     if importlib.util.find_spec(old) is not None:  # a library of that name: its imports stay
         kept.add(old)
     rules = _rewrite_rules(old, name, names, kept)
-    models = []
     root.mkdir(parents=True, exist_ok=True)
     staging = root.parent / f".{name}.partial"  # outside the root: discovery never sees it half made
     if staging.exists():
@@ -222,8 +224,6 @@ def copy_deployment(
                 text = _text(path)
                 if text is None:
                     _copy_model_file(path, destination)
-                    if path.stat().st_size >= MODEL_MIN_BYTES:
-                        models.append(destination.relative_to(staging))
                     continue
                 rewritten = _rewrite(text, rules)
                 if path.name == MANIFEST and relative == Path("."):
@@ -247,7 +247,7 @@ def copy_deployment(
                 else:
                     destination.write_text(rewritten)
                     shutil.copystat(path, destination)
-        _make_own(staging, entry_models, renames or {})
+        dropped, renamed = _make_own(staging, entry_models, renames or {})
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -257,24 +257,32 @@ def copy_deployment(
         source=original,
         renamed=names,
         packages=[target / names[p.parent.name] for p in sorted(original.path.glob(f"{old}_*/pyproject.toml"))],
-        models=[target / p for p in models],
+        models=sorted(p for p in target.rglob("*") if p.is_file() and p.stat().st_size >= MODEL_MIN_BYTES),
+        dropped_models=dropped,
+        renamed_models=renamed,
     )
 
 
-def _make_own(staging: Path, entry_models: list[str] | None, renames: dict[str, str]) -> None:
-    """The staged copy reduced to ``entry_models``, its models renamed, its README its own."""
+def _make_own(
+    staging: Path, entry_models: list[str] | None, renames: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The staged copy reduced to ``entry_models``, its models renamed, its README its own;
+    returns the model folders dropped and ``{old: new}`` of those renamed."""
     staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    before = {p.name for p in staged.model_repository.iterdir() if p.is_dir()}
     if entry_models:
         staged = keep_models(staged, entry_models)
-    if renames:
-        rename_models(staged, renames)
+    dropped = sorted(before - {p.name for p in staged.model_repository.iterdir() if p.is_dir()})
+    renamed = rename_models(staged, renames) if renames else {}
+    if renamed:
         staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
-    readme = write_readme(staged)
+    readme = write_readme(staged, replace=True)
     if readme is not None:  # the manifest's summary: the README's title, not the original's claims
         title = readme.read_text().partition("\n")[0]
         summary = title.removeprefix(f"# {staged.name}:").strip()
         manifest = staging / MANIFEST
         manifest.write_text(set_manifest_key(manifest.read_text(), None, "summary", summary))
+    return dropped, renamed
 
 
 def install_packages(packages: list[Path], python: str | None = None) -> None:
@@ -327,6 +335,10 @@ def new_command(args) -> int:
     print(f"{copy.name}: copied from {made.source.name} into {copy.path}")
     for old, new in made.renamed.items():
         print(f"  renamed {old} -> {new}")
+    if made.dropped_models:
+        print(f"  left out (not needed by {', '.join(made.deployment.entry_models)}): {', '.join(made.dropped_models)}")
+    for old, new in made.renamed_models.items():
+        print(f"  model {old} -> {new}")
     if made.models:
         print(f"  {len(made.models)} exported model file(s) copied (cloned where the file system can)")
     if made.packages and not args.no_install:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.copy_readme import write_readme
 from harness.deployments import Deployment, get_deployment, load_deployment
 
 __all__ = ["add_arguments", "parse_renames", "rename_command", "rename_models", "rename_text"]
@@ -203,8 +204,6 @@ def add_arguments(parser) -> None:
 
 
 def rename_command(args) -> int:
-    from harness.copy_readme import write_readme
-
     deployment = get_deployment(args.deployment)
     folders = rename_models(deployment, parse_renames(args.renames))
     for old, new in folders.items():

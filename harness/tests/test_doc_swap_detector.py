@@ -29,7 +29,12 @@ def test_doc_swap_of_the_detector(tmp_path):
     served_names = copy / "model_repository" / "postprocess" / "1" / "assets" / "class_names.json"
     assert json.loads(served_names.read_text()) == ["cat", "dog", "parrot"]
     assert "dims: [ 3, 320, 320 ]" in (copy / "model_repository" / "preprocess" / "config.pbtxt").read_text()
-    assert sorted(p.name for p in (copy / "model_repository").iterdir()) == ["detect", "detector", "postprocess", "preprocess"]
+    assert sorted(p.name for p in (copy / "model_repository").iterdir()) == [
+        "detect",
+        "detector",
+        "postprocess",
+        "preprocess",
+    ]
     assert "`my_detector.pt` at 320 pixels" in (copy / "README.md").read_text(), "the README names the user's model"
 
 

@@ -490,3 +490,24 @@ def test_a_subset_copy_with_its_own_names_passes_its_checks_and_its_readme_runs(
         )
     readme = (root / name / "README.md").read_text()
     assert not _named(readme, _original_names(source)), _named(readme, _original_names(source))
+
+
+def test_rename_later_renames_a_model_everywhere_and_rewrites_the_readme(tmp_path, monkeypatch):
+    """``python -m harness rename`` on a copy: no text file of the copy names the old model, every
+    reference resolves, the README calls the new name; an original's hand-written README is kept."""
+    copy_deployment("mine", DEFAULT_SOURCE, root=tmp_path)
+    monkeypatch.setenv("HARNESS_DEPLOYMENTS_DIR", str(tmp_path))
+    old = KEPT_MODEL[DEFAULT_SOURCE]
+    assert main(["rename", "mine", f"{old}=detector"]) == 0
+    copy = get_deployment("mine", tmp_path)
+    assert "detector" in copy.entry_models and old not in copy.entry_models
+    _assert_repository_consistent(copy)
+    for path, text in _text_files(copy.path):
+        assert not _named(text, [old]), f"{path} still names {old}"
+    assert "| `detector` |" in (copy.path / "README.md").read_text()
+    assert not copy.missing_exports(), "the exported files moved with their folders"
+    original = PROJECT_ROOT / "deployments" / DEFAULT_SOURCE / "README.md"
+    before = original.read_text()
+    monkeypatch.delenv("HARNESS_DEPLOYMENTS_DIR")
+    assert main(["readme", DEFAULT_SOURCE]) == 2
+    assert original.read_text() == before, "an original's README is written by hand"
