@@ -209,44 +209,7 @@ def copy_deployment(
     if staging.exists():
         shutil.rmtree(staging)
     try:
-        for folder, dirs, files in os.walk(original.path):
-            here = Path(folder)
-            dirs[:] = sorted(d for d in dirs if not _skipped(here / d))
-            relative = here.relative_to(original.path)
-            into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
-            into.mkdir(parents=True, exist_ok=True)
-            for file_name in sorted(files):
-                path = here / file_name
-                destination = into / _rewrite(file_name, rules)
-                if path.is_symlink():
-                    os.symlink(os.readlink(path), destination)
-                    continue
-                text = _text(path)
-                if text is None:
-                    _copy_model_file(path, destination)
-                    continue
-                rewritten = _rewrite(text, rules)
-                if path.name == MANIFEST and relative == Path("."):
-                    rewritten, count = re.subn(
-                        rf'^name\s*=\s*"(?:{re.escape(old)}|{re.escape(name)})"',
-                        f'name = "{name}"',
-                        rewritten,
-                        count=1,
-                        flags=re.M,
-                    )
-                    if not count:
-                        raise ManifestError(f"{path}: no top-level name = {old!r} line to rename")
-                if path.name == "environment.yml" and relative == Path("."):
-                    rewritten = re.sub(rf"^name:\s*{re.escape(old)}\s*$", f"name: {name}", rewritten, flags=re.M)
-                if path.name == "README.md" and relative == Path("."):
-                    title, _, rest = rewritten.partition("\n")
-                    title = re.sub(rf"^# {re.escape(old)}(?!{_WORD})", f"# {name}", title)
-                    rewritten = f"{title}\n{edit_first_note(old)}{rest}"
-                if rewritten == text:
-                    shutil.copy2(path, destination)
-                else:
-                    destination.write_text(rewritten)
-                    shutil.copystat(path, destination)
+        _copy_tree(original.path, staging, rules, old, name)
         dropped, renamed = _make_own(staging, entry_models, renames or {})
         staging.rename(target)
     except BaseException:
@@ -261,6 +224,51 @@ def copy_deployment(
         dropped_models=dropped,
         renamed_models=renamed,
     )
+
+
+def _copy_tree(source: Path, staging: Path, rules, old: str, name: str) -> None:
+    """``source`` into ``staging``: text files rewritten by ``rules``, model files cloned."""
+    for folder, dirs, files in os.walk(source):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not _skipped(here / d))
+        relative = here.relative_to(source)
+        into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
+        into.mkdir(parents=True, exist_ok=True)
+        for file_name in sorted(files):
+            path = here / file_name
+            destination = into / _rewrite(file_name, rules)
+            if path.is_symlink():
+                os.symlink(os.readlink(path), destination)
+                continue
+            text = _text(path)
+            if text is None:
+                _copy_model_file(path, destination)
+                continue
+            rewritten = _rewrite(text, rules)
+            if relative == Path("."):
+                rewritten = _own_top_file(path, rewritten, old, name)
+            if rewritten == text:
+                shutil.copy2(path, destination)
+            else:
+                destination.write_text(rewritten)
+                shutil.copystat(path, destination)
+
+
+def _own_top_file(path: Path, text: str, old: str, name: str) -> str:
+    """The manifest's ``name``, the env's name and the README's title of the copy."""
+    if path.name == MANIFEST:
+        text, count = re.subn(
+            rf'^name\s*=\s*"(?:{re.escape(old)}|{re.escape(name)})"', f'name = "{name}"', text, count=1, flags=re.M
+        )
+        if not count:
+            raise ManifestError(f"{path}: no top-level name = {old!r} line to rename")
+    if path.name == "environment.yml":
+        text = re.sub(rf"^name:\s*{re.escape(old)}\s*$", f"name: {name}", text, flags=re.M)
+    if path.name == "README.md":
+        title, _, rest = text.partition("\n")
+        title = re.sub(rf"^# {re.escape(old)}(?!{_WORD})", f"# {name}", title)
+        text = f"{title}\n{edit_first_note(old)}{rest}"
+    return text
 
 
 def _make_own(
