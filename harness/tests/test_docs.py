@@ -20,7 +20,7 @@ DOCS = (
 )
 TOP_LEVEL = ("deployments/", "harness/", "lab/", "docs/", "triton_helpers/", "requirements/", ".ci/", "results/")
 PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
-HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", "refresh", *tools())
+HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", "rename", "readme", "refresh", *tools())
 
 
 def _code(text: str) -> list[str]:
