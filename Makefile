@@ -72,9 +72,9 @@ deploy-cn-clip: ## Serve cn_clip on :8000/:8001
 deploy-resnet: ## Serve resnet_npu on TARGET (cpu default; TARGET=npu needs an Ascend host)
 	$(MAKE) deploy DEPLOYMENT=resnet_npu
 
-new: install ## Copy deployment FROM under a new NAME as your template (make new NAME=my_model FROM=embedding_cpu; docs/adding-a-deployment.md)
-	@test -n "$(NAME)" -a -n "$(FROM)" || { echo "usage: make new NAME=<new deployment> FROM=<deployment to copy>"; exit 2; }
-	$(PY) -m harness new $(NAME) --from $(FROM)
+new: install ## Copy deployment FROM under a new NAME as your template; MODELS="m ...": only those entry models, RENAME="old=new ...": your model names (docs/adding-a-deployment.md)
+	@test -n "$(NAME)" -a -n "$(FROM)" || { echo "usage: make new NAME=<new deployment> FROM=<deployment to copy> [MODELS=\"<entry model> ...\"] [RENAME=\"<old>=<new> ...\"]"; exit 2; }
+	$(PY) -m harness new $(NAME) --from $(FROM) $(if $(MODELS),--models $(MODELS)) $(if $(RENAME),--rename $(RENAME))
 
 refresh: install ## Regenerate deployment NAME in order: export, fixtures from the reference, quantization gates
 	@test -n "$(NAME)" || { echo "usage: make refresh NAME=<deployment>"; exit 2; }

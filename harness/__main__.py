@@ -218,6 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     new.add_arguments(new_parser)
     new_parser.set_defaults(func=new.new_command)
 
+    from harness import copy_readme, rename
+
+    rename_parser = sub.add_parser(
+        "rename", help="give models of a deployment names of its own (DEPLOYMENT OLD=NEW ...), everywhere they stand"
+    )
+    rename.add_arguments(rename_parser)
+    rename_parser.set_defaults(func=rename.rename_command)
+    readme_parser = sub.add_parser("readme", help="write a copy's README.md from its README.md.j2 (after a swap)")
+    copy_readme.add_arguments(readme_parser)
+    readme_parser.set_defaults(func=copy_readme.readme_command)
+
     from harness import refresh
 
     refresh_parser = sub.add_parser(

@@ -36,7 +36,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.copy_readme import write_readme
 from harness.deployments import MANIFEST, Deployment, ManifestError, deployments_root, get_deployment, load_deployment
+from harness.manifest import read_manifest
+from harness.rename import parse_renames, rename_models
+from harness.subset import keep_models, set_manifest_key
 
 __all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
 
@@ -56,6 +60,9 @@ class NewDeployment:
     renamed: dict[str, str]
     packages: list[Path] = field(default_factory=list)
     models: list[Path] = field(default_factory=list)
+    #: model folders left out (``entry_models``) and renamed (``renames``)
+    dropped_models: list[str] = field(default_factory=list)
+    renamed_models: dict[str, str] = field(default_factory=dict)
 
 
 def _skipped(path: Path) -> bool:
@@ -172,8 +179,13 @@ def copy_deployment(
     name: str,
     source: str,
     root: Path | None = None,
+    entry_models: list[str] | None = None,
+    renames: dict[str, str] | None = None,
 ) -> NewDeployment:
-    """Copy deployment ``source`` to ``<root>/<name>`` (root: the deployments root) under ``name``."""
+    """Copy deployment ``source`` to ``<root>/<name>`` (root: the deployments root) under ``name``;
+    with ``entry_models``, only those and what they need (harness.subset); ``renames``:
+    ``{model: its new name}`` (harness.rename). A copy whose original has a README.md.j2 gets its
+    README rendered from it (harness.copy_readme)."""
     check_name(name)
     original = get_deployment(source)
     root = deployments_root(root)
@@ -192,52 +204,13 @@ def copy_deployment(
     if importlib.util.find_spec(old) is not None:  # a library of that name: its imports stay
         kept.add(old)
     rules = _rewrite_rules(old, name, names, kept)
-    models = []
     root.mkdir(parents=True, exist_ok=True)
     staging = root.parent / f".{name}.partial"  # outside the root: discovery never sees it half made
     if staging.exists():
         shutil.rmtree(staging)
     try:
-        for folder, dirs, files in os.walk(original.path):
-            here = Path(folder)
-            dirs[:] = sorted(d for d in dirs if not _skipped(here / d))
-            relative = here.relative_to(original.path)
-            into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
-            into.mkdir(parents=True, exist_ok=True)
-            for file_name in sorted(files):
-                path = here / file_name
-                destination = into / _rewrite(file_name, rules)
-                if path.is_symlink():
-                    os.symlink(os.readlink(path), destination)
-                    continue
-                text = _text(path)
-                if text is None:
-                    _copy_model_file(path, destination)
-                    if path.stat().st_size >= MODEL_MIN_BYTES:
-                        models.append(destination.relative_to(staging))
-                    continue
-                rewritten = _rewrite(text, rules)
-                if path.name == MANIFEST and relative == Path("."):
-                    rewritten, count = re.subn(
-                        rf'^name\s*=\s*"(?:{re.escape(old)}|{re.escape(name)})"',
-                        f'name = "{name}"',
-                        rewritten,
-                        count=1,
-                        flags=re.M,
-                    )
-                    if not count:
-                        raise ManifestError(f"{path}: no top-level name = {old!r} line to rename")
-                if path.name == "environment.yml" and relative == Path("."):
-                    rewritten = re.sub(rf"^name:\s*{re.escape(old)}\s*$", f"name: {name}", rewritten, flags=re.M)
-                if path.name == "README.md" and relative == Path("."):
-                    title, _, rest = rewritten.partition("\n")
-                    title = re.sub(rf"^# {re.escape(old)}(?!{_WORD})", f"# {name}", title)
-                    rewritten = f"{title}\n{edit_first_note(old)}{rest}"
-                if rewritten == text:
-                    shutil.copy2(path, destination)
-                else:
-                    destination.write_text(rewritten)
-                    shutil.copystat(path, destination)
+        _copy_tree(original.path, staging, rules, old, name)
+        dropped, renamed = _make_own(staging, entry_models, renames or {})
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -247,8 +220,77 @@ def copy_deployment(
         source=original,
         renamed=names,
         packages=[target / names[p.parent.name] for p in sorted(original.path.glob(f"{old}_*/pyproject.toml"))],
-        models=[target / p for p in models],
+        models=sorted(p for p in target.rglob("*") if p.is_file() and p.stat().st_size >= MODEL_MIN_BYTES),
+        dropped_models=dropped,
+        renamed_models=renamed,
     )
+
+
+def _copy_tree(source: Path, staging: Path, rules, old: str, name: str) -> None:
+    """``source`` into ``staging``: text files rewritten by ``rules``, model files cloned."""
+    for folder, dirs, files in os.walk(source):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not _skipped(here / d))
+        relative = here.relative_to(source)
+        into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
+        into.mkdir(parents=True, exist_ok=True)
+        for file_name in sorted(files):
+            path = here / file_name
+            destination = into / _rewrite(file_name, rules)
+            if path.is_symlink():
+                os.symlink(os.readlink(path), destination)
+                continue
+            text = _text(path)
+            if text is None:
+                _copy_model_file(path, destination)
+                continue
+            rewritten = _rewrite(text, rules)
+            if relative == Path("."):
+                rewritten = _own_top_file(path, rewritten, old, name)
+            if rewritten == text:
+                shutil.copy2(path, destination)
+            else:
+                destination.write_text(rewritten)
+                shutil.copystat(path, destination)
+
+
+def _own_top_file(path: Path, text: str, old: str, name: str) -> str:
+    """The manifest's ``name``, the env's name and the README's title of the copy."""
+    if path.name == MANIFEST:
+        text, count = re.subn(
+            rf'^name\s*=\s*"(?:{re.escape(old)}|{re.escape(name)})"', f'name = "{name}"', text, count=1, flags=re.M
+        )
+        if not count:
+            raise ManifestError(f"{path}: no top-level name = {old!r} line to rename")
+    if path.name == "environment.yml":
+        text = re.sub(rf"^name:\s*{re.escape(old)}\s*$", f"name: {name}", text, flags=re.M)
+    if path.name == "README.md":
+        title, _, rest = text.partition("\n")
+        title = re.sub(rf"^# {re.escape(old)}(?!{_WORD})", f"# {name}", title)
+        text = f"{title}\n{edit_first_note(old)}{rest}"
+    return text
+
+
+def _make_own(
+    staging: Path, entry_models: list[str] | None, renames: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The staged copy reduced to ``entry_models``, its models renamed, its README its own;
+    returns the model folders dropped and ``{old: new}`` of those renamed."""
+    staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    before = {p.name for p in staged.model_repository.iterdir() if p.is_dir()}
+    if entry_models:
+        staged = keep_models(staged, entry_models)
+    dropped = sorted(before - {p.name for p in staged.model_repository.iterdir() if p.is_dir()})
+    renamed = rename_models(staged, renames) if renames else {}
+    if renamed:
+        staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    readme = write_readme(staged, replace=True)
+    if readme is not None:  # the manifest's summary: the README's title, not the original's claims
+        title = readme.read_text().partition("\n")[0]
+        summary = title.removeprefix(f"# {staged.name}:").strip()
+        manifest = staging / MANIFEST
+        manifest.write_text(set_manifest_key(manifest.read_text(), None, "summary", summary))
+    return dropped, renamed
 
 
 def install_packages(packages: list[Path], python: str | None = None) -> None:
@@ -275,16 +317,36 @@ def add_arguments(parser) -> None:
         help="deployments folder to create it in (default: $HARNESS_DEPLOYMENTS_DIR or ./deployments)",
     )
     parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="MODEL",
+        help="keep only these entry models and what they need (ensemble steps, BLS callees), their checks, "
+        "tests and benchmarks (default: all)",
+    )
+    parser.add_argument(
+        "--rename",
+        nargs="+",
+        default=[],
+        metavar="OLD=NEW",
+        help="give models names of the copy's own (later: python -m harness rename NAME OLD=NEW ...)",
+    )
+    parser.add_argument(
         "--no-install", action="store_true", help="do not pip-install the copy's own packages (editable)"
     )
 
 
 def new_command(args) -> int:
-    made = copy_deployment(args.name, args.source, root=args.root)
+    made = copy_deployment(
+        args.name, args.source, root=args.root, entry_models=args.models, renames=parse_renames(args.rename)
+    )
     copy = made.deployment
     print(f"{copy.name}: copied from {made.source.name} into {copy.path}")
     for old, new in made.renamed.items():
         print(f"  renamed {old} -> {new}")
+    if made.dropped_models:
+        print(f"  left out (not needed by {', '.join(made.deployment.entry_models)}): {', '.join(made.dropped_models)}")
+    for old, new in made.renamed_models.items():
+        print(f"  model {old} -> {new}")
     if made.models:
         print(f"  {len(made.models)} exported model file(s) copied (cloned where the file system can)")
     if made.packages and not args.no_install:

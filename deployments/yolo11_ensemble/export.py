@@ -197,12 +197,15 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{checkpoint.name} is a {model.task} model; this deployment serves detection")
         export_onnx(model, identity, ONNX_PATH, args)
 
-    set_input_size(args.imgsz)
-    NAMES_PATH.parent.mkdir(parents=True, exist_ok=True)
-    NAMES_PATH.write_text(json.dumps(names, ensure_ascii=False) + "\n")
+    # a copy that keeps the detector alone (harness new --models) has no preprocess / postprocess
+    if PREPROCESS_CONFIG.exists():
+        set_input_size(args.imgsz)
+    if NAMES_PATH.parents[2].is_dir():
+        NAMES_PATH.parent.mkdir(parents=True, exist_ok=True)
+        NAMES_PATH.write_text(json.dumps(names, ensure_ascii=False) + "\n")
     print(f"[export] wrote {ONNX_PATH.relative_to(HERE)} ({len(names)} classes: {names[:5]}...)")
     print(f"[export] weights {identity.describe()}")
-    if not args.no_speed_run:
+    if not args.no_speed_run and SPEED_RUN_PATH.parents[1].is_dir():
         export_speed_run(names, args)
     return 0
 

@@ -1,5 +1,5 @@
 """docs/adding-a-deployment.md "Swapping the detector": a copy of yolo11_ensemble serving a 3-class
-YOLO11n (seeded weights, 320 input) on every path; the original untouched (test_new.run_swap_guide).
+YOLO11n (seeded weights, 320 input) on every path, renamed `detect` and `detector`; the original untouched (test_new.run_swap_guide).
 Also, no server: the checks' raw-head comparison and their refusal of a degenerate reference."""
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ def test_doc_swap_of_the_detector(tmp_path):
     served_names = copy / "model_repository" / "postprocess" / "1" / "assets" / "class_names.json"
     assert json.loads(served_names.read_text()) == ["cat", "dog", "parrot"]
     assert "dims: [ 3, 320, 320 ]" in (copy / "model_repository" / "preprocess" / "config.pbtxt").read_text()
+    assert sorted(p.name for p in (copy / "model_repository").iterdir()) == [
+        "detect",
+        "detector",
+        "postprocess",
+        "preprocess",
+    ]
+    assert "`my_detector.pt` at 320 pixels" in (copy / "README.md").read_text(), "the README names the user's model"
 
 
 def _checks():

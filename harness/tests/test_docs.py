@@ -30,7 +30,7 @@ TOP_LEVEL = (
     "results/",
 )
 PATH_SUFFIXES = (".py", ".md", ".toml", ".pbtxt", ".txt", ".yml", ".yaml", ".json", ".jsonl", ".csv", ".png")
-HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", "refresh", *tools())
+HARNESS_COMMANDS = ("list", "export", "serve", "bench", "pack-env", "new", "rename", "readme", "refresh", *tools())
 
 
 def _code(text: str) -> list[str]:

@@ -24,7 +24,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.__main__ import main
 from harness.deployments import discover, get_deployment
-from harness.new import MODEL_MIN_BYTES, copy_deployment, edit_first_note, install_packages
+from harness.new import MODEL_MIN_BYTES, copy_deployment, install_packages
 from harness.provenance import file_sha256
 
 #: The deployment the doc walk copies: one ONNX model to keep and three to drop.
@@ -73,9 +73,9 @@ def test_copy_owns_its_names_and_copies_exported_files(tmp_path, source):
         if source not in models and importlib.util.find_spec(source) is None:  # a model's or library's name stays
             links = rf"docs/deployments/{source}|#{source}"  # the original's pages: links that stay valid
             told = [l for l in text.splitlines() if re.search(rf"(?<![\w-]){source}(?![\w-])", re.sub(links, "", l))]
-            assert told in ([], [edit_first_note(source).strip()]), f"{path} still names {source}: {told[:3]}"
-    title, note = (copy.path / "README.md").read_text().split("\n")[:3:2]
-    assert title.startswith(f"# {name}") and note == edit_first_note(source).strip(), (title, note)
+            assert not told, f"{path} still names {source}: {told[:3]}"
+    title = (copy.path / "README.md").read_text().partition("\n")[0]
+    assert title.startswith(f"# {name}: ") and copy.summary == title.removeprefix(f"# {name}: "), title
     tests = {p.name for p in original.path.rglob("test_*.py")}
     assert not tests & {p.name for p in copy.path.rglob("test_*.py")}, "pytest needs unique test basenames"
     for skipped in ("envs", "__pycache__", "build"):
@@ -285,7 +285,7 @@ def doc_swap(heading: str) -> list[tuple[str, str]]:
 
 def swap_source(heading: str) -> str:
     """The deployment a swap guide copies, from its first step (``make new NAME=... FROM=...``)."""
-    return re.fullmatch(rf"make new NAME={DOC_NAME} FROM=(\w+)", doc_swap(heading)[0][1]).group(1)
+    return re.match(rf"make new NAME={DOC_NAME} FROM=(\w+)( |$)", doc_swap(heading)[0][1]).group(1)
 
 
 @pytest.mark.parametrize("heading", SWAP_HEADINGS)
@@ -361,3 +361,174 @@ def test_doc_swap_of_the_embedding_model(tmp_path):
         original.checks_module._assert_served_weights(
             original.model_repository, json.loads((original.fixtures_path / fixture).read_text())
         )
+
+
+#: Per deployment, what a copy of it keeps (entry models) and the names it gives (``--rename``):
+#: the acceptance of ``harness new --models ... --rename ...``. The default suite runs
+#: ``SUBSET_DEFAULT``'s against a server; ``HARNESS_NEW_ALL=1`` every one.
+SUBSETS = {
+    "resnet_npu": (["classify_resnet50", "resnet50"], {"resnet50": "classifier"}),
+    "yolo11_ensemble": (
+        ["yolo11_ensemble", "yolo11_detector"],
+        {"yolo11_ensemble": "detect", "yolo11_detector": "detector"},
+    ),
+    "embedding_cpu": (["embedding_onnx_text"], {"embedding_onnx": "encoder"}),
+    "cn_clip": (["text_embedding"], {"text_embedding": "sentence", "text_encoder": "encoder"}),
+}
+SUBSET_DEFAULT = "resnet_npu"
+
+
+def _named(text: str, names) -> list[str]:
+    return sorted(n for n in names if re.search(rf"(?<![A-Za-z0-9]){re.escape(n)}(?![A-Za-z0-9])", text))
+
+
+def _original_names(source: str) -> set[str]:
+    """The names a copy's README must not carry: the original's deployment and model names that
+    the copy dropped or renamed (a kept internal name such as `preprocess` may stay)."""
+    original = get_deployment(source, PROJECT_ROOT / "deployments")
+    kept, renames = SUBSETS[source]
+    from harness.rename import rename_text
+    from harness.subset import needed_models
+
+    needed = needed_models(original.model_repository, kept)
+    folders = {p.name for p in original.model_repository.iterdir() if p.is_dir()}
+    unchanged = {m for m in needed if rename_text(m, renames) == m}
+    return {source} | (folders - unchanged)
+
+
+def _assert_repository_consistent(copy) -> None:
+    from harness.repository import config_files, read_config
+
+    folders = {p.name for p in copy.model_repository.iterdir() if p.is_dir()}
+    for folder in folders:
+        for path in config_files(copy.model_repository / folder):
+            config = read_config(path)
+            assert config.name in ("", folder), f"{path}: name {config.name!r} is not its folder's"
+            for step in config.ensemble_scheduling.step:
+                assert step.model_name in folders, f"{path}: step {step.model_name} has no folder"
+    for benchmark in copy.benchmarks:
+        assert set(benchmark.models) | set(benchmark.config) <= folders, benchmark.id
+        file_name, _, function = benchmark.workload.partition(":")
+        assert f"def {function}(" in (copy.path / file_name).read_text(), f"{benchmark.id}: no {function}"
+    for output in copy.manifest.export.outputs if copy.manifest.export else []:
+        assert Path(output).parts[1] in folders, f"export output {output} is in no model folder"
+
+
+@pytest.mark.parametrize("source", list(SUBSETS))
+def test_new_keeps_the_models_asked_under_their_new_names(tmp_path, source):
+    """``new --models --rename``: the repository, manifest and README of the copy hold the kept
+    models under their new names, every reference resolves, and the README names no original."""
+    kept, renames = SUBSETS[source]
+    name = f"mine{os.getpid()}"
+    made = copy_deployment(name, source, root=tmp_path, entry_models=kept, renames=renames)
+    copy = made.deployment
+    from harness.rename import rename_text
+
+    assert copy.entry_models == [rename_text(m, renames) for m in made.source.entry_models if m in kept]
+    _assert_repository_consistent(copy)
+    readme = (copy.path / "README.md").read_text()
+    assert not _named(readme, _original_names(source)), _named(readme, _original_names(source))
+    assert f"Not measured yet: `make bench DEPLOYMENT={name} && make matrix`" in readme
+    assert not re.search(r"\d[\d.,]* (items/s|ms\b)", readme), "a figure with no record of the copy"
+    for model in copy.entry_models:
+        assert f"`{model}`" in readme, f"the README does not say how to call {model}"
+
+
+def test_rename_refuses_an_unknown_model_a_clash_and_a_bad_name(tmp_path, capsys, monkeypatch):
+    copy_deployment("mine", SUBSET_DEFAULT, root=tmp_path)
+    before = _digests(tmp_path / "mine")
+    monkeypatch.setenv("HARNESS_DEPLOYMENTS_DIR", str(tmp_path))  # where rename finds the copy
+    cases = [
+        (["no_such_model=x"], "mine has no model no_such_model"),
+        (["resnet50=efficientnet_lite0"], "two models would be called classify_efficientnet_lite0"),
+        (["resnet50=not-a-name"], "'resnet50=not-a-name': write OLD=NEW"),
+    ]
+    for pairs, message in cases:
+        assert main(["rename", "mine", *pairs]) == 2
+        assert message in capsys.readouterr().err
+    assert _digests(tmp_path / "mine") == before, "a refused rename changed nothing"
+
+
+def _readme_commands(readme: Path) -> list[str]:
+    text = readme.read_text()
+    return [
+        line
+        for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
+        for line in block.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def _run(command: str, env: dict, timeout: int = 2400) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-40:])
+    assert done.returncode == 0, f"`{command}` failed ({done.returncode}):\n{tail}"
+    return done
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("source", list(SUBSETS))
+def test_a_subset_copy_with_its_own_names_passes_its_checks_and_its_readme_runs(tmp_path, source):
+    """What a user runs: `harness new --models --rename`, then the commands of the copy's README
+    as written: `refresh`, its pytest line (the copy's checks and tests on a real server), `readme`;
+    its `make` lines (dry run) and client line (`--help`) serve, bench and call the copy."""
+    if source != SUBSET_DEFAULT and not ALL:
+        pytest.skip(f"HARNESS_NEW_ALL=1 runs it (minutes); the default suite runs {SUBSET_DEFAULT}'s")
+    kept, renames = SUBSETS[source]
+    root = _project_layout(tmp_path)
+    (root / source).symlink_to(PROJECT_ROOT / "deployments" / source)
+    name = f"mine{os.getpid()}"  # the venv is shared: no clash with another run's copy
+    env = {**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)}
+    python = sys.executable
+
+    def local(command: str) -> str:  # as written (the project's .venv, as the swap guides run), in the temporary root
+        return command.replace(f"deployments/{name}", str(root / name))
+
+    pairs = " ".join(f"{old}={new}" for old, new in renames.items())
+    try:
+        _run(f"{python} -m harness new {name} --from {source} --models {' '.join(kept)} --rename {pairs}", env)
+        commands = _readme_commands(root / name / "README.md")
+        ran = []
+        for command in commands:
+            if "-m harness" in command or "pytest" in command:
+                done = _run(local(command), env)
+                ran.append(command)
+                if "pytest" in command:
+                    summary = done.stdout.strip().splitlines()[-1]
+                    assert re.search(r"\d+ passed", summary) and "failed" not in summary, summary
+            elif command.startswith("make "):
+                done = _run(f"{command} -n", env, timeout=120)
+                assert re.search(rf"-m harness \w+ {name}\b", done.stdout), f"`{command}` does not run {name}"
+            else:
+                _run(f"{local(command)} --help", env, timeout=120)
+        assert any("pytest" in c and f"-k {name}" in c for c in ran), f"the README has no test command: {commands}"
+        assert any(f"harness refresh {name}" in c for c in ran), commands
+    finally:
+        subprocess.run(
+            [python, "-m", "pip", "uninstall", "-y", "-q", f"{name}-processing"], capture_output=True, check=False
+        )
+    readme = (root / name / "README.md").read_text()
+    assert not _named(readme, _original_names(source)), _named(readme, _original_names(source))
+
+
+def test_rename_later_renames_a_model_everywhere_and_rewrites_the_readme(tmp_path, monkeypatch):
+    """``python -m harness rename`` on a copy: no text file of the copy names the old model, every
+    reference resolves, the README calls the new name; an original's hand-written README is kept."""
+    copy_deployment("mine", DEFAULT_SOURCE, root=tmp_path)
+    monkeypatch.setenv("HARNESS_DEPLOYMENTS_DIR", str(tmp_path))
+    old = KEPT_MODEL[DEFAULT_SOURCE]
+    assert main(["rename", "mine", f"{old}=detector"]) == 0
+    copy = get_deployment("mine", tmp_path)
+    assert "detector" in copy.entry_models and old not in copy.entry_models
+    _assert_repository_consistent(copy)
+    for path, text in _text_files(copy.path):
+        assert not _named(text, [old]), f"{path} still names {old}"
+    assert "| `detector` |" in (copy.path / "README.md").read_text()
+    assert not copy.missing_exports(), "the exported files moved with their folders"
+    original = PROJECT_ROOT / "deployments" / DEFAULT_SOURCE / "README.md"
+    before = original.read_text()
+    monkeypatch.delenv("HARNESS_DEPLOYMENTS_DIR")
+    assert main(["readme", DEFAULT_SOURCE]) == 2
+    assert original.read_text() == before, "an original's README is written by hand"

@@ -1,7 +1,7 @@
 """Zero-shot classification: IMAGE_BYTES + LABELS [N] -> PROBABILITIES [N], via BLS.
 
-The image goes to ``image_embedding`` and the labels to ``text_embedding`` (both ensembles)
-concurrently with ``async_exec``; the probabilities are cn_clip's
+The image goes to the config's ``image_model`` and the labels to its ``text_model`` (the
+ensembles ``image_embedding`` and ``text_embedding``) concurrently with ``async_exec``; the probabilities are cn_clip's
 ``softmax(logit_scale * image @ labels.T)`` with logit_scale from the config (export.py).
 """
 
@@ -48,7 +48,7 @@ class TritonPythonModel:
     """One request = one image and its candidate labels; requests are handled concurrently."""
 
     def initialize(self, args):
-        """Read the output dtype, logit_scale and max_labels."""
+        """Read the output dtype, logit_scale, max_labels and the models it calls."""
         config = json.loads(args["model_config"])
         output = pb_utils.get_output_config_by_name(config, "PROBABILITIES")
         self.dtype = pb_utils.triton_string_to_numpy(output["data_type"])
@@ -56,6 +56,8 @@ class TritonPythonModel:
         if self.logit_scale is None:
             raise ValueError("zero_shot/config.pbtxt needs the logit_scale parameter (export.py writes it)")
         self.max_labels = parameter(config, "max_labels", 1000, int)
+        self.image_model = parameter(config, "image_model", "image_embedding")
+        self.text_model = parameter(config, "text_model", "text_embedding")
 
     async def execute(self, requests):
         """Answer every request; bad input gets a 400 for its own request only."""
@@ -74,9 +76,9 @@ class TritonPythonModel:
         labels = single_bytes_items(pb_utils.get_input_tensor_by_name(request, "LABELS").as_numpy(), "LABELS")
         if len(labels) > self.max_labels:
             raise InputError(f"input 'LABELS' has {len(labels)} labels, over the limit of {self.max_labels}")
-        image_call = self._embed("image_embedding", "IMAGE_BYTES", images)
+        image_call = self._embed(self.image_model, "IMAGE_BYTES", images)
         label_calls = [
-            self._embed("text_embedding", "TEXT", labels[i : i + TEXT_BATCH]) for i in range(0, len(labels), TEXT_BATCH)
+            self._embed(self.text_model, "TEXT", labels[i : i + TEXT_BATCH]) for i in range(0, len(labels), TEXT_BATCH)
         ]
         image, *chunks = await asyncio.gather(image_call, *label_calls)
         probs = zero_shot_probabilities(image, np.concatenate(chunks), self.logit_scale)
