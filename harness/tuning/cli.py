@@ -1,0 +1,209 @@
+"""``python -m harness tune DEPLOYMENT [--models M ...]``: the config that serves the deployment's
+workload best, each candidate checked before it is measured (docs/tuning.md).
+
+    python -m harness tune embedding_cpu --models embedding_onnx_text --concurrency 8 --budget-minutes 20
+    python -m harness tune embedding_cpu --models embedding_onnx_text --objective latency --concurrency 1
+    python -m harness tune embedding_cpu --models embedding_onnx_text --smoke   # every lever value starts, checks pass
+
+The study (Optuna, SQLite) lives in results/tune/studies.db: the same command resumes it. Every
+measurement is a record (``comparison: "tune"``) in results/records.jsonl; the table, picture and a
+summary go to results/tune/<study>.{png,json}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+import optuna
+
+from harness.deployments import get_deployment
+from harness.measuring.records import results_dir
+from harness.repository import read_config
+from harness.session import ServerPool, variant_key
+from harness.tuning.candidate import CandidateRejected, run_checks
+from harness.tuning.report import anomalies, apply, picture, rows, table
+from harness.tuning.search import Tuner, TuneSettings, verdict
+from harness.tuning.space import LEVERS, Space, build_space
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.split("\n\n")[0])
+    parser.add_argument("deployment")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        help="the models whose configs are tuned (default: the first entry model that is no ensemble)",
+    )
+    parser.add_argument("--objective", choices=["throughput", "latency"], default="throughput")
+    parser.add_argument("--p99-ms", type=float, default=None, help="throughput: the p99 bound a winner keeps")
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="requests in flight (default: the benchmark's highest level)"
+    )
+    parser.add_argument(
+        "--budget-minutes", type=float, default=10.0, help="search and final rounds together (default 10)"
+    )
+    parser.add_argument("--trials", type=int, default=None, help="at most this many trials in this run")
+    parser.add_argument("--levers", nargs="+", choices=LEVERS, help="tune only these levers (default: all)")
+    parser.add_argument(
+        "--benchmark",
+        default=None,
+        help="the benchmark whose workload is measured (default: the first that calls the tuned models)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--short", type=float, default=2.0, help="seconds of a trial's first run (pruned if it trails)")
+    parser.add_argument(
+        "--long", type=float, default=5.0, help="seconds of a promising trial's run and of each final round"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating final rounds of shipped vs the best")
+    parser.add_argument("--finalists", type=int, default=2, help="best candidates measured again beside shipped")
+    parser.add_argument("--study", default=None, help="study name (default: from the deployment, models, objective)")
+    parser.add_argument(
+        "--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="serve and check one candidate per lever value; no measurement"
+    )
+    parser.add_argument("--mode", default=None, help="local (default) or docker")
+    parser.add_argument("--target", default="cpu")
+    return parser.parse_args(argv)
+
+
+def default_models(deployment) -> list[str]:
+    for model in deployment.entry_models:
+        if read_config(deployment.model_repository / model / "config.pbtxt").platform != "ensemble":
+            return [model]
+    raise ValueError(f"{deployment.name}: every entry model is an ensemble: pass --models")
+
+
+def smoke_candidates(space: Space) -> list[dict]:
+    """The shipped lever values, then each lever's every value with the others as shipped (an engine
+    that runs OpenVINO: at each precision)."""
+    shipped = space.shipped_params()
+    found = [shipped]
+    for levers in space.models:
+        values = levers.values()
+        for name, choices in values.items():
+            for value in choices:
+                found.append({**shipped, name: value})
+                precision = levers.name("precision")
+                if name == levers.name("engine") and precision in values:
+                    found += [{**shipped, name: value, precision: p} for p in values[precision]]
+    return found
+
+
+def smoke(tuner: Tuner) -> int:
+    """Every lever value served and checked, one at a time; 1 when any failed."""
+    failed, seen = [], set()
+    for params in smoke_candidates(tuner.space):
+        overrides = tuner.space.suggest(optuna.trial.FixedTrial(params))
+        key = json.dumps(overrides, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        trial = optuna.trial.FixedTrial(params)
+        try:
+            tuner.gate(trial, tuner.serve(overrides)[0], overrides)
+            verdict_text = f"checks {trial.user_attrs['checks']}"
+        except CandidateRejected as exc:
+            verdict_text = str(exc)
+            failed.append(key)
+        finally:
+            tuner.pool.release(variant_key(tuner.deployment, overrides))
+        print(f"{'ok    ' if key not in failed else 'FAILED'} {key}\n       {verdict_text}", flush=True)
+    print(f"{len(seen) - len(failed)}/{len(seen)} candidates started and passed their checks")
+    return 1 if failed else 0
+
+
+def report(tuner: Tuner, shipped, result, args) -> dict:
+    """Print the table, the anomalies and the verdict; write the picture and a summary JSON."""
+    trials = tuner.study.get_trials(deepcopy=False)
+    found = rows(trials, tuner.space.shipped_params(), shipped.value if shipped else None, args.objective)
+    print("\n" + table(found))
+    for note in anomalies(trials, args.objective):
+        print("anomaly: " + note)
+    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", tuner.study.study_name)
+    winner = result.trial.number if result.change else None
+    path = picture(
+        found, winner, shipped and shipped.number, results_dir() / "tune" / f"{slug}.png", tuner.study.study_name
+    )
+    summary = {
+        "study": tuner.study.study_name,
+        "benchmark": tuner.study.user_attrs.get("benchmark"),
+        "verdict": result.describe(),
+        "change": result.change,
+        "ratio": {"median": result.median, "low": result.low, "high": result.high},
+        "winner_config": result.trial.user_attrs["config"] if result.trial else None,
+        "command": "python -m harness tune " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tune"] else sys.argv[1:]),
+        "candidates": found,
+    }
+    (path.with_suffix(".json")).write_text(json.dumps(summary, indent=2, default=str))
+    print(f"\n{result.describe()}\npicture {path}\nsummary {path.with_suffix('.json')}")
+    return summary
+
+
+def applied(tuner: Tuner, result, summary: dict) -> int:
+    """Write the winner into the deployment's configs, then its checks on the configs as written."""
+    if not result.change:
+        print("--apply: nothing written (no change)")
+        return 0
+    note = f"Tuned values: {summary['command']} ({result.describe()})"
+    for path in apply(tuner.deployment, result.trial.user_attrs["config"], note):
+        print(f"wrote {path}")
+    noop = {tuner.models[0]: {}}  # the configs as now written, on a server of the tuned models only
+    try:
+        outcome = run_checks(tuner.serve(noop)[0], tuner.gate_checks())
+    finally:
+        tuner.pool.release(variant_key(tuner.deployment, noop))
+    print(f"checks on the applied configs: {outcome.summary()}" + (f"\n{outcome.reason()}" if outcome.failed else ""))
+    return 1 if outcome.failed or not outcome.passed else 0
+
+
+def tune(tuner: Tuner, args) -> int:
+    """Search within the budget less the final rounds' share, then the final rounds and the verdict."""
+    settings = tuner.settings
+    final_s = (settings.finalists + 1) * (settings.rounds * (settings.long_s + 1) + 30)
+    tuner.open_study()
+    tuner.search(max(60.0, args.budget_minutes * 60 - final_s))
+    shipped, finalists = tuner.candidates()
+    rounds = {}
+    if shipped is not None and finalists:
+        rounds = tuner.final_rounds(shipped, finalists)
+    result = verdict(finalists if rounds else [], rounds)
+    summary = report(tuner, shipped, result, args)
+    if shipped is None:
+        print("the shipped config was not measured (its trial was rejected: see the table)", file=sys.stderr)
+        return 1
+    return applied(tuner, result, summary) if args.apply else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    deployment = get_deployment(args.deployment)
+    space = build_space(deployment, args.models or default_models(deployment), args.target, args.levers)
+    settings = TuneSettings(
+        objective=args.objective,
+        p99_ms=args.p99_ms,
+        concurrency=args.concurrency,
+        budget_minutes=args.budget_minutes,
+        trials=args.trials,
+        seed=args.seed,
+        short_s=args.short,
+        long_s=args.long,
+        rounds=args.rounds,
+        finalists=args.finalists,
+        benchmark=args.benchmark,
+        target=args.target,
+        mode=args.mode,
+        study=args.study,
+    )
+    tuner = Tuner(deployment, space, settings, pool=ServerPool(mode=args.mode, target=args.target))
+    try:
+        return smoke(tuner) if args.smoke else tune(tuner, args)
+    finally:
+        tuner.pool.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
