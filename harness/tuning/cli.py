@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 
 import optuna
@@ -135,7 +136,7 @@ def report(tuner: Tuner, shipped, result, args) -> dict:
         "change": result.change,
         "ratio": {"median": result.median, "low": result.low, "high": result.high},
         "winner_config": result.trial.user_attrs["config"] if result.trial else None,
-        "command": "python -m harness tune " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tune"] else sys.argv[1:]),
+        "command": args.command,
         "candidates": found,
     }
     (path.with_suffix(".json")).write_text(json.dumps(summary, indent=2, default=str))
@@ -179,7 +180,9 @@ def tune(tuner: Tuner, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv)
+    args.command = "python -m harness tune " + shlex.join(argv)
     deployment = get_deployment(args.deployment)
     space = build_space(deployment, args.models or default_models(deployment), args.target, args.levers)
     settings = TuneSettings(

@@ -12,6 +12,7 @@ import optuna
 
 from harness.deployments import Benchmark, Deployment
 from harness.measuring.records import results_dir
+from harness.repository import model_dirs
 from harness.session import ServerPool, variant_key
 from harness.tuning.candidate import (
     CandidateRejected,
@@ -123,9 +124,12 @@ class Tuner:
         return row["items_per_second"] * (min(1.0, bound / p99) if bound else 1.0)
 
     def serve(self, overrides: dict[str, dict]):
-        """The candidate's server (only the tuned models and what they call) and what it loads."""
+        """The candidate's server (only the tuned models, what they call, and models its parameters
+        name) and what it loads."""
         preset = self.settings.benchmark and {b.id: b for b in self.deployment.benchmarks}.get(self.settings.benchmark)
-        loaded = loaded_models(self.deployment, self.models, preset or None)
+        named = {v for o in overrides.values() for v in (o.get("parameters") or {}).values()}
+        models = [*self.models, *sorted(named & {p.name for p in model_dirs(self.deployment.model_repository)})]
+        loaded = loaded_models(self.deployment, models, preset or None)
         try:
             return self.pool.context(self.deployment, overrides, tuple(loaded)), loaded
         except Exception as exc:  # noqa: BLE001 - a server that does not start is the outcome recorded
