@@ -111,7 +111,7 @@ def embedding_copy(tmp_path, monkeypatch):
 @pytest.mark.server
 def test_apply_writes_the_winner_into_a_copy_whose_checks_pass(embedding_copy, capsys):
     argv = [embedding_copy.name, "--models", "embedding_onnx_text", "--objective", "latency", "--concurrency", "1"]
-    argv += ["--levers", "max_queue_delay_us", "--trials", "4", "--short", "1", "--long", "2", "--rounds", "2"]
+    argv += ["--levers", "queue_delay_us", "--trials", "4", "--short", "1", "--long", "2", "--rounds", "2"]
     assert main([*argv, "--finalists", "1", "--apply"]) == 0, capsys.readouterr().out[-3000:]
     out = capsys.readouterr().out
     assert (

@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 import sys
+from dataclasses import fields
 
 import optuna
 
@@ -23,51 +24,33 @@ from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
 from harness.repository import read_config
 from harness.session import ServerPool, variant_key
-from harness.tuning.candidate import CandidateRejected, run_checks
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import Tuner, TuneSettings, verdict
+from harness.tuning.search import CandidateRejected, Tuner, TuneSettings, run_checks, verdict
 from harness.tuning.space import LEVERS, Space, build_space
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.split("\n\n")[0])
-    parser.add_argument("deployment")
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        help="the models whose configs are tuned (default: the first entry model that is no ensemble)",
-    )
-    parser.add_argument("--objective", choices=["throughput", "latency"], default="throughput")
-    parser.add_argument("--p99-ms", type=float, default=None, help="throughput: the p99 bound a winner keeps")
-    parser.add_argument(
-        "--concurrency", type=int, default=None, help="requests in flight (default: the benchmark's highest level)"
-    )
-    parser.add_argument(
-        "--budget-minutes", type=float, default=10.0, help="search and final rounds together (default 10)"
-    )
-    parser.add_argument("--trials", type=int, default=None, help="at most this many trials in this run")
-    parser.add_argument("--levers", nargs="+", choices=LEVERS, help="tune only these levers (default: all)")
-    parser.add_argument(
-        "--benchmark",
-        default=None,
-        help="the benchmark whose workload is measured (default: the first that calls the tuned models)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--short", type=float, default=2.0, help="seconds of a trial's first run (pruned if it trails)")
-    parser.add_argument(
-        "--long", type=float, default=5.0, help="seconds of a promising trial's run and of each final round"
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating final rounds of shipped vs the best")
-    parser.add_argument("--finalists", type=int, default=2, help="best candidates measured again beside shipped")
-    parser.add_argument("--study", default=None, help="study name (default: from the deployment, models, objective)")
-    parser.add_argument(
-        "--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them"
-    )
-    parser.add_argument(
-        "--smoke", action="store_true", help="serve and check one candidate per lever value; no measurement"
-    )
-    parser.add_argument("--mode", default=None, help="local (default) or docker")
-    parser.add_argument("--target", default="cpu")
+    add = parser.add_argument
+    add("deployment")
+    add("--models", nargs="+", help="models whose configs are tuned (default: the first entry model, no ensemble)")
+    add("--objective", choices=["throughput", "latency"], default="throughput")
+    add("--p99-ms", type=float, default=None, help="throughput: the p99 bound a winner keeps")
+    add("--concurrency", type=int, default=None, help="requests in flight (default: the benchmark's highest)")
+    add("--budget-minutes", type=float, default=10.0, help="search and final rounds together")
+    add("--trials", type=int, default=None, help="at most this many trials in this run")
+    add("--levers", nargs="+", choices=LEVERS, help="tune only these levers (default: all)")
+    add("--benchmark", default=None, help="whose workload is measured (default: the first calling the models)")
+    add("--seed", type=int, default=0)
+    add("--short", dest="short_s", type=float, default=2.0, help="seconds of a trial's first run")
+    add("--long", dest="long_s", type=float, default=5.0, help="seconds of a promising trial's run, of a round")
+    add("--rounds", type=int, default=3, help="alternating final rounds of shipped vs the best")
+    add("--finalists", type=int, default=2, help="best candidates measured again beside shipped")
+    add("--study", default=None, help="study name (default: from deployment, models, objective)")
+    add("--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them")
+    add("--smoke", action="store_true", help="serve and check one candidate per lever value; no measurement")
+    add("--mode", default=None, help="local (default) or docker")
+    add("--target", default="cpu")
     return parser.parse_args(argv)
 
 
@@ -185,22 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = "python -m harness tune " + shlex.join(argv)
     deployment = get_deployment(args.deployment)
     space = build_space(deployment, args.models or default_models(deployment), args.target, args.levers)
-    settings = TuneSettings(
-        objective=args.objective,
-        p99_ms=args.p99_ms,
-        concurrency=args.concurrency,
-        budget_minutes=args.budget_minutes,
-        trials=args.trials,
-        seed=args.seed,
-        short_s=args.short,
-        long_s=args.long,
-        rounds=args.rounds,
-        finalists=args.finalists,
-        benchmark=args.benchmark,
-        target=args.target,
-        mode=args.mode,
-        study=args.study,
-    )
+    settings = TuneSettings(**{k: v for k, v in vars(args).items() if k in {f.name for f in fields(TuneSettings)}})
     tuner = Tuner(deployment, space, settings, pool=ServerPool(mode=args.mode, target=args.target))
     try:
         return smoke(tuner) if args.smoke else tune(tuner, args)

@@ -91,7 +91,7 @@ def picture(found: list[dict], winner: int | None, shipped: int | None, path: Pa
 def anomalies(trials, objective: str) -> list[str]:
     """Candidates one lever apart where one is ``ANOMALY_FACTOR`` times worse: what Triton's
     statistics say of each (queue vs compute per request, batch) and which engine settings ran."""
-    measured = [t for t in trials if t.user_attrs.get("status") == "measured" and "repeat_of" not in t.user_attrs]
+    measured = [t for t in trials if t.user_attrs.get("status") == "measured"]
     worse = (
         (lambda a, b: a.value > ANOMALY_FACTOR * b.value)
         if objective == "latency"

@@ -1,29 +1,150 @@
-"""The search: an Optuna study (seeded TPE, median pruning, SQLite under results/ so a run resumes)
-whose trials are candidates served, checked and measured short, then long where promising; then the
-best few and the shipped config measured again in alternating rounds on servers up at once."""
+"""The search: candidates served on their own servers (a derived repository, as ``--config-variant``
+serves one), gated by the deployment's checks, measured short, then long where promising, in an
+Optuna study (seeded TPE, median pruning, SQLite under results/ so a run resumes); then the best few
+and the shipped config measured again in alternating rounds on servers up at once."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 import uuid
 from dataclasses import dataclass, field
 
 import optuna
+import pytest
 
+from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment
-from harness.measuring.records import results_dir
-from harness.repository import model_dirs
+from harness.manifest import ConfigOverrides
+from harness.measuring.bench import model_backends
+from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
+from harness.measuring.records import append_record, results_dir, scenario_fields
+from harness.repository import dependencies, model_dirs
 from harness.session import ServerPool, variant_key
-from harness.tuning.candidate import (
-    CandidateRejected,
-    benchmark_for,
-    loaded_models,
-    measure,
-    run_checks,
-    tuned_benchmark,
-)
 from harness.tuning.space import Space
 from harness.variants import describe
+
+log = logging.getLogger(__name__)
+
+
+class CandidateRejected(Exception):
+    """A candidate whose server did not start or whose checks failed: recorded, never measured."""
+
+
+@dataclass
+class CheckOutcome:
+    """The deployment's checks on one candidate: those that passed, those that do not apply (they
+    skipped themselves, or fail on the shipped config too with only these models loaded), and each
+    failure's reason."""
+
+    passed: list[str] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        text = f"{len(self.passed)} passed"
+        if self.failed:
+            text += f", {len(self.failed)} failed"
+        return text + (f", {len(self.not_applicable)} n/a" if self.not_applicable else "")
+
+    def reason(self) -> str:
+        name, why = next(iter(self.failed.items()))
+        return f"check {name} failed: {' '.join(why.split())[:300]}"
+
+
+def loaded_models(deployment: Deployment, models: list[str], benchmark: Benchmark | None = None) -> list[str]:
+    """What a candidate's server loads: the tuned models, the benchmark's, and what they call."""
+    return dependencies(deployment.model_repository, [*models, *(benchmark.models if benchmark else [])])
+
+
+def run_checks(ctx: DeploymentContext, names: list[str] | None = None) -> CheckOutcome:
+    """The deployment's checks (``names``: only those) against ``ctx``; one that skips itself is not applicable."""
+    outcome = CheckOutcome()
+    for name, check in ctx.deployment.checks().items():
+        if names is not None and name not in names:
+            continue
+        try:
+            check(ctx)
+        except pytest.skip.Exception:
+            outcome.not_applicable.append(name)
+        except Exception as exc:  # noqa: BLE001 - a failing check is the outcome recorded
+            outcome.failed[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            outcome.passed.append(name)
+    return outcome
+
+
+def benchmark_for(ctx: DeploymentContext, loaded: list[str], target: str) -> Benchmark | None:
+    """The first benchmark without config overrides whose workload calls a model this server loads."""
+    for benchmark in ctx.deployment.benchmarks:
+        if benchmark.config or (benchmark.targets and target not in benchmark.targets):
+            continue
+        try:
+            workload = ctx.deployment.resolve(benchmark.workload)(ctx)
+        except Exception as exc:  # noqa: BLE001 - a workload that needs more than this server: not this one
+            log.debug("%s: its workload cannot run here: %s", benchmark.id, exc)
+            continue
+        if workload.model in loaded:
+            return benchmark
+    return None
+
+
+def tuned_benchmark(benchmark: Benchmark, overrides: dict[str, dict]) -> Benchmark:
+    """``benchmark`` with the candidate's overrides as its config (what its records carry)."""
+    return benchmark.model_copy(update={"config": {m: ConfigOverrides(**o) for m, o in overrides.items()}})
+
+
+def model_statistics(ctx: DeploymentContext, models: list[str]) -> dict[str, dict]:
+    """Triton's cumulative per-model statistics (ns totals and counts) of ``models``."""
+    return {model: _stats(ctx.server.http_url, model) for model in models}
+
+
+def measure(
+    ctx: DeploymentContext,
+    benchmark: Benchmark,
+    *,
+    concurrency: int,
+    duration_s: float,
+    tuned_models: list[str],
+    record_fields: dict,
+) -> dict:
+    """One load level on the candidate's server; appends and returns its record, with each tuned
+    model's queue and compute times (ms per request) and batch size, and the engine that ran."""
+    workload = ctx.deployment.resolve(benchmark.workload)(ctx)
+    protocol = benchmark.protocol if ctx.server.grpc_url else "http"
+    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
+    before = model_statistics(ctx, tuned_models)
+    level = run_load(
+        workload,
+        protocol=protocol,
+        url=url,
+        http_url=ctx.server.http_url,
+        concurrency=concurrency,
+        duration_s=duration_s,
+        warmup_s=min(1.0, duration_s / 2),
+    )
+    after = model_statistics(ctx, tuned_models)
+    backends = model_backends(ctx, workload.model)
+    for model in tuned_models:
+        if model not in backends:
+            backends.update(model_backends(ctx, model))
+    row = {
+        **scenario_fields(
+            ctx,
+            benchmark,
+            workload,
+            protocol=protocol,
+            generator=f"{GENERATOR} (tritonclient {protocol}.aio)",
+            server=ctx.server.describe(),
+            backends=backends,
+        ),
+        **level.metrics(workload.items_per_request),
+        "tuned_model_statistics": {m: server_split(before[m], after[m]) for m in tuned_models},
+        **record_fields,
+    }
+    append_record(row)
+    return row
+
 
 #: ``comparison`` of the records a tune run writes (the results matrix keeps them out of its cells).
 COMPARISON = "tune"
@@ -58,12 +179,6 @@ class TuneSettings:
         )
 
 
-def storage_url() -> str:
-    folder = results_dir() / "tune"
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'studies.db'}"
-
-
 @dataclass
 class Tuner:
     """The study of one deployment's space and the servers its trials run on."""
@@ -84,10 +199,12 @@ class Tuner:
         """Create or resume the study; the shipped config is its first trial."""
         s = self.settings
         direction = "minimize" if s.objective == "latency" else "maximize"
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
         levers = set().union(*(levers.only for levers in self.space.models))
+        (results_dir() / "tune").mkdir(parents=True, exist_ok=True)
         self.study = optuna.create_study(
             study_name=s.study_name(self.deployment.name, self.models, levers),
-            storage=storage_url(),
+            storage=f"sqlite:///{results_dir() / 'tune' / 'studies.db'}",
             load_if_exists=True,
             direction=direction,
             sampler=optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=4),
@@ -110,9 +227,6 @@ class Tuner:
         if wanted not in by_id:
             raise ValueError(f"{self.deployment.name} has no benchmark {wanted!r}")
         return by_id[wanted]
-
-    def concurrency(self, benchmark: Benchmark) -> int:
-        return self.settings.concurrency or max(benchmark.concurrency)
 
     def score(self, row: dict) -> float:
         """The objective's value of a measured level: its p99 (latency), or its items/s, scaled down
@@ -173,32 +287,25 @@ class Tuner:
     def shipped_key(self) -> str:
         return describe(self.space.suggest(optuna.trial.FixedTrial(self.space.shipped_params())))
 
-    def measured(self, trial, ctx, benchmark: Benchmark, overrides: dict, seconds: float, phase: str) -> float:
+    def measured(self, trial, ctx, benchmark: Benchmark, overrides: dict, seconds: float, **fields) -> dict:
+        """One level on the candidate's server, as a record (``fields`` added); errors reject it."""
+        fields = {"comparison": COMPARISON, "run_id": self.run_id, "trial": trial.number, **fields}
         row = measure(
             ctx,
             tuned_benchmark(benchmark, overrides),
-            concurrency=self.concurrency(benchmark),
+            concurrency=self.settings.concurrency or max(benchmark.concurrency),
             duration_s=seconds,
             tuned_models=self.models,
-            record_fields={"comparison": COMPARISON, "run_id": self.run_id, "phase": phase, "trial": trial.number},
+            record_fields=fields,
         )
         if row["errors"]:
             raise CandidateRejected(f"{row['errors']} errors under load: {row['first_error']}")
-        trial.set_user_attr("items_per_second", row["items_per_second"])
-        trial.set_user_attr("p99_ms", row["perf_latency_p99"])
-        trial.set_user_attr("duration_s", seconds)
-        trial.set_user_attr("statistics", row["tuned_model_statistics"])
-        trial.set_user_attr("backends", row["backend_implementation"])
-        trial.set_user_attr("feasible", not self.settings.p99_ms or row["perf_latency_p99"] <= self.settings.p99_ms)
-        return self.score(row)
-
-    def repeat(self, key: str) -> optuna.trial.FrozenTrial | None:
-        """A finished trial of this study with the same config (Optuna may pick one twice)."""
-        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-        for earlier in self.study.get_trials(deepcopy=False, states=done):
-            if earlier.user_attrs.get("key") == key and "status" in earlier.user_attrs:
-                return earlier
-        return None
+        attrs = {"items_per_second": row["items_per_second"], "p99_ms": row["perf_latency_p99"], "duration_s": seconds}
+        attrs |= {"statistics": row["tuned_model_statistics"], "backends": row["backend_implementation"]}
+        attrs["feasible"] = not self.settings.p99_ms or row["perf_latency_p99"] <= self.settings.p99_ms
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        return row
 
     def objective(self, trial: optuna.Trial) -> float:
         """Serve, check, measure short; pruned where the short run trails; else measure long."""
@@ -206,14 +313,6 @@ class Tuner:
         key = describe(overrides)
         trial.set_user_attr("config", overrides)
         trial.set_user_attr("key", key)
-        earlier = self.repeat(key)
-        if earlier is not None:
-            for name, value in earlier.user_attrs.items():
-                trial.set_user_attr(name, value)
-            trial.set_user_attr("repeat_of", earlier.number)
-            if earlier.state == optuna.trial.TrialState.FAIL:
-                raise CandidateRejected(earlier.user_attrs.get("reason", "rejected earlier"))
-            return earlier.value
         try:
             return self._served_trial(trial, overrides)
         except CandidateRejected as exc:
@@ -228,19 +327,18 @@ class Tuner:
         ctx, loaded = self.serve(overrides)
         self.gate(trial, ctx, overrides)
         benchmark = self.benchmark(ctx, loaded)
-        short = self.measured(trial, ctx, benchmark, overrides, self.settings.short_s, "search-short")
+        short = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.short_s, phase="search-short"))
         trial.report(short, 0)
         if trial.should_prune():
             trial.set_user_attr("status", "pruned")
             print(f"trial {trial.number}: pruned after the short run ({short:.1f})", flush=True)
             raise optuna.TrialPruned()
-        value = self.measured(trial, ctx, benchmark, overrides, self.settings.long_s, "search-long")
+        value = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.long_s, phase="search-long"))
         trial.set_user_attr("status", "measured")
         print(f"trial {trial.number}: {value:.1f} ({trial.user_attrs['checks']})", flush=True)
         return value
 
     def search(self, seconds: float) -> None:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study.optimize(self.objective, n_trials=self.settings.trials, timeout=seconds, catch=(CandidateRejected,))
 
     def candidates(self) -> tuple[optuna.trial.FrozenTrial | None, list[optuna.trial.FrozenTrial]]:
@@ -248,18 +346,13 @@ class Tuner:
         done = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "measured"]
         shipped_key = self.shipped_key()
         shipped = next((t for t in done if t.user_attrs["key"] == shipped_key), None)
-        unique = {
+        sign = -1 if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
+        others = {
             t.user_attrs["key"]: t
             for t in done
             if t.user_attrs["key"] != shipped_key and "repeat_of" not in t.user_attrs
         }
-        ordered = sorted(
-            unique.values(),
-            key=lambda t: (
-                not t.user_attrs["feasible"],
-                -t.value if self.study.direction.name == "MAXIMIZE" else t.value,
-            ),
-        )
+        ordered = sorted(others.values(), key=lambda t: (not t.user_attrs["feasible"], sign * t.value))
         return shipped, [t for t in ordered if t.user_attrs["feasible"]][: self.settings.finalists]
 
     def final_rounds(self, shipped, finalists) -> dict[int, dict]:
@@ -272,32 +365,27 @@ class Tuner:
                 entries.append(t)
             except CandidateRejected as exc:  # started once, not now: left out of the rounds, said why
                 print(f"trial {t.number}: left out of the final rounds: {exc}", flush=True)
-        benchmark = self.benchmark(contexts[shipped.number], [])
         if shipped not in entries:
             raise CandidateRejected("the shipped config's server did not start for the final rounds")
-        rounds: dict[int, dict] = {t.number: {"items_per_second": [], "p99_ms": [], "ratio": []} for t in entries}
+        benchmark = self.benchmark(contexts[shipped.number], [])
+        rounds: dict[int, dict] = {t.number: {"items_per_second": [], "p99_ms": []} for t in entries}
         try:
             for r in range(self.settings.rounds):
                 for t in entries if r % 2 == 0 else entries[::-1]:
-                    row = measure(
-                        contexts[t.number],
-                        tuned_benchmark(benchmark, t.user_attrs["config"]),
-                        concurrency=self.concurrency(benchmark),
-                        duration_s=self.settings.long_s,
-                        tuned_models=self.models,
-                        record_fields={
-                            "comparison": COMPARISON,
-                            "run_id": self.run_id,
-                            "phase": "final",
-                            "round": r + 1,
-                            "trial": t.number,
-                        },
+                    config, ctx = t.user_attrs["config"], contexts[t.number]
+                    row = self.measured(
+                        optuna.trial.FixedTrial({}, t.number),
+                        ctx,
+                        benchmark,
+                        config,
+                        self.settings.long_s,
+                        phase="final",
+                        round=r + 1,
                     )
                     rounds[t.number]["items_per_second"].append(row["items_per_second"])
                     rounds[t.number]["p99_ms"].append(row["perf_latency_p99"])
                     print(
-                        f"round {r + 1} trial {t.number}: {row['items_per_second']:.1f} items/s, p99 {row['perf_latency_p99']:.1f} ms",
-                        flush=True,
+                        f"round {r + 1} trial {t.number}: {row['items_per_second']:.1f} items/s, p99 {row['perf_latency_p99']:.1f} ms"
                     )
         finally:
             for t in entries:

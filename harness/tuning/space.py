@@ -3,7 +3,7 @@ overrides its manifest's benchmarks already name, so a copy made by ``harness ne
 
 Levers: ``engine`` (the shipped config, or the engine part of a benchmark's overrides for the model:
 another backend, an in-process engine, an INT8 file where its gate wrote it), ``precision`` (f32,
-bf16 on a CPU with BF16; on OpenVINO only), ``dynamic_batching``, ``max_queue_delay_us``,
+bf16 on a CPU with BF16; on OpenVINO only), ``dynamic_batching``, ``queue_delay_us``,
 ``preferred_batch_size``, ``instance_count`` (up to the cores) and ``threads`` per instance."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ LEVERS = (
     "engine",
     "precision",
     "dynamic_batching",
-    "max_queue_delay_us",
-    "preferred_batch_size",
+    "queue_delay_us",
+    "preferred_batch",
     "instance_count",
     "threads",
 )
@@ -131,11 +131,11 @@ class ModelLevers:
         if self.config.max_batch_size > 0 and overrides.get("max_batch_size") != 0 and on("dynamic_batching"):
             batching = trial.suggest_categorical(self.name("dynamic_batching"), [True, False])
             overrides["dynamic_batching"] = batching
-            if batching and on("max_queue_delay_us"):
-                delay = trial.suggest_categorical(self.name("max_queue_delay_us"), self.delays())
+            if batching and on("queue_delay_us"):
+                delay = trial.suggest_categorical(self.name("queue_delay_us"), self.delays())
                 overrides["max_queue_delay_microseconds"] = delay
-            if batching and on("preferred_batch_size"):
-                label = trial.suggest_categorical(self.name("preferred_batch_size"), self.preferred())
+            if batching and on("preferred_batch"):
+                label = trial.suggest_categorical(self.name("preferred_batch"), self.preferred())
                 overrides["preferred_batch_size"] = [] if label == "none" else [int(s) for s in label.split(",")]
         if on("instance_count"):
             overrides["instance_count"] = trial.suggest_int(self.name("instance_count"), 1, self.cores)
@@ -153,8 +153,8 @@ class ModelLevers:
         params = {
             "engine": SHIPPED,
             "dynamic_batching": self.config.HasField("dynamic_batching"),
-            "max_queue_delay_us": batching.max_queue_delay_microseconds,
-            "preferred_batch_size": batch_label(batching.preferred_batch_size),
+            "queue_delay_us": batching.max_queue_delay_microseconds,
+            "preferred_batch": batch_label(batching.preferred_batch_size),
             "instance_count": max([g.count for g in self.config.instance_group] or [1]),
         }
         if self.thread_keys:
@@ -170,8 +170,8 @@ class ModelLevers:
             "engine": list(self.engines),
             "precision": self.precisions(),
             "dynamic_batching": [True, False],
-            "max_queue_delay_us": self.delays(),
-            "preferred_batch_size": self.preferred(),
+            "queue_delay_us": self.delays(),
+            "preferred_batch": self.preferred(),
             "instance_count": ends,
             "threads": ends,
         }
