@@ -15,10 +15,12 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
+from harness import PROJECT_ROOT
 from harness.deployments import discover, get_deployment
 from harness.new import copy_deployment, install_packages
 from harness.repository import read_config, write_config
 from harness.session import ServerPool
+from harness.tests.test_new import _project_layout
 from harness.tuning.cli import default_models, main
 from harness.tuning.search import Tuner, TuneSettings, verdict
 from harness.tuning.space import build_space
@@ -93,15 +95,13 @@ def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_p
 
 
 @pytest.fixture
-def embedding_copy(tmp_path, monkeypatch):
-    """A copy of embedding_cpu (``harness new``) whose text model waits 200 ms for a batch."""
+def embedding_copy(tmp_path):
+    """A copy of embedding_cpu (``harness new``, in a project layout of its own) whose text model
+    waits 200 ms for a batch."""
     name = f"tune_copy{os.getpid()}"
-    root = tmp_path / "deployments"
-    made = copy_deployment(name, "embedding_cpu", root=root)
+    made = copy_deployment(name, "embedding_cpu", root=_project_layout(tmp_path))
     distributions = [tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in made.packages]
     install_packages(made.packages)
-    monkeypatch.setenv("HARNESS_DEPLOYMENTS_DIR", str(root))
-    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))
     path = made.deployment.model_repository / "embedding_onnx_text" / "config.pbtxt"
     write_config(apply_overrides(read_config(path), {"max_queue_delay_microseconds": 200_000}), path)
     yield made.deployment
@@ -109,18 +109,30 @@ def embedding_copy(tmp_path, monkeypatch):
 
 
 @pytest.mark.server
-def test_apply_writes_the_winner_into_a_copy_whose_checks_pass(embedding_copy, capsys):
+def test_apply_writes_the_winner_into_a_copy_whose_checks_pass(embedding_copy, tmp_path):
+    """What a user runs on a fresh copy: tune at concurrency 1 for latency, --apply; the winner (any
+    delay below the copy's 200 ms) is written and the checks pass on the configs as written."""
     argv = [embedding_copy.name, "--models", "embedding_onnx_text", "--objective", "latency", "--concurrency", "1"]
     argv += ["--levers", "queue_delay_us", "--trials", "4", "--short", "1", "--long", "2", "--rounds", "2"]
-    assert main([*argv, "--finalists", "1", "--apply"]) == 0, capsys.readouterr().out[-3000:]
-    out = capsys.readouterr().out
-    assert (
-        "winner: trial" in out
-        and "checks on the applied configs: " in out
-        and "failed" not in out.split("checks on the applied")[-1]
+    results = tmp_path / "results"
+    env = {
+        **os.environ,
+        "HARNESS_DEPLOYMENTS_DIR": str(embedding_copy.path.parent),
+        "HARNESS_RESULTS_DIR": str(results),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "tune", *argv, "--finalists", "1", "--apply"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
+    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+    applied = run.stdout.split("checks on the applied configs: ")[-1]
+    assert "winner: trial" in run.stdout and "passed" in applied and "failed" not in applied, run.stdout[-4000:]
     written = read_config(embedding_copy.model_repository / "embedding_onnx_text" / "config.pbtxt")
-    summary = json.loads(next((embedding_copy.path.parent.parent / "results" / "tune").glob("*.json")).read_text())
+    summary = json.loads(next((results / "tune").glob("*.json")).read_text())
     chosen = summary["winner_config"]["embedding_onnx_text"]["max_queue_delay_microseconds"]
     assert written.dynamic_batching.max_queue_delay_microseconds == chosen != 200_000
 

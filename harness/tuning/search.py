@@ -199,7 +199,7 @@ class Tuner:
         """Create or resume the study; the shipped config is its first trial."""
         s = self.settings
         direction = "minimize" if s.objective == "latency" else "maximize"
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # rejections: our own line, no traceback
         levers = set().union(*(levers.only for levers in self.space.models))
         (results_dir() / "tune").mkdir(parents=True, exist_ok=True)
         self.study = optuna.create_study(
