@@ -45,6 +45,15 @@ def test_the_shipped_lever_values_are_the_shipped_config(deployment, model):
     assert rewritten == shipped, f"{model}: the shipped lever values {overrides[model]} change its config"
 
 
+def test_one_lever_alone_is_tuned_with_the_others_as_shipped():
+    """``--levers queue_delay_us``: the delay changes, dynamic batching stays as shipped."""
+    space = build_space(get_deployment("embedding_cpu"), ["embedding_onnx_text"], levers=["queue_delay_us"])
+    params = {**space.shipped_params(), "embedding_onnx_text:queue_delay_us": 500}
+    assert space.suggest(optuna.trial.FixedTrial(params)) == {
+        "embedding_onnx_text": {"max_queue_delay_microseconds": 500}
+    }
+
+
 def test_engines_come_from_the_manifest_and_an_ensemble_is_refused():
     deployment = get_deployment("embedding_cpu")
     engines = build_space(deployment, ["embedding_onnx"]).models[0].engines
@@ -97,13 +106,16 @@ def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_p
 @pytest.fixture
 def embedding_copy(tmp_path):
     """A copy of embedding_cpu (``harness new``, in a project layout of its own) whose text model
-    waits 200 ms for a batch."""
+    waits 200 ms for a batch of 64 (without a preferred size, Triton runs what is queued at once)."""
     name = f"tune_copy{os.getpid()}"
     made = copy_deployment(name, "embedding_cpu", root=_project_layout(tmp_path))
     distributions = [tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in made.packages]
     install_packages(made.packages)
     path = made.deployment.model_repository / "embedding_onnx_text" / "config.pbtxt"
-    write_config(apply_overrides(read_config(path), {"max_queue_delay_microseconds": 200_000}), path)
+    write_config(
+        apply_overrides(read_config(path), {"max_queue_delay_microseconds": 200_000, "preferred_batch_size": [64]}),
+        path,
+    )
     yield made.deployment
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *distributions], check=False)
 

@@ -17,7 +17,7 @@ from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment
 from harness.manifest import ConfigOverrides
 from harness.measuring.bench import model_backends
-from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
+from harness.measuring.loadgen import GENERATOR, run_load
 from harness.measuring.records import append_record, results_dir, scenario_fields
 from harness.repository import dependencies, model_dirs
 from harness.session import ServerPool, variant_key
@@ -94,11 +94,6 @@ def tuned_benchmark(benchmark: Benchmark, overrides: dict[str, dict]) -> Benchma
     return benchmark.model_copy(update={"config": {m: ConfigOverrides(**o) for m, o in overrides.items()}})
 
 
-def model_statistics(ctx: DeploymentContext, models: list[str]) -> dict[str, dict]:
-    """Triton's cumulative per-model statistics (ns totals and counts) of ``models``."""
-    return {model: _stats(ctx.server.http_url, model) for model in models}
-
-
 def measure(
     ctx: DeploymentContext,
     benchmark: Benchmark,
@@ -108,12 +103,11 @@ def measure(
     tuned_models: list[str],
     record_fields: dict,
 ) -> dict:
-    """One load level on the candidate's server; appends and returns its record, with each tuned
-    model's queue and compute times (ms per request) and batch size, and the engine that ran."""
+    """One load level on the candidate's server; appends and returns its record (with Triton's queue
+    and compute times per request and batch size of the workload's model, and the engines that ran)."""
     workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     protocol = benchmark.protocol if ctx.server.grpc_url else "http"
     url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
-    before = model_statistics(ctx, tuned_models)
     level = run_load(
         workload,
         protocol=protocol,
@@ -123,7 +117,6 @@ def measure(
         duration_s=duration_s,
         warmup_s=min(1.0, duration_s / 2),
     )
-    after = model_statistics(ctx, tuned_models)
     backends = model_backends(ctx, workload.model)
     for model in tuned_models:
         if model not in backends:
@@ -139,7 +132,6 @@ def measure(
             backends=backends,
         ),
         **level.metrics(workload.items_per_request),
-        "tuned_model_statistics": {m: server_split(before[m], after[m]) for m in tuned_models},
         **record_fields,
     }
     append_record(row)
@@ -301,7 +293,11 @@ class Tuner:
         if row["errors"]:
             raise CandidateRejected(f"{row['errors']} errors under load: {row['first_error']}")
         attrs = {"items_per_second": row["items_per_second"], "p99_ms": row["perf_latency_p99"], "duration_s": seconds}
-        attrs |= {"statistics": row["tuned_model_statistics"], "backends": row["backend_implementation"]}
+        split = ("perf_server_queue", "perf_server_compute_infer", "server_avg_batch_size")
+        attrs |= {
+            "statistics": {row["model"]: {k: row.get(k) for k in split}},
+            "backends": row["backend_implementation"],
+        }
         attrs["feasible"] = not self.settings.p99_ms or row["perf_latency_p99"] <= self.settings.p99_ms
         for name, value in attrs.items():
             trial.set_user_attr(name, value)

@@ -128,9 +128,12 @@ class ModelLevers:
         parameters = overrides.setdefault("parameters", {})
         if on("precision") and runs_openvino(self.config, overrides):
             parameters[PRECISION_KEY] = trial.suggest_categorical(self.name("precision"), self.precisions())
-        if self.config.max_batch_size > 0 and overrides.get("max_batch_size") != 0 and on("dynamic_batching"):
-            batching = trial.suggest_categorical(self.name("dynamic_batching"), [True, False])
-            overrides["dynamic_batching"] = batching
+        if self.config.max_batch_size > 0 and overrides.get("max_batch_size") != 0:
+            batching = self.config.HasField("dynamic_batching")  # as shipped, unless the lever is tuned
+            if on("dynamic_batching"):
+                batching = overrides["dynamic_batching"] = trial.suggest_categorical(
+                    self.name("dynamic_batching"), [True, False]
+                )
             if batching and on("queue_delay_us"):
                 delay = trial.suggest_categorical(self.name("queue_delay_us"), self.delays())
                 overrides["max_queue_delay_microseconds"] = delay
