@@ -18,7 +18,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.deployments import discover, get_deployment
 from harness.new import copy_deployment, install_packages
-from harness.repository import read_config, write_config
+from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
 from harness.tuning.cli import default_models, main
@@ -105,48 +105,45 @@ def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_p
 
 @pytest.fixture
 def embedding_copy(tmp_path):
-    """A copy of embedding_cpu (``harness new``, in a project layout of its own) whose text model
-    waits 200 ms for a batch of 64 (without a preferred size, Triton runs what is queued at once)."""
+    """A copy of embedding_cpu (``harness new``, in a project layout of its own)."""
     name = f"tune_copy{os.getpid()}"
     made = copy_deployment(name, "embedding_cpu", root=_project_layout(tmp_path))
     distributions = [tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in made.packages]
     install_packages(made.packages)
-    path = made.deployment.model_repository / "embedding_onnx_text" / "config.pbtxt"
-    write_config(
-        apply_overrides(read_config(path), {"max_queue_delay_microseconds": 200_000, "preferred_batch_size": [64]}),
-        path,
-    )
     yield made.deployment
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *distributions], check=False)
 
 
 @pytest.mark.server
-def test_apply_writes_the_winner_into_a_copy_whose_checks_pass(embedding_copy, tmp_path):
-    """What a user runs on a fresh copy: tune at concurrency 1 for latency, --apply; the winner (any
-    delay below the copy's 200 ms) is written and the checks pass on the configs as written."""
-    argv = [embedding_copy.name, "--models", "embedding_onnx_text", "--objective", "latency", "--concurrency", "1"]
-    argv += ["--levers", "queue_delay_us", "--trials", "4", "--short", "1", "--long", "2", "--rounds", "2"]
+def test_apply_writes_a_measured_candidate_into_a_copy_whose_checks_pass(embedding_copy, tmp_path):
+    """What a user runs on a fresh copy: a short tune of the queue delay, then ``--apply-trial N`` of a
+    measured candidate other than shipped (the path ``--apply`` takes with a winner): its value is
+    written into the copy's config.pbtxt and the gate's checks pass on the configs as written."""
+    argv = [embedding_copy.name, "--models", "embedding_onnx_text", "--concurrency", "2", "--levers", "queue_delay_us"]
+    argv += ["--trials", "3", "--short", "1", "--long", "1", "--rounds", "1", "--finalists", "1"]
     results = tmp_path / "results"
     env = {
         **os.environ,
         "HARNESS_DEPLOYMENTS_DIR": str(embedding_copy.path.parent),
         "HARNESS_RESULTS_DIR": str(results),
     }
-    run = subprocess.run(
-        [sys.executable, "-m", "harness", "tune", *argv, "--finalists", "1", "--apply"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
-    applied = run.stdout.split("checks on the applied configs: ")[-1]
-    assert "winner: trial" in run.stdout and "passed" in applied and "failed" not in applied, run.stdout[-4000:]
-    written = read_config(embedding_copy.model_repository / "embedding_onnx_text" / "config.pbtxt")
+
+    def tune(*extra):
+        command = [sys.executable, "-m", "harness", "tune", *argv, *extra]
+        run = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+        return run.stdout
+
+    tune()
     summary = json.loads(next((results / "tune").glob("*.json")).read_text())
-    chosen = summary["winner_config"]["embedding_onnx_text"]["max_queue_delay_microseconds"]
-    assert written.dynamic_batching.max_queue_delay_microseconds == chosen != 200_000
+    measured = [c for c in summary["candidates"] if c["status"] == "measured" and c["config"] != "shipped"]
+    assert measured, f"no candidate but shipped was measured: {summary['candidates']}"
+    delay = int(measured[0]["config"].split("queue_delay_us=")[1].split()[0])
+    out = tune("--apply-trial", str(measured[0]["trial"]))
+    applied = out.split("checks on the applied configs: ")[-1]
+    assert "passed" in applied and "failed" not in applied, out[-3000:]
+    written = read_config(embedding_copy.model_repository / "embedding_onnx_text" / "config.pbtxt")
+    assert written.dynamic_batching.max_queue_delay_microseconds == delay != 0
 
 
 @pytest.mark.server

@@ -48,6 +48,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     add("--finalists", type=int, default=2, help="best candidates measured again beside shipped")
     add("--study", default=None, help="study name (default: from deployment, models, objective)")
     add("--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them")
+    add("--apply-trial", type=int, default=None, help="write trial N of the study and check it (no search)")
     add("--smoke", action="store_true", help="serve and check one candidate per lever value; no measurement")
     add("--mode", default=None, help="local (default) or docker")
     add("--target", default="cpu")
@@ -100,7 +101,7 @@ def smoke(tuner: Tuner) -> int:
     return 1 if failed else 0
 
 
-def report(tuner: Tuner, shipped, result, args) -> dict:
+def report(tuner: Tuner, shipped, result, args) -> None:
     """Print the table, the anomalies and the verdict; write the picture and a summary JSON."""
     trials = tuner.study.get_trials(deepcopy=False)
     found = rows(trials, tuner.space.shipped_params(), shipped.value if shipped else None, args.objective)
@@ -124,16 +125,11 @@ def report(tuner: Tuner, shipped, result, args) -> dict:
     }
     (path.with_suffix(".json")).write_text(json.dumps(summary, indent=2, default=str))
     print(f"\n{result.describe()}\npicture {path}\nsummary {path.with_suffix('.json')}")
-    return summary
 
 
-def applied(tuner: Tuner, result, summary: dict) -> int:
-    """Write the winner into the deployment's configs, then its checks on the configs as written."""
-    if not result.change:
-        print("--apply: nothing written (no change)")
-        return 0
-    note = f"Tuned values: {summary['command']} ({result.describe()})"
-    for path in apply(tuner.deployment, result.trial.user_attrs["config"], note):
+def applied(tuner: Tuner, config: dict[str, dict], note: str) -> int:
+    """Write ``config`` into the deployment's configs, then the gate's checks on the configs as written."""
+    for path in apply(tuner.deployment, config, note):
         print(f"wrote {path}")
     noop = {tuner.models[0]: {}}  # the configs as now written, on a server of the tuned models only
     try:
@@ -144,22 +140,37 @@ def applied(tuner: Tuner, result, summary: dict) -> int:
     return 1 if outcome.failed or not outcome.passed else 0
 
 
+def apply_trial(tuner: Tuner, number: int, command: str) -> int:
+    """``--apply-trial N``: trial N of the study, measured after passing its checks, written and checked."""
+    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False)}
+    if trials.get(number) is None or trials[number].user_attrs.get("status") != "measured":
+        raise ValueError(f"study {tuner.study.study_name!r} has no measured trial {number} (the table lists them)")
+    return applied(tuner, trials[number].user_attrs["config"], f"Tuned values: trial {number} of {command}")
+
+
 def tune(tuner: Tuner, args) -> int:
     """Search within the budget less the final rounds' share, then the final rounds and the verdict."""
     settings = tuner.settings
     final_s = (settings.finalists + 1) * (settings.rounds * (settings.long_s + 1) + 30)
     tuner.open_study()
+    if args.apply_trial is not None:
+        return apply_trial(tuner, args.apply_trial, args.command)
     tuner.search(max(60.0, args.budget_minutes * 60 - final_s))
     shipped, finalists = tuner.candidates()
     rounds = {}
     if shipped is not None and finalists:
         rounds = tuner.final_rounds(shipped, finalists)
     result = verdict(finalists if rounds else [], rounds)
-    summary = report(tuner, shipped, result, args)
+    report(tuner, shipped, result, args)
     if shipped is None:
         print("the shipped config was not measured (its trial was rejected: see the table)", file=sys.stderr)
         return 1
-    return applied(tuner, result, summary) if args.apply else 0
+    if not args.apply:
+        return 0
+    if not result.change:
+        print("--apply: nothing written (no change)")
+        return 0
+    return applied(tuner, result.trial.user_attrs["config"], f"Tuned values: {args.command} ({result.describe()})")
 
 
 def main(argv: list[str] | None = None) -> int:
