@@ -16,7 +16,7 @@ EXTRAS ?= all
 DEPLOYMENT_REQUIREMENTS := $(foreach f,$(wildcard deployments/*/requirements.txt),-r $(f))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-variants test-unit list export new refresh deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
+.PHONY: help install test test-variants test-tune-smoke tune test-unit list export new refresh deploy deploy-embedding deploy-yolo11 deploy-cn-clip deploy-resnet bench bench-pairs clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,13 +43,21 @@ install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default al
 TEST_PATHS := harness/ lab/ triton_helpers/ triton_gate/ $(wildcard deployments/*/tests deployments/*/*/tests)
 
 test: install ## Run the default suite against real tritonservers (pytest harness/ lab/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
-	$(PY) -m pytest $(TEST_PATHS) -m 'not variant_benchmark' $(PYTEST_ARGS)
+	$(PY) -m pytest $(TEST_PATHS) -m 'not variant_benchmark and not tune_smoke' $(PYTEST_ARGS)
 
 test-variants: install ## The benchmark smokes of every config variant (OpenVINO, batching, instances): one server each
 	$(PY) -m pytest harness/tests/test_deployments.py -m variant_benchmark $(PYTEST_ARGS)
 
+test-tune-smoke: install ## Every tuning lever's values of each deployment served and checked (python -m harness tune --smoke)
+	$(PY) -m pytest harness/tests/test_tune.py -m tune_smoke $(PYTEST_ARGS)
+
 test-unit: install ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not server' $(PYTEST_ARGS)
+
+TUNE_ARGS ?=
+tune: install ## Search DEPLOYMENT's config levers, each candidate checked first (TUNE_ARGS="--models M --concurrency 8 --budget-minutes 20 [--apply]")
+	@test -n "$(DEPLOYMENT)" || { echo "usage: make tune DEPLOYMENT=<name> [TUNE_ARGS=...]"; exit 2; }
+	$(PY) -m harness tune $(DEPLOYMENT) $(TUNE_ARGS)
 
 list: install ## List the deployments the harness discovers
 	$(PY) -m harness list

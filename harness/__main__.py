@@ -137,6 +137,7 @@ def _bench(args) -> int:
 CORE_TOOLS = {
     "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
     "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
+    "tune": ("harness.tuning.cli", "search a deployment's config levers (Optuna), each candidate checked first"),
 }
 #: Installed distributions add subcommands through this entry point group, each entry point a table like
 #: CORE_TOOLS (the lab's soak, faults, hostile, ...: lab/harness_lab/commands.py); the core never imports them.

@@ -1,0 +1,156 @@
+"""``python -m harness tune``: the space each deployment brings, the correctness gate on a real
+server (a candidate whose outputs leave the checks' tolerance is discarded with its reason, never
+measured or chosen), ``--apply`` on a copy made by ``harness new``, and the lever smoke
+(``-m tune_smoke``: every lever value of every deployment served and checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.deployments import discover, get_deployment
+from harness.new import copy_deployment, install_packages
+from harness.repository import read_config
+from harness.session import ServerPool
+from harness.tests.test_new import _project_layout
+from harness.tuning.cli import default_models, main
+from harness.tuning.search import Tuner, TuneSettings, verdict
+from harness.tuning.space import build_space
+from harness.variants import apply_overrides
+
+TUNABLE = [
+    pytest.param(d.name, model, id=f"{d.name}-{model}")
+    for d in discover()
+    for model in d.entry_models
+    if read_config(d.model_repository / model / "config.pbtxt").platform != "ensemble"
+]
+
+
+@pytest.mark.parametrize(("deployment", "model"), TUNABLE)
+def test_the_shipped_lever_values_are_the_shipped_config(deployment, model):
+    """The study's first trial must serve the config as shipped: its overrides change nothing."""
+    deployment = get_deployment(deployment)
+    space = build_space(deployment, [model])
+    overrides = space.suggest(optuna.trial.FixedTrial(space.shipped_params()))
+    shipped = read_config(deployment.model_repository / model / "config.pbtxt")
+    rewritten = apply_overrides(read_config(deployment.model_repository / model / "config.pbtxt"), overrides[model])
+    assert rewritten == shipped, f"{model}: the shipped lever values {overrides[model]} change its config"
+
+
+def test_one_lever_alone_is_tuned_with_the_others_as_shipped():
+    """``--levers queue_delay_us``: the delay changes, dynamic batching stays as shipped."""
+    space = build_space(get_deployment("embedding_cpu"), ["embedding_onnx_text"], levers=["queue_delay_us"])
+    params = {**space.shipped_params(), "embedding_onnx_text:queue_delay_us": 500}
+    assert space.suggest(optuna.trial.FixedTrial(params)) == {
+        "embedding_onnx_text": {"max_queue_delay_microseconds": 500}
+    }
+
+
+def test_engines_come_from_the_manifest_and_an_ensemble_is_refused():
+    deployment = get_deployment("embedding_cpu")
+    engines = build_space(deployment, ["embedding_onnx"]).models[0].engines
+    declared = {b.id for b in deployment.benchmarks if "embedding_onnx" in b.overrides}
+    assert "shipped" in engines and set(engines) - {"shipped"} <= declared
+    assert any(part["embedding_onnx"].get("backend") == "openvino" for part in engines.values() if part)
+    with pytest.raises(ValueError, match="ensemble"):
+        build_space(deployment, ["embedding_onnx_text_ensemble"])
+    with pytest.raises(ValueError, match="no lever"):
+        build_space(deployment, ["embedding_onnx"], levers=["turbo"])
+
+
+def test_a_range_over_rounds_that_includes_one_is_no_change():
+    finalists = [SimpleNamespace(number=1), SimpleNamespace(number=2)]
+    noisy = verdict(finalists, {1: {"ratio": [1.2, 0.97, 1.1]}, 2: {"ratio": [1.05, 1.02, 1.01]}})
+    assert (noisy.trial.number, noisy.change) == (1, False) and "no change" in noisy.describe()
+    clear = verdict(finalists, {1: {"ratio": [1.2, 1.03, 1.1]}, 2: {"ratio": [0.9, 0.95, 0.92]}})
+    assert (clear.trial.number, clear.change, clear.low) == (1, True, 1.03)
+
+
+@pytest.mark.server
+def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_path, monkeypatch):
+    """embedding_onnx_text running the INT8 file (a precision its FP32 gate does not allow) is rejected
+    with the failing check named; the shipped config is measured; the verdict never names the INT8 one."""
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
+    deployment = get_deployment("embedding_cpu")
+    space = build_space(deployment, ["embedding_onnx_text"], levers=["engine"])
+    space.models[0].engines["int8-file"] = {
+        "embedding_onnx_text": {"parameters": {"onnx_model": "embedding_onnx_int8"}}
+    }
+    settings = TuneSettings(trials=2, short_s=1.0, long_s=1.0, rounds=1, concurrency=1, study="gate")
+    tuner = Tuner(deployment, space, settings, pool=ServerPool())
+    try:
+        tuner.open_study().enqueue_trial({"embedding_onnx_text:engine": "int8-file"})
+        tuner.search(900)
+        shipped, finalists = tuner.candidates()
+    finally:
+        tuner.pool.close()
+    trials = {t.params["embedding_onnx_text:engine"]: t for t in tuner.study.get_trials()}
+    rejected = trials["int8-file"]
+    assert rejected.state == optuna.trial.TrialState.FAIL and rejected.user_attrs["status"] == "rejected"
+    assert rejected.user_attrs["reason"].startswith("check ") and "failed" in rejected.user_attrs["reason"]
+    assert "items_per_second" not in rejected.user_attrs
+    assert shipped is trials["shipped"] or shipped.number == trials["shipped"].number
+    assert shipped.user_attrs["status"] == "measured" and finalists == []
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert records and {r["trial"] for r in records} == {shipped.number}, "only the shipped config was measured"
+
+
+@pytest.fixture
+def embedding_copy(tmp_path):
+    """A copy of embedding_cpu (``harness new``, in a project layout of its own)."""
+    name = f"tune_copy{os.getpid()}"
+    made = copy_deployment(name, "embedding_cpu", root=_project_layout(tmp_path))
+    distributions = [tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in made.packages]
+    install_packages(made.packages)
+    yield made.deployment
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *distributions], check=False)
+
+
+@pytest.mark.server
+def test_apply_writes_a_measured_candidate_into_a_copy_whose_checks_pass(embedding_copy, tmp_path):
+    """What a user runs on a fresh copy: a short tune of the queue delay, then ``--apply-trial N`` of a
+    measured candidate other than shipped (the path ``--apply`` takes with a winner): its value is
+    written into the copy's config.pbtxt and the gate's checks pass on the configs as written."""
+    argv = [embedding_copy.name, "--models", "embedding_onnx_text", "--concurrency", "2", "--levers", "queue_delay_us"]
+    argv += ["--trials", "3", "--short", "1", "--long", "1", "--rounds", "1", "--finalists", "1"]
+    results = tmp_path / "results"
+    env = {
+        **os.environ,
+        "HARNESS_DEPLOYMENTS_DIR": str(embedding_copy.path.parent),
+        "HARNESS_RESULTS_DIR": str(results),
+    }
+
+    def tune(*extra):
+        command = [sys.executable, "-m", "harness", "tune", *argv, *extra]
+        run = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+        return run.stdout
+
+    tune()
+    summary = json.loads(next((results / "tune").glob("*.json")).read_text())
+    measured = [c for c in summary["candidates"] if c["status"] == "measured" and c["config"] != "shipped"]
+    assert measured, f"no candidate but shipped was measured: {summary['candidates']}"
+    delay = int(measured[0]["config"].split("queue_delay_us=")[1].split()[0])
+    out = tune("--apply-trial", str(measured[0]["trial"]))
+    applied = out.split("checks on the applied configs: ")[-1]
+    assert "passed" in applied and "failed" not in applied, out[-3000:]
+    written = read_config(embedding_copy.model_repository / "embedding_onnx_text" / "config.pbtxt")
+    assert written.dynamic_batching.max_queue_delay_microseconds == delay != 0
+
+
+@pytest.mark.server
+@pytest.mark.tune_smoke
+@pytest.mark.parametrize("deployment", [d.name for d in discover()])
+def test_every_lever_value_starts_and_passes_the_checks(deployment):
+    """What `make test-variants` proves for the hand-written variants, for every lever value of the
+    deployment's first tunable model (python -m harness tune DEPLOYMENT --smoke)."""
+    models = default_models(get_deployment(deployment))
+    assert main([deployment, "--models", *models, "--smoke"]) == 0

@@ -1,0 +1,191 @@
+"""``python -m harness tune DEPLOYMENT [--models M ...]``: the config that serves the deployment's
+workload best, each candidate checked before it is measured (docs/tuning.md).
+
+    python -m harness tune embedding_cpu --models embedding_onnx_text --concurrency 8 --budget-minutes 20
+    python -m harness tune embedding_cpu --models embedding_onnx_text --objective latency --concurrency 1
+    python -m harness tune embedding_cpu --models embedding_onnx_text --smoke   # every lever value starts, checks pass
+
+The study (Optuna, SQLite) lives in results/tune/studies.db: the same command resumes it. Every
+measurement is a record (``comparison: "tune"``) in results/records.jsonl; the table, picture and a
+summary go to results/tune/<study>.{png,json}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from dataclasses import fields
+
+import optuna
+
+from harness.deployments import get_deployment
+from harness.measuring.records import results_dir
+from harness.repository import read_config
+from harness.session import ServerPool, variant_key
+from harness.tuning.report import anomalies, apply, picture, rows, table
+from harness.tuning.search import CandidateRejected, Tuner, TuneSettings, run_checks, verdict
+from harness.tuning.space import LEVERS, Space, build_space
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("deployment")
+    add("--models", nargs="+", help="models whose configs are tuned (default: the first entry model, no ensemble)")
+    add("--objective", choices=["throughput", "latency"], default="throughput")
+    add("--p99-ms", type=float, default=None, help="throughput: the p99 bound a winner keeps")
+    add("--concurrency", type=int, default=None, help="requests in flight (default: the benchmark's highest)")
+    add("--budget-minutes", type=float, default=10.0, help="search and final rounds together")
+    add("--trials", type=int, default=None, help="at most this many trials in this run")
+    add("--levers", nargs="+", choices=LEVERS, help="tune only these levers (default: all)")
+    add("--benchmark", default=None, help="whose workload is measured (default: the first calling the models)")
+    add("--seed", type=int, default=0)
+    add("--short", dest="short_s", type=float, default=2.0, help="seconds of a trial's first run")
+    add("--long", dest="long_s", type=float, default=5.0, help="seconds of a promising trial's run, of a round")
+    add("--rounds", type=int, default=3, help="alternating final rounds of shipped vs the best")
+    add("--finalists", type=int, default=2, help="best candidates measured again beside shipped")
+    add("--study", default=None, help="study name (default: from deployment, models, objective)")
+    add("--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them")
+    add("--apply-trial", type=int, default=None, help="write trial N of the study and check it (no search)")
+    add("--smoke", action="store_true", help="serve and check one candidate per lever value; no measurement")
+    add("--mode", default=None, help="local (default) or docker")
+    add("--target", default="cpu")
+    return parser.parse_args(argv)
+
+
+def default_models(deployment) -> list[str]:
+    for model in deployment.entry_models:
+        if read_config(deployment.model_repository / model / "config.pbtxt").platform != "ensemble":
+            return [model]
+    raise ValueError(f"{deployment.name}: every entry model is an ensemble: pass --models")
+
+
+def smoke_candidates(space: Space) -> list[dict]:
+    """The shipped lever values, then each lever's every value with the others as shipped (an engine
+    that runs OpenVINO: at each precision)."""
+    shipped = space.shipped_params()
+    found = [shipped]
+    for levers in space.models:
+        values = levers.values()
+        for name, choices in values.items():
+            for value in choices:
+                found.append({**shipped, name: value})
+                precision = levers.name("precision")
+                if name == levers.name("engine") and precision in values:
+                    found += [{**shipped, name: value, precision: p} for p in values[precision]]
+    return found
+
+
+def smoke(tuner: Tuner) -> int:
+    """Every lever value served and checked, one at a time; 1 when any failed."""
+    failed, seen = [], set()
+    for params in smoke_candidates(tuner.space):
+        overrides = tuner.space.suggest(optuna.trial.FixedTrial(params))
+        key = json.dumps(overrides, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        trial = optuna.trial.FixedTrial(params)
+        try:
+            tuner.gate(trial, tuner.serve(overrides)[0], overrides)
+            verdict_text = f"checks {trial.user_attrs['checks']}"
+        except CandidateRejected as exc:
+            verdict_text = str(exc)
+            failed.append(key)
+        finally:
+            tuner.pool.release(variant_key(tuner.deployment, overrides))
+        print(f"{'ok    ' if key not in failed else 'FAILED'} {key}\n       {verdict_text}", flush=True)
+    print(f"{len(seen) - len(failed)}/{len(seen)} candidates started and passed their checks")
+    return 1 if failed else 0
+
+
+def report(tuner: Tuner, shipped, result, args) -> None:
+    """Print the table, the anomalies and the verdict; write the picture and a summary JSON."""
+    trials = tuner.study.get_trials(deepcopy=False)
+    found = rows(trials, tuner.space.shipped_params(), shipped.value if shipped else None, args.objective)
+    print("\n" + table(found))
+    for note in anomalies(trials, args.objective):
+        print("anomaly: " + note)
+    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", tuner.study.study_name)
+    winner = result.trial.number if result.change else None
+    path = picture(
+        found, winner, shipped and shipped.number, results_dir() / "tune" / f"{slug}.png", tuner.study.study_name
+    )
+    summary = {
+        "study": tuner.study.study_name,
+        "benchmark": tuner.study.user_attrs.get("benchmark"),
+        "verdict": result.describe(),
+        "change": result.change,
+        "ratio": {"median": result.median, "low": result.low, "high": result.high},
+        "winner_config": result.trial.user_attrs["config"] if result.trial else None,
+        "command": args.command,
+        "candidates": found,
+    }
+    (path.with_suffix(".json")).write_text(json.dumps(summary, indent=2, default=str))
+    print(f"\n{result.describe()}\npicture {path}\nsummary {path.with_suffix('.json')}")
+
+
+def applied(tuner: Tuner, config: dict[str, dict], note: str) -> int:
+    """Write ``config`` into the deployment's configs, then the gate's checks on the configs as written."""
+    for path in apply(tuner.deployment, config, note):
+        print(f"wrote {path}")
+    noop = {tuner.models[0]: {}}  # the configs as now written, on a server of the tuned models only
+    try:
+        outcome = run_checks(tuner.serve(noop)[0], tuner.gate_checks())
+    finally:
+        tuner.pool.release(variant_key(tuner.deployment, noop))
+    print(f"checks on the applied configs: {outcome.summary()}" + (f"\n{outcome.reason()}" if outcome.failed else ""))
+    return 1 if outcome.failed or not outcome.passed else 0
+
+
+def apply_trial(tuner: Tuner, number: int, command: str) -> int:
+    """``--apply-trial N``: trial N of the study, measured after passing its checks, written and checked."""
+    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False)}
+    if trials.get(number) is None or trials[number].user_attrs.get("status") != "measured":
+        raise ValueError(f"study {tuner.study.study_name!r} has no measured trial {number} (the table lists them)")
+    return applied(tuner, trials[number].user_attrs["config"], f"Tuned values: trial {number} of {command}")
+
+
+def tune(tuner: Tuner, args) -> int:
+    """Search within the budget less the final rounds' share, then the final rounds and the verdict."""
+    settings = tuner.settings
+    final_s = (settings.finalists + 1) * (settings.rounds * (settings.long_s + 1) + 30)
+    tuner.open_study()
+    if args.apply_trial is not None:
+        return apply_trial(tuner, args.apply_trial, args.command)
+    tuner.search(max(60.0, args.budget_minutes * 60 - final_s))
+    shipped, finalists = tuner.candidates()
+    rounds = {}
+    if shipped is not None and finalists:
+        rounds = tuner.final_rounds(shipped, finalists)
+    result = verdict(finalists if rounds else [], rounds)
+    report(tuner, shipped, result, args)
+    if shipped is None:
+        print("the shipped config was not measured (its trial was rejected: see the table)", file=sys.stderr)
+        return 1
+    if not args.apply:
+        return 0
+    if not result.change:
+        print("--apply: nothing written (no change)")
+        return 0
+    return applied(tuner, result.trial.user_attrs["config"], f"Tuned values: {args.command} ({result.describe()})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(argv)
+    args.command = "python -m harness tune " + shlex.join(argv)
+    deployment = get_deployment(args.deployment)
+    space = build_space(deployment, args.models or default_models(deployment), args.target, args.levers)
+    settings = TuneSettings(**{k: v for k, v in vars(args).items() if k in {f.name for f in fields(TuneSettings)}})
+    tuner = Tuner(deployment, space, settings, pool=ServerPool(mode=args.mode, target=args.target))
+    try:
+        return smoke(tuner) if args.smoke else tune(tuner, args)
+    finally:
+        tuner.pool.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
