@@ -17,6 +17,7 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import discover, get_deployment
+from harness.manifest import ConfigOverrides
 from harness.new import copy_deployment, install_packages
 from harness.repository import read_config
 from harness.session import ServerPool
@@ -41,7 +42,9 @@ def test_the_shipped_lever_values_are_the_shipped_config(deployment, model):
     space = build_space(deployment, [model])
     overrides = space.suggest(optuna.trial.FixedTrial(space.shipped_params()))
     shipped = read_config(deployment.model_repository / model / "config.pbtxt")
-    rewritten = apply_overrides(read_config(deployment.model_repository / model / "config.pbtxt"), overrides[model])
+    rewritten = apply_overrides(
+        read_config(deployment.model_repository / model / "config.pbtxt"), ConfigOverrides(**overrides[model])
+    )
     assert rewritten == shipped, f"{model}: the shipped lever values {overrides[model]} change its config"
 
 

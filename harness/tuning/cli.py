@@ -23,9 +23,9 @@ import optuna
 from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
 from harness.repository import read_config
-from harness.session import ServerPool, variant_key
+from harness.session import ServerPool
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import CandidateRejected, Tuner, TuneSettings, run_checks, verdict
+from harness.tuning.search import CandidateRejected, Tuner, TuneSettings, run_checks, variant_key, verdict
 from harness.tuning.space import LEVERS, Space, build_space
 
 

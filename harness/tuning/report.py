@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 
 from harness.deployments import Deployment
+from harness.manifest import ConfigOverrides
 from harness.repository import read_config, write_config
 from harness.variants import apply_overrides
 
@@ -130,7 +131,7 @@ def apply(deployment: Deployment, overrides: dict[str, dict], note: str) -> list
     for model, fields in overrides.items():
         path = deployment.model_repository / model / "config.pbtxt"
         header = [line for line in _leading_comments(path.read_text())]
-        write_config(apply_overrides(read_config(path), fields), path)
+        write_config(apply_overrides(read_config(path), ConfigOverrides(**fields)), path)
         path.write_text("\n".join([*header, f"# {note}", path.read_text()]))
         written.append(path)
     return written

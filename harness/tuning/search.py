@@ -15,14 +15,15 @@ import pytest
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment
-from harness.manifest import ConfigOverrides
+from harness.manifest import ConfigOverrides, overrides_table
 from harness.measuring.bench import model_backends
 from harness.measuring.loadgen import GENERATOR, run_load
 from harness.measuring.records import append_record, results_dir, scenario_fields
 from harness.repository import dependencies, model_dirs
-from harness.session import ServerPool, variant_key
+from harness.session import ServerPool
+from harness.session import variant_key as variant_key_typed
 from harness.tuning.space import Space
-from harness.variants import describe
+from harness.variants import describe as describe_typed
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,19 @@ class CheckOutcome:
     def reason(self) -> str:
         name, why = next(iter(self.failed.items()))
         return f"check {name} failed: {' '.join(why.split())[:300]}"
+
+
+def typed(overrides: dict[str, dict]) -> dict[str, ConfigOverrides]:
+    """A candidate's overrides (plain dicts: Optuna keeps them as trial attributes) as the core takes them."""
+    return overrides_table(overrides)
+
+
+def describe(overrides: dict[str, dict]) -> str:
+    return describe_typed(typed(overrides))
+
+
+def variant_key(deployment, overrides: dict[str, dict]) -> str:
+    return variant_key_typed(deployment, typed(overrides))
 
 
 def loaded_models(deployment: Deployment, models: list[str], benchmark: Benchmark | None = None) -> list[str]:
@@ -237,7 +251,7 @@ class Tuner:
         models = [*self.models, *sorted(named & {p.name for p in model_dirs(self.deployment.model_repository)})]
         loaded = loaded_models(self.deployment, models, preset or None)
         try:
-            return self.pool.context(self.deployment, overrides, tuple(loaded)), loaded
+            return self.pool.context(self.deployment, typed(overrides), tuple(loaded)), loaded
         except Exception as exc:  # noqa: BLE001 - a server that does not start is the outcome recorded
             raise CandidateRejected(f"server did not start: {' '.join(str(exc).split())[:400]}") from exc
 

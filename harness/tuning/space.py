@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.deployments import Deployment
+from harness.manifest import overrides_table
 from harness.repository import ModelConfig, parameter, read_config
 
 #: The thread-count parameter of each engine: onnxruntime's, OpenVINO's.
@@ -80,7 +81,7 @@ def engine_choices(deployment: Deployment, model: str, target: str) -> dict[str,
         if model not in overrides or (benchmark.targets and target not in benchmark.targets):
             continue
         part = engine_part(overrides[model])
-        if _without_threads(part) in seen or deployment.unexported_files({model: part}):
+        if _without_threads(part) in seen or deployment.unexported_files(overrides_table({model: part})):
             continue
         seen.append(_without_threads(part))
         choices[benchmark.id] = {**{m: o for m, o in overrides.items() if m != model}, model: part}
