@@ -16,5 +16,5 @@ COMMANDS = {
     ),
     "memory-per-byte": ("harness_lab.reliability.memory_per_byte", "tritonserver RSS per accepted request byte"),
     "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
-    "scaleout": ("harness_lab.scaleout.__main__", "Kubernetes objects and multi-replica runs"),
+    "scaleout": ("harness_lab.scaleout.__main__", "multi-replica runs of the swarm stacks, replica footprints"),
 }

@@ -39,8 +39,6 @@ def nodes(swarm_image):
         image=swarm_image,
         name="tsw-nodes",
         work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-nodes-embedding_cpu",
-        spread=True,
-        prometheus=False,
     )
     stack.prepare()
     try:
