@@ -50,7 +50,7 @@ def test_the_stack_loads_the_scaleout_model_and_what_it_calls(name):
 @pytest.mark.parametrize("name", SWARMED)
 def test_the_stack_runs_the_kubernetes_pod(kustomized, name):
     """The replicas run what the deployment's Kubernetes pod runs: the same image, gate and policy file,
-    ports, readiness path, repository under the bundle mount, memory reservation and limit."""
+    ports, readiness path and startup budget, repository under the bundle mount, memory reservation and limit."""
     pod = next(o for o in kustomized(K8S / name) if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     triton = services(name)["triton"]
@@ -68,6 +68,8 @@ def test_the_stack_runs_the_kubernetes_pod(kustomized, name):
     check = triton["healthcheck"]["test"][-1]
     ready = container["readinessProbe"]["httpGet"]["path"]
     assert f"/dev/tcp/127.0.0.1/{flags(gate)['--http-port']}" in check and f"GET {ready} " in check, check
+    startup = container["startupProbe"]
+    assert triton["healthcheck"]["start_period"] == f"{startup['periodSeconds'] * startup['failureThreshold']}s"
     memory = triton["deploy"]["resources"]
     assert memory["reservations"]["memory"] + "i" == container["resources"]["requests"]["memory"]
     assert memory["limits"]["memory"] + "i" == container["resources"]["limits"]["memory"]
