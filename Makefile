@@ -42,7 +42,7 @@ install: $(VENV)/.installed ## Create .venv: the project with EXTRAS (default al
 # and the tests/ of its own package (deployments/<name>/<package>/tests).
 TEST_PATHS := harness/ lab/ triton_helpers/ triton_gate/ $(wildcard deployments/*/tests deployments/*/*/tests)
 
-test: install ## Run the default suite against real tritonservers (pytest harness/ lab/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
+test: install kubectl ## Run the default suite against real tritonservers (pytest harness/ lab/ triton_helpers/ deployments/*/tests; config-variant benchmark smokes: make test-variants)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not variant_benchmark and not tune_smoke' $(PYTEST_ARGS)
 
 test-variants: install ## The benchmark smokes of every config variant (OpenVINO, batching, instances): one server each
@@ -51,7 +51,7 @@ test-variants: install ## The benchmark smokes of every config variant (OpenVINO
 test-tune-smoke: install ## Every tuning lever's values of each deployment served and checked (python -m harness tune --smoke)
 	$(PY) -m pytest harness/tests/test_tune.py -m tune_smoke $(PYTEST_ARGS)
 
-test-unit: install ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
+test-unit: install kubectl ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not server' $(PYTEST_ARGS)
 
 TUNE_ARGS ?=
@@ -191,23 +191,28 @@ pack-env-image: install ## Pack every deployment's Python env for the CPU image 
 test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), swarm kill + roll of 2 replicas, two nodes: drain + node loss
 	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py lab/tests/test_scaleout.py lab/tests/test_scaleout_nodes.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
-# --- beyond one machine: Kubernetes objects, multi-replica runs (lab/harness_lab/scaleout/, lab/docs/scaling.md) ---
-K8S_ARGS ?=
-# make scaleout DEPLOYMENT=<d>: its lab/deployments/<d>.toml's [scaleout] names the model clients call (default:
-# the deployment whose [scaleout] table names one). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
+# --- beyond one machine: committed Kubernetes objects and swarm stacks (deploy/), multi-replica runs
+# of the stacks (lab/harness_lab/scaleout/, lab/docs/scaling.md) ---
+# make scaleout DEPLOYMENT=<d>: deploy/swarm/<d>/stack.yml (default: the deployment whose lab/deployments/<d>.toml
+# [scaleout] table names a model). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
 # NODES=2: a second swarm node (a dockerd in a container) joins; throughput, drain, node loss and back.
 SCALEOUT_ARGS ?=
 NODES ?= 1
-.PHONY: k8s scaleout scaleout-tools scaleout-down
+K8S_DEPLOYMENTS := $(if $(DEPLOYMENT),$(DEPLOYMENT),$(filter-out base,$(notdir $(wildcard deploy/k8s/*))))
+.PHONY: kubectl k8s scaleout scaleout-tools scaleout-down
 
-k8s: install ## Render Kubernetes objects of DEPLOYMENT (default: all) into build/k8s/<d>/: Deployment, Service, HPA, PDB, KServe
-	$(PY) -m harness scaleout k8s $(DEPLOYMENT) $(K8S_ARGS)
+kubectl: ## Install kubectl (Debian's kubernetes-client; root) when missing: make k8s and lab/tests/test_k8s.py render deploy/k8s with it
+	@command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y --no-install-recommends kubernetes-client; }
+
+k8s: kubectl ## Render deploy/k8s/<d> (DEPLOYMENT, default all) into build/k8s/<d>.yaml: what `kubectl apply -k deploy/k8s/<d>` applies
+	@mkdir -p build/k8s
+	@for d in $(K8S_DEPLOYMENTS); do kubectl kustomize deploy/k8s/$$d > build/k8s/$$d.yaml || exit 1; echo build/k8s/$$d.yaml; done
 
 scaleout-tools: ## The swarm stack's balancer (haproxy + nginx) and Prometheus images, built from Debian packages (skipped when current)
 	images/lb/build.sh >/dev/null
 	images/prometheus/build.sh >/dev/null
 
-scaleout: install docker-engine image scaleout-tools ## 3 replicas of DEPLOYMENT on Docker swarm behind haproxy: 1/2/3-replica throughput, kill, roll, roll back, Prometheus signal (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
+scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back, Prometheus signal (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
 	$(PY) -m harness scaleout run $(if $(DEPLOYMENT),--deployment $(DEPLOYMENT)) --nodes $(NODES) $(SCALEOUT_ARGS)
 
 scaleout-down: ## Remove every scaleout stack and node and leave the swarm (after a crashed run)

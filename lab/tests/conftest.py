@@ -23,3 +23,26 @@ def swarm_image(request) -> str:
     except Exception:  # noqa: BLE001
         pytest.fail(f"a Docker engine answers but image {image} is missing: build it with `make image`")
     return image
+
+
+@pytest.fixture(scope="session")
+def kustomized():
+    """``kustomized(folder)``: the objects ``kubectl kustomize <folder>`` renders (Debian's kubernetes-client:
+    `make kubectl`), cached per folder."""
+    import functools
+    import shutil
+    import subprocess
+
+    import yaml
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is missing: `make kubectl` installs Debian's kubernetes-client")
+
+    @functools.cache
+    def render(folder) -> tuple[dict, ...]:
+        done = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return tuple(yaml.safe_load_all(done.stdout))
+
+    return render

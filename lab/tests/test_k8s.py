@@ -1,16 +1,14 @@
-"""`make k8s` output for every deployment: valid against the Kubernetes API schemas (offline, with
-``kubernetes-validate``'s strict schemas), and wired together (selectors, probes, autoscaler metric,
-bundle layout). Pure unit tests: nothing is served, nothing is applied to a cluster.
-
-KServe's ``InferenceService`` is a custom resource whose CRD is not in ``kubernetes-validate``: its
-predictor's container and its metadata are validated as the core ``Container`` and ``ObjectMeta``
-schemas (inside a Pod) they are, the KServe-specific fields against the values KServe documents.
+"""The committed Kubernetes objects (deploy/k8s/<deployment>/, a kustomize folder on deploy/k8s/base) as
+`kubectl kustomize` renders them: valid against the Kubernetes API schemas (offline, kubernetes-validate's
+strict schemas), wired together, and equal to the deployment they serve: its gate policy, its server
+flags, the ports and probe paths the gate serves, requests that cover its measured footprint. Nothing is
+applied to a cluster.
 """
 
 from __future__ import annotations
 
 import copy
-import shutil
+import json
 import tarfile
 from pathlib import Path
 
@@ -20,62 +18,57 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from harness.deployments import discover, load_deployment
+from harness import PROJECT_ROOT
+from harness.deployments import discover
 from harness.serving.packenv import packed_repository, resolve_env_path
-from harness_lab.scaleout import k8s
-from harness_lab.scaleout.__main__ import main as scaleout_main
 from harness_lab.scaleout.footprint import load_footprints
 from triton_gate.policy import GatePolicy
 
+K8S = PROJECT_ROOT / "deploy" / "k8s"
 #: preStop ``sleep`` needs 1.30; the newest schemas kubernetes-validate carries are checked too.
 K8S_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
 DEPLOYMENTS = discover()
 IDS = [d.name for d in DEPLOYMENTS]
+KINDS = {"ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
 
 
-def rendered(deployment, **options) -> dict[str, list[dict]]:
-    """Rendered objects as a user's kubectl reads them: dumped to YAML and loaded back."""
-    files = k8s.render(deployment, k8s.RenderOptions(**options))
-    return {name: list(yaml.safe_load_all(k8s.dump(objects))) for name, objects in files.items()}
+def objects(kustomized, deployment) -> dict[str, dict]:
+    """The deployment's objects by kind; its two ConfigMaps by their name before the suffix."""
+    by_kind = {}
+    for obj in kustomized(K8S / deployment.name):
+        key = obj["kind"]
+        if key == "ConfigMap":
+            key = "gate-policy" if obj["metadata"]["name"].startswith("gate-policy") else "adapter-rules"
+        assert key not in by_kind, f"two {key} objects"
+        by_kind[key] = obj
+    return by_kind
 
 
-def by_kind(objects: list[dict]) -> dict[str, dict]:
-    return {o["kind"]: o for o in objects}
+def container(objs: dict) -> dict:
+    return objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
 
 
-def validate_in_pod(container: dict, metadata: dict | None = None) -> None:
-    """Validate a container (and object metadata) as a core Pod embeds them, with the strict schemas."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata or {"name": "check"},
-        "spec": {"containers": [container]},
-    }
-    kubernetes_validate.validate(pod, K8S_VERSIONS[0], strict=True)
+def flags(command: list[str]) -> dict[str, str]:
+    """``--name=value`` flags of a command line, by name."""
+    return dict(arg.split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
 
 
-def test_four_deployments_are_rendered():
-    assert {"cn_clip", "embedding_cpu", "resnet_npu", "yolo11_ensemble"} <= set(IDS)
+def test_every_deployment_has_a_folder():
+    assert sorted(IDS) == sorted(p.name for p in K8S.iterdir() if p.is_dir() and p.name != "base")
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_core_objects_pass_strict_schema_validation(deployment, version):
-    objects = rendered(deployment)["triton.yaml"]
-    assert [o["kind"] for o in objects] == [
-        "Deployment",
-        "Service",
-        "HorizontalPodAutoscaler",
-        "PodDisruptionBudget",
-        "ConfigMap",
-    ]
-    for obj in objects:
+def test_objects_pass_strict_schema_validation(kustomized, deployment, version):
+    rendered = kustomized(K8S / deployment.name)
+    assert {o["kind"] for o in rendered} == KINDS
+    for obj in rendered:
         kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_the_validator_rejects_a_broken_object():
+def test_the_validator_rejects_a_broken_object(kustomized):
     """The schema check can fail: a misspelt field and a wrong type are both caught."""
-    deployment = by_kind(rendered(DEPLOYMENTS[0])["triton.yaml"])["Deployment"]
+    deployment = objects(kustomized, DEPLOYMENTS[0])["Deployment"]
     misspelt = copy.deepcopy(deployment)
     misspelt["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -87,114 +80,92 @@ def test_the_validator_rejects_a_broken_object():
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_objects_are_wired_together(deployment):
-    objects = by_kind(rendered(deployment)["triton.yaml"])
-    dep, svc, hpa, pdb, rules = (
-        objects[k] for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap")
-    )
-    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
-    for sel in (
+def test_objects_are_wired_together(kustomized, deployment):
+    objs = objects(kustomized, deployment)
+    dep, svc, hpa, pdb = (objs[k] for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"))
+    pod = dep["spec"]["template"]
+    assert dep["metadata"]["name"] == "triton-" + deployment.name.replace("_", "-")
+    for selector in (
         dep["spec"]["selector"]["matchLabels"],
         svc["spec"]["selector"],
         pdb["spec"]["selector"]["matchLabels"],
     ):
-        assert sel.items() <= pod_labels.items()
-    assert hpa["spec"]["scaleTargetRef"] == {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "name": dep["metadata"]["name"],
-    }
+        assert selector.items() <= pod["metadata"]["labels"].items() and "app.kubernetes.io/instance" in selector
+    anti = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep["metadata"]["name"]}
+    assert hpa["spec"]["scaleTargetRef"] == target
     assert hpa["spec"]["minReplicas"] <= dep["spec"]["replicas"] <= hpa["spec"]["maxReplicas"]
     # The autoscaler's metric is the one the prometheus-adapter rule serves, made of Triton's counters.
-    rule = yaml.safe_load(rules["data"]["config.yaml"])["rules"][0]
+    rule = yaml.safe_load(objs["adapter-rules"]["data"]["config.yaml"])["rules"][0]
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == rule["name"]["as"]
-    assert "nv_inference_queue_duration_us" in rule["metricsQuery"]
-    assert "nv_inference_request_success" in rule["metricsQuery"]
-    container = dep["spec"]["template"]["spec"]["containers"][0]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
-    assert {p["targetPort"] for p in svc["spec"]["ports"]} <= set(ports)
-    assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
-    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
-    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    # Zero-downtime rolls: never below the wanted replicas, endpoints drop a pod before SIGTERM.
-    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
-    assert (
-        container["lifecycle"]["preStop"]["sleep"]["seconds"]
-        < dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert {"nv_inference_queue_duration_us", "nv_inference_request_success"} <= set(
+        rule["metricsQuery"].replace("(", " ").replace("{", " ").split()
     )
-    assert pdb["spec"]["maxUnavailable"] == 1
+    # The gate reads the policy ConfigMap the pod mounts.
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container(objs)["volumeMounts"]}
+    assert volumes["gate-policy"]["configMap"]["name"] == objs["gate-policy"]["metadata"]["name"]
+    policy_file = Path(flags(container(objs)["command"])["--policy-file"])
+    assert str(policy_file.parent) == mounts["gate-policy"] and policy_file.name in objs["gate-policy"]["data"]
+    # Zero-downtime rolls: never below the wanted replicas; endpoints drop a pod before SIGTERM.
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0 and pdb["spec"]["maxUnavailable"] == 1
+    assert container(objs)["lifecycle"]["preStop"]["sleep"]["seconds"] < pod["spec"]["terminationGracePeriodSeconds"]
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_server_command_is_the_deployments_own(deployment):
-    container = by_kind(rendered(deployment, gate=False)["triton.yaml"])["Deployment"]["spec"]["template"]["spec"][
-        "containers"
-    ][0]
-    options = deployment.server_options("cpu")
-    command = container["command"]
-    assert command[0] == "tritonserver"
-    assert f"--model-repository={k8s.BUNDLE_ROOT}/model_repository" in command
-    for arg in options.extra_args + [f"--backend-config={v}" for v in options.backend_config]:
-        assert arg in command
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert mounts[k8s.BUNDLE_ROOT]["readOnly"] is True and "/dev/shm" in mounts
-
-
-@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_front_gate_in_front_of_tritonserver(deployment):
-    """By default the gate's serve mode owns the public ports and runs the same tritonserver command."""
-    plain = by_kind(rendered(deployment, gate=False)["triton.yaml"])["Deployment"]
-    gated = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
-    kubernetes_validate.validate(gated, K8S_VERSIONS[0], strict=True)
-    command = gated["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[:4] == ["python3", "-m", "triton_gate", "serve"]
+def test_the_pod_serves_the_deployment_behind_its_gate(kustomized, deployment):
+    """The gate's policy is the one the harness gives this deployment's gate; tritonserver gets the
+    deployment's own flags and the bundle's repository; ports and probes are the gate's."""
+    objs = objects(kustomized, deployment)
+    pod = container(objs)
+    command = pod["command"]
     split = command.index("--")
-    assert command[split + 1 :] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[command.index("--http-port") + 1] == "8000" and "0.0.0.0" in command[:split]
-    # the same gate policy the local and docker launchers give (public models, bounds, the /v1 mapping)
-    policy = GatePolicy.model_validate_json(command[command.index("--policy-json") + 1])
+    assert command[:4] == ["python3", "-m", "triton_gate", "serve"]
+    policy = GatePolicy.model_validate_json(objs["gate-policy"]["data"]["policy.json"])
     assert policy == deployment.gate_policy()
+    gate, triton = flags(command[:split]), command[split + 1 :]
+    ports = {p["name"]: p["containerPort"] for p in pod["ports"]}
+    assert ports == {
+        "http": int(gate["--http-port"]),
+        "grpc": int(gate["--grpc-port"]),
+        "metrics": int(gate["--metrics-port"]),
+    }
+    assert {p["targetPort"] for p in objs["Service"]["spec"]["ports"]} == set(ports)
+    assert objs["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(
+        ports["metrics"]
+    )
+    server = deployment.server_options("cpu")
+    bundle = next(m["mountPath"] for m in pod["volumeMounts"] if m["name"] == "bundle")
+    assert triton[0] == "tritonserver" and flags(triton)["--model-repository"] == f"{bundle}/model_repository"
+    assert flags(triton)["--allow-grpc"] == str(server.allow_grpc).lower()
+    own = [*server.extra_args, *(f"--backend-config={v}" for v in server.backend_config)]
+    own += [f"--model-config-name={server.model_config_name}"] if server.model_config_name else []
+    assert set(own) <= set(triton), (own, triton)
+    for probe, path in (("startupProbe", "ready"), ("readinessProbe", "ready"), ("livenessProbe", "live")):
+        assert pod[probe]["httpGet"] == {"path": f"/v2/health/{path}", "port": "http"}
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_requests_come_from_the_measured_footprint(deployment):
-    dep = by_kind(rendered(deployment)["triton.yaml"])["Deployment"]
-    res = dep["spec"]["template"]["spec"]["containers"][0]["resources"]
-    requested = int(res["requests"]["memory"].removesuffix("Mi"))
-    limit = int(res["limits"]["memory"].removesuffix("Mi"))
-    assert "cpu" not in res["limits"], "no CPU limit: throttling adds latency to every request"
-    measured = load_footprints()["deployments"].get(deployment.name)
-    source = dep["metadata"]["annotations"]["triton-harness/footprint"]
-    if measured is None:
-        assert source.startswith("not measured")
-        pytest.skip(f"{deployment.name} has no measured footprint (python -m harness_lab.scaleout footprint)")
-    assert source.startswith("measured")
-    assert requested >= measured["peak_mib"] and limit > requested
-    assert int(res["requests"]["cpu"].removesuffix("m")) >= 1000 * min(measured["cpu_cores_under_load"], 0.5)
+def test_requests_and_startup_cover_the_measured_footprint(kustomized, deployment):
+    """lab/harness_lab/scaleout/footprints.json (`python -m harness scaleout footprint`): the memory
+    request covers the measured peak, the startup probe waits at least the measured start."""
+    measured = load_footprints()["deployments"][deployment.name]
+    pod = container(objects(kustomized, deployment))
+    mib = {k: int(v["memory"].removesuffix("Mi")) for k, v in pod["resources"].items()}
+    assert "cpu" not in pod["resources"]["limits"], "no CPU limit: throttling adds latency to every request"
+    assert mib["requests"] >= measured["peak_mib"] and mib["limits"] > mib["requests"], (mib, measured)
+    startup = pod["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= max(120, measured["start_to_ready_s"])
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_inference_service(deployment):
-    isvc = rendered(deployment)["inferenceservice.yaml"][0]
-    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
-    predictor = isvc["spec"]["predictor"]
-    model = dict(predictor["model"])
-    assert model.pop("modelFormat") == {"name": "triton"}
-    assert model.pop("runtime") == "kserve-tritonserver"
-    assert model.pop("protocolVersion") in ("v1", "v2", "grpc-v2")
-    assert model.pop("storageUri").split("://")[0] in ("pvc", "s3", "gs", "hdfs", "webhdfs", "https", "oci")
-    # The rest of ModelSpec is a core Container (KServe names it kserve-container).
-    validate_in_pod({"name": "kserve-container", **model}, metadata=isvc["metadata"])
-    assert f"--model-repository={k8s.BUNDLE_ROOT}/model_repository" in model["args"]
-    assert 1 <= predictor["minReplicas"] <= predictor["maxReplicas"]
-
-
-@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
-def test_bundle_layout_reaches_the_packed_env(deployment, tmp_path):
+def test_bundle_layout_reaches_the_packed_env(kustomized, deployment, tmp_path):
     """The bundle as packed_repository writes it: every Python model's EXECUTION_ENV_PATH, resolved
-    with the repository at /mnt/models/model_repository, lands on /mnt/models/envs/<env>."""
+    with the repository where the pod mounts it, lands on <bundle>/envs/<env>."""
+    bundle = next(
+        m["mountPath"] for m in container(objects(kustomized, deployment))["volumeMounts"] if m["name"] == "bundle"
+    )
     tarball = tmp_path / "cpu-image.tar.gz"
     with tarfile.open(tarball, "w:gz"):
         pass
@@ -205,49 +176,11 @@ def test_bundle_layout_reaches_the_packed_env(deployment, tmp_path):
         if "EXECUTION_ENV_PATH" in parsed.parameters:
             found += 1
             value = parsed.parameters["EXECUTION_ENV_PATH"].string_value
-            inside = resolve_env_path(value, Path(k8s.BUNDLE_ROOT) / "model_repository" / config.parent.name)
-            assert str(inside) == f"{k8s.BUNDLE_ROOT}/envs/{tarball.name}"
+            inside = resolve_env_path(value, Path(bundle) / "model_repository" / config.parent.name)
+            assert str(inside) == f"{bundle}/envs/{tarball.name}"
     assert (tmp_path / "bundle" / "envs" / tarball.name).exists()
     if not found:
         pytest.skip(f"{deployment.name} has no Python-backend model")
-
-
-def test_a_copied_deployment_renders_with_its_scaleout_table(tmp_path, monkeypatch):
-    """A new folder (the template use): its own name, and its lab [scaleout] table overrides the defaults."""
-    source = next(d for d in DEPLOYMENTS if d.name == "embedding_cpu")
-    folder = tmp_path / "my_embedder"
-    shutil.copytree(
-        source.model_repository / "embedding_onnx",
-        folder / "model_repository" / "embedding_onnx",
-        ignore=shutil.ignore_patterns("*.onnx"),
-    )
-    (folder / "deployment.toml").write_text('name = "my_embedder"\nentry_models = ["embedding_onnx"]\n')
-    (tmp_path / "my_embedder.toml").write_text(
-        "[scaleout]\nmin_replicas = 3\nmax_replicas = 12\nreplicas = 3\nqueue_target_us = 5000\nmemory_mib = 1024\n"
-    )
-    monkeypatch.setenv("HARNESS_LAB_DEPLOYMENTS_DIR", str(tmp_path))
-    copied = load_deployment(folder)
-    objects = by_kind(rendered(copied)["triton.yaml"])
-    for obj in objects.values():
-        kubernetes_validate.validate(obj, K8S_VERSIONS[0], strict=True)
-    assert objects["Deployment"]["metadata"]["name"] == "triton-my-embedder"
-    assert objects["Deployment"]["spec"]["replicas"] == 3
-    hpa = objects["HorizontalPodAutoscaler"]["spec"]
-    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 12)
-    assert hpa["metrics"][0]["pods"]["target"]["averageValue"] == "5000"
-    resources = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert resources["requests"]["memory"] == "1024Mi"
-    assert objects["Deployment"]["metadata"]["annotations"]["triton-harness/footprint"].startswith("not measured")
-
-
-def test_command_line_writes_files_per_deployment(tmp_path, capsys):
-    assert scaleout_main(["k8s", "--out", str(tmp_path), "--namespace", "inference"]) == 0
-    for name in IDS:
-        for file in ("triton.yaml", "inferenceservice.yaml"):
-            objects = list(yaml.safe_load_all((tmp_path / name / file).read_text()))
-            assert objects and all(o["metadata"]["namespace"] == "inference" for o in objects)
-    assert scaleout_main(["k8s", "no_such_deployment", "--out", str(tmp_path)]) == 2
-    assert "no deployment 'no_such_deployment'" in capsys.readouterr().err
 
 
 def test_capacity_model_uses_only_levels_that_met_the_target():
@@ -267,8 +200,6 @@ def test_capacity_model_uses_only_levels_that_met_the_target():
 def test_capacity_prediction_is_replicas_times_the_smallest_scenarios_replica(tmp_path):
     """The two-node run's predicted throughput: the served model's scenario with the smallest requests
     (nearest the run's one-sentence load), its best level within the p99 target, times the replicas."""
-    import json
-
     from harness_lab.scaleout.capacity import predicted_throughput
 
     def row(benchmark, size, c, infer_s, p99, model="m"):

@@ -19,7 +19,15 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness_lab.scaleout import RETRY, ScaleoutError
-from harness_lab.scaleout.nodes import NODE_PREFIX, join, node_state, remove_workers, start_worker
+from harness_lab.scaleout.nodes import (
+    NODE_NETWORK,
+    NODE_PREFIX,
+    join,
+    node_network_exists,
+    node_state,
+    remove_workers,
+    start_worker,
+)
 from harness_lab.scaleout.run import drain_node, kill_node, leftovers, node_back, placement, spread_again
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, swarm_init, swarm_state
 
@@ -38,8 +46,6 @@ def nodes(swarm_image):
         image=swarm_image,
         name="tsw-nodes",
         work_dir=PROJECT_ROOT / "build" / "scaleout" / "test-nodes-embedding_cpu",
-        spread=True,
-        prometheus=False,
     )
     stack.prepare()
     try:
@@ -58,6 +64,7 @@ def nodes(swarm_image):
         shutil.rmtree(stack.work_dir, ignore_errors=True)
         workers = docker("ps", "-aq", "--filter", f"name=^{NODE_PREFIX}", check=False).split()
         assert not (left["containers"] or left["networks"] or left["volumes"] or workers), (left, workers)
+        assert not node_network_exists(), NODE_NETWORK
         assert left["swarm"] == "inactive", left
 
 

@@ -1,5 +1,5 @@
-"""Beyond one machine: Kubernetes objects (``k8s``), replica footprints (``footprint``), multi-replica
-runs on Docker swarm (``swarm``, ``run``, ``nodes``). Command line: ``python -m harness scaleout``."""
+"""Beyond one machine: replica footprints (``footprint``), capacity (``capacity``), multi-replica runs of
+the committed swarm stacks (``swarm``, ``run``, ``nodes``). Command line: ``python -m harness scaleout``."""
 
 import socket
 import subprocess

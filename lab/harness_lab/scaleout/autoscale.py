@@ -6,11 +6,28 @@ from __future__ import annotations
 import math
 import time
 
+import yaml
+
+from harness import PROJECT_ROOT
 from harness_lab.scaleout import stack_load, summarize, wait_for
-from harness_lab.scaleout.k8s import QUEUE_METRIC, RenderOptions, apply_manifest
-from harness_lab.scaleout.swarm import JOB, Stack
+from harness_lab.scaleout.swarm import JOB, STACKS, Stack
 
 TOLERANCE = 0.1
+#: The HPA's metric as the stack's Prometheus records it (deploy/swarm/rules.yml).
+QUEUE_METRIC = "nv_inference_queue_duration_us_per_request"
+
+
+def committed_hpa(deployment: str) -> dict:
+    """The replica bounds and queue target of deploy/k8s/<deployment>/hpa.yaml."""
+    spec = yaml.safe_load((PROJECT_ROOT / "deploy" / "k8s" / deployment / "hpa.yaml").read_text())["spec"]
+    target = int(spec["metrics"][0]["pods"]["target"]["averageValue"])
+    return {"queue_target_us": target, "min_replicas": spec["minReplicas"], "max_replicas": spec["maxReplicas"]}
+
+
+def recording_rule() -> str:
+    """The PromQL the stack's Prometheus records as QUEUE_METRIC (deploy/swarm/rules.yml)."""
+    rules = yaml.safe_load((STACKS / "rules.yml").read_text())["groups"][0]["rules"]
+    return next(rule["expr"] for rule in rules if rule["record"] == QUEUE_METRIC)
 
 
 def query(stack: Stack, promql: str, at: float | None = None) -> list[dict]:
@@ -50,43 +67,38 @@ def wait_scraped(stack: Stack, count: int, deadline_s: float = 120) -> None:
     wait_for(scraped, deadline_s, f"Prometheus scraping {count} tasks", period_s=1)
 
 
+def signal_level(stack: Stack, label: str, count: int, concurrency: int, hpa: dict, window_s: float) -> dict:
+    """``count`` replicas, ``concurrency`` in flight for ``window_s``: the metric per task and the HPA's decision."""
+    stack.scale(count)
+    stack.wait_converged(count, deadline_s=900)
+    stack.wait_balanced(count)
+    wait_scraped(stack, count)
+    load = stack_load(stack, concurrency).start() if concurrency else None
+    time.sleep(window_s)
+    values = per_task(stack)
+    outcomes = load.stop().records if load else []
+    decision = hpa_decision(
+        list(values.values()), count, hpa["queue_target_us"], hpa["min_replicas"], hpa["max_replicas"]
+    )
+    print(f"scaleout: signal at {label} ({count} replicas, c={concurrency}): {decision}", flush=True)
+    return {
+        "level": label,
+        "replicas": count,
+        "concurrency": concurrency,
+        "metric_us_per_task": {k: round(v, 1) for k, v in values.items()},
+        "hpa": decision,
+        **({"client": summarize(outcomes)} if outcomes else {}),
+    }
+
+
 def autoscaling_signal(stack: Stack, concurrency: int, window_s: float = 70.0) -> dict:
     """The metric at idle, with one replica under ``concurrency`` in flight, and the same load over
-    ``stack.replicas``; the HPA's decision at each."""
-    options = apply_manifest(stack.deployment, RenderOptions())
-    target = options.queue_target_us
-    levels = []
+    ``stack.replicas``; the HPA's decision at each (bounds and target: the committed HPA)."""
+    hpa = committed_hpa(stack.deployment.name)
     plan = [
         ("idle", stack.replicas, 0),
         ("one replica saturated", 1, concurrency),
         ("same load, all replicas", stack.replicas, concurrency),
     ]
-    for label, count, load_c in plan:
-        stack.scale(count)
-        stack.wait_converged(count, deadline_s=900)
-        stack.wait_balanced(count)
-        wait_scraped(stack, count)
-        load = stack_load(stack, load_c).start() if load_c else None
-        time.sleep(window_s)
-        values = per_task(stack)
-        outcomes = load.stop().records if load else []
-        levels.append(
-            {
-                "level": label,
-                "replicas": count,
-                "concurrency": load_c,
-                "metric_us_per_task": {k: round(v, 1) for k, v in values.items()},
-                "hpa": hpa_decision(list(values.values()), count, target, options.min_replicas, options.max_replicas),
-                **({"client": summarize(outcomes)} if outcomes else {}),
-            }
-        )
-        print(f"scaleout: signal at {label} ({count} replicas, c={load_c}): {levels[-1]['hpa']}", flush=True)
-    return {
-        "rule": stack.recording_rule(),
-        "recorded_as": QUEUE_METRIC,
-        "queue_target_us": target,
-        "min_replicas": options.min_replicas,
-        "max_replicas": options.max_replicas,
-        "window_s": window_s,
-        "levels": levels,
-    }
+    levels = [signal_level(stack, label, count, load_c, hpa, window_s) for label, count, load_c in plan]
+    return {"rule": recording_rule(), "recorded_as": QUEUE_METRIC, **hpa, "window_s": window_s, "levels": levels}

@@ -1,10 +1,10 @@
 """The measured footprint of one replica in the CPU image (``python -m harness scaleout footprint``),
-written to ``footprints.json`` beside this module, and the requests and probes sized from it."""
+written to ``footprints.json`` beside this module; deploy/k8s/<deployment>/ sizes its requests and
+startup probe from it (lab/tests/test_k8s.py checks they cover it)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -24,61 +24,6 @@ def load_footprints(path: Path = FOOTPRINTS) -> dict:
     if not path.exists():
         return {"deployments": {}}
     return json.loads(path.read_text())
-
-
-#: What a replica is assumed to need when its deployment was never measured.
-UNMEASURED = {"peak_mib": 2048.0, "cpu_cores_under_load": 1.0, "start_to_ready_s": 60.0}
-
-
-def footprint(deployment: Deployment) -> tuple[dict, str]:
-    """Measured footprint of one replica (or the defaults) and where it comes from."""
-    measured = load_footprints()["deployments"].get(deployment.name)
-    if measured:
-        return measured, f"measured {measured.get('measured', '')} by `{COMMAND}`".replace("  ", " ")
-    return dict(UNMEASURED), f"not measured: defaults; run `{COMMAND} {deployment.name}`"
-
-
-def round_up(value: float, step: float) -> float:
-    return math.ceil(value / step) * step
-
-
-def resources(deployment: Deployment, overrides: dict) -> dict:
-    """Requests from the measured peak working set (+25 %) and cores under load; a memory limit of
-    1.5x the request; no CPU limit (CFS throttling adds latency to every request). ``overrides``: the
-    manifest's ``[scaleout]`` ``memory_mib`` / ``cpu`` when it sets them."""
-    measured, _ = footprint(deployment)
-    memory_mib = overrides.get("memory_mib") or int(round_up(measured["peak_mib"] * 1.25, 64))
-    cpu = overrides.get("cpu") or max(0.5, round_up(measured.get("cpu_cores_under_load") or 1.0, 0.25))
-    limit_mib = int(round_up(memory_mib * 1.5, 64))
-    return {
-        "requests": {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mib}Mi"},
-        "limits": {"memory": f"{limit_mib}Mi"},
-    }
-
-
-def probes(start_to_ready_s: float) -> dict:
-    """Startup budget of 3x the measured start, at least 2 and at most 15 minutes; then fast
-    readiness (out of the Service within ~10 s) and slower liveness (restart after ~30 s dead)."""
-    startup_failures = min(180, max(24, math.ceil(3 * start_to_ready_s / 5)))
-    return {
-        "startupProbe": {
-            "httpGet": {"path": "/v2/health/ready", "port": "http"},
-            "periodSeconds": 5,
-            "failureThreshold": startup_failures,
-        },
-        "readinessProbe": {
-            "httpGet": {"path": "/v2/health/ready", "port": "http"},
-            "periodSeconds": 5,
-            "timeoutSeconds": 2,
-            "failureThreshold": 2,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": "http"},
-            "periodSeconds": 10,
-            "timeoutSeconds": 3,
-            "failureThreshold": 3,
-        },
-    }
 
 
 def working_set_mib(stats: dict) -> float | None:
@@ -139,6 +84,37 @@ def default_scenarios(deployment: Deployment, target: str = "cpu") -> list:
     return [b for b in deployment.benchmarks if not b.config and (not b.targets or target in b.targets)]
 
 
+def load_scenario(benchmark, deployment: Deployment, server, sampler: StatsSampler, duration_s: float) -> dict:
+    """One benchmark at its highest concurrency: throughput, p99, errors and the container's mean cores."""
+    context = DeploymentContext(deployment, server, "cpu")
+    workload = deployment.resolve(benchmark.workload)(context)
+    protocol = benchmark.protocol if server.grpc_url else "http"
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    concurrency = max(benchmark.concurrency)
+    began = time.monotonic()
+    level = run_load(
+        workload,
+        protocol=protocol,
+        url=url,
+        http_url=server.http_url,
+        concurrency=concurrency,
+        duration_s=duration_s,
+        warmup_s=0.5,
+    )
+    window = [c for _, _, c in sampler.between(began + 1.0, time.monotonic()) if c is not None]
+    metrics = level.metrics(workload.items_per_request)
+    return {
+        "benchmark": benchmark.id,
+        "model": workload.model,
+        "concurrency": concurrency,
+        "protocol": protocol,
+        "infer_per_s": metrics["perf_throughput"],
+        "p99_ms": metrics["perf_latency_p99"],
+        "errors": metrics["errors"],
+        "cpu_cores": round(sum(window) / len(window), 2) if window else None,
+    }
+
+
 def measure(deployment: Deployment, image: str | None = None, duration_s: float = 4.0, log=print) -> dict:
     """Serve ``deployment`` in the CPU image and measure one replica (see the module docstring)."""
     from harness.serving.launchers.docker import DockerTritonServer
@@ -158,46 +134,16 @@ def measure(deployment: Deployment, image: str | None = None, duration_s: float 
             ready_at = time.monotonic()
             time.sleep(2.5)  # two stats samples of the idle, ready server
             idle = [m for _, m, _ in sampler.between(ready_at, time.monotonic()) if m is not None]
-            context = DeploymentContext(deployment, server, "cpu")
             scenarios = []
-            load_began = time.monotonic()
             for benchmark in default_scenarios(deployment):
-                workload = deployment.resolve(benchmark.workload)(context)
-                protocol = benchmark.protocol if server.grpc_url else "http"
-                url = server.grpc_url if protocol == "grpc" else server.http_url
-                window_began = time.monotonic()
-                level = run_load(
-                    workload,
-                    protocol=protocol,
-                    url=url,
-                    http_url=server.http_url,
-                    concurrency=max(benchmark.concurrency),
-                    duration_s=duration_s,
-                    warmup_s=0.5,
-                )
-                window = [c for _, _, c in sampler.between(window_began + 1.0, time.monotonic()) if c is not None]
-                metrics = level.metrics(workload.items_per_request)
-                scenarios.append(
-                    {
-                        "benchmark": benchmark.id,
-                        "model": workload.model,
-                        "concurrency": max(benchmark.concurrency),
-                        "protocol": protocol,
-                        "infer_per_s": metrics["perf_throughput"],
-                        "p99_ms": metrics["perf_latency_p99"],
-                        "errors": metrics["errors"],
-                        "cpu_cores": round(sum(window) / len(window), 2) if window else None,
-                    }
-                )
+                scenarios.append(load_scenario(benchmark, deployment, server, sampler, duration_s))
                 log(
-                    f"{deployment.name}: {benchmark.id} c={max(benchmark.concurrency)}: "
-                    f"{scenarios[-1]['infer_per_s']} infer/s"
+                    f"{deployment.name}: {benchmark.id} c={scenarios[-1]['concurrency']}: {scenarios[-1]['infer_per_s']} infer/s"
                 )
             time.sleep(1.5)
-            loaded = sampler.between(load_began, time.monotonic())
+            memory = [m for _, m, _ in sampler.between(ready_at, time.monotonic()) if m is not None]
     finally:
         server.stop()
-    memory = [m for _, m, _ in loaded if m is not None] + idle
     cores = [s["cpu_cores"] for s in scenarios if s["cpu_cores"] is not None]
     return {
         "start_to_ready_s": round(ready_at - began, 1),

@@ -10,11 +10,15 @@ from dataclasses import dataclass
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
 
 NODE_PREFIX = "tsw-node"
+#: The workers' own bridge network: each worker pinned to an address of it, the one it joined the swarm
+#: with, which a restarted worker must keep (the default bridge hands out whichever address is free).
+NODE_NETWORK = "tsw-nodes"
+NODE_SUBNET = "10.214.0.0/24"
 
 
 @dataclass
 class Worker:
-    """A worker node: its container, its address on the host's bridge, its swarm node ID once joined."""
+    """A worker node: its container, its address on NODE_NETWORK, its swarm node ID once joined."""
 
     name: str
     address: str
@@ -39,6 +43,9 @@ def remove_workers() -> list[str]:
         if len(parts) >= 2 and parts[1].startswith(NODE_PREFIX):
             docker("node", "rm", "--force", parts[0], check=False)
             removed.append(f"swarm node {parts[1]}")
+    if node_network_exists():
+        docker("network", "rm", NODE_NETWORK, check=False)
+        removed.append(f"network {NODE_NETWORK}")
     return removed
 
 
@@ -51,8 +58,13 @@ def _wait_engine(name: str, deadline_s: float) -> None:
         time.sleep(1)
 
 
-def _address(name: str) -> str:
-    return docker("inspect", name, "--format", "{{.NetworkSettings.IPAddress}}", check=False).strip()
+def node_network_exists() -> bool:
+    return NODE_NETWORK in docker("network", "ls", "--format", "{{.Name}}", check=False).split()
+
+
+def node_address(index: int) -> str:
+    """Worker ``index``'s pinned address on NODE_NETWORK (.1 is the host's side of the bridge)."""
+    return NODE_SUBNET.rsplit(".", 1)[0] + f".{index + 1}"
 
 
 def start_worker(
@@ -60,8 +72,10 @@ def start_worker(
 ) -> Worker:
     """Start worker ``tsw-node-<index>`` (its own dockerd), ``images`` loaded into it, ``shared`` host
     paths bound at the same paths. Not joined yet (``join``)."""
-    name = f"{NODE_PREFIX}-{index}"
+    name, address = f"{NODE_PREFIX}-{index}", node_address(index)
     docker("rm", "-f", "-v", name, check=False)
+    if not node_network_exists():
+        docker("network", "create", "--driver", "bridge", "--subnet", NODE_SUBNET, NODE_NETWORK)
     mounts = [arg for path in shared for arg in ("-v", f"{path}:{path}:ro")]
     # Not --privileged: this machine's root lacks CAP_SYS_RESOURCE (lab/docs/scaling.md).
     docker(
@@ -72,6 +86,7 @@ def start_worker(
         *("--security-opt", "systempaths=unconfined", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"),
         # /run fresh at every start: a restarted worker's dockerd refuses to start over its old pid file.
         *("--tmpfs", "/run"),
+        *("--network", NODE_NETWORK, "--ip", address),
         *("--name", name, "--hostname", name, *mounts, node_image),
         *("dockerd", f"--cgroup-parent=/{name}"),
     )
@@ -85,7 +100,7 @@ def start_worker(
         save.wait()
         if save.returncode or load.returncode:
             raise ScaleoutError(f"docker save {each} | docker load in {name} failed: {load.stderr.strip()[-400:]}")
-    return Worker(name, _address(name))
+    return Worker(name, address)
 
 
 def join(worker: Worker, manager_address: str, deadline_s: float = 120) -> str:
@@ -120,9 +135,8 @@ def kill_worker(worker: Worker) -> None:
 
 
 def restart_worker(worker: Worker, deadline_s: float = 180) -> None:
-    """The node back: its container started again (same swarm state, same node), until reported ready."""
+    """The node back: its container started again (same swarm state, same node, same pinned address),
+    until reported ready."""
     docker("start", worker.name)
     _wait_engine(worker.name, deadline_s)
-    if _address(worker.name) != worker.address:
-        raise ScaleoutError(f"{worker.name} came back on {_address(worker.name)}, not {worker.address}")
     wait_node(worker.node, "ready", deadline_s)

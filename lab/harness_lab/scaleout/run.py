@@ -10,6 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import yaml
+
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.measuring.loadgen import RequestRecord
@@ -70,51 +72,58 @@ class Watch:
         return self.events
 
 
+def throughput_level(stack: Stack, count: int, concurrency: int, duration_s: float, warmup_s: float) -> dict:
+    """``count`` replicas under ``concurrency`` for ``duration_s`` (after ``warmup_s``): what the client saw."""
+    stack.scale(count)
+    stack.wait_converged(count, deadline_s=900)
+    tasks = stack.running()
+    stack.wait_balanced(count, addresses={t["address"] for t in tasks if t["address"]})
+    time.sleep(BALANCER_SETTLE_S)
+    load = stack_load(stack, concurrency).start()
+    time.sleep(warmup_s)
+    began = time.time()
+    time.sleep(duration_s)
+    ended = time.time()
+    outcomes = load.stop().records
+    window = [o for o in outcomes if began <= o.end <= ended]
+    return {
+        "replicas": count,
+        "concurrency": concurrency,
+        "duration_s": duration_s,
+        **summarize(window),
+        "served_by": served_by(window),
+        "served_by_node": served_by_node(window, tasks),
+        "tasks_per_node": placement(stack),
+        "lost_whole_level": summarize(outcomes)["lost"],
+        "host_load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+
+
+def predictions(stack: Stack, row: dict, one_replica: dict) -> dict:
+    """Beside a measured level: the capacity model's and the linear (n x 1 replica) predictions."""
+    measured, count, out = row["infer_per_s"] or 0, row["replicas"], {}
+    model = predicted_throughput(stack.deployment.name, stack.models[0], count)
+    if model:
+        ratio = round(model["predicted_infer_s"] / measured, 2) if measured else None
+        out["capacity_model"] = {**model, "predicted_over_measured": ratio}
+    if one_replica["infer_per_s"] and measured:
+        linear = count * one_replica["infer_per_s"]
+        out["linear_from_1_replica"] = {
+            "predicted_infer_s": round(linear, 1),
+            "predicted_over_measured": round(linear / measured, 2),
+        }
+    return out
+
+
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
     """The same load on 1 .. N replicas; beside each level the capacity model's and the linear prediction."""
-    rows = []
+    rows: list[dict] = []
     for count in range(1, stack.replicas + 1):
-        stack.scale(count)
-        stack.wait_converged(count, deadline_s=900)
-        tasks = stack.running()
-        stack.wait_balanced(count, addresses={t["address"] for t in tasks if t["address"]})
-        time.sleep(BALANCER_SETTLE_S)
-        load = stack_load(stack, concurrency).start()
-        time.sleep(warmup_s)
-        began = time.time()
-        time.sleep(duration_s)
-        ended = time.time()
-        outcomes = load.stop().records
-        window = [o for o in outcomes if began <= o.end <= ended]
-        rows.append(
-            {
-                "replicas": count,
-                "concurrency": concurrency,
-                "duration_s": duration_s,
-                **summarize(window),
-                "served_by": served_by(window),
-                "served_by_node": served_by_node(window, tasks),
-                "tasks_per_node": placement(stack),
-                "lost_whole_level": summarize(outcomes)["lost"],
-                "host_load_avg_1m": round(os.getloadavg()[0], 1),
-            }
-        )
-        measured = rows[-1]["infer_per_s"] or 0
-        model = predicted_throughput(stack.deployment.name, stack.models[0], count)
-        if model:
-            rows[-1]["capacity_model"] = {
-                **model,
-                "predicted_over_measured": round(model["predicted_infer_s"] / measured, 2) if measured else None,
-            }
-        if rows[0]["infer_per_s"] and measured:
-            linear = count * rows[0]["infer_per_s"]
-            rows[-1]["linear_from_1_replica"] = {
-                "predicted_infer_s": round(linear, 1),
-                "predicted_over_measured": round(linear / measured, 2),
-            }
+        row = throughput_level(stack, count, concurrency, duration_s, warmup_s)
+        rows.append({**row, **predictions(stack, row, rows[0] if rows else row)})
         print(
-            f"scaleout: {count} replica(s), c={concurrency}: {rows[-1]['infer_per_s']} infer/s, "
-            f"p99 {rows[-1]['p99_ms']} ms, lost {rows[-1]['lost']}",
+            f"scaleout: {count} replica(s), c={concurrency}: {row['infer_per_s']} infer/s, "
+            f"p99 {row['p99_ms']} ms, lost {row['lost']}",
             flush=True,
         )
     stack.scale(stack.replicas)
@@ -251,27 +260,10 @@ def served_by_node(outcomes: list[RequestRecord], tasks: list[dict]) -> dict[str
     return dict(counts)
 
 
-def node_under_load(stack: Stack, concurrency: int, node: str, action, done, what: str, took_key: str, said: str):
-    """Load on; ``action()`` asked of the engine; until ``done()``; load off. What the client and the
-    engine saw around ``node`` (``took_key``: seconds from the ask to done), printed; and the ask's time."""
-    on_node = tasks_on(stack, node)
-    load = stack_load(stack, concurrency).start()
-    time.sleep(3.0)
-    watch = Watch(stack).start()
-    seen = {t["id"]: t for t in stack.tasks()}
-    asked_at = time.time()
-    action()
-
-    def finished():
-        seen.update({t["id"]: t for t in stack.tasks()})
-        return done()
-
-    wait_for(finished, 900, what)
-    took = time.time() - asked_at
-    time.sleep(5.0)
-    outcomes, events = load.stop().records, watch.stop()
+def node_record(stack: Stack, node: str, on_node: int, concurrency: int, outcomes, events, seen, asked_at) -> dict:
+    """What the client and the engine saw around ``node`` since ``asked_at``."""
     names = node_names()
-    result = {
+    return {
         "node": names.get(node, node),
         "tasks_on_node_before": on_node,
         "replicas": stack.replicas,
@@ -293,8 +285,30 @@ def node_under_load(stack: Stack, concurrency: int, node: str, action, done, wha
             for t in stack.tasks()
         ],
         "host_load_avg_1m": round(os.getloadavg()[0], 1),
-        took_key: round(took, 1),
     }
+
+
+def node_under_load(stack: Stack, concurrency: int, node: str, action, done, what: str, took_key: str, said: str):
+    """Load on; ``action()`` asked of the engine; until ``done()``; load off. What the client and the
+    engine saw around ``node`` (``took_key``: seconds from the ask to done), printed; and the ask's time."""
+    on_node = tasks_on(stack, node)
+    load = stack_load(stack, concurrency).start()
+    time.sleep(3.0)
+    watch = Watch(stack).start()
+    seen = {t["id"]: t for t in stack.tasks()}
+    asked_at = time.time()
+    action()
+
+    def finished():
+        seen.update({t["id"]: t for t in stack.tasks()})
+        return done()
+
+    wait_for(finished, 900, what)
+    took = time.time() - asked_at
+    time.sleep(5.0)
+    outcomes, events = load.stop().records, watch.stop()
+    result = node_record(stack, node, on_node, concurrency, outcomes, events, seen, asked_at)
+    result[took_key] = round(took, 1)
     client = result["client"]
     print(
         f"scaleout: {said} {result['node']} ({on_node} task(s)) under c={concurrency}: "
@@ -396,6 +410,50 @@ def node_back(stack: Stack, concurrency: int, worker: Worker) -> dict:
     return result
 
 
+def plan(stack: Stack, concurrency: int, duration_s: float, scenarios: tuple[str, ...], nodes: int) -> dict:
+    """The report's head: what runs, where, with which command."""
+    service = yaml.safe_load(stack.stack_file.read_text())["services"]["triton"]
+    return {
+        "deployment": stack.deployment.name,
+        "replicas": stack.replicas,
+        "models": list(stack.models),
+        "image": stack.image,
+        "stack_file": str(stack.stack_file.relative_to(PROJECT_ROOT)),
+        "lb": stack.lb,
+        "orchestrator": "docker swarm (docker stack deploy)",
+        "engine": docker("version", "--format", "{{.Server.Version}}").strip(),
+        "retry_policy": RETRY.as_record(),
+        "update_config": service["deploy"]["update_config"],
+        "machine": machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "nodes": nodes,
+        "command": f"python -m harness scaleout run --deployment {stack.deployment.name} --replicas {stack.replicas} "
+        f"--concurrency {concurrency} --duration {duration_s:g} --lb {stack.lb} --nodes {nodes} "
+        f"--scenarios {' '.join(scenarios)}",
+    }
+
+
+def run_scenarios(stack: Stack, results: dict, scenarios, concurrency: int, duration_s: float, nodes: int) -> None:
+    """Up (``nodes=2``: with a worker node first), then each asked scenario in order, into ``results``."""
+    worker = add_node(stack, results) if nodes > 1 else None
+    results["up_s"] = round(stack.up(), 1)
+    print(f"scaleout: {stack.replicas} replicas healthy behind {stack.lb} at {stack.url} in {results['up_s']} s")
+    if "throughput" in scenarios:
+        results["throughput"] = throughput(stack, concurrency, duration_s)
+    one_node = {"kill": kill_under_load, "roll": roll_version, "rollback": rollback_bad, "signal": autoscaling_signal}
+    for scenario, run_scenario in one_node.items():
+        if scenario in scenarios:
+            results[scenario] = run_scenario(stack, concurrency)
+    if worker:
+        results["placement"] = placement(stack)
+    if "drain" in scenarios:
+        results["drain"] = drain_node(stack, concurrency, worker.node)
+        results["spread_again_s"] = round(spread_again(stack, worker.node), 1)
+    if "node-loss" in scenarios:
+        results["kill_node"] = kill_node(stack, concurrency, worker)
+        results["node_back"] = node_back(stack, concurrency, worker)
+
+
 def run(
     deployment: str,
     replicas: int = 3,
@@ -404,63 +462,19 @@ def run(
     scenarios: tuple[str, ...] = ("throughput", "kill", "roll", "rollback"),
     keep: bool = False,
     out: Path | None = None,
-    gate: bool = True,
     lb: str = "haproxy",
     nodes: int = 1,
 ) -> dict:
     """Deploy the stack (``nodes=2``: with a worker node), run the scenarios, write the results, tear down."""
-    if nodes not in (1, 2):
-        raise ScaleoutError(f"--nodes {nodes}: this machine runs 1 or 2 nodes")
     if set(scenarios) & set(NODE_SCENARIOS) and nodes < 2:
         raise ScaleoutError(f"scenarios {sorted(set(scenarios) & set(NODE_SCENARIOS))} need a second node: --nodes 2")
-    stack = Stack(get_deployment(deployment), replicas=replicas, gate=gate, lb=lb, spread=nodes > 1)
-    results = {
-        "deployment": stack.deployment.name,
-        "replicas": replicas,
-        "models": list(stack.models),
-        "image": stack.image,
-        "gate": gate,
-        "lb": lb,
-        "orchestrator": "docker swarm (docker stack deploy)",
-        "engine": docker("version", "--format", "{{.Server.Version}}").strip(),
-        "retry_policy": RETRY.as_record(),
-        "machine": machine(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "nodes": nodes,
-        "command": f"python -m harness scaleout run --deployment {deployment} --replicas {replicas} "
-        f"--concurrency {concurrency} --duration {duration_s:g} --lb {lb} --nodes {nodes} "
-        f"--scenarios {' '.join(scenarios)}" + ("" if gate else " --no-gate"),
-    }
+    stack = Stack(get_deployment(deployment), replicas=replicas, lb=lb)
+    results = plan(stack, concurrency, duration_s, scenarios, nodes)
     stack.prepare()
     results["lb_image"], results["prometheus_image"] = stack.lb_image, stack.prometheus_image
-    results["update_config"] = stack.triton_service()["deploy"]["update_config"]
     failure = None
     try:
-        worker = add_node(stack, results) if nodes > 1 else None
-        results["up_s"] = round(stack.up(), 1)
-        print(
-            f"scaleout: {replicas} replicas of {deployment} healthy behind {lb} at {stack.url} in {results['up_s']} s",
-            flush=True,
-        )
-        if "throughput" in scenarios:
-            results["throughput"] = throughput(stack, concurrency, duration_s)
-        one_node = {
-            "kill": kill_under_load,
-            "roll": roll_version,
-            "rollback": rollback_bad,
-            "signal": autoscaling_signal,
-        }
-        for scenario, run_scenario in one_node.items():
-            if scenario in scenarios:
-                results[scenario] = run_scenario(stack, concurrency)
-        if worker:
-            results["placement"] = placement(stack)
-        if "drain" in scenarios:
-            results["drain"] = drain_node(stack, concurrency, worker.node)
-            results["spread_again_s"] = round(spread_again(stack, worker.node), 1)
-        if "node-loss" in scenarios:
-            results["kill_node"] = kill_node(stack, concurrency, worker)
-            results["node_back"] = node_back(stack, concurrency, worker)
+        run_scenarios(stack, results, scenarios, concurrency, duration_s, nodes)
     except (Exception, KeyboardInterrupt) as exc:
         failure = exc
         results["failed"] = f"{type(exc).__name__}: {exc}"[:2000]

@@ -1,5 +1,6 @@
-"""A multi-replica stack on Docker swarm: rendered from the manifest as data, handed to the engine by
-``docker stack deploy``; our code only deploys, asks and watches (lab/docs/scaling.md, "The stack")."""
+"""A multi-replica stack on Docker swarm: the committed stack file (deploy/swarm/<deployment>/stack.yml)
+handed to the engine by ``docker stack deploy``; our code only deploys, asks and watches
+(lab/docs/scaling.md, "The stack")."""
 
 from __future__ import annotations
 
@@ -15,27 +16,24 @@ import yaml
 
 from harness import PROJECT_ROOT
 from harness.deployments import Deployment
-from harness.repository import dependencies
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
 from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
-from harness_lab.scaleout.footprint import resources
-from harness_lab.scaleout.k8s import BUNDLE_ROOT, QUEUE_METRIC, adapter_query, gated
 from harness_lab.scaleout.nodes import remove_workers
 from triton_gate.serve import free_port
 
 IMAGES = PROJECT_ROOT / "images"
+#: The committed stack files: <deployment>/stack.yml, the balancers' and Prometheus's configs beside them.
+STACKS = PROJECT_ROOT / "deploy" / "swarm"
+#: Where the stack file mounts the bundle (as the Kubernetes Deployment does).
+BUNDLE_ROOT = "/mnt/models"
 #: Every stack, network and container of ours starts with this (other runs share the engine).
 PREFIX = "tsw"
 STACK_LABEL = "com.docker.stack.namespace"
 #: Label of the manager node when a run of ours initialised the swarm.
 SWARM_LABEL = "triton-harness.swarm"
-#: Prometheus job of the replicas and the label one series per replica carries.
+#: Prometheus job of the replicas (deploy/swarm/prometheus.yml).
 JOB = "triton"
-#: The prometheus-adapter rule's ``<<.LabelMatchers>>`` and ``<<.GroupBy>>`` for the swarm: the
-#: replicas' job (Kubernetes: namespace + pod) and one series per task (Kubernetes: per pod).
-SWARM_MATCHERS = f'job="{JOB}"'
-SWARM_GROUP_BY = "instance"
 
 
 def build_image(recipe: str) -> str:
@@ -139,53 +137,63 @@ def teardown(leave: bool = True) -> list[str]:
     return removed
 
 
-def memory(value: str) -> str:
-    """A Kubernetes quantity (``2880Mi``) as a stack file takes it (``2880M``: docker reads M as MiB)."""
-    return value.removesuffix("i") if value.endswith(("Ki", "Mi", "Gi")) else value
+def write_bundle(deployment: Deployment, dest: Path, image: str = CPU_IMAGE) -> Path:
+    """The bundle deploy/k8s and deploy/swarm serve at /mnt/models: ``dest/model_repository`` (exported
+    model files; Python models' configs point at the packed env) and ``dest/envs/`` (the deployment's
+    env packed for ``image``, packed when missing or stale). Returns the repository's path."""
+    from harness.serving.launchers.docker_engine import DockerStartError
+    from harness.serving.launchers.docker_envs import checked_packed_env
+    from harness.serving.packenv import default_output, packed_repository
+
+    tarball = default_output(deployment.path, "cpu-image")
+    try:
+        checked_packed_env(tarball, cpu_image_profile(image))
+    except DockerStartError as exc:
+        raise ScaleoutError(str(exc)) from None
+    deployment.export()
+    shutil.rmtree(dest, ignore_errors=True)
+    return packed_repository(deployment.model_repository, tarball, dest)
+
+
+def stack_file(deployment: str) -> Path:
+    """The deployment's committed stack file; ScaleoutError when it has none."""
+    path = STACKS / deployment / "stack.yml"
+    if not path.exists():
+        raise ScaleoutError(f"{deployment} has no swarm stack file: {path.relative_to(PROJECT_ROOT)}")
+    return path
+
+
+def loaded_models(path: Path) -> tuple[str, ...]:
+    """The models the stack file's replicas load (``--load-model``), the one clients call first."""
+    command = yaml.safe_load(path.read_text())["services"]["triton"]["command"]
+    return tuple(arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model="))
 
 
 @dataclass
 class Stack:
-    """N replicas of a deployment in a swarm stack (see the module docstring)."""
+    """N replicas of a deployment: its committed stack file deployed as a swarm stack."""
 
     deployment: Deployment
     replicas: int = 3
-    #: Models loaded in each replica (explicit model control); the first is the one clients call.
-    models: tuple[str, ...] = ()
-    rolled_models: tuple[str, ...] = ()
     image: str = CPU_IMAGE
     work_dir: Path | None = None
     name: str = f"{PREFIX}-run"
     lb: str = "haproxy"
     lb_port: int = field(default_factory=free_port)
     prometheus_port: int = field(default_factory=free_port)
-    gate: bool = True
-    #: Seconds swarm watches a new healthy task before the next one rolls (a failure rolls the update back).
-    monitor_s: int = 10
-    stop_grace_s: int = 30
-    #: Health-check failures do not count for this long after a start (also how long a bad version takes to fail).
-    start_period_s: int = 180
-    prometheus: bool = True
     lb_image: str | None = None
     prometheus_image: str | None = None
     initialised_swarm: bool = False
     #: Bundle the service mounts now.
     bundle: str = "v1"
-    #: Spread the replicas evenly over the swarm's nodes (a placement preference).
-    spread: bool = False
 
     def __post_init__(self):
-        table = lab_manifest(self.deployment).scaleout
-        if not self.models:
-            if not table.model:
-                raise ScaleoutError(
-                    f"{self.deployment.name}: lab/deployments/{self.deployment.name}.toml sets no [scaleout] model (the one clients call)"
-                )
-            called = dependencies(self.deployment.model_repository, [table.model])
-            self.models = (table.model, *(m for m in called if m != table.model))
-        self.rolled_models = self.rolled_models or tuple(table.rolled_models)
         if not self.name.startswith(PREFIX):
             raise ScaleoutError(f"stack name {self.name} must start with {PREFIX} (teardown finds ours by it)")
+        self.stack_file = stack_file(self.deployment.name)
+        #: Models loaded in each replica; the first is the one clients call.
+        self.models = loaded_models(self.stack_file)
+        self.rolled_models = tuple(lab_manifest(self.deployment).scaleout.rolled_models)
         self.work_dir = Path(self.work_dir or PROJECT_ROOT / "build" / "scaleout" / self.deployment.name).resolve()
 
     @property
@@ -204,165 +212,31 @@ class Stack:
         return self.work_dir / f"bundle-{version}"
 
     def prepare(self) -> None:
-        """Bundles (v1, v2, bad), the balancer and Prometheus images; then the stack and its configs."""
-        from harness.serving.launchers.docker_engine import DockerStartError
-        from harness.serving.launchers.docker_envs import checked_packed_env
-        from harness.serving.packenv import default_output, packed_repository
-
-        tarball = default_output(self.deployment.path, "cpu-image")
-        try:
-            checked_packed_env(tarball, cpu_image_profile(self.image))  # packed when missing or stale
-        except DockerStartError as exc:
-            raise ScaleoutError(str(exc)) from None
-        self.deployment.export()
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        """Bundles (v1, v2, bad), the balancer and Prometheus images."""
         for version in ("v1", "v2", "bad"):
-            bundle = self.bundle_path(version)
-            shutil.rmtree(bundle, ignore_errors=True)
-            repository = packed_repository(self.deployment.model_repository, tarball, bundle)
+            repository = write_bundle(self.deployment, self.bundle_path(version), self.image)
             if version != "v1":
                 for index, model in enumerate(self.rolled_models):
                     add_version(repository, model, broken=version == "bad" and index == 0)
         self.lb_image = build_image("lb")
-        if self.prometheus:
-            self.prometheus_image = build_image("prometheus")
-        self.write()
+        self.prometheus_image = build_image("prometheus")
 
-    def server_command(self) -> list[str]:
-        triton = [
-            "tritonserver",
-            f"--model-repository={BUNDLE_ROOT}/model_repository",
-            "--model-control-mode=explicit",
-            "--exit-timeout-secs=10",
-            "--allow-grpc=false",
-        ] + [f"--load-model={m}" for m in self.models]
-        return gated(self.deployment, triton, "--http-port", "8000", "--metrics-port", "8002") if self.gate else triton
+    def deploy_command(self) -> list[str]:
+        """``docker stack deploy`` of the stack file (and ``nginx.yml`` for ``lb="nginx"``)."""
+        files = [self.stack_file] + ([STACKS / "nginx.yml"] if self.lb == "nginx" else [])
+        return ["docker", "stack", "deploy", "--prune", *(a for f in files for a in ("-c", str(f))), self.name]
 
-    def mount(self, version: str) -> dict:
-        return {"type": "bind", "source": str(self.bundle_path(version)), "target": BUNDLE_ROOT, "read_only": True}
-
-    def triton_service(self) -> dict:
-        # bash's /dev/tcp: no interpreter to start (a python3 check missed its timeout on a loaded 2-core machine).
-        ready = (
-            'exec 3<>/dev/tcp/127.0.0.1/8000 && printf "GET /v2/health/ready HTTP/1.0\r\n\r\n" >&3 '
-            '&& head -n1 <&3 | grep -q " 200 "'
-        )
-        table = lab_manifest(self.deployment).scaleout
-        requests_ = resources(self.deployment, {"memory_mib": table.memory_mib, "cpu": table.cpu})
+    def environment(self) -> dict[str, str]:
+        """The stack file's variables for this run."""
         return {
-            "image": self.image,
-            "command": self.server_command(),
-            "volumes": [self.mount(self.bundle), {"type": "tmpfs", "target": "/dev/shm", "tmpfs": {"size": 2**30}}],
-            "healthcheck": {
-                "test": ["CMD", "bash", "-c", ready],
-                "interval": "2s",
-                "timeout": "10s",
-                "retries": 3,
-                "start_period": f"{self.start_period_s}s",
-            },
-            # The gate drains on SIGTERM (not ready, new requests 503, in-flight ones finish); then Triton stops.
-            "stop_grace_period": f"{self.stop_grace_s}s",
-            "networks": ["replicas"],
-            "deploy": {
-                "mode": "replicated",
-                "replicas": self.replicas,
-                "endpoint_mode": "dnsrr",
-                "resources": {
-                    "limits": {"memory": memory(requests_["limits"]["memory"])},
-                    "reservations": {"memory": memory(requests_["requests"]["memory"])},
-                },
-                "restart_policy": {"condition": "any", "delay": "1s", "window": "30s"},
-                "update_config": {
-                    "parallelism": 1,
-                    "delay": "0s",
-                    "order": "start-first",
-                    "monitor": f"{self.monitor_s}s",
-                    "failure_action": "rollback",
-                    "max_failure_ratio": 0,
-                },
-                "rollback_config": {"parallelism": 1, "order": "start-first", "monitor": f"{self.monitor_s}s"},
-                **({"placement": {"preferences": [{"spread": "node.id"}]}} if self.spread else {}),
-                "labels": {"triton-harness/deployment": self.deployment.name.replace("_", "-")},
-            },
+            "TRITON_IMAGE": self.image,
+            "BUNDLE": str(self.bundle_path(self.bundle)),
+            "REPLICAS": str(self.replicas),
+            "LB_IMAGE": self.lb_image or "",
+            "PROMETHEUS_IMAGE": self.prometheus_image or "",
+            "LB_PORT": str(self.lb_port),
+            "PROMETHEUS_PORT": str(self.prometheus_port),
         }
-
-    def manager_service(
-        self, image: str | None, command: list[str], config: str, mount: str, port: int, published: int
-    ):
-        """A service on the manager: its config folder ``work_dir/<config>`` at ``mount``, published in host mode."""
-        return {
-            "image": image,
-            "command": command,
-            "volumes": [{"type": "bind", "source": str(self.work_dir / config), "target": mount, "read_only": True}],
-            "ports": [{"target": port, "published": published, "protocol": "tcp", "mode": "host"}],
-            "networks": ["replicas"],
-            "deploy": {
-                "endpoint_mode": "dnsrr",
-                "placement": {"constraints": ["node.role == manager"]},
-                "restart_policy": {"condition": "any"},
-            },
-        }
-
-    def stack_file(self) -> dict:
-        lb_command = {
-            "haproxy": ["haproxy", "-W", "-db", "-f", "/etc/lb/haproxy.cfg"],
-            "nginx": ["nginx", "-c", "/etc/lb/nginx.conf", "-g", "daemon off;"],
-        }[self.lb]
-        services = {
-            "triton": self.triton_service(),
-            "lb": self.manager_service(self.lb_image, lb_command, "lb", "/etc/lb", 8080, self.lb_port),
-        }
-        if self.prometheus:
-            command = [
-                "prometheus",
-                "--config.file=/etc/prom/prometheus.yml",
-                "--storage.tsdb.path=/tmp/prometheus",
-                "--web.listen-address=:9090",
-            ]
-            services["prometheus"] = self.manager_service(
-                self.prometheus_image, command, "prometheus", "/etc/prom", 9090, self.prometheus_port
-            )
-        return {
-            "version": "3.8",
-            "services": services,
-            "networks": {"replicas": {"driver": "overlay", "attachable": True}},
-        }
-
-    def lb_config(self, name: str) -> str:
-        """The balancer's config (``haproxy.cfg``, ``nginx.conf`` beside this module) for this stack's service."""
-        return (Path(__file__).parent / name).read_text().replace("@SERVICE@", self.service)
-
-    def recording_rule(self) -> str:
-        """The Kubernetes ConfigMap's adapter rule with the swarm's matchers (one function renders both)."""
-        return adapter_query(SWARM_MATCHERS, SWARM_GROUP_BY)
-
-    def prometheus_files(self) -> dict[str, str]:
-        config = {
-            "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-            "rule_files": ["/etc/prom/rules.yml"],
-            "scrape_configs": [
-                {
-                    "job_name": JOB,
-                    "dns_sd_configs": [
-                        {"names": [f"tasks.{self.service}"], "type": "A", "port": 8002, "refresh_interval": "2s"}
-                    ],
-                }
-            ],
-        }
-        rules = {"groups": [{"name": "adapter", "rules": [{"record": QUEUE_METRIC, "expr": self.recording_rule()}]}]}
-        return {
-            "prometheus.yml": yaml.safe_dump(config, sort_keys=False),
-            "rules.yml": yaml.safe_dump(rules, sort_keys=False),
-        }
-
-    def write(self) -> None:
-        (self.work_dir / "lb").mkdir(parents=True, exist_ok=True)
-        (self.work_dir / "prometheus").mkdir(parents=True, exist_ok=True)
-        (self.work_dir / "stack.yml").write_text(yaml.safe_dump(self.stack_file(), sort_keys=False))
-        for name in ("haproxy.cfg", "nginx.conf"):
-            (self.work_dir / "lb" / name).write_text(self.lb_config(name))
-        for name, text in self.prometheus_files().items():
-            (self.work_dir / "prometheus" / name).write_text(text)
 
     def up(self, deadline_s: float = 900) -> float:
         """Swarm mode on, ``docker stack deploy``, wait until every replica is healthy and the balancer
@@ -371,7 +245,13 @@ class Stack:
         self.initialised_swarm = swarm_init() or self.initialised_swarm
         if self.name in stacks():
             remove_stack(self.name)
-        docker("stack", "deploy", "--prune", "-c", str(self.work_dir / "stack.yml"), self.name, timeout_s=300)
+        done = subprocess.run(
+            self.deploy_command(), env={**os.environ, **self.environment()}, capture_output=True, text=True, timeout=300
+        )
+        if done.returncode:
+            raise ScaleoutError(
+                f"docker stack deploy {self.name} failed: {(done.stderr or done.stdout).strip()[-600:]}"
+            )
         self.wait_converged(self.replicas, deadline_s=deadline_s)
         self.wait_lb()
         self.wait_balanced(self.replicas)
