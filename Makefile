@@ -49,7 +49,7 @@ test-variants: install ## The benchmark smokes of every config variant (OpenVINO
 	$(PY) -m pytest harness/tests/test_deployments.py -m variant_benchmark $(PYTEST_ARGS)
 
 test-tune-smoke: install ## Every tuning lever's values of each deployment served and checked (python -m harness tune --smoke)
-	$(PY) -m pytest harness/tests/test_tune.py -m tune_smoke $(PYTEST_ARGS)
+	HARNESS_TUNE_SMOKE=1 $(PY) -m pytest harness/tests/test_tune.py -m tune_smoke $(PYTEST_ARGS)
 
 test-unit: install kubectl ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
 	$(PY) -m pytest $(TEST_PATHS) -m 'not server' $(PYTEST_ARGS)

@@ -151,6 +151,9 @@ def test_apply_writes_a_measured_candidate_into_a_copy_whose_checks_pass(embeddi
 
 @pytest.mark.server
 @pytest.mark.tune_smoke
+@pytest.mark.skipif(
+    not os.environ.get("HARNESS_TUNE_SMOKE"), reason="make test-tune-smoke runs it (HARNESS_TUNE_SMOKE=1)"
+)
 @pytest.mark.parametrize("deployment", [d.name for d in discover()])
 def test_every_lever_value_starts_and_passes_the_checks(deployment):
     """What `make test-variants` proves for the hand-written variants, for every lever value of the
