@@ -355,8 +355,9 @@ def test_doc_swap_of_the_embedding_model(tmp_path):
     assert json.loads((copy / "model" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "cls"
     assert len(json.loads((copy / "fixtures" / "expected_embeddings.json").read_text())["embeddings"][0]) == 128
     manifest = get_deployment(copy.name, copy.parent).manifest  # written by refresh, from the model
-    assert manifest.openai.models["embedding_onnx_text"].tokens.vocab_size == 8000
-    assert manifest.gate.max_dims["embedding_onnx"] == {"input_ids": [256], "attention_mask": [256]}
+    # the guide renames embedding_onnx to encoder: its text model follows as encoder_text
+    assert manifest.openai.models["encoder_text"].tokens.vocab_size == 8000
+    assert manifest.gate.max_dims["encoder"] == {"input_ids": [256], "attention_mask": [256]}
     for fixture in ("expected_embeddings.json", "expected_documents.json"):
         original.checks_module._assert_served_weights(
             original.model_repository, json.loads((original.fixtures_path / fixture).read_text())
