@@ -1,7 +1,7 @@
 """What refusals and a burst of the largest requests cost a server behind the gate.
 
     python -m harness gate-bounds                       # refusals only, on the [reliability] deployment's text model
-    python -m harness gate-bounds --deployment embedding_cpu --model embedding_onnx_text --burst-model embedding_onnx
+    python -m harness gate-bounds --deployment D --model TEXT_MODEL --burst-model TOKEN_ID_MODEL
 
 1. Refusals: a gzip and a deflate body that inflate to 2 GiB and a chunked body of 2 GiB, each sent
    to ``--model``: the seconds to the gate's 413, whether it closed the connection, and the worst
