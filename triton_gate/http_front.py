@@ -74,13 +74,13 @@ class HttpFront:
     """The gate's aiohttp handlers (public HTTP port and metrics port)."""
 
     def is_admin(self, headers) -> bool:
-        return headers.get(self.admin_header) == self.admin_token
+        return headers.get(self.cfg.admin_header) == self.cfg.admin_token
 
     def authorized(self, headers, path: str) -> bool:
         """No API key set, a health probe, the admin header, or ``Authorization: Bearer <key>`` (``auth``)."""
-        if not self.api_keys or path in PROBE_PATHS or self.is_admin(headers):
+        if not self.cfg.api_keys or path in PROBE_PATHS or self.is_admin(headers):
             return True
-        return bearer_ok(headers.get("Authorization"), self.api_keys)
+        return bearer_ok(headers.get("Authorization"), self.cfg.api_keys)
 
     async def handle(self, request):
         """Every request on the public HTTP port; a refusal is answered and logged (``refuse``)."""
@@ -157,7 +157,7 @@ class HttpFront:
         flight (``body.Admission``: the worst case of the body reserved before it is read), checked, forwarded."""
         try:
             config = await self.check_inference(model, admin)
-            limit = body_limit(config, self.default_max_body, self.policy.max_body_bytes.get(model))
+            limit = body_limit(config, self.cfg.max_body_bytes, self.policy.max_body_bytes.get(model))
             plain = (request.headers.get("Content-Encoding") or "identity").strip().lower() == "identity"
             reserve = min(request.content_length, limit) if plain and request.content_length is not None else limit
             async with self.admission.admit(model, reserve, limit):
@@ -186,7 +186,7 @@ class HttpFront:
         headers = {
             k: v
             for k, v in request.headers.items()
-            if k.lower() not in REQUEST_ONLY_DROP and k.lower() != self.admin_header
+            if k.lower() not in REQUEST_ONLY_DROP and k.lower() != self.cfg.admin_header
         }
         if admin:
             headers.update(self.internal_headers())
@@ -207,13 +207,7 @@ class HttpFront:
     async def readiness_response(self):
         from aiohttp import web
 
-        reasons = []
-        if self.draining:
-            reasons.append("shutting down")
-        if self.broken:
-            reasons.append(f"stub process died: {sorted(self.broken)} (reloading)")
-        if not reasons and not await self.upstream_ready():
-            reasons.append("tritonserver not ready")
+        reasons = await self.not_ready()
         if reasons:
             return web.json_response({"error": "; ".join(reasons)}, status=503)
         return web.Response(status=200)

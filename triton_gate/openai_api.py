@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
-from triton_gate import log_exception
+from triton_gate import LOGGER
 from triton_gate.body import read_limited
 from triton_gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
 from triton_gate.validate import GateError, parse_json, triton_datatype
@@ -162,7 +162,7 @@ class OpenAIFront:
         limits = self.policy.max_body_bytes
         models = {getattr(spec, part).model for spec in self.openai.models.values() for part in spec.entry_parts()}
         found = [limits[model] for model in models if model in limits]
-        return max(found) if found else self.default_max_body
+        return max(found) if found else self.cfg.max_body_bytes
 
     async def handle_openai(self, request, path: str):
         """The /v1 routes; a refusal is raised as ``GateError`` (answered in OpenAI's error shape by ``HttpFront``)."""
@@ -194,7 +194,7 @@ class OpenAIFront:
             except GateError:
                 raise
             except Exception as exc:  # a bug here: logged with its traceback, answered in OpenAI's shape
-                log_exception(f"/v1 handler failed: {type(exc).__name__}")
+                LOGGER.exception(f"/v1 handler failed: {type(exc).__name__}")
                 return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
             finally:
                 self.in_flight -= 1
@@ -208,14 +208,8 @@ class OpenAIFront:
 
     # -- upstream ---------------------------------------------------------------------------
     async def _config(self, model: str) -> ModelConfig:
-        if self.draining:
-            raise GateError(503, "server is shutting down")
-        if model in self.broken:
-            raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
-        config = await self.model_config(model)
-        if config is None:
-            raise GateError(503, f"model '{model}' is not ready")
-        return config
+        """A mapped model's config (it may be internal); 503 where it is not loaded."""
+        return await self.check_inference(model, admin=True, missing_status=503)
 
     async def _infer(self, model: str, inputs: list, outputs: list[str]) -> dict[str, np.ndarray]:
         import aiohttp

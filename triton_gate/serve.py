@@ -114,17 +114,12 @@ def restricted_apis(mode: str) -> list[str]:
 
 
 def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A listening (inheritable) socket; OSError ``cannot listen on host:port: why``."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:  # one socket per gate worker on the same port; the kernel spreads connections
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(1024)
+    """A listening (inheritable) socket; OSError ``... (while attempting to bind on address ...)``.
+    ``reuse_port``: one socket per gate worker on the same port, the kernel spreads connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server(
+        (host, port), family=family, backlog=1024, reuse_port=reuse_port, dualstack_ipv6=family == socket.AF_INET6
+    )
     sock.set_inheritable(True)
     return sock
 

@@ -72,7 +72,7 @@ class StubWatch:
     async def monitor(self) -> None:
         known: dict[str, set[int]] = {}
         while True:
-            await asyncio.sleep(self.monitor_interval)
+            await asyncio.sleep(self.cfg.monitor_interval_s)
             if self.triton.poll() is not None:
                 if not self.draining:
                     log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
@@ -115,7 +115,7 @@ class StubWatch:
                 self.broken[model] = now
                 self.event("stub_died", model=model, pids=dead)
                 log(f"stub process(es) {dead} of model '{model}' died; readiness is false")
-                if self.auto_reload:
+                if self.cfg.auto_reload:
                     asyncio.create_task(self.reload(model))
         if {m: len(p) for m, p in tracked.items()} != {m: len(p) for m, p in known.items()}:
             log("stubs of READY models: " + ", ".join(f"{m} x{len(p)}" for m, p in sorted(tracked.items())))
@@ -130,7 +130,7 @@ class StubWatch:
             if not old & (await loop.run_in_executor(None, self.stubs)).get(model, set()):
                 break
             await asyncio.sleep(0.2)
-        self.changing[model] = time.monotonic() + 2 * self.monitor_interval
+        self.changing[model] = time.monotonic() + 2 * self.cfg.monitor_interval_s
 
     async def reload(self, model: str) -> None:
         self.reloading[model] = True
