@@ -54,7 +54,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.configs: dict[str, dict] = {}
         #: Worker processes serving the public sockets (``workers``): 0 is the primary.
         self.workers = workers
-        self.worker, self.worker_pids = 0, []
+        self.worker, self.worker_processes = 0, []
         state = shared_state(self.workers)
         self.broken = state["broken"]  # model -> when its stub was seen dead
         self.reloading = state["reloading"]  # model -> True while the gate reloads it
@@ -220,7 +220,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         if self.worker == 0:
             loop = asyncio.get_running_loop()
             self.stopped_workers = loop.run_in_executor(
-                None, stop_workers, self.worker_pids, self.cfg.exit_timeout_s + 5
+                None, stop_workers, self.worker_processes, self.cfg.exit_timeout_s + 5
             )
         log(f"worker {self.worker}: draining {self.in_flight} in-flight request(s)")
         deadline = time.monotonic() + self.cfg.exit_timeout_s
@@ -262,9 +262,9 @@ def run_gate(config: GateConfig, socks: list[dict[str, socket.socket]]) -> int:
                 sock.close()
         return uvloop.run(gate.run(socks[worker]))
 
-    gate.worker_pids = fork_workers(gate.workers, serve)
+    gate.worker_processes = fork_workers(gate.workers, serve)
     if gate.workers > 1:
-        log(f"{gate.workers} workers: pids {[os.getpid(), *gate.worker_pids]}")
+        log(f"{gate.workers} workers: pids {[os.getpid(), *(worker.pid for worker in gate.worker_processes)]}")
     return serve(0)
 
 

@@ -20,7 +20,6 @@ import psutil
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from triton_gate import log
-from triton_gate.workers import exited
 
 
 def expected_stubs(config: ModelConfig) -> int:
@@ -78,10 +77,10 @@ class StubWatch:
                     log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
-            gone = exited(self.worker_pids)
+            gone = [worker for worker in self.worker_processes if not worker.is_alive()]
             if gone and not self.draining:
-                log(f"gate worker(s) {gone} exited; the gate exits too")
-                self.worker_pids = [p for p in self.worker_pids if p not in gone]
+                log(f"gate worker(s) {[worker.pid for worker in gone]} exited; the gate exits too")
+                self.worker_processes = [worker for worker in self.worker_processes if worker not in gone]
                 os.kill(os.getpid(), signal.SIGTERM)
             try:
                 known = await self.watch_stubs(known)
