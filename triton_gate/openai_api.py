@@ -328,10 +328,7 @@ class OpenAIFront:
             parts = [spec.text] if spec.text.tokens_output else [spec.text, spec.tokenizer]
         else:
             parts = [spec.tokenizer, spec.tokens]
-        sizes = []
-        for part in parts:
-            if part is not None:
-                sizes.append((await self._config(part.model)).max_batch_size or 1)
+        sizes = [(await self._config(part.model)).max_batch_size or 1 for part in parts if part is not None]
         return min(sizes)
 
     async def _dimension(self, spec: OpenAIModel, kind: str) -> int | None:

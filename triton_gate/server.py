@@ -1,11 +1,8 @@
 """The front gate process: owns tritonserver, validates every request, reports honest readiness.
 
 Started by ``LocalTritonServer`` as ``python -m triton_gate <config.json>`` with the public
-sockets already bound (inherited file descriptors), or by ``serve``. Its parts: ``isolation``
-(private network and mount namespace, as root), ``validate`` and ``http_front`` (HTTP checks before
-Triton parses a request), ``policy`` (internal models, bounds), ``grpc_proxy``, ``openai_api``,
-``stub_watch`` (readiness and reload when a stub dies), ``workers``; SIGTERM drains in-flight
-requests, then stops tritonserver (lab/docs/reliability.md).
+sockets already bound (inherited file descriptors), or by ``serve``; its parts are listed in
+README.md. SIGTERM drains in-flight requests, then stops tritonserver (lab/docs/reliability.md).
 """
 
 from __future__ import annotations
