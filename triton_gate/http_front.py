@@ -12,6 +12,7 @@ import re
 from functools import partial
 from urllib.parse import unquote
 
+from aiohttp import web
 from yarl import URL
 
 from triton_gate import log
@@ -101,14 +102,11 @@ class HttpFront:
         except GateError as exc:
             return self.refuse(request, exc, openai)
 
-    def refuse(self, request, exc: GateError, openai: bool = False, model: str | None = None):
+    def refuse(self, request, exc: GateError, openai: bool = False):
         """The refusal's response and its one log line; the connection is closed when a body
         may be left unread (``body.read_limited`` stopped, or never started)."""
-        from aiohttp import web
-
         read = f" read={exc.received} inflated={exc.inflated}" if isinstance(exc, BodyRefused) else ""
-        model = model or getattr(exc, "model", None) or "-"
-        log(f"refused {exc.status} model={model} client={request.remote}{read}: {exc.message}")
+        log(f"refused {exc.status} model={exc.model or '-'} client={request.remote}{read}: {exc.message}")
         body = openai_error(exc.status, exc.message, exc.param, exc.code) if openai else {"error": exc.message}
         headers = {"WWW-Authenticate": 'Bearer realm="triton"'} if exc.status == 401 else {}
         if exc.status == 503:
@@ -121,8 +119,6 @@ class HttpFront:
     async def handle_triton(self, request, path: str):
         """The /v2 routes: readiness, checked inference, loads; then forwarded (a restricted API reaches
         tritonserver with its internal token only for an admin)."""
-        from aiohttp import web
-
         admin = self.is_admin(request.headers)
         self.check_load(bool(LOAD_PATH.match(path)))
         if path == "/v2/health/ready":
@@ -181,8 +177,6 @@ class HttpFront:
         return await asyncio.get_running_loop().run_in_executor(None, check)
 
     async def forward(self, request, body: bytes | None, admin: bool, header_length: int | None = None):
-        from aiohttp import web
-
         headers = {
             k: v
             for k, v in request.headers.items()
@@ -205,16 +199,12 @@ class HttpFront:
             self.in_flight -= 1
 
     async def readiness_response(self):
-        from aiohttp import web
-
         reasons = await self.not_ready()
         if reasons:
             return web.json_response({"error": "; ".join(reasons)}, status=503)
         return web.Response(status=200)
 
     async def handle_metrics(self, request):
-        from aiohttp import web
-
         async with self.session.get(self.upstream_metrics + request.path_qs) as resp:
             return web.Response(
                 status=resp.status, body=await resp.read(), content_type=resp.content_type or "text/plain"

@@ -14,8 +14,10 @@ import json
 import time
 from typing import Literal
 
+import aiohttp
 import numpy as np
 import orjson  # float32 vectors straight to JSON (shortest float32 digits), ~20x the stdlib's speed
+from aiohttp import web
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
@@ -166,8 +168,6 @@ class OpenAIFront:
 
     async def handle_openai(self, request, path: str):
         """The /v1 routes; a refusal is raised as ``GateError`` (answered in OpenAI's error shape by ``HttpFront``)."""
-        from aiohttp import web
-
         if self.openai is None:
             raise GateError(404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)")
         if path == "/v1/models":
@@ -212,8 +212,6 @@ class OpenAIFront:
         return await self.check_inference(model, admin=True, missing_status=503)
 
     async def _infer(self, model: str, inputs: list, outputs: list[str]) -> dict[str, np.ndarray]:
-        import aiohttp
-
         body, header_length = infer_body(inputs, outputs)
         url = f"{self.upstream_http}/v2/models/{model}/infer"
         headers = {
@@ -229,9 +227,8 @@ class OpenAIFront:
                         message = json.loads(payload).get("error") or payload.decode(errors="replace")
                     except (ValueError, AttributeError):
                         message = payload[:500].decode(errors="replace")
-                    status = resp.status if resp.status in (400, 404, 413, 503) else 500
-                    if status == 404:
-                        status = 503  # a mapped model that is not loaded
+                    # 404: a mapped model that is not loaded
+                    status = {400: 400, 404: 503, 413: 413, 503: 503}.get(resp.status, 500)
                     raise GateError(status, f"model '{model}': {message}", "input" if status == 400 else None)
                 length = resp.headers.get("Inference-Header-Content-Length")
                 return parse_infer_response(payload, int(length) if length else None)

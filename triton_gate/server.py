@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import aiohttp
 import uvloop
+from aiohttp import web
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
@@ -178,9 +180,6 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
     async def start_servers(self, socks: dict[str, socket.socket]) -> tuple[list, tuple | None]:
         """The upstream session and the servers of this worker's sockets: (aiohttp runners,
         (gRPC server, its byte pump) or None)."""
-        import aiohttp
-        from aiohttp import web
-
         # A proxy keeps no cookies (and skips the jar's per-request filtering), and adds no
         # Accept-Encoding of its own: Triton gzips an inference response whenever one is sent.
         self.session = aiohttp.ClientSession(
