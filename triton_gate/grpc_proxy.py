@@ -53,7 +53,7 @@ def validate_grpc_infer(
         shape = list(item.shape)
         elements, size = check_input(request.model_name, config, item.name, item.datatype, shape, max_dims, seen)
         if raw:
-            check_binary(where, shape, item.datatype, elements, size, raw[i])
+            check_binary(where, shape, item.datatype, elements, size, raw[i], f"{len(raw[i])} sent")
         elif "shared_memory_region" in item.parameters:
             continue
         else:

@@ -350,7 +350,7 @@ def check_input_data(
             raise GateError(
                 400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes of binary data left"
             )
-        check_binary(where, shape, datatype, elements, size, binary[:nbytes])
+        check_binary(where, shape, datatype, elements, size, binary[:nbytes], f"binary_data_size is {nbytes}")
         return nbytes
     if "shared_memory_region" not in params:
         raise GateError(400, f"{where} has no 'data', binary_data_size or shared_memory_region")
@@ -364,11 +364,12 @@ def check_input_data(
     return 0
 
 
-def check_binary(where: str, shape: list[int], datatype: str, elements: int, size: int | None, data) -> None:
+def check_binary(where: str, shape: list[int], datatype: str, elements: int, size: int | None, data, sent: str) -> None:
     """Binary data of one input (an HTTP binary section, gRPC raw contents) against its declared
-    shape x datatype: its exact size, or for BYTES exactly ``elements`` length-prefixed elements."""
+    shape x datatype: its exact size (else refused, ``sent`` saying what was), or for BYTES exactly
+    ``elements`` length-prefixed elements."""
     if size is not None and len(data) != elements * size:
-        raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, {len(data)} sent")
+        raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, {sent}")
     count = count_bytes_elements(memoryview(data), elements) if size is None else elements
     if count != elements:
         held = "more" if count > elements else count
