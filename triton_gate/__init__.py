@@ -13,11 +13,6 @@ def log(message: str) -> None:
     LOGGER.info(message)
 
 
-def log_exception(message: str) -> None:
-    """A line and the traceback of the exception being handled: a bug, never a refused request."""
-    LOGGER.exception(message)
-
-
 class OneLineRefusals(logging.Filter):
     """aiohttp's log of malformed HTTP it answered with a 4xx: one line, no traceback."""
 

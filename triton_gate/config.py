@@ -48,10 +48,6 @@ class GateConfig(BaseModel):
     isolate: bool = False
     raise_priority: bool = True
 
-    @property
-    def workers(self) -> int:
-        return max(1, len(self.fds))
-
 
 def gate_config(
     triton_command: list[str],

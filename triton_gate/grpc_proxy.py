@@ -20,25 +20,14 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from triton_gate import log
 from triton_gate.auth import PROBE_METHODS, bearer_ok
-from triton_gate.validate import GateError, check_input, count_bytes_elements
+from triton_gate.validate import GateError, check_binary, check_input
 
 SERVICE = "/inference.GRPCInferenceService/"
 #: Triton's gRPC restricted protocols read their header with this prefix (Triton 2.51 docs).
 GRPC_PREFIX = "triton-grpc-protocol-"
-TYPED_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
+#: The typed contents field per datatype (8- to 32-bit integers share one; FP16 and BF16 have none).
+TYPED_FIELD = {name: f"{name.lower()}_contents" for name in ("BOOL", "INT64", "UINT64", "FP32", "FP64", "BYTES")}
+TYPED_FIELD |= {f"{u}INT{n}": f"{u.lower()}int_contents" for u in ("", "U") for n in (8, 16, 32)}
 DROP_METADATA = {"user-agent", "content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"}
 UNAUTHENTICATED = "a valid API key is required: send the metadata 'authorization: Bearer <key>'"
 STATUS = {
@@ -64,17 +53,7 @@ def validate_grpc_infer(
         shape = list(item.shape)
         elements, size = check_input(request.model_name, config, item.name, item.datatype, shape, max_dims, seen)
         if raw:
-            data = raw[i]
-            if size is not None and len(data) != elements * size:
-                raise GateError(
-                    400, f"{where}: shape {shape} x {item.datatype} is {elements * size} bytes, {len(data)} sent"
-                )
-            count = count_bytes_elements(memoryview(data), elements) if size is None else elements
-            if count != elements:
-                held = "more" if count > elements else count
-                raise GateError(
-                    400, f"{where}: shape {shape} declares {elements} BYTES elements, the raw data holds {held}"
-                )
+            check_binary(where, shape, item.datatype, elements, size, raw[i], f"{len(raw[i])} sent")
         elif "shared_memory_region" in item.parameters:
             continue
         else:
@@ -110,20 +89,20 @@ class ProxyHandler(grpc.GenericRpcHandler):
         gate = self.gate
         admin = False
         out = []
-        keys = (gate.admin_header, GRPC_PREFIX + gate.admin_header)
-        self_authorized = not gate.api_keys
+        keys = (gate.cfg.admin_header, GRPC_PREFIX + gate.cfg.admin_header)
+        self_authorized = not gate.cfg.api_keys
         for key, value in context.invocation_metadata() or ():
             if key in keys:
-                admin = admin or value == gate.admin_token
+                admin = admin or value == gate.cfg.admin_token
                 continue
             if key == "authorization":  # the API key (auth): checked here, not forwarded
-                self_authorized = self_authorized or bearer_ok(value, gate.api_keys)
+                self_authorized = self_authorized or bearer_ok(value, gate.cfg.api_keys)
                 continue
             if key.startswith(":") or key in DROP_METADATA:
                 continue
             out.append((key, value))
         if admin:
-            out.append((GRPC_PREFIX + gate.admin_header, gate.internal_token))
+            out.append((GRPC_PREFIX + gate.cfg.admin_header, gate.cfg.internal_token))
         return out, admin, self_authorized or admin
 
     async def _check_infer(self, request_bytes: bytes, admin: bool) -> bytes:
@@ -152,8 +131,7 @@ class ProxyHandler(grpc.GenericRpcHandler):
                     raise GateError(401, UNAUTHENTICATED)
                 gate.check_load(name in ("RepositoryModelLoad", "RepositoryModelUnload"))
                 if name == "ServerReady":
-                    ready = not gate.draining and not gate.broken and await gate.upstream_ready()
-                    return service_pb2.ServerReadyResponse(ready=ready).SerializeToString()
+                    return service_pb2.ServerReadyResponse(ready=not await gate.not_ready()).SerializeToString()
                 if name == "ModelReady":
                     request = service_pb2.ModelReadyRequest.FromString(request_bytes)
                     if request.name in gate.broken or request.name in gate.reloading:
@@ -220,7 +198,7 @@ async def start_grpc(gate, public_sock):
     private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg.work_dir)
     os.chmod(private_dir, 0o700)
     path = os.path.join(private_dir, "grpc.sock")
-    limit = gate.default_max_body
+    limit = gate.cfg.max_body_bytes
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1)])
     server.add_generic_rpc_handlers((ProxyHandler(gate),))
     server.add_insecure_port(f"unix:{path}")

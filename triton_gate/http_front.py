@@ -12,6 +12,7 @@ import re
 from functools import partial
 from urllib.parse import unquote
 
+from aiohttp import web
 from yarl import URL
 
 from triton_gate import log
@@ -74,13 +75,13 @@ class HttpFront:
     """The gate's aiohttp handlers (public HTTP port and metrics port)."""
 
     def is_admin(self, headers) -> bool:
-        return headers.get(self.admin_header) == self.admin_token
+        return headers.get(self.cfg.admin_header) == self.cfg.admin_token
 
     def authorized(self, headers, path: str) -> bool:
         """No API key set, a health probe, the admin header, or ``Authorization: Bearer <key>`` (``auth``)."""
-        if not self.api_keys or path in PROBE_PATHS or self.is_admin(headers):
+        if not self.cfg.api_keys or path in PROBE_PATHS or self.is_admin(headers):
             return True
-        return bearer_ok(headers.get("Authorization"), self.api_keys)
+        return bearer_ok(headers.get("Authorization"), self.cfg.api_keys)
 
     async def handle(self, request):
         """Every request on the public HTTP port; a refusal is answered and logged (``refuse``)."""
@@ -101,14 +102,11 @@ class HttpFront:
         except GateError as exc:
             return self.refuse(request, exc, openai)
 
-    def refuse(self, request, exc: GateError, openai: bool = False, model: str | None = None):
+    def refuse(self, request, exc: GateError, openai: bool = False):
         """The refusal's response and its one log line; the connection is closed when a body
         may be left unread (``body.read_limited`` stopped, or never started)."""
-        from aiohttp import web
-
         read = f" read={exc.received} inflated={exc.inflated}" if isinstance(exc, BodyRefused) else ""
-        model = model or getattr(exc, "model", None) or "-"
-        log(f"refused {exc.status} model={model} client={request.remote}{read}: {exc.message}")
+        log(f"refused {exc.status} model={exc.model or '-'} client={request.remote}{read}: {exc.message}")
         body = openai_error(exc.status, exc.message, exc.param, exc.code) if openai else {"error": exc.message}
         headers = {"WWW-Authenticate": 'Bearer realm="triton"'} if exc.status == 401 else {}
         if exc.status == 503:
@@ -121,8 +119,6 @@ class HttpFront:
     async def handle_triton(self, request, path: str):
         """The /v2 routes: readiness, checked inference, loads; then forwarded (a restricted API reaches
         tritonserver with its internal token only for an admin)."""
-        from aiohttp import web
-
         admin = self.is_admin(request.headers)
         self.check_load(bool(LOAD_PATH.match(path)))
         if path == "/v2/health/ready":
@@ -157,7 +153,7 @@ class HttpFront:
         flight (``body.Admission``: the worst case of the body reserved before it is read), checked, forwarded."""
         try:
             config = await self.check_inference(model, admin)
-            limit = body_limit(config, self.default_max_body, self.policy.max_body_bytes.get(model))
+            limit = body_limit(config, self.cfg.max_body_bytes, self.policy.max_body_bytes.get(model))
             plain = (request.headers.get("Content-Encoding") or "identity").strip().lower() == "identity"
             reserve = min(request.content_length, limit) if plain and request.content_length is not None else limit
             async with self.admission.admit(model, reserve, limit):
@@ -181,12 +177,10 @@ class HttpFront:
         return await asyncio.get_running_loop().run_in_executor(None, check)
 
     async def forward(self, request, body: bytes | None, admin: bool, header_length: int | None = None):
-        from aiohttp import web
-
         headers = {
             k: v
             for k, v in request.headers.items()
-            if k.lower() not in REQUEST_ONLY_DROP and k.lower() != self.admin_header
+            if k.lower() not in REQUEST_ONLY_DROP and k.lower() != self.cfg.admin_header
         }
         if admin:
             headers.update(self.internal_headers())
@@ -205,22 +199,12 @@ class HttpFront:
             self.in_flight -= 1
 
     async def readiness_response(self):
-        from aiohttp import web
-
-        reasons = []
-        if self.draining:
-            reasons.append("shutting down")
-        if self.broken:
-            reasons.append(f"stub process died: {sorted(self.broken)} (reloading)")
-        if not reasons and not await self.upstream_ready():
-            reasons.append("tritonserver not ready")
+        reasons = await self.not_ready()
         if reasons:
             return web.json_response({"error": "; ".join(reasons)}, status=503)
         return web.Response(status=200)
 
     async def handle_metrics(self, request):
-        from aiohttp import web
-
         async with self.session.get(self.upstream_metrics + request.path_qs) as resp:
             return web.Response(
                 status=resp.status, body=await resp.read(), content_type=resp.content_type or "text/plain"

@@ -14,13 +14,15 @@ import json
 import time
 from typing import Literal
 
+import aiohttp
 import numpy as np
 import orjson  # float32 vectors straight to JSON (shortest float32 digits), ~20x the stdlib's speed
+from aiohttp import web
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
-from triton_gate import log_exception
+from triton_gate import LOGGER
 from triton_gate.body import read_limited
 from triton_gate.policy import OpenAIMapping, OpenAIModel, OpenAITokenizer, OpenAITokens
 from triton_gate.validate import GateError, parse_json, triton_datatype
@@ -162,12 +164,10 @@ class OpenAIFront:
         limits = self.policy.max_body_bytes
         models = {getattr(spec, part).model for spec in self.openai.models.values() for part in spec.entry_parts()}
         found = [limits[model] for model in models if model in limits]
-        return max(found) if found else self.default_max_body
+        return max(found) if found else self.cfg.max_body_bytes
 
     async def handle_openai(self, request, path: str):
         """The /v1 routes; a refusal is raised as ``GateError`` (answered in OpenAI's error shape by ``HttpFront``)."""
-        from aiohttp import web
-
         if self.openai is None:
             raise GateError(404, "this server maps no model to the OpenAI API (the deployment has no [openai] table)")
         if path == "/v1/models":
@@ -194,7 +194,7 @@ class OpenAIFront:
             except GateError:
                 raise
             except Exception as exc:  # a bug here: logged with its traceback, answered in OpenAI's shape
-                log_exception(f"/v1 handler failed: {type(exc).__name__}")
+                LOGGER.exception(f"/v1 handler failed: {type(exc).__name__}")
                 return web.json_response(error_body(500, f"internal error: {type(exc).__name__}"), status=500)
             finally:
                 self.in_flight -= 1
@@ -208,18 +208,10 @@ class OpenAIFront:
 
     # -- upstream ---------------------------------------------------------------------------
     async def _config(self, model: str) -> ModelConfig:
-        if self.draining:
-            raise GateError(503, "server is shutting down")
-        if model in self.broken:
-            raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
-        config = await self.model_config(model)
-        if config is None:
-            raise GateError(503, f"model '{model}' is not ready")
-        return config
+        """A mapped model's config (it may be internal); 503 where it is not loaded."""
+        return await self.check_inference(model, admin=True, missing_status=503)
 
     async def _infer(self, model: str, inputs: list, outputs: list[str]) -> dict[str, np.ndarray]:
-        import aiohttp
-
         body, header_length = infer_body(inputs, outputs)
         url = f"{self.upstream_http}/v2/models/{model}/infer"
         headers = {
@@ -235,9 +227,8 @@ class OpenAIFront:
                         message = json.loads(payload).get("error") or payload.decode(errors="replace")
                     except (ValueError, AttributeError):
                         message = payload[:500].decode(errors="replace")
-                    status = resp.status if resp.status in (400, 404, 413, 503) else 500
-                    if status == 404:
-                        status = 503  # a mapped model that is not loaded
+                    # 404: a mapped model that is not loaded
+                    status = {400: 400, 404: 503, 413: 413, 503: 503}.get(resp.status, 500)
                     raise GateError(status, f"model '{model}': {message}", "input" if status == 400 else None)
                 length = resp.headers.get("Inference-Header-Content-Length")
                 return parse_infer_response(payload, int(length) if length else None)
@@ -334,10 +325,7 @@ class OpenAIFront:
             parts = [spec.text] if spec.text.tokens_output else [spec.text, spec.tokenizer]
         else:
             parts = [spec.tokenizer, spec.tokens]
-        sizes = []
-        for part in parts:
-            if part is not None:
-                sizes.append((await self._config(part.model)).max_batch_size or 1)
+        sizes = [(await self._config(part.model)).max_batch_size or 1 for part in parts if part is not None]
         return min(sizes)
 
     async def _dimension(self, spec: OpenAIModel, kind: str) -> int | None:

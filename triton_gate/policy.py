@@ -128,11 +128,6 @@ class GatePolicy(GateBounds):
         return self.public is not None and model not in self.public
 
 
-def read_policy(path: str | Path | None) -> GatePolicy:
-    """The policy in the JSON file at ``path`` (an empty policy when no path is given)."""
-    return GatePolicy.model_validate_json(Path(path).read_text()) if path else GatePolicy()
-
-
 def write_policy(policy: GatePolicy, path: str | Path) -> Path:
     """Write ``policy`` as JSON to ``path`` (read-only for others is enough: it holds no secret)."""
     path = Path(path)

@@ -1,14 +1,10 @@
 """The gate on its own, in front of a tritonserver command line: the CPU image's entry point.
 
-    python -m triton_gate serve [--host 0.0.0.0] [--http-port 8000] [--grpc-port 8001]
-        [--metrics-port 8002] [--admin-token-file PATH] [--policy-file PATH] [--api-key-file PATH]
-        [--gate-workers N]
-        -- tritonserver --model-repository=/models ...
-
-The gate binds the public ports, starts the command on private loopback ports (its address / port
-flags replaced) and serves as behind ``LocalTritonServer``, without unsharing namespaces (a container
-has its own). The admin token comes from a file, never the command line; without one the restricted
-APIs are closed (images/cpu/README.md).
+``python -m triton_gate serve [options] -- tritonserver ...`` (``--help``) binds the public ports,
+starts the command on private loopback ports (its address / port flags replaced) and serves as
+behind ``LocalTritonServer``, without unsharing namespaces (a container has its own). The admin
+token comes from a file, never the command line; without one the restricted APIs are closed
+(images/cpu/README.md).
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import secrets
 import socket
 import sys
 import tempfile
+from pathlib import Path
 
 #: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults);
 #: the one definition, also used by the local launcher (the gate must import nothing else of the harness).
@@ -114,17 +111,12 @@ def restricted_apis(mode: str) -> list[str]:
 
 
 def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A listening (inheritable) socket; OSError ``cannot listen on host:port: why``."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:  # one socket per gate worker on the same port; the kernel spreads connections
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(1024)
+    """A listening (inheritable) socket; OSError ``... (while attempting to bind on address ...)``.
+    ``reuse_port``: one socket per gate worker on the same port, the kernel spreads connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server(
+        (host, port), family=family, backlog=1024, reuse_port=reuse_port, dualstack_ipv6=family == socket.AF_INET6
+    )
     sock.set_inheritable(True)
     return sock
 
@@ -172,7 +164,7 @@ def serve_main(argv: list[str]) -> int:
     from triton_gate.auth import read_keys
     from triton_gate.config import gate_config
     from triton_gate.isolation import raise_priority
-    from triton_gate.policy import GatePolicy, read_policy
+    from triton_gate.policy import GatePolicy
     from triton_gate.server import run_gate
     from triton_gate.workers import default_workers
 
@@ -191,7 +183,7 @@ def serve_main(argv: list[str]) -> int:
     workers = args.gate_workers or default_workers()
     socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
-    policy = GatePolicy.model_validate_json(args.policy_json) if args.policy_json else read_policy(args.policy_file)
+    policy_text = args.policy_json or (Path(args.policy_file).read_text() if args.policy_file else "{}")
     optional = {"max_body_bytes": args.max_body_bytes} if args.max_body_bytes else {}
     config = gate_config(
         command,
@@ -199,7 +191,7 @@ def serve_main(argv: list[str]) -> int:
         admin_token=token,
         grpc=grpc,
         events_path=os.path.join(work_dir, "gate-events.jsonl"),
-        policy=policy,
+        policy=GatePolicy.model_validate_json(policy_text),
         api_keys=read_keys(args.api_key_file),
         **optional,
     )

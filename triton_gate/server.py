@@ -1,11 +1,8 @@
 """The front gate process: owns tritonserver, validates every request, reports honest readiness.
 
 Started by ``LocalTritonServer`` as ``python -m triton_gate <config.json>`` with the public
-sockets already bound (inherited file descriptors), or by ``serve``. Its parts: ``isolation``
-(private network and mount namespace, as root), ``validate`` and ``http_front`` (HTTP checks before
-Triton parses a request), ``policy`` (internal models, bounds), ``grpc_proxy``, ``openai_api``,
-``stub_watch`` (readiness and reload when a stub dies), ``workers``; SIGTERM drains in-flight
-requests, then stops tritonserver (lab/docs/reliability.md).
+sockets already bound (inherited file descriptors), or by ``serve``; its parts are listed in
+README.md. SIGTERM drains in-flight requests, then stops tritonserver (lab/docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -21,6 +18,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import aiohttp
+import uvloop
+from aiohttp import web
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
@@ -29,13 +29,11 @@ from triton_gate import HTTP_LOGGER, log
 from triton_gate.body import Admission
 from triton_gate.config import GateConfig
 from triton_gate.http_front import HttpFront
-from triton_gate.isolation import GATE_NICE, die_with_parent, isolate, raise_priority
+from triton_gate.isolation import die_with_parent, isolate, raise_priority
 from triton_gate.openai_api import OpenAIFront
 from triton_gate.stub_watch import StubWatch
 from triton_gate.validate import GateError
 from triton_gate.workers import fork_workers, shared_state, stop_workers
-
-__all__ = ["GATE_NICE", "Gate", "log", "main", "run_gate"]
 
 
 class Gate(HttpFront, OpenAIFront, StubWatch):
@@ -45,25 +43,17 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
 
     def __init__(self, config: GateConfig, workers: int = 1):
         self.cfg = config
-        self.admin_header = config.admin_header
-        self.admin_token = config.admin_token
-        self.internal_token = config.internal_token
-        self.user_mode = config.user_model_control_mode
         self.policy = config.policy
-        self.api_keys = config.api_keys  # bearer-token auth when set (auth)
-        http, grpc, metrics = config.private_ports
-        self.upstream_http = f"http://127.0.0.1:{http}"
-        self.upstream_grpc = f"127.0.0.1:{grpc}"
-        self.upstream_metrics = f"http://127.0.0.1:{metrics}"
-        self.default_max_body = config.max_body_bytes
-        self.monitor_interval = config.monitor_interval_s
-        self.auto_reload = config.auto_reload
+        http_port, grpc_port, metrics_port = config.private_ports
+        self.upstream_http = f"http://127.0.0.1:{http_port}"
+        self.upstream_grpc = f"127.0.0.1:{grpc_port}"
+        self.upstream_metrics = f"http://127.0.0.1:{metrics_port}"
         self.triton: subprocess.Popen | None = None
         self.session = None
         self.configs: dict[str, dict] = {}
         #: Worker processes serving the public sockets (``workers``): 0 is the primary.
         self.workers = workers
-        self.worker, self.worker_pids = 0, []
+        self.worker, self.worker_processes = 0, []
         state = shared_state(self.workers)
         self.broken = state["broken"]  # model -> when its stub was seen dead
         self.reloading = state["reloading"]  # model -> True while the gate reloads it
@@ -89,7 +79,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         log(f"tritonserver pid {self.triton.pid}")
 
     def internal_headers(self) -> dict:
-        return {self.admin_header: self.internal_token}
+        return {self.cfg.admin_header: self.cfg.internal_token}
 
     def forget_configs(self) -> None:
         """Cached model configs are stale (a model was loaded or reloaded), in every worker."""
@@ -141,37 +131,55 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
                 raise RuntimeError(f"{action} {model}: HTTP {resp.status} {text[:200]!r}")
 
     # -- access (HTTP and gRPC) ---------------------------------------------------------------
-    async def check_model_access(self, model: str, admin: bool) -> ModelConfig:
-        """The model's config, or GateError: unknown, internal to a non-admin, or being reloaded."""
+    async def check_inference(self, model: str, admin: bool, missing_status: int = 404) -> ModelConfig:
+        """The model's config for an inference call, or GateError: draining, unknown (``missing_status``),
+        internal to a non-admin, or being reloaded."""
+        if self.draining:
+            raise GateError(503, "server is shutting down")
         config = await self.model_config(model)
         if config is None:
-            raise GateError(404, f"Request for unknown model: '{model}' is not found")
+            raise GateError(missing_status, f"Request for unknown model: '{model}' is not found")
         if self.policy.is_internal(model) and not admin:
             raise GateError(403, f"model '{model}' is internal to its deployment; clients call the entry models")
         if model in self.broken:
             raise GateError(503, f"model '{model}' is being reloaded after its stub process died")
         return config
 
+    async def not_ready(self) -> list[str]:
+        """Why the gate is not ready (draining, a dead stub, tritonserver); empty when it is."""
+        reasons = ["shutting down"] if self.draining else []
+        if self.broken:
+            reasons.append(f"stub process died: {sorted(self.broken)} (reloading)")
+        if not reasons and not await self.upstream_ready():
+            reasons.append("tritonserver not ready")
+        return reasons
+
     def check_load(self, load: bool) -> None:
         """Refuse model load/unload in mode ``none``, even to an admin. (The restricted API groups
         tritonserver refuses itself: only an admin's call carries its internal token.)"""
-        if load and self.user_mode == "none":
+        if load and self.cfg.user_model_control_mode == "none":
             raise GateError(403, "model load/unload is disabled on this server (model-control-mode none)")
 
-    async def check_inference(self, model: str, admin: bool) -> ModelConfig:
-        """``check_model_access`` for an inference call, refused with 503 while draining."""
-        if self.draining:
-            raise GateError(503, "server is shutting down")
-        return await self.check_model_access(model, admin)
-
     # -- run ----------------------------------------------------------------------------------
-    async def run(
-        self, http_sock: socket.socket, grpc_sock: socket.socket | None, metrics_sock: socket.socket | None
-    ) -> int:
-        """Serve until SIGTERM; the primary (worker 0) also watches tritonserver and stops it."""
-        import aiohttp
-        from aiohttp import web
+    async def run(self, socks: dict[str, socket.socket]) -> int:
+        """Serve ``socks`` (``http``, optional ``grpc`` and ``metrics``) until SIGTERM; the primary
+        (worker 0) also watches tritonserver and stops it."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        runners, grpc_proxy = await self.start_servers(socks)
+        monitor = asyncio.create_task(self.monitor()) if self.worker == 0 else None
+        await stop.wait()
+        await self.drain(runners, grpc_proxy)
+        if monitor is None:
+            return 0
+        monitor.cancel()
+        return await self.stop_triton()
 
+    async def start_servers(self, socks: dict[str, socket.socket]) -> tuple[list, tuple | None]:
+        """The upstream session and the servers of this worker's sockets: (aiohttp runners,
+        (gRPC server, its byte pump) or None)."""
         # A proxy keeps no cookies (and skips the jar's per-request filtering), and adds no
         # Accept-Encoding of its own: Triton gzips an inference response whenever one is sent.
         self.session = aiohttp.ClientSession(
@@ -181,94 +189,78 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
-        # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
-        runner = web.ServerRunner(
-            # The gate inflates bodies itself (``body``); a refused body is never read on (no lingering).
-            web.Server(self.handle, access_log=None, auto_decompress=False, lingering_time=0, logger=HTTP_LOGGER),
-            handle_signals=False,
-            shutdown_timeout=self.cfg.exit_timeout_s,
-        )
         self.admission = Admission(
             self.policy.max_bytes_in_flight, self.cfg.max_bytes_in_flight, self.cfg.admission_wait_s
         )
-        await runner.setup()
-        await web.SockSite(runner, http_sock).start()
-        metrics_runner = None
-        if metrics_sock is not None:
+        # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
+        # The gate inflates bodies itself (``body``); a refused body is never read on (no lingering).
+        handler = web.Server(self.handle, access_log=None, auto_decompress=False, lingering_time=0, logger=HTTP_LOGGER)
+        runners = {"http": web.ServerRunner(handler, handle_signals=False, shutdown_timeout=self.cfg.exit_timeout_s)}
+        if "metrics" in socks:
             metrics_app = web.Application()
             metrics_app.router.add_route("GET", "/{tail:.*}", self.handle_metrics)
-            metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False, logger=HTTP_LOGGER)
-            await metrics_runner.setup()
-            await web.SockSite(metrics_runner, metrics_sock).start()
-        grpc_server = pump = None
-        if grpc_sock is not None:
-            from triton_gate.grpc_proxy import start_grpc
+            runners["metrics"] = web.AppRunner(metrics_app, access_log=None, handle_signals=False, logger=HTTP_LOGGER)
+        for name, runner in runners.items():
+            await runner.setup()
+            await web.SockSite(runner, socks[name]).start()
+        if "grpc" not in socks:
+            return list(runners.values()), None
+        from triton_gate.grpc_proxy import start_grpc
 
-            grpc_server, pump = await start_grpc(self, grpc_sock)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        primary = self.worker == 0
-        monitor = asyncio.create_task(self.monitor()) if primary else None
-        await stop.wait()
-        # Drain: not ready, refuse new inference, let in-flight requests finish, then stop Triton.
+        return list(runners.values()), await start_grpc(self, socks["grpc"])
+
+    async def drain(self, runners: list, grpc_proxy: tuple | None) -> None:
+        """Not ready, new inference refused; in-flight requests finish (up to the exit timeout), then
+        the servers and the session close."""
         self.draining = True
-        exit_timeout_s = self.cfg.exit_timeout_s
-        workers = loop.run_in_executor(None, stop_workers, self.worker_pids, exit_timeout_s + 5) if primary else None
+        if self.worker == 0:
+            loop = asyncio.get_running_loop()
+            self.stopped_workers = loop.run_in_executor(
+                None, stop_workers, self.worker_processes, self.cfg.exit_timeout_s + 5
+            )
         log(f"worker {self.worker}: draining {self.in_flight} in-flight request(s)")
-        deadline = time.monotonic() + exit_timeout_s
+        deadline = time.monotonic() + self.cfg.exit_timeout_s
         while self.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if grpc_server is not None:
+        if grpc_proxy is not None:
+            grpc_server, pump = grpc_proxy
             await grpc_server.stop(grace=max(0.0, deadline - time.monotonic()))
-        if pump is not None:
             pump.close()
-        await runner.cleanup()
-        if metrics_runner is not None:
-            await metrics_runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
         await self.session.close()
-        if not primary:
-            return 0
-        monitor.cancel()
-        await workers
-        code = 0
-        if self.triton.poll() is None:
+
+    async def stop_triton(self) -> int:
+        """After the workers have stopped, SIGTERM to tritonserver (killed past its exit timeout);
+        1 when it had already exited by itself."""
+        await self.stopped_workers
+        code = 0 if self.triton.poll() is None else 1
+        if code == 0:
             self.triton.send_signal(signal.SIGTERM)
             try:
-                await loop.run_in_executor(None, self.triton.wait, exit_timeout_s + 10)
+                await asyncio.get_running_loop().run_in_executor(None, self.triton.wait, self.cfg.exit_timeout_s + 10)
             except subprocess.TimeoutExpired:
                 self.triton.kill()
-        else:
-            code = 1
         log(f"stopped (tritonserver exit code {self.triton.returncode})")
         return code
 
 
-def run_gate(config: GateConfig, socks: list[dict[str, socket.socket | None]]) -> int:
+def run_gate(config: GateConfig, socks: list[dict[str, socket.socket]]) -> int:
     """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM:
     one worker process per entry (``workers``), each serving its own sockets."""
     gate = Gate(config, workers=len(socks))
     gate.start_triton()
-    try:
-        import uvloop  # a faster event loop where installed (pyproject.toml)
-
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
 
     def serve(worker: int) -> int:
         gate.worker = worker
         for other in socks[:worker] + socks[worker + 1 :]:  # a worker that dies takes its sockets along
             for sock in other.values():
-                if sock is not None:
-                    sock.close()
-        mine = socks[worker]
-        return runner(gate.run(mine["http"], mine.get("grpc"), mine.get("metrics")))
+                sock.close()
+        return uvloop.run(gate.run(socks[worker]))
 
-    gate.worker_pids = fork_workers(gate.workers, serve)
+    gate.worker_processes = fork_workers(gate.workers, serve)
     if gate.workers > 1:
-        log(f"{gate.workers} workers: pids {[os.getpid(), *gate.worker_pids]}")
+        log(f"{gate.workers} workers: pids {[os.getpid(), *(worker.pid for worker in gate.worker_processes)]}")
     return serve(0)
 
 
@@ -283,7 +275,3 @@ def main(argv: list[str] | None = None) -> int:
     if config.raise_priority:
         raise_priority()
     return run_gate(config, socks)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

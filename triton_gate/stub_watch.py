@@ -20,7 +20,6 @@ import psutil
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from triton_gate import log
-from triton_gate.workers import exited
 
 
 def expected_stubs(config: ModelConfig) -> int:
@@ -72,16 +71,16 @@ class StubWatch:
     async def monitor(self) -> None:
         known: dict[str, set[int]] = {}
         while True:
-            await asyncio.sleep(self.monitor_interval)
+            await asyncio.sleep(self.cfg.monitor_interval_s)
             if self.triton.poll() is not None:
                 if not self.draining:
                     log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
-            gone = exited(self.worker_pids)
+            gone = [worker for worker in self.worker_processes if not worker.is_alive()]
             if gone and not self.draining:
-                log(f"gate worker(s) {gone} exited; the gate exits too")
-                self.worker_pids = [p for p in self.worker_pids if p not in gone]
+                log(f"gate worker(s) {[worker.pid for worker in gone]} exited; the gate exits too")
+                self.worker_processes = [worker for worker in self.worker_processes if worker not in gone]
                 os.kill(os.getpid(), signal.SIGTERM)
             try:
                 known = await self.watch_stubs(known)
@@ -115,7 +114,7 @@ class StubWatch:
                 self.broken[model] = now
                 self.event("stub_died", model=model, pids=dead)
                 log(f"stub process(es) {dead} of model '{model}' died; readiness is false")
-                if self.auto_reload:
+                if self.cfg.auto_reload:
                     asyncio.create_task(self.reload(model))
         if {m: len(p) for m, p in tracked.items()} != {m: len(p) for m, p in known.items()}:
             log("stubs of READY models: " + ", ".join(f"{m} x{len(p)}" for m, p in sorted(tracked.items())))
@@ -130,7 +129,7 @@ class StubWatch:
             if not old & (await loop.run_in_executor(None, self.stubs)).get(model, set()):
                 break
             await asyncio.sleep(0.2)
-        self.changing[model] = time.monotonic() + 2 * self.monitor_interval
+        self.changing[model] = time.monotonic() + 2 * self.cfg.monitor_interval_s
 
     async def reload(self, model: str) -> None:
         self.reloading[model] = True

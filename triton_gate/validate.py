@@ -314,48 +314,63 @@ def check_header(
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise GateError(400, "each output must be an object with a 'name' string")
             _check_parameters(out.get("parameters"), f"output '{out.get('name')}'", "output")
-    binary_offset = 0
-    seen = set()
+    binary_offset, seen = 0, set()
     for item in inputs:
         if not isinstance(item, dict):
             raise GateError(400, "each input must be an object")
-        name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
-        where = f"input '{name}'"
-        elements, size = check_input(model, config, name, datatype, shape, max_dims, seen)
-        params = item.get("parameters") or {}
-        _check_parameters(params, where, "input")
-        if "data" in item:
-            if "binary_data_size" in params or "shared_memory_region" in params:
-                raise GateError(400, f"{where}: both 'data' and binary or shared-memory data")
-            count = count_values(item["data"], max(len(shape), 1), datatype)
-            if count != elements:
-                raise GateError(
-                    400, f"{where}: shape {shape} declares {elements} values of {datatype}, 'data' holds {count}"
-                )
-        elif "binary_data_size" in params or "shared_memory_region" in params:
-            key = "binary_data_size" if "binary_data_size" in params else "shared_memory_byte_size"
-            nbytes = params.get(key)  # a non-negative integer where given (_check_parameters)
-            if nbytes is None:
-                raise GateError(400, f"{where}: shared_memory_byte_size must be a non-negative integer")
-            if key == "binary_data_size":
-                if binary_offset + nbytes > len(binary):
-                    raise GateError(
-                        400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes of binary data sent"
-                    )
-                section = binary[binary_offset : binary_offset + nbytes]
-                binary_offset += nbytes
-                count = count_bytes_elements(section, elements) if size is None else elements
-                if count != elements:
-                    raise GateError(
-                        400, f"{where}: shape {shape} declares {elements} BYTES elements, the binary data holds {count}"
-                    )
-            if size is not None and nbytes != elements * size:
-                raise GateError(
-                    400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, {key} is {nbytes}"
-                )
-        else:
-            raise GateError(400, f"{where} has no 'data', binary_data_size or shared_memory_region")
+        binary_offset += check_input_data(model, config, item, binary[binary_offset:], max_dims, seen)
     if binary_offset != len(binary):
         raise GateError(
             400, f"{len(binary) - binary_offset} bytes of binary data sent after the inputs declare none for them"
         )
+
+
+def check_input_data(
+    model: str, config: ModelConfig, item: dict, binary: memoryview, max_dims: dict | None, seen: set
+) -> int:
+    """One input of a header (``check_input``) and its data: JSON ``data``, a binary section at the
+    start of ``binary``, or a shared-memory region. Returns the binary bytes it takes."""
+    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+    where = f"input '{name}'"
+    elements, size = check_input(model, config, name, datatype, shape, max_dims, seen)
+    params = item.get("parameters") or {}
+    _check_parameters(params, where, "input")
+    if "data" in item:
+        if "binary_data_size" in params or "shared_memory_region" in params:
+            raise GateError(400, f"{where}: both 'data' and binary or shared-memory data")
+        count = count_values(item["data"], max(len(shape), 1), datatype)
+        if count != elements:
+            raise GateError(
+                400, f"{where}: shape {shape} declares {elements} values of {datatype}, 'data' holds {count}"
+            )
+        return 0
+    if "binary_data_size" in params:
+        nbytes = params["binary_data_size"]  # a non-negative integer (_check_parameters)
+        if nbytes > len(binary):
+            raise GateError(
+                400, f"{where}: binary_data_size {nbytes} runs past the {len(binary)} bytes of binary data left"
+            )
+        check_binary(where, shape, datatype, elements, size, binary[:nbytes], f"binary_data_size is {nbytes}")
+        return nbytes
+    if "shared_memory_region" not in params:
+        raise GateError(400, f"{where} has no 'data', binary_data_size or shared_memory_region")
+    nbytes = params.get("shared_memory_byte_size")
+    if nbytes is None:
+        raise GateError(400, f"{where}: shared_memory_byte_size must be a non-negative integer")
+    if size is not None and nbytes != elements * size:
+        raise GateError(
+            400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, shared_memory_byte_size is {nbytes}"
+        )
+    return 0
+
+
+def check_binary(where: str, shape: list[int], datatype: str, elements: int, size: int | None, data, sent: str) -> None:
+    """Binary data of one input (an HTTP binary section, gRPC raw contents) against its declared
+    shape x datatype: its exact size (else refused, ``sent`` saying what was), or for BYTES exactly
+    ``elements`` length-prefixed elements."""
+    if size is not None and len(data) != elements * size:
+        raise GateError(400, f"{where}: shape {shape} x {datatype} is {elements * size} bytes, {sent}")
+    count = count_bytes_elements(memoryview(data), elements) if size is None else elements
+    if count != elements:
+        held = "more" if count > elements else count
+        raise GateError(400, f"{where}: shape {shape} declares {elements} BYTES elements, the binary data holds {held}")

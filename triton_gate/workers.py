@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import signal
+import sys
 import time
 from collections.abc import Callable, Iterator, MutableMapping
+from multiprocessing.process import BaseProcess
 
 from triton_gate.isolation import sigterm_when_parent_dies
 
@@ -80,45 +81,30 @@ def shared_state(workers: int) -> dict[str, MutableMapping]:
     return {name: SharedDict() if workers > 1 else {} for name in names}
 
 
-def fork_workers(count: int, serve: Callable[[int], int]) -> list[int]:
-    """Fork workers 1 .. count-1, each running ``serve(index)`` and exiting with its code; the
-    kernel sends each SIGTERM when the primary dies. Returns their pids."""
-    primary, pids = os.getpid(), []
-    for index in range(1, count):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                sigterm_when_parent_dies()
-                if os.getppid() == primary:  # else the primary died before the line above
-                    code = serve(index)
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    return pids
+def fork_workers(count: int, serve: Callable[[int], int]) -> list[BaseProcess]:
+    """Fork workers 1 .. count-1, each exiting with the code of ``serve(index)``; the kernel sends
+    each SIGTERM when the primary dies."""
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=run_worker, args=(serve, index, os.getpid())) for index in range(1, count)]
+    for worker in workers:
+        worker.start()
+    return workers
 
 
-def exited(pids: list[int]) -> list[int]:
-    """The workers of ``pids`` that have exited (reaped)."""
-    gone = []
-    for pid in pids:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                gone.append(pid)
-        except ChildProcessError:
-            gone.append(pid)
-    return gone
+def run_worker(serve: Callable[[int], int], index: int, primary: int) -> None:
+    sigterm_when_parent_dies()
+    if os.getppid() != primary:  # the primary died before the line above
+        sys.exit(1)
+    sys.exit(serve(index))
 
 
-def stop_workers(pids: list[int], timeout_s: float) -> None:
+def stop_workers(workers: list[BaseProcess], timeout_s: float) -> None:
     """SIGTERM every worker still running, wait up to ``timeout_s`` for them to drain, kill the rest."""
-    running = [p for p in pids if p not in exited(pids)]
-    for pid in running:
-        os.kill(pid, signal.SIGTERM)
+    for worker in workers:
+        worker.terminate()
     deadline = time.monotonic() + timeout_s
-    while running and time.monotonic() < deadline:
-        time.sleep(0.05)
-        running = [p for p in running if p not in exited(running)]
-    for pid in running:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            worker.kill()
+            worker.join()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from harness.repository import ModelConfig, config_from_json
 from triton_gate.stub_watch import StubWatch, expected_stubs
@@ -23,7 +24,7 @@ class Round(StubWatch):
     def __init__(self, configs: dict, stubs: dict[str, set[int]]):
         self.configs, self.listing = configs, stubs
         self.broken, self.reloading, self.changing, self.events = {}, set(), {}, []
-        self.auto_reload = False
+        self.cfg = SimpleNamespace(auto_reload=False)
 
     async def ready_models(self, strict: bool = False) -> set[str]:
         return set(self.configs)
