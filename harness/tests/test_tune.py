@@ -22,8 +22,8 @@ from harness.new import copy_deployment, install_packages
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
-from harness.tuning.cli import default_models, main
-from harness.tuning.search import Tuner, TuneSettings, verdict
+from harness.tuning.cli import default_models, main, parse
+from harness.tuning.search import Tuner, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides
 
@@ -87,7 +87,8 @@ def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_p
     space.models[0].engines["int8-file"] = {
         "embedding_onnx_text": {"parameters": {"onnx_model": "embedding_onnx_int8"}}
     }
-    settings = TuneSettings(trials=2, short_s=1.0, long_s=1.0, rounds=1, concurrency=1, study="gate")
+    argv = ["embedding_cpu", "--trials", "2", "--short", "1", "--long", "1", "--rounds", "1"]
+    settings = parse([*argv, "--concurrency", "1", "--study", "gate"])
     tuner = Tuner(deployment, space, settings, pool=ServerPool())
     try:
         tuner.open_study().enqueue_trial({"embedding_onnx_text:engine": "int8-file"})
