@@ -18,6 +18,7 @@ import shlex
 import sys
 
 import optuna
+from optuna.trial import TrialState
 
 from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
@@ -139,8 +140,8 @@ def applied(tuner: Tuner, config: dict[str, dict], note: str) -> int:
 
 def apply_trial(tuner: Tuner, number: int, command: str) -> int:
     """``--apply-trial N``: trial N of the study, measured after passing its checks, written and checked."""
-    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False)}
-    if trials.get(number) is None or trials[number].user_attrs.get("status") != "measured":
+    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    if number not in trials:
         raise ValueError(f"study {tuner.study.study_name!r} has no measured trial {number} (the table lists them)")
     return applied(tuner, trials[number].user_attrs["config"], f"Tuned values: trial {number} of {command}")
 

@@ -8,8 +8,8 @@ import json
 from itertools import takewhile
 from pathlib import Path
 
-import optuna
 from matplotlib.figure import Figure
+from optuna.trial import FrozenTrial, TrialState
 from tabulate import tabulate
 
 from harness.deployments import Deployment
@@ -19,9 +19,11 @@ from harness.variants import apply_overrides
 
 #: A candidate this far behind a sibling (one lever apart) is an anomaly worth a look.
 ANOMALY_FACTOR = 2.0
+#: What the table calls a trial in each state (a rejected candidate's trial failed).
+STATUS = {TrialState.COMPLETE: "measured", TrialState.FAIL: "rejected", TrialState.PRUNED: "pruned"}
 
 
-def changed(trial: optuna.trial.FrozenTrial, shipped: dict) -> str:
+def changed(trial: FrozenTrial, shipped: dict) -> str:
     """The lever values of ``trial`` that differ from the shipped config's."""
     diff = [f"{k.split(':', 1)[-1]}={v}" for k, v in sorted(trial.params.items()) if shipped.get(k) != v]
     return " ".join(diff) or "shipped"
@@ -33,13 +35,13 @@ def rows(trials, shipped_params: dict, shipped_value: float | None, objective: s
     for t in trials:
         attrs = t.user_attrs
         ratio = None
-        if attrs.get("status") == "measured" and shipped_value:
+        if t.state == TrialState.COMPLETE and shipped_value:
             ratio = shipped_value / t.value if objective == "latency" else t.value / shipped_value
         found.append(
             {
                 "trial": t.number,
                 "config": changed(t, shipped_params),
-                "status": attrs.get("status", t.state.name.lower()),
+                "status": STATUS.get(t.state, t.state.name.lower()),
                 "checks": attrs.get("checks", "-"),
                 "items_per_second": attrs.get("items_per_second"),
                 "p99_ms": attrs.get("p99_ms"),
@@ -81,7 +83,7 @@ def picture(found: list[dict], winner: int | None, shipped: int | None, path: Pa
 def anomalies(trials, objective: str) -> list[str]:
     """Candidates one lever apart where one is ``ANOMALY_FACTOR`` times worse: what Triton's
     statistics say of each (queue vs compute per request, batch) and which engine settings ran."""
-    measured = [t for t in trials if t.user_attrs.get("status") == "measured"]
+    measured = [t for t in trials if t.state == TrialState.COMPLETE]
     worse = (
         (lambda a, b: a.value > ANOMALY_FACTOR * b.value)
         if objective == "latency"

@@ -145,9 +145,7 @@ class Tuner:
         """The benchmark measured (``--benchmark``, else the first whose workload this server serves),
         kept in the study so a resumed run measures the same."""
         wanted = self.settings.benchmark or self.study.user_attrs.get("benchmark")
-        if wanted:
-            return self.named_benchmark(wanted)
-        found = benchmark_for(ctx, loaded, self.settings.target)
+        found = self.named_benchmark(wanted) if wanted else benchmark_for(ctx, loaded, self.settings.target)
         if found is None:
             raise ValueError(f"no benchmark of {self.deployment.name} calls {', '.join(loaded)}: pass --benchmark")
         self.study.set_user_attr("benchmark", found.id)
@@ -242,7 +240,6 @@ class Tuner:
                 self.gate(trial, ctx, overrides)
                 return self._measured_trial(trial, ctx, self.benchmark(ctx, loaded), overrides)
         except CandidateRejected as exc:
-            trial.set_user_attr("status", "rejected")
             trial.set_user_attr("reason", str(exc))
             print(f"trial {trial.number}: rejected: {exc}", flush=True)
             raise
@@ -251,11 +248,9 @@ class Tuner:
         short = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.short_s, phase="search-short"))
         trial.report(short, 0)
         if trial.should_prune():
-            trial.set_user_attr("status", "pruned")
             print(f"trial {trial.number}: pruned after the short run ({short:.1f})", flush=True)
             raise optuna.TrialPruned()
         value = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.long_s, phase="search-long"))
-        trial.set_user_attr("status", "measured")
         print(f"trial {trial.number}: {value:.1f} ({trial.user_attrs['checks']})", flush=True)
         return value
 
@@ -264,7 +259,7 @@ class Tuner:
 
     def candidates(self) -> tuple[optuna.trial.FrozenTrial | None, list[optuna.trial.FrozenTrial]]:
         """The shipped config's trial and the best measured others (feasible only), best first."""
-        done = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "measured"]
+        done = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         shipped_key = describe(self.space.shipped_overrides())
         shipped = next((t for t in done if t.user_attrs["key"] == shipped_key), None)
         sign = -1 if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else 1

@@ -39,12 +39,13 @@ LEVERS = (
 )
 
 
-def cpu_flags() -> set[str]:
+def runs_bf16() -> bool:
+    """The CPU runs BF16 natively (its ``/proc/cpuinfo`` flags say so)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+        return False
+    return any(flag in flags for flag in BF16_FLAGS)
 
 
 def runs_openvino(config: ModelConfig, overrides: dict) -> bool:
@@ -90,8 +91,8 @@ class ModelLevers:
     model: str
     config: ModelConfig
     engines: dict[str, dict[str, dict]]
-    cores: int
-    bf16: bool
+    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))  # the cores this process may use
+    bf16: bool = field(default_factory=runs_bf16)
     only: set[str] = field(default_factory=lambda: set(LEVERS))
 
     def name(self, lever: str) -> str:
@@ -202,14 +203,6 @@ def build_space(
         config = read_config(path)
         if config.platform == "ensemble":
             raise ValueError(f"{model} is an ensemble: it has no instances or batcher of its own; tune its steps")
-        found.append(
-            ModelLevers(
-                model=model,
-                config=config,
-                engines=engine_choices(deployment, model, target),
-                cores=len(os.sched_getaffinity(0)),  # the cores this process may use
-                bf16=bool(cpu_flags() & set(BF16_FLAGS)),
-                only=set(levers or LEVERS),
-            )
-        )
+        engines = engine_choices(deployment, model, target)
+        found.append(ModelLevers(model, config, engines, only=set(levers or LEVERS)))
     return Space(found)
