@@ -154,10 +154,8 @@ def tune(tuner: Tuner, args) -> int:
         return apply_trial(tuner, args.apply_trial, args.command)
     tuner.search(max(60.0, args.budget_minutes * 60 - final_s))
     shipped, finalists = tuner.candidates()
-    rounds = {}
-    if shipped is not None and finalists:
-        rounds = tuner.final_rounds(shipped, finalists)
-    result = verdict(finalists if rounds else [], rounds)
+    rounds = tuner.final_rounds(shipped, finalists) if shipped is not None and finalists else {}
+    result = verdict(finalists, rounds)
     report(tuner, shipped, result, args)
     if shipped is None:
         print("the shipped config was not measured (its trial was rejected: see the table)", file=sys.stderr)

@@ -5,7 +5,7 @@ compute times and the engine that ran) and ``--apply`` (the winner's values into
 from __future__ import annotations
 
 import json
-from itertools import takewhile
+from itertools import permutations, takewhile
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -90,16 +90,15 @@ def anomalies(trials, objective: str) -> list[str]:
         else (lambda a, b: a.value * ANOMALY_FACTOR < b.value)
     )
     notes = []
-    for slow in measured:
-        for sibling in measured:
-            apart = [k for k in slow.params if slow.params[k] != sibling.params.get(k)]
-            if len(apart) == 1 and worse(slow, sibling):
-                k = apart[0]
-                notes.append(
-                    f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} ({k}={sibling.params[k]}): "
-                    f"{slow.value:.1f} vs {sibling.value:.1f}\n"
-                    f"    trial {slow.number}: {describe_statistics(slow)}\n    trial {sibling.number}: {describe_statistics(sibling)}"
-                )
+    for slow, sibling in permutations(measured, 2):
+        apart = [k for k in slow.params if slow.params[k] != sibling.params.get(k)]
+        if len(apart) == 1 and worse(slow, sibling):
+            k = apart[0]
+            notes.append(
+                f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} ({k}={sibling.params[k]}): "
+                f"{slow.value:.1f} vs {sibling.value:.1f}\n"
+                f"    trial {slow.number}: {describe_statistics(slow)}\n    trial {sibling.number}: {describe_statistics(sibling)}"
+            )
     return notes
 
 

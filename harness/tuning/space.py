@@ -119,7 +119,8 @@ class ModelLevers:
 
     def suggest(self, trial) -> dict[str, dict]:
         """``{model: overrides}`` of the values ``trial`` picks (``optuna.Trial`` or a fixed one)."""
-        values, tuned = self.values(), self.only.__contains__
+        values = self.values()
+        tuned = self.only.__contains__
 
         def pick(lever: str):
             if lever in ("instance_count", "threads"):
