@@ -68,9 +68,12 @@ def run_benchmark(
     protocol: str | None = None,
     on_level: Callable[[LoadResult], None] | None = None,
     record_fields: dict | None = None,
+    backends_of: tuple[str, ...] = (),
+    ceiling: bool = True,
 ) -> list[dict]:
     """Run one scenario at each concurrency and append a record per level (with ``record_fields``,
-    e.g. a comparison run's ``comparison``); returns them."""
+    e.g. a comparison run's ``comparison``; the backends of ``backends_of`` too; the in-process
+    ceiling unless ``ceiling`` is False); returns them."""
     workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
     protocol = protocol or benchmark.protocol
     if protocol == "grpc" and not ctx.server.grpc_url:
@@ -85,11 +88,15 @@ def run_benchmark(
         server=ctx.server.describe(),
         backends=model_backends(ctx, workload.model),
     )
+    for model in backends_of:
+        if model not in scenario["backend_implementation"]:
+            scenario["backend_implementation"].update(model_backends(ctx, model))
     records = []
 
     def record(level: LoadResult) -> None:
         metrics = level.metrics(workload.items_per_request)
-        records.append({**scenario, **metrics, **ceiling_fields(workload, level, duration_s), **(record_fields or {})})
+        limit = ceiling_fields(workload, level, duration_s) if ceiling else {}
+        records.append({**scenario, **metrics, **limit, **(record_fields or {})})
         append_record(records[-1])
         if on_level:
             on_level(level)

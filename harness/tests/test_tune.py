@@ -22,8 +22,8 @@ from harness.new import copy_deployment, install_packages
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
-from harness.tuning.cli import default_models, main
-from harness.tuning.search import Tuner, TuneSettings, verdict
+from harness.tuning.cli import default_models, main, parse
+from harness.tuning.search import Tuner, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides
 
@@ -87,7 +87,8 @@ def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_p
     space.models[0].engines["int8-file"] = {
         "embedding_onnx_text": {"parameters": {"onnx_model": "embedding_onnx_int8"}}
     }
-    settings = TuneSettings(trials=2, short_s=1.0, long_s=1.0, rounds=1, concurrency=1, study="gate")
+    argv = ["embedding_cpu", "--trials", "2", "--short", "1", "--long", "1", "--rounds", "1"]
+    settings = parse([*argv, "--concurrency", "1", "--study", "gate"])
     tuner = Tuner(deployment, space, settings, pool=ServerPool())
     try:
         tuner.open_study().enqueue_trial({"embedding_onnx_text:engine": "int8-file"})
@@ -97,11 +98,11 @@ def test_a_candidate_that_fails_the_checks_is_discarded_and_never_measured(tmp_p
         tuner.pool.close()
     trials = {t.params["embedding_onnx_text:engine"]: t for t in tuner.study.get_trials()}
     rejected = trials["int8-file"]
-    assert rejected.state == optuna.trial.TrialState.FAIL and rejected.user_attrs["status"] == "rejected"
+    assert rejected.state == optuna.trial.TrialState.FAIL
     assert rejected.user_attrs["reason"].startswith("check ") and "failed" in rejected.user_attrs["reason"]
     assert "items_per_second" not in rejected.user_attrs
     assert shipped is trials["shipped"] or shipped.number == trials["shipped"].number
-    assert shipped.user_attrs["status"] == "measured" and finalists == []
+    assert shipped.state == optuna.trial.TrialState.COMPLETE and finalists == []
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert records and {r["trial"] for r in records} == {shipped.number}, "only the shipped config was measured"
 

@@ -16,16 +16,16 @@ import json
 import re
 import shlex
 import sys
-from dataclasses import fields
 
 import optuna
+from optuna.trial import TrialState
 
 from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import CandidateRejected, Tuner, TuneSettings, run_checks, variant_key, verdict
+from harness.tuning.search import CandidateRejected, Tuner, run_checks, verdict
 from harness.tuning.space import LEVERS, Space, build_space
 
 
@@ -63,41 +63,41 @@ def default_models(deployment) -> list[str]:
 
 
 def smoke_candidates(space: Space) -> list[dict]:
-    """The shipped lever values, then each lever's every value with the others as shipped (an engine
-    that runs OpenVINO: at each precision)."""
+    """The shipped lever values, then each lever's every value with the others as shipped (each engine
+    at each precision: one that runs OpenVINO picks one, where the shipped config may have none)."""
     shipped = space.shipped_params()
     found = [shipped]
     for levers in space.models:
-        values = levers.values()
-        for name, choices in values.items():
+        values = {lever: choices for lever, choices in levers.values().items() if lever in levers.only}
+        for lever, choices in values.items():
             for value in choices:
-                found.append({**shipped, name: value})
-                precision = levers.name("precision")
-                if name == levers.name("engine") and precision in values:
-                    found += [{**shipped, name: value, precision: p} for p in values[precision]]
+                picked = {**shipped, levers.name(lever): value}
+                if lever == "engine" and "precision" in values:
+                    found += [{**picked, levers.name("precision"): p} for p in values["precision"]]
+                else:
+                    found.append(picked)
     return found
 
 
 def smoke(tuner: Tuner) -> int:
-    """Every lever value served and checked, one at a time; 1 when any failed."""
-    failed, seen = [], set()
+    """Every lever value served and checked, one at a time (a study in memory keeps the gate); 1
+    when any failed."""
+    tuner.study = optuna.create_study()
+    candidates = {}  # distinct overrides, in order: lever values that change nothing served once
     for params in smoke_candidates(tuner.space):
         overrides = tuner.space.suggest(optuna.trial.FixedTrial(params))
-        key = json.dumps(overrides, sort_keys=True)
-        if key in seen:
-            continue
-        seen.add(key)
+        candidates.setdefault(json.dumps(overrides, sort_keys=True), (params, overrides))
+    failed = []
+    for key, (params, overrides) in candidates.items():
         trial = optuna.trial.FixedTrial(params)
         try:
-            tuner.gate(trial, tuner.serve(overrides)[0], overrides)
-            verdict_text = f"checks {trial.user_attrs['checks']}"
+            with tuner.served(overrides) as (ctx, _):
+                tuner.gate(trial, ctx, overrides)
+            print(f"ok     {key}\n       checks {trial.user_attrs['checks']}", flush=True)
         except CandidateRejected as exc:
-            verdict_text = str(exc)
             failed.append(key)
-        finally:
-            tuner.pool.release(variant_key(tuner.deployment, overrides))
-        print(f"{'ok    ' if key not in failed else 'FAILED'} {key}\n       {verdict_text}", flush=True)
-    print(f"{len(seen) - len(failed)}/{len(seen)} candidates started and passed their checks")
+            print(f"FAILED {key}\n       {exc}", flush=True)
+    print(f"{len(candidates) - len(failed)}/{len(candidates)} candidates started and passed their checks")
     return 1 if failed else 0
 
 
@@ -132,35 +132,30 @@ def applied(tuner: Tuner, config: dict[str, dict], note: str) -> int:
     for path in apply(tuner.deployment, config, note):
         print(f"wrote {path}")
     noop = {tuner.models[0]: {}}  # the configs as now written, on a server of the tuned models only
-    try:
-        outcome = run_checks(tuner.serve(noop)[0], tuner.gate_checks())
-    finally:
-        tuner.pool.release(variant_key(tuner.deployment, noop))
+    with tuner.served(noop) as (ctx, _):
+        outcome = run_checks(ctx, tuner.study.user_attrs.get("gate_checks"))
     print(f"checks on the applied configs: {outcome.summary()}" + (f"\n{outcome.reason()}" if outcome.failed else ""))
     return 1 if outcome.failed or not outcome.passed else 0
 
 
 def apply_trial(tuner: Tuner, number: int, command: str) -> int:
     """``--apply-trial N``: trial N of the study, measured after passing its checks, written and checked."""
-    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False)}
-    if trials.get(number) is None or trials[number].user_attrs.get("status") != "measured":
+    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    if number not in trials:
         raise ValueError(f"study {tuner.study.study_name!r} has no measured trial {number} (the table lists them)")
     return applied(tuner, trials[number].user_attrs["config"], f"Tuned values: trial {number} of {command}")
 
 
 def tune(tuner: Tuner, args) -> int:
     """Search within the budget less the final rounds' share, then the final rounds and the verdict."""
-    settings = tuner.settings
-    final_s = (settings.finalists + 1) * (settings.rounds * (settings.long_s + 1) + 30)
+    final_s = (args.finalists + 1) * (args.rounds * (args.long_s + 1) + 30)
     tuner.open_study()
     if args.apply_trial is not None:
         return apply_trial(tuner, args.apply_trial, args.command)
     tuner.search(max(60.0, args.budget_minutes * 60 - final_s))
     shipped, finalists = tuner.candidates()
-    rounds = {}
-    if shipped is not None and finalists:
-        rounds = tuner.final_rounds(shipped, finalists)
-    result = verdict(finalists if rounds else [], rounds)
+    rounds = tuner.final_rounds(shipped, finalists) if shipped is not None and finalists else {}
+    result = verdict(finalists, rounds)
     report(tuner, shipped, result, args)
     if shipped is None:
         print("the shipped config was not measured (its trial was rejected: see the table)", file=sys.stderr)
@@ -177,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv)
     args.command = "python -m harness tune " + shlex.join(argv)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # rejections: our own line, no traceback
     deployment = get_deployment(args.deployment)
     space = build_space(deployment, args.models or default_models(deployment), args.target, args.levers)
-    settings = TuneSettings(**{k: v for k, v in vars(args).items() if k in {f.name for f in fields(TuneSettings)}})
-    tuner = Tuner(deployment, space, settings, pool=ServerPool(mode=args.mode, target=args.target))
+    tuner = Tuner(deployment, space, args, pool=ServerPool(mode=args.mode, target=args.target))
     try:
         return smoke(tuner) if args.smoke else tune(tuner, args)
     finally:

@@ -5,9 +5,12 @@ compute times and the engine that ran) and ``--apply`` (the winner's values into
 from __future__ import annotations
 
 import json
+from itertools import permutations, takewhile
 from pathlib import Path
 
-import optuna
+from matplotlib.figure import Figure
+from optuna.trial import FrozenTrial, TrialState
+from tabulate import tabulate
 
 from harness.deployments import Deployment
 from harness.manifest import ConfigOverrides
@@ -16,9 +19,11 @@ from harness.variants import apply_overrides
 
 #: A candidate this far behind a sibling (one lever apart) is an anomaly worth a look.
 ANOMALY_FACTOR = 2.0
+#: What the table calls a trial in each state (a rejected candidate's trial failed).
+STATUS = {TrialState.COMPLETE: "measured", TrialState.FAIL: "rejected", TrialState.PRUNED: "pruned"}
 
 
-def changed(trial: optuna.trial.FrozenTrial, shipped: dict) -> str:
+def changed(trial: FrozenTrial, shipped: dict) -> str:
     """The lever values of ``trial`` that differ from the shipped config's."""
     diff = [f"{k.split(':', 1)[-1]}={v}" for k, v in sorted(trial.params.items()) if shipped.get(k) != v]
     return " ".join(diff) or "shipped"
@@ -30,13 +35,13 @@ def rows(trials, shipped_params: dict, shipped_value: float | None, objective: s
     for t in trials:
         attrs = t.user_attrs
         ratio = None
-        if attrs.get("status") == "measured" and shipped_value:
+        if t.state == TrialState.COMPLETE and shipped_value:
             ratio = shipped_value / t.value if objective == "latency" else t.value / shipped_value
         found.append(
             {
                 "trial": t.number,
                 "config": changed(t, shipped_params),
-                "status": attrs.get("status", t.state.name.lower()),
+                "status": STATUS.get(t.state, t.state.name.lower()),
                 "checks": attrs.get("checks", "-"),
                 "items_per_second": attrs.get("items_per_second"),
                 "p99_ms": attrs.get("p99_ms"),
@@ -48,67 +53,52 @@ def rows(trials, shipped_params: dict, shipped_value: float | None, objective: s
 
 
 def table(found: list[dict]) -> str:
-    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    lines = [f"{'#':>3} {'status':9} {'checks':24} {'items/s':>9} {'p99 ms':>8} {'ratio':>6}  config"]
-    for r in found:
-        lines.append(
-            f"{r['trial']:>3} {r['status']:9} {r['checks']:24} {fmt(r['items_per_second'], '9.1f')} "
-            f"{fmt(r['p99_ms'], '8.1f')} {fmt(r['ratio'], '6.2f')}  {r['config']}"
-            + (f"\n{'':>4}{r['reason']}" if r["reason"] else "")
-        )
-    return "\n".join(lines)
+    """The rows as a text table; a rejected candidate's reason on the line under it."""
+    headers = ["#", "status", "checks", "items/s", "p99 ms", "ratio", "config"]
+    keys = ["trial", "status", "checks", "items_per_second", "p99_ms", "ratio", "config"]
+    body = [[r[k] for k in keys[:-1]] + [r["config"] + (f"\n{r['reason']}" if r["reason"] else "")] for r in found]
+    return tabulate(body, headers, floatfmt=("", "", "", ".1f", ".1f", ".2f"), missingval="-", tablefmt="plain")
 
 
 def picture(found: list[dict], winner: int | None, shipped: int | None, path: Path, title: str) -> Path:
     """items/s vs p99 of every measured candidate, the shipped config and the winner marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     measured = [r for r in found if r["items_per_second"] is not None and r["status"] == "measured"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter(
-        [r["p99_ms"] for r in measured], [r["items_per_second"] for r in measured], c="tab:blue", label="candidate"
-    )
-    for number, style in (
-        (shipped, dict(c="black", marker="s", label="shipped")),
-        (winner, dict(c="tab:red", marker="*", s=200, label="winner")),
+    fig = Figure(figsize=(7, 4.5), layout="tight")
+    ax = fig.subplots()
+    for label, trials, style in (
+        ("candidate", measured, dict(c="tab:blue")),
+        ("shipped", [r for r in measured if r["trial"] == shipped], dict(c="black", marker="s")),
+        ("winner", [r for r in measured if r["trial"] == winner], dict(c="tab:red", marker="*", s=200)),
     ):
-        mine = [r for r in measured if r["trial"] == number]
-        if mine:
-            ax.scatter([mine[0]["p99_ms"]], [mine[0]["items_per_second"]], **style)
-    ax.set_xlabel("p99 latency (ms)")
-    ax.set_ylabel("items/s")
+        if trials:
+            ax.scatter([r["p99_ms"] for r in trials], [r["items_per_second"] for r in trials], label=label, **style)
+    ax.set(xlabel="p99 latency (ms)", ylabel="items/s")
     ax.set_title(title, fontsize=9)
     ax.legend()
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def anomalies(trials, objective: str) -> list[str]:
     """Candidates one lever apart where one is ``ANOMALY_FACTOR`` times worse: what Triton's
     statistics say of each (queue vs compute per request, batch) and which engine settings ran."""
-    measured = [t for t in trials if t.user_attrs.get("status") == "measured"]
+    measured = [t for t in trials if t.state == TrialState.COMPLETE]
     worse = (
         (lambda a, b: a.value > ANOMALY_FACTOR * b.value)
         if objective == "latency"
         else (lambda a, b: a.value * ANOMALY_FACTOR < b.value)
     )
     notes = []
-    for slow in measured:
-        for sibling in measured:
-            apart = [k for k in slow.params if slow.params[k] != sibling.params.get(k)]
-            if len(apart) == 1 and worse(slow, sibling):
-                k = apart[0]
-                notes.append(
-                    f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} ({k}={sibling.params[k]}): "
-                    f"{slow.value:.1f} vs {sibling.value:.1f}\n"
-                    f"    trial {slow.number}: {describe_statistics(slow)}\n    trial {sibling.number}: {describe_statistics(sibling)}"
-                )
+    for slow, sibling in permutations(measured, 2):
+        apart = [k for k in slow.params if slow.params[k] != sibling.params.get(k)]
+        if len(apart) == 1 and worse(slow, sibling):
+            k = apart[0]
+            notes.append(
+                f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} ({k}={sibling.params[k]}): "
+                f"{slow.value:.1f} vs {sibling.value:.1f}\n"
+                f"    trial {slow.number}: {describe_statistics(slow)}\n    trial {sibling.number}: {describe_statistics(sibling)}"
+            )
     return notes
 
 
@@ -130,17 +120,8 @@ def apply(deployment: Deployment, overrides: dict[str, dict], note: str) -> list
     written = []
     for model, fields in overrides.items():
         path = deployment.model_repository / model / "config.pbtxt"
-        header = [line for line in _leading_comments(path.read_text())]
+        header = list(takewhile(lambda line: line.startswith("#"), path.read_text().splitlines()))
         write_config(apply_overrides(read_config(path), ConfigOverrides(**fields)), path)
         path.write_text("\n".join([*header, f"# {note}", path.read_text()]))
         written.append(path)
     return written
-
-
-def _leading_comments(text: str) -> list[str]:
-    lines = []
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line)
-    return lines

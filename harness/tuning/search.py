@@ -5,9 +5,12 @@ and the shipped config measured again in alternating rounds on servers up at onc
 
 from __future__ import annotations
 
+import argparse
 import logging
 import statistics
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import optuna
@@ -15,17 +18,18 @@ import pytest
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment
-from harness.manifest import ConfigOverrides, overrides_table
-from harness.measuring.bench import model_backends
-from harness.measuring.loadgen import GENERATOR, run_load
-from harness.measuring.records import append_record, results_dir, scenario_fields
+from harness.manifest import overrides_table
+from harness.measuring.bench import run_benchmark
+from harness.measuring.records import results_dir
 from harness.repository import dependencies, model_dirs
-from harness.session import ServerPool
-from harness.session import variant_key as variant_key_typed
-from harness.tuning.space import Space
+from harness.session import ServerPool, variant_key
+from harness.tuning.space import LEVERS, Space
 from harness.variants import describe as describe_typed
 
 log = logging.getLogger(__name__)
+
+#: ``comparison`` of the records a tune run writes (the results matrix keeps them out of its cells).
+COMPARISON = "tune"
 
 
 class CandidateRejected(Exception):
@@ -53,22 +57,9 @@ class CheckOutcome:
         return f"check {name} failed: {' '.join(why.split())[:300]}"
 
 
-def typed(overrides: dict[str, dict]) -> dict[str, ConfigOverrides]:
-    """A candidate's overrides (plain dicts: Optuna keeps them as trial attributes) as the core takes them."""
-    return overrides_table(overrides)
-
-
 def describe(overrides: dict[str, dict]) -> str:
-    return describe_typed(typed(overrides))
-
-
-def variant_key(deployment, overrides: dict[str, dict]) -> str:
-    return variant_key_typed(deployment, typed(overrides))
-
-
-def loaded_models(deployment: Deployment, models: list[str], benchmark: Benchmark | None = None) -> list[str]:
-    """What a candidate's server loads: the tuned models, the benchmark's, and what they call."""
-    return dependencies(deployment.model_repository, [*models, *(benchmark.models if benchmark else [])])
+    """The label of a candidate's overrides (plain dicts: Optuna keeps them as trial attributes)."""
+    return describe_typed(overrides_table(overrides))
 
 
 def run_checks(ctx: DeploymentContext, names: list[str] | None = None) -> CheckOutcome:
@@ -103,136 +94,62 @@ def benchmark_for(ctx: DeploymentContext, loaded: list[str], target: str) -> Ben
     return None
 
 
-def tuned_benchmark(benchmark: Benchmark, overrides: dict[str, dict]) -> Benchmark:
-    """``benchmark`` with the candidate's overrides as its config (what its records carry)."""
-    return benchmark.model_copy(update={"config": {m: ConfigOverrides(**o) for m, o in overrides.items()}})
-
-
-def measure(
-    ctx: DeploymentContext,
-    benchmark: Benchmark,
-    *,
-    concurrency: int,
-    duration_s: float,
-    tuned_models: list[str],
-    record_fields: dict,
-) -> dict:
-    """One load level on the candidate's server; appends and returns its record (with Triton's queue
-    and compute times per request and batch size of the workload's model, and the engines that ran)."""
-    workload = ctx.deployment.resolve(benchmark.workload)(ctx)
-    protocol = benchmark.protocol if ctx.server.grpc_url else "http"
-    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
-    level = run_load(
-        workload,
-        protocol=protocol,
-        url=url,
-        http_url=ctx.server.http_url,
-        concurrency=concurrency,
-        duration_s=duration_s,
-        warmup_s=min(1.0, duration_s / 2),
-    )
-    backends = model_backends(ctx, workload.model)
-    for model in tuned_models:
-        if model not in backends:
-            backends.update(model_backends(ctx, model))
-    row = {
-        **scenario_fields(
-            ctx,
-            benchmark,
-            workload,
-            protocol=protocol,
-            generator=f"{GENERATOR} (tritonclient {protocol}.aio)",
-            server=ctx.server.describe(),
-            backends=backends,
-        ),
-        **level.metrics(workload.items_per_request),
-        **record_fields,
-    }
-    append_record(row)
-    return row
-
-
-#: ``comparison`` of the records a tune run writes (the results matrix keeps them out of its cells).
-COMPARISON = "tune"
-
-
-@dataclass
-class TuneSettings:
-    """What one ``python -m harness tune`` run searches for, and how long it may take."""
-
-    objective: str = "throughput"  # or "latency": the p99 at ``concurrency``
-    p99_ms: float | None = None  # throughput: only candidates whose p99 stays within it win
-    concurrency: int | None = None  # default: the benchmark's highest level
-    budget_minutes: float = 10.0
-    trials: int | None = None
-    seed: int = 0
-    short_s: float = 2.0
-    long_s: float = 5.0
-    rounds: int = 3
-    finalists: int = 2
-    benchmark: str | None = None
-    target: str = "cpu"
-    mode: str | None = None
-    study: str | None = None
-
-    def study_name(self, deployment: str, models: list[str], levers: set[str]) -> str:
-        bound = f"@p99<={self.p99_ms:g}ms" if self.p99_ms and self.objective == "throughput" else ""
-        chosen = "" if len(levers) >= 7 else "/" + "+".join(sorted(levers))
-        where = f"/{self.benchmark}" if self.benchmark else ""
-        return (
-            self.study
-            or f"{deployment}/{'+'.join(models)}{where}/{self.objective}{bound}/c{self.concurrency or 'max'}{chosen}"
-        )
-
-
 @dataclass
 class Tuner:
-    """The study of one deployment's space and the servers its trials run on."""
+    """The study of one deployment's space and the servers its trials run on; ``settings`` is the
+    parsed command line (``harness.tuning.cli.parse``)."""
 
     deployment: Deployment
     space: Space
-    settings: TuneSettings
+    settings: argparse.Namespace
     pool: ServerPool
     study: optuna.Study | None = None
-    gate_names: list[str] | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
     def models(self) -> list[str]:
         return [levers.model for levers in self.space.models]
 
+    def study_name(self) -> str:
+        """``--study``, else one from the deployment, models, benchmark, objective and levers."""
+        s = self.settings
+        levers = set().union(*(levers.only for levers in self.space.models))
+        bound = f"@p99<={s.p99_ms:g}ms" if s.p99_ms and s.objective == "throughput" else ""
+        chosen = "" if len(levers) >= len(LEVERS) else "/" + "+".join(sorted(levers))
+        where = f"/{s.benchmark}" if s.benchmark else ""
+        name = f"{self.deployment.name}/{'+'.join(self.models)}{where}/{s.objective}{bound}"
+        return s.study or f"{name}/c{s.concurrency or 'max'}{chosen}"
+
     def open_study(self) -> optuna.Study:
         """Create or resume the study; the shipped config is its first trial."""
         s = self.settings
-        direction = "minimize" if s.objective == "latency" else "maximize"
-        optuna.logging.set_verbosity(optuna.logging.ERROR)  # rejections: our own line, no traceback
-        levers = set().union(*(levers.only for levers in self.space.models))
         (results_dir() / "tune").mkdir(parents=True, exist_ok=True)
         self.study = optuna.create_study(
-            study_name=s.study_name(self.deployment.name, self.models, levers),
+            study_name=self.study_name(),
             storage=f"sqlite:///{results_dir() / 'tune' / 'studies.db'}",
             load_if_exists=True,
-            direction=direction,
+            direction="minimize" if s.objective == "latency" else "maximize",
             sampler=optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=4),
             pruner=optuna.pruners.MedianPruner(n_startup_trials=3),
         )
         self.study.enqueue_trial(self.space.shipped_params(), skip_if_exists=True)
         return self.study
 
-    def benchmark(self, ctx, loaded: list[str]) -> Benchmark:
-        """The benchmark measured (``--benchmark``, else the first whose workload this server serves),
-        kept in the study so a resumed run measures the same."""
-        wanted = self.settings.benchmark or self.study.user_attrs.get("benchmark")
-        if not wanted:
-            found = benchmark_for(ctx, loaded, self.settings.target)
-            if found is None:
-                raise ValueError(f"no benchmark of {self.deployment.name} calls {', '.join(loaded)}: pass --benchmark")
-            wanted = found.id
-            self.study.set_user_attr("benchmark", wanted)
+    def named_benchmark(self, wanted: str) -> Benchmark:
         by_id = {b.id: b for b in self.deployment.benchmarks}
         if wanted not in by_id:
             raise ValueError(f"{self.deployment.name} has no benchmark {wanted!r}")
         return by_id[wanted]
+
+    def benchmark(self, ctx, loaded: list[str]) -> Benchmark:
+        """The benchmark measured (``--benchmark``, else the first whose workload this server serves),
+        kept in the study so a resumed run measures the same."""
+        wanted = self.settings.benchmark or self.study.user_attrs.get("benchmark")
+        found = self.named_benchmark(wanted) if wanted else benchmark_for(ctx, loaded, self.settings.target)
+        if found is None:
+            raise ValueError(f"no benchmark of {self.deployment.name} calls {', '.join(loaded)}: pass --benchmark")
+        self.study.set_user_attr("benchmark", found.id)
+        return found
 
     def score(self, row: dict) -> float:
         """The objective's value of a measured level: its p99 (latency), or its items/s, scaled down
@@ -243,76 +160,72 @@ class Tuner:
         bound = self.settings.p99_ms
         return row["items_per_second"] * (min(1.0, bound / p99) if bound else 1.0)
 
-    def serve(self, overrides: dict[str, dict]):
-        """The candidate's server (only the tuned models, what they call, and models its parameters
-        name) and what it loads."""
-        preset = self.settings.benchmark and {b.id: b for b in self.deployment.benchmarks}.get(self.settings.benchmark)
+    @contextmanager
+    def served(self, overrides: dict[str, dict]) -> Iterator[tuple[DeploymentContext, list[str]]]:
+        """The candidate's server and what it loads (the tuned models, models its parameters name,
+        ``--benchmark``'s, and what they call); stopped on leaving."""
         named = {v for o in overrides.values() for v in (o.get("parameters") or {}).values()}
         models = [*self.models, *sorted(named & {p.name for p in model_dirs(self.deployment.model_repository)})]
-        loaded = loaded_models(self.deployment, models, preset or None)
+        if self.settings.benchmark:
+            models += self.named_benchmark(self.settings.benchmark).models
+        loaded = dependencies(self.deployment.model_repository, models)
         try:
-            return self.pool.context(self.deployment, typed(overrides), tuple(loaded)), loaded
+            yield self._started(overrides, loaded), loaded
+        finally:
+            self.pool.release(variant_key(self.deployment, overrides_table(overrides)))
+
+    def _started(self, overrides: dict[str, dict], loaded: list[str]) -> DeploymentContext:
+        try:
+            return self.pool.context(self.deployment, overrides_table(overrides), tuple(loaded))
         except Exception as exc:  # noqa: BLE001 - a server that does not start is the outcome recorded
             raise CandidateRejected(f"server did not start: {' '.join(str(exc).split())[:400]}") from exc
 
-    def gate_checks(self) -> list[str] | None:
-        """The checks every candidate must pass: those the shipped config passes with the same
-        models loaded (None until the shipped config ran them)."""
-        known = self.study.user_attrs.get("gate_checks") if self.study else None
-        return self.gate_names if known is None else known
-
     def gate(self, trial, ctx, overrides: dict) -> None:
         """The deployment's checks on the candidate's server; a failure rejects it, with the reason.
-        The shipped config runs them all first: what fails there does not apply to this load."""
-        names = self.gate_checks()
-        if names is None and describe(overrides) != self.shipped_key():
-            self.baseline_checks()
-            names = self.gate_checks()
+        The shipped config runs them all first: what fails there does not apply to this load, and
+        what passes there (the study's ``gate_checks``) every candidate must pass."""
+        names = self.study.user_attrs.get("gate_checks")
+        shipped = self.space.shipped_overrides()
+        if names is None and describe(overrides) != describe(shipped):
+            with self.served(shipped) as (shipped_ctx, _):
+                self.gate(optuna.trial.FixedTrial({}), shipped_ctx, shipped)
+            names = self.study.user_attrs["gate_checks"]
         outcome = run_checks(ctx, names)
         if names is None:
             outcome.not_applicable += list(outcome.failed)
             outcome.failed = {}
-            self.gate_names = outcome.passed
-            if self.study:
-                self.study.set_user_attr("gate_checks", outcome.passed)
-                self.study.set_user_attr("not_applicable_checks", outcome.not_applicable)
+            self.study.set_user_attr("gate_checks", outcome.passed)
+            self.study.set_user_attr("not_applicable_checks", outcome.not_applicable)
         trial.set_user_attr("checks", outcome.summary())
         if outcome.failed:
             raise CandidateRejected(outcome.reason())
         if not outcome.passed:
             raise CandidateRejected("no check of the deployment passes on the shipped config with these models loaded")
 
-    def baseline_checks(self) -> None:
-        """Serve the shipped config and run every check on it (what ``gate`` needs first)."""
-        overrides = self.space.suggest(optuna.trial.FixedTrial(self.space.shipped_params()))
-        try:
-            self.gate(optuna.trial.FixedTrial({}), self.serve(overrides)[0], overrides)
-        finally:
-            self.pool.release(variant_key(self.deployment, overrides))
-
-    def shipped_key(self) -> str:
-        return describe(self.space.suggest(optuna.trial.FixedTrial(self.space.shipped_params())))
-
     def measured(self, trial, ctx, benchmark: Benchmark, overrides: dict, seconds: float, **fields) -> dict:
-        """One level on the candidate's server, as a record (``fields`` added); errors reject it."""
-        fields = {"comparison": COMPARISON, "run_id": self.run_id, "trial": trial.number, **fields}
-        row = measure(
+        """One level on the candidate's server, as a record (``fields`` added; its benchmark's config:
+        the candidate's overrides); errors reject it."""
+        [row] = run_benchmark(
             ctx,
-            tuned_benchmark(benchmark, overrides),
-            concurrency=self.settings.concurrency or max(benchmark.concurrency),
+            benchmark.model_copy(update={"config": overrides_table(overrides)}),
             duration_s=seconds,
-            tuned_models=self.models,
-            record_fields=fields,
+            warmup_s=min(1.0, seconds / 2),
+            concurrencies=[self.settings.concurrency or max(benchmark.concurrency)],
+            record_fields={"comparison": COMPARISON, "run_id": self.run_id, "trial": trial.number, **fields},
+            backends_of=tuple(self.models),
+            ceiling=False,
         )
         if row["errors"]:
             raise CandidateRejected(f"{row['errors']} errors under load: {row['first_error']}")
-        attrs = {"items_per_second": row["items_per_second"], "p99_ms": row["perf_latency_p99"], "duration_s": seconds}
         split = ("perf_server_queue", "perf_server_compute_infer", "server_avg_batch_size")
-        attrs |= {
+        attrs = {
+            "items_per_second": row["items_per_second"],
+            "p99_ms": row["perf_latency_p99"],
+            "duration_s": seconds,
             "statistics": {row["model"]: {k: row.get(k) for k in split}},
             "backends": row["backend_implementation"],
+            "feasible": not self.settings.p99_ms or row["perf_latency_p99"] <= self.settings.p99_ms,
         }
-        attrs["feasible"] = not self.settings.p99_ms or row["perf_latency_p99"] <= self.settings.p99_ms
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
         return row
@@ -320,31 +233,24 @@ class Tuner:
     def objective(self, trial: optuna.Trial) -> float:
         """Serve, check, measure short; pruned where the short run trails; else measure long."""
         overrides = self.space.suggest(trial)
-        key = describe(overrides)
         trial.set_user_attr("config", overrides)
-        trial.set_user_attr("key", key)
+        trial.set_user_attr("key", describe(overrides))
         try:
-            return self._served_trial(trial, overrides)
+            with self.served(overrides) as (ctx, loaded):
+                self.gate(trial, ctx, overrides)
+                return self._measured_trial(trial, ctx, self.benchmark(ctx, loaded), overrides)
         except CandidateRejected as exc:
-            trial.set_user_attr("status", "rejected")
             trial.set_user_attr("reason", str(exc))
             print(f"trial {trial.number}: rejected: {exc}", flush=True)
             raise
-        finally:
-            self.pool.release(variant_key(self.deployment, overrides))
 
-    def _served_trial(self, trial, overrides: dict) -> float:
-        ctx, loaded = self.serve(overrides)
-        self.gate(trial, ctx, overrides)
-        benchmark = self.benchmark(ctx, loaded)
+    def _measured_trial(self, trial, ctx, benchmark: Benchmark, overrides: dict) -> float:
         short = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.short_s, phase="search-short"))
         trial.report(short, 0)
         if trial.should_prune():
-            trial.set_user_attr("status", "pruned")
             print(f"trial {trial.number}: pruned after the short run ({short:.1f})", flush=True)
             raise optuna.TrialPruned()
         value = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.long_s, phase="search-long"))
-        trial.set_user_attr("status", "measured")
         print(f"trial {trial.number}: {value:.1f} ({trial.user_attrs['checks']})", flush=True)
         return value
 
@@ -352,55 +258,43 @@ class Tuner:
         self.study.optimize(self.objective, n_trials=self.settings.trials, timeout=seconds, catch=(CandidateRejected,))
 
     def candidates(self) -> tuple[optuna.trial.FrozenTrial | None, list[optuna.trial.FrozenTrial]]:
-        """The shipped config's trial and the best measured others (feasible first), best first."""
-        done = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "measured"]
-        shipped_key = self.shipped_key()
+        """The shipped config's trial and the best measured others (feasible only), best first."""
+        done = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        shipped_key = describe(self.space.shipped_overrides())
         shipped = next((t for t in done if t.user_attrs["key"] == shipped_key), None)
         sign = -1 if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
-        others = {
-            t.user_attrs["key"]: t
-            for t in done
-            if t.user_attrs["key"] != shipped_key and "repeat_of" not in t.user_attrs
-        }
-        ordered = sorted(others.values(), key=lambda t: (not t.user_attrs["feasible"], sign * t.value))
-        return shipped, [t for t in ordered if t.user_attrs["feasible"]][: self.settings.finalists]
+        others = {t.user_attrs["key"]: t for t in done if t.user_attrs["key"] != shipped_key}  # a config's last trial
+        feasible = [t for t in others.values() if t.user_attrs["feasible"]]
+        return shipped, sorted(feasible, key=lambda t: sign * t.value)[: self.settings.finalists]
 
     def final_rounds(self, shipped, finalists) -> dict[int, dict]:
         """Shipped and finalists on servers up at once, measured in alternating rounds; per trial
         number: items/s, p99 and ratio to shipped (>1: better) of each round."""
-        entries, contexts = [], {}
-        for t in [shipped, *finalists]:
-            try:
-                contexts[t.number] = self.serve(t.user_attrs["config"])[0]
-                entries.append(t)
-            except CandidateRejected as exc:  # started once, not now: left out of the rounds, said why
-                print(f"trial {t.number}: left out of the final rounds: {exc}", flush=True)
-        if shipped not in entries:
-            raise CandidateRejected("the shipped config's server did not start for the final rounds")
-        benchmark = self.benchmark(contexts[shipped.number], [])
-        rounds: dict[int, dict] = {t.number: {"items_per_second": [], "p99_ms": []} for t in entries}
-        try:
+        with ExitStack() as servers:
+            contexts = {}
+            for t in [shipped, *finalists]:
+                try:
+                    contexts[t.number] = servers.enter_context(self.served(t.user_attrs["config"]))[0]
+                except CandidateRejected as exc:  # started once, not now: left out of the rounds, said why
+                    print(f"trial {t.number}: left out of the final rounds: {exc}", flush=True)
+            if shipped.number not in contexts:
+                raise CandidateRejected("the shipped config's server did not start for the final rounds")
+            entries = [t for t in [shipped, *finalists] if t.number in contexts]
+            rounds = {t.number: {"items_per_second": [], "p99_ms": []} for t in entries}
+            benchmark = self.benchmark(contexts[shipped.number], [])
             for r in range(self.settings.rounds):
                 for t in entries if r % 2 == 0 else entries[::-1]:
-                    config, ctx = t.user_attrs["config"], contexts[t.number]
+                    trial = optuna.trial.FixedTrial({}, t.number)
+                    config = t.user_attrs["config"]
                     row = self.measured(
-                        optuna.trial.FixedTrial({}, t.number),
-                        ctx,
-                        benchmark,
-                        config,
-                        self.settings.long_s,
-                        phase="final",
-                        round=r + 1,
+                        trial, contexts[t.number], benchmark, config, self.settings.long_s, phase="final", round=r + 1
                     )
                     rounds[t.number]["items_per_second"].append(row["items_per_second"])
                     rounds[t.number]["p99_ms"].append(row["perf_latency_p99"])
                     print(
                         f"round {r + 1} trial {t.number}: {row['items_per_second']:.1f} items/s, p99 {row['perf_latency_p99']:.1f} ms"
                     )
-        finally:
-            for t in entries:
-                self.pool.release(variant_key(self.deployment, t.user_attrs["config"]))
-        for number, series in rounds.items():
+        for series in rounds.values():
             series["ratio"] = [self.ratio(series, rounds[shipped.number], i) for i in range(self.settings.rounds)]
         return rounds
 

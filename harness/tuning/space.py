@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import optuna
+
 from harness.deployments import Deployment
 from harness.manifest import overrides_table
 from harness.repository import ModelConfig, parameter, read_config
@@ -37,16 +39,13 @@ LEVERS = (
 )
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def cpu_flags() -> set[str]:
+def runs_bf16() -> bool:
+    """The CPU runs BF16 natively (its ``/proc/cpuinfo`` flags say so)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+        return False
+    return any(flag in flags for flag in BF16_FLAGS)
 
 
 def runs_openvino(config: ModelConfig, overrides: dict) -> bool:
@@ -59,16 +58,12 @@ def batch_label(sizes) -> str:
     return ",".join(str(s) for s in sizes) or "none"
 
 
-def engine_part(overrides: dict) -> dict:
-    """``overrides`` less the fields the other levers set (a thread key stays: the threads lever sets it)."""
+def engine_part(overrides: dict, dropped: tuple[str, ...] = (PRECISION_KEY,)) -> dict:
+    """``overrides`` less the fields the other levers set and the ``dropped`` parameters (a thread
+    key stays by default: the threads lever sets it)."""
     part = {k: copy.deepcopy(v) for k, v in overrides.items() if k not in LEVER_FIELDS}
-    parameters = {k: v for k, v in part.pop("parameters", {}).items() if k != PRECISION_KEY}
+    parameters = {k: v for k, v in part.pop("parameters", {}).items() if k not in dropped}
     return part | ({"parameters": parameters} if parameters else {})
-
-
-def _without_threads(part: dict) -> dict:
-    parameters = {k: v for k, v in (part.get("parameters") or {}).items() if k not in THREAD_KEYS}
-    return {k: v for k, v in part.items() if k != "parameters"} | ({"parameters": parameters} if parameters else {})
 
 
 def engine_choices(deployment: Deployment, model: str, target: str) -> dict[str, dict[str, dict]]:
@@ -81,9 +76,10 @@ def engine_choices(deployment: Deployment, model: str, target: str) -> dict[str,
         if model not in overrides or (benchmark.targets and target not in benchmark.targets):
             continue
         part = engine_part(overrides[model])
-        if _without_threads(part) in seen or deployment.unexported_files(overrides_table({model: part})):
+        engine = engine_part(part, dropped=THREAD_KEYS)
+        if engine in seen or deployment.unexported_files(overrides_table({model: part})):
             continue
-        seen.append(_without_threads(part))
+        seen.append(engine)
         choices[benchmark.id] = {**{m: o for m, o in overrides.items() if m != model}, model: part}
     return choices
 
@@ -95,8 +91,8 @@ class ModelLevers:
     model: str
     config: ModelConfig
     engines: dict[str, dict[str, dict]]
-    cores: int
-    bf16: bool
+    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))  # the cores this process may use
+    bf16: bool = field(default_factory=runs_bf16)
     only: set[str] = field(default_factory=lambda: set(LEVERS))
 
     def name(self, lever: str) -> str:
@@ -106,47 +102,50 @@ class ModelLevers:
     def thread_keys(self) -> list[str]:
         return [k for k in THREAD_KEYS if k in self.config.parameters]
 
-    def threads_of(self, overrides: dict) -> list[str]:
-        return sorted(set(self.thread_keys) | {k for k in THREAD_KEYS if k in (overrides.get("parameters") or {})})
-
-    def delays(self) -> list[int]:
-        return sorted({*QUEUE_DELAYS_US, self.config.dynamic_batching.max_queue_delay_microseconds})
-
-    def preferred(self) -> list[str]:
+    def values(self) -> dict[str, list]:
+        """Each lever's values (integers: their range's ends, what the smoke tries)."""
+        batching = self.config.dynamic_batching
         sizes = [2**k for k in range(1, 12) if 2**k <= self.config.max_batch_size]
-        shipped = batch_label(self.config.dynamic_batching.preferred_batch_size)
-        return sorted({"none", shipped, *map(str, sizes)}, key=lambda s: (s != "none", len(s), s))
-
-    def precisions(self) -> list[str]:
-        return ["f32", "bf16"] if self.bf16 else ["f32"]
+        preferred = {"none", batch_label(batching.preferred_batch_size), *map(str, sizes)}
+        return {
+            "engine": list(self.engines),
+            "precision": ["f32", "bf16"] if self.bf16 else ["f32"],
+            "dynamic_batching": [True, False],
+            "queue_delay_us": sorted({*QUEUE_DELAYS_US, batching.max_queue_delay_microseconds}),
+            "preferred_batch": sorted(preferred, key=lambda s: (s != "none", len(s), s)),
+            "instance_count": sorted({1, self.cores}),
+            "threads": sorted({1, self.cores}),
+        }
 
     def suggest(self, trial) -> dict[str, dict]:
         """``{model: overrides}`` of the values ``trial`` picks (``optuna.Trial`` or a fixed one)."""
-        on = self.only.__contains__
-        engine = trial.suggest_categorical(self.name("engine"), list(self.engines)) if on("engine") else SHIPPED
-        companions = copy.deepcopy(self.engines[engine])
+        values = self.values()
+        tuned = self.only.__contains__
+
+        def pick(lever: str):
+            if lever in ("instance_count", "threads"):
+                return trial.suggest_int(self.name(lever), 1, self.cores)
+            return trial.suggest_categorical(self.name(lever), values[lever])
+
+        companions = copy.deepcopy(self.engines[pick("engine") if tuned("engine") else SHIPPED])
         overrides = companions.pop(self.model, {})
         parameters = overrides.setdefault("parameters", {})
-        if on("precision") and runs_openvino(self.config, overrides):
-            parameters[PRECISION_KEY] = trial.suggest_categorical(self.name("precision"), self.precisions())
+        if tuned("precision") and runs_openvino(self.config, overrides):
+            parameters[PRECISION_KEY] = pick("precision")
         if self.config.max_batch_size > 0 and overrides.get("max_batch_size") != 0:
             batching = self.config.HasField("dynamic_batching")  # as shipped, unless the lever is tuned
-            if on("dynamic_batching"):
-                batching = overrides["dynamic_batching"] = trial.suggest_categorical(
-                    self.name("dynamic_batching"), [True, False]
-                )
-            if batching and on("queue_delay_us"):
-                delay = trial.suggest_categorical(self.name("queue_delay_us"), self.delays())
-                overrides["max_queue_delay_microseconds"] = delay
-            if batching and on("preferred_batch"):
-                label = trial.suggest_categorical(self.name("preferred_batch"), self.preferred())
+            if tuned("dynamic_batching"):
+                batching = overrides["dynamic_batching"] = pick("dynamic_batching")
+            if batching and tuned("queue_delay_us"):
+                overrides["max_queue_delay_microseconds"] = pick("queue_delay_us")
+            if batching and tuned("preferred_batch"):
+                label = pick("preferred_batch")
                 overrides["preferred_batch_size"] = [] if label == "none" else [int(s) for s in label.split(",")]
-        if on("instance_count"):
-            overrides["instance_count"] = trial.suggest_int(self.name("instance_count"), 1, self.cores)
-        keys = self.threads_of(overrides)
-        if keys and on("threads"):
-            threads = trial.suggest_int(self.name("threads"), 1, self.cores)
-            parameters.update({key: str(threads) for key in keys})
+        if tuned("instance_count"):
+            overrides["instance_count"] = pick("instance_count")
+        keys = sorted(set(self.thread_keys) | (set(THREAD_KEYS) & set(parameters)))
+        if keys and tuned("threads"):
+            parameters.update(dict.fromkeys(keys, str(pick("threads"))))
         if not parameters:
             overrides.pop("parameters")
         return {**companions, self.model: overrides}
@@ -163,30 +162,15 @@ class ModelLevers:
         }
         if self.thread_keys:
             params["threads"] = int(parameter(self.config, self.thread_keys[0]) or 1)
-        if runs_openvino(self.config, {}) and parameter(self.config, PRECISION_KEY) in self.precisions():
+        if runs_openvino(self.config, {}) and parameter(self.config, PRECISION_KEY) in self.values()["precision"]:
             params["precision"] = parameter(self.config, PRECISION_KEY)
         return {self.name(k): v for k, v in params.items() if k in self.only}
-
-    def values(self) -> dict[str, list]:
-        """Each lever's values to try one at a time (integers: their ends), for the smoke."""
-        ends = sorted({1, self.cores})
-        found = {
-            "engine": list(self.engines),
-            "precision": self.precisions(),
-            "dynamic_batching": [True, False],
-            "queue_delay_us": self.delays(),
-            "preferred_batch": self.preferred(),
-            "instance_count": ends,
-            "threads": ends,
-        }
-        return {self.name(k): v for k, v in found.items() if k in self.only}
 
 
 @dataclass
 class Space:
     """The levers of every tuned model of one deployment."""
 
-    deployment: Deployment
     models: list[ModelLevers]
 
     def suggest(self, trial) -> dict[str, dict]:
@@ -199,6 +183,10 @@ class Space:
 
     def shipped_params(self) -> dict:
         return {k: v for levers in self.models for k, v in levers.shipped_params().items()}
+
+    def shipped_overrides(self) -> dict[str, dict]:
+        """The overrides of the shipped lever values (they change nothing)."""
+        return self.suggest(optuna.trial.FixedTrial(self.shipped_params()))
 
 
 def build_space(
@@ -216,14 +204,6 @@ def build_space(
         config = read_config(path)
         if config.platform == "ensemble":
             raise ValueError(f"{model} is an ensemble: it has no instances or batcher of its own; tune its steps")
-        found.append(
-            ModelLevers(
-                model=model,
-                config=config,
-                engines=engine_choices(deployment, model, target),
-                cores=usable_cores(),
-                bf16=bool(cpu_flags() & set(BF16_FLAGS)),
-                only=set(levers or LEVERS),
-            )
-        )
-    return Space(deployment, found)
+        engines = engine_choices(deployment, model, target)
+        found.append(ModelLevers(model, config, engines, only=set(levers or LEVERS)))
+    return Space(found)
