@@ -11,5 +11,5 @@ COMMANDS = {
     "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
     "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),
     "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
-    "scaleout": ("harness_lab.scaleout.__main__", "multi-replica runs of the swarm stacks, replica footprints"),
+    "scaleout": ("harness_lab.scaleout.__main__", "multi-replica runs of the swarm stacks"),
 }
