@@ -58,9 +58,9 @@ GATE = CostKind(
 
 
 def perf_analyzer_note(records: list[dict]) -> str:
-    """What made the perf_analyzer records, as they name it."""
+    """What made the perf_analyzer records, as they name it (the tool was a one-off cross-check)."""
     runs = sorted({r["generator"] for r in records if generator_family(r) == "perf_analyzer"})
-    how = "`python -m harness perf-analyzer bench` (lab/)"
+    how = "`73ec139: python -m harness perf-analyzer bench`, removed since: docs/tuning.md"
     return f"perf_analyzer: {', '.join(runs)} ({how})." if runs else f"perf_analyzer: no records ({how})."
 
 
