@@ -41,7 +41,7 @@ SKIPPED = [
     (
         re.compile(
             r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness (bench|matrix|bench-network|"
-            r"faults|gate-cost|soak|peers|pair-bench|stages)\b|harness\.measuring\.alternate\b|"
+            r"faults|gate-cost|soak|peers|pair-bench)\b|harness\.measuring\.alternate\b|"
             r"^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="
         ),
         "a measurement (minutes) that rewrites results/ or docs/: `make bench matrix` / `make reliability`",

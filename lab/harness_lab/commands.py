@@ -5,7 +5,6 @@ one-line summary). Each module also runs alone: ``python -m harness_lab.<module>
 COMMANDS = {
     "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
     "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
-    "stages": ("harness_lab.stages", "where one request's time goes: gate, HTTP, Triton, model stages"),
     "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
     "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
     "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),

@@ -1,7 +1,7 @@
 """The lab's sections of the results matrix (entry point ``triton_harness.matrix_sections``,
 lab/pyproject.toml; the core's matrix finds them there and names none of them): the
 network-bound page and lesson (``network.py``), the side-by-side section and serving lesson
-(``side_by_side.py``), where one request's time goes (``stages.py``), the front gate's row of the
+(``side_by_side.py``), where one request's time goes (``stages.py``, records of a removed one-off tool), the front gate's row of the
 costs lesson (``make gate-cost``'s reports) and the perf_analyzer clause of the load generators."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The stages table of ``docs/results.md``: where one request's time goes (``python -m harness
-stages``, records ``comparison: stages``), the latest run, medians over its rounds."""
+"""The stages table of ``docs/results.md``: where one request's time goes (records ``comparison:
+stages`` of the one-off tool ``951997f:lab/harness_lab/stages.py``, its finding in docs/tuning.md),
+the latest run, medians over its rounds."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ from harness.measuring.matrix.cells import stamp
 from harness.measuring.matrix.fmt import table
 from harness.measuring.matrix.headlines import machine
 from harness_lab.matrix_sections.shared import load
-from harness_lab.stages import STAGES
 
-COMMAND = "python -m harness stages && make matrix"
+COMMAND = "951997f: python -m harness stages"
+#: The stages in the order a request meets them (``ms`` of each in a record's ``stages_ms``).
+STAGES = (
+    "front gate",
+    "HTTP front end, loopback, client",
+    "queue",
+    "compute input",
+    "ONNX Runtime run",
+    "tokenize, buckets, pool",
+    "stub round trip and model code",
+    "compute output",
+)
 
 
 def latest_run(records: list[dict]) -> list[dict]:
