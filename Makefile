@@ -204,7 +204,7 @@ scaleout-tools: ## The swarm stack's balancer (haproxy + nginx) and Prometheus i
 	images/lb/build.sh >/dev/null
 	images/prometheus/build.sh >/dev/null
 
-scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back, Prometheus signal (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
+scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
 	$(PY) -m harness scaleout run $(if $(DEPLOYMENT),--deployment $(DEPLOYMENT)) --nodes $(NODES) $(SCALEOUT_ARGS)
 
 scaleout-down: ## Remove every scaleout stack and node and leave the swarm (after a crashed run)

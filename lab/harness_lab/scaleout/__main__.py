@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 #: ``scaleout run`` scenarios, in the order they run; the last two need a second node (``--nodes 2``).
-SCENARIOS = ("throughput", "kill", "roll", "rollback", "signal", "drain", "node-loss")
+SCENARIOS = ("throughput", "kill", "roll", "rollback", "drain", "node-loss")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         choices=SCENARIOS,
-        help="default: throughput kill roll rollback signal; with --nodes 2: throughput drain node-loss",
+        help="default: throughput kill roll rollback; with --nodes 2: throughput drain node-loss",
     )
     run.add_argument("--lb", default="haproxy", choices=["haproxy", "nginx"], help="lab/docs/scaling.md: why haproxy")
     run.add_argument("--keep", action="store_true", help="leave the stack running")

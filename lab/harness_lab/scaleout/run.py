@@ -1,4 +1,4 @@
-"""The multi-replica run (``make scaleout``): throughput, kill, roll, rollback, the autoscaling signal,
+"""The multi-replica run (``make scaleout``): throughput, kill, roll, rollback,
 and with ``--nodes 2`` drain and node loss; results in ``results/scaleout/<deployment>.json``."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from harness.deployments import get_deployment
 from harness.measuring.loadgen import RequestRecord
 from harness.measuring.records import machine
 from harness_lab.scaleout import RETRY, ScaleoutError, stack_load, summarize, wait_for
-from harness_lab.scaleout.autoscale import autoscaling_signal
 from harness_lab.scaleout.nodes import Worker, join, kill_worker, node_state, restart_worker, start_worker
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, stack_objects, swarm_init
 
@@ -437,7 +436,7 @@ def run_scenarios(stack: Stack, results: dict, scenarios, concurrency: int, dura
     print(f"scaleout: {stack.replicas} replicas healthy behind {stack.lb} at {stack.url} in {results['up_s']} s")
     if "throughput" in scenarios:
         results["throughput"] = throughput(stack, concurrency, duration_s)
-    one_node = {"kill": kill_under_load, "roll": roll_version, "rollback": rollback_bad, "signal": autoscaling_signal}
+    one_node = {"kill": kill_under_load, "roll": roll_version, "rollback": rollback_bad}
     for scenario, run_scenario in one_node.items():
         if scenario in scenarios:
             results[scenario] = run_scenario(stack, concurrency)
