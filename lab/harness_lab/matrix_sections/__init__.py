@@ -15,6 +15,7 @@ from harness.measuring.matrix.headlines import cost_row
 from harness.measuring.matrix.outputs import json_row
 from harness.measuring.matrix.sections import CostKind, Sections
 from harness_lab.matrix_sections import network, side_by_side, stages
+from harness_lab.matrix_sections.shared import latest_run
 
 
 def gate_reports(results_dir: Path) -> list[dict]:
@@ -85,11 +86,11 @@ class LabSections(Sections):
         return {"network": ("results-network.md", page)} if page else {}
 
     def json_head(self, records: list[dict]) -> dict:
-        run = side_by_side.latest_run(records)
+        run = side_by_side.latest_peers_run(records)
         return {
             "perf_analyzer": perf_analyzer_note(records),
             "side_by_side": {"records": run, "ratios": side_by_side.ratios(run)},
-            "stages": stages.latest_run(records),
+            "stages": latest_run(records, "stages"),
         }
 
     def json_tail(self, records: list[dict]) -> dict:

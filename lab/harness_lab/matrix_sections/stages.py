@@ -10,7 +10,7 @@ from collections import defaultdict
 from harness.measuring.matrix.cells import stamp
 from harness.measuring.matrix.fmt import table
 from harness.measuring.matrix.headlines import machine
-from harness_lab.matrix_sections.shared import load
+from harness_lab.matrix_sections.shared import latest_run, load
 
 COMMAND = "951997f: python -m harness stages"
 #: The stages in the order a request meets them (``ms`` of each in a record's ``stages_ms``).
@@ -26,17 +26,9 @@ STAGES = (
 )
 
 
-def latest_run(records: list[dict]) -> list[dict]:
-    runs: dict[str, list[dict]] = defaultdict(list)
-    for record in records:
-        if record.get("comparison") == "stages":
-            runs[record.get("run_id")].append(record)
-    return max(runs.values(), key=lambda run: max(stamp(r) for r in run)) if runs else []
-
-
 def render(records: list[dict]) -> list[str]:
     """Markdown lines: per batch and reply kind, each stage's median ms and share of the gated request."""
-    run = latest_run(records)
+    run = latest_run(records, "stages")
     if not run:
         return []
     by_batch: dict[tuple[int, str], list[dict]] = defaultdict(list)
