@@ -24,7 +24,7 @@ help: ## Show this help
 
 # Local distributions installed editable beside the project: triton_helpers (what the deployments'
 # Python models share), triton_gate (the front gate in front of tritonserver) and each deployment's own package (a folder with a pyproject.toml one level down).
-# The lab (lab/: soak, faults, hostile, peers, scaleout, netem, perf_analyzer) with LAB_EXTRAS (peers: the naive
+# The lab (lab/: soak, faults, hostile, peers, scaleout, netem) with LAB_EXTRAS (peers: the naive
 # FastAPI peer's packages) is installed editable beside them too.
 LAB_EXTRAS ?= peers
 LOCAL_PACKAGES := triton_helpers triton_gate $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
@@ -171,14 +171,6 @@ DOCKER_DEPLOYMENTS ?= $(notdir $(patsubst %/environment.yml,%,$(wildcard deploym
 image: ## Build the CPU tritonserver image IMAGE from nothing (mmdebstrap base; skipped when current; needs an engine)
 	IMAGE=$(IMAGE) images/cpu/build.sh
 
-# perf_analyzer 2.60 needs glibc 2.38: `python -m harness perf-analyzer` runs it in this Debian 13 image
-# (docker run --network host) where no local perf_analyzer runs.
-PERF_ANALYZER_IMAGE ?= triton-harness/perf-analyzer:2.60.0
-export PERF_ANALYZER_IMAGE
-.PHONY: perf-analyzer-image
-perf-analyzer-image: ## Build the perf_analyzer 2.60 image (Debian 13 base from the mirror; skipped when current; needs an engine)
-	PERF_ANALYZER_IMAGE=$(PERF_ANALYZER_IMAGE) images/perf-analyzer/build.sh
-
 docker-engine: ## Install (apt-get) and start dockerd in the background when no engine answers (root, Debian)
 	images/docker-engine.sh start
 
@@ -212,7 +204,7 @@ scaleout-tools: ## The swarm stack's balancer (haproxy + nginx) and Prometheus i
 	images/lb/build.sh >/dev/null
 	images/prometheus/build.sh >/dev/null
 
-scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back, Prometheus signal (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
+scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
 	$(PY) -m harness scaleout run $(if $(DEPLOYMENT),--deployment $(DEPLOYMENT)) --nodes $(NODES) $(SCALEOUT_ARGS)
 
 scaleout-down: ## Remove every scaleout stack and node and leave the swarm (after a crashed run)

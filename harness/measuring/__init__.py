@@ -1,2 +1,2 @@
-"""Measuring: load generators, benchmark records, the results matrix, shaped links, perf_analyzer,
+"""Measuring: load generators, benchmark records, the results matrix, shaped links,
 and the peer servers measured beside ours."""

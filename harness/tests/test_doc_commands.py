@@ -41,7 +41,7 @@ SKIPPED = [
     (
         re.compile(
             r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness (bench|matrix|bench-network|"
-            r"perf-analyzer|faults|gate-cost|soak|peers|pair-bench|stages)\b|harness\.measuring\.alternate\b|"
+            r"faults|gate-cost|soak|peers|pair-bench)\b|harness\.measuring\.alternate\b|"
             r"^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="
         ),
         "a measurement (minutes) that rewrites results/ or docs/: `make bench matrix` / `make reliability`",
@@ -51,7 +51,7 @@ SKIPPED = [
         "docker mode: .ci/run's docker stages run it",
     ),
     (
-        re.compile(r"^make scaleout\b|harness[. ]scaleout (run|footprint)\b"),
+        re.compile(r"^make scaleout\b|harness[. ]scaleout run\b"),
         "a multi-replica measurement in Docker (minutes, Compose + nginx) that rewrites results/scaleout/: `make scaleout`",
     ),
     (re.compile(r"make_fixtures\.py"), "regenerates the reference fixtures (after new weights), never in a test run"),

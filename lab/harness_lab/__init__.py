@@ -1,3 +1,3 @@
 """Tools built on the harness core: reliability (soak, faults, hostile), scale-out, peers,
-network shaping, perf_analyzer. Each takes every deployment-specific value from its arguments
+network shaping. Each takes every deployment-specific value from its arguments
 or the deployment's manifest."""

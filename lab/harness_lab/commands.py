@@ -4,13 +4,11 @@ one-line summary). Each module also runs alone: ``python -m harness_lab.<module>
 
 COMMANDS = {
     "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
-    "perf-analyzer": ("harness_lab.perf_analyzer", "benchmarks measured by perf_analyzer where it runs"),
     "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
-    "stages": ("harness_lab.stages", "where one request's time goes: gate, HTTP, Triton, model stages"),
     "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
     "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),
     "gate-cost": ("harness_lab.reliability.gate_cost", "throughput with and without the front gate"),
     "gate-bounds": ("harness_lab.reliability.gate_bounds", "what refusals and a burst of the largest requests cost"),
     "hostile": ("harness_lab.hostile.__main__", "the project's hostile inputs against a server, one at a time"),
-    "scaleout": ("harness_lab.scaleout.__main__", "multi-replica runs of the swarm stacks, replica footprints"),
+    "scaleout": ("harness_lab.scaleout.__main__", "multi-replica runs of the swarm stacks"),
 }

@@ -138,19 +138,9 @@ class PeersSpec(Strict):
 
 
 class ScaleoutSpec(Strict):
-    """``[scaleout]``: Kubernetes objects (unset keys take the scale-out tools' defaults) and the
-    multi-replica run (``python -m harness scaleout run``)."""
+    """``[scaleout]``: the multi-replica run (``python -m harness scaleout run``); the Kubernetes
+    objects are committed files (deploy/k8s/)."""
 
-    replicas: int | None = None
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-    #: Mean queue wait per model execution (µs) the autoscaler holds the pods at.
-    queue_target_us: int | None = None
-    #: Requests of one replica, instead of its measured footprint.
-    memory_mib: int | None = None
-    cpu: float | None = None
-    bundle_image: str | None = None
-    storage_uri: str | None = None
     #: The entry model the multi-replica run calls (``TEXT`` in, ``EMBEDDING`` out); each replica
     #: loads it and the models it calls.
     model: str | None = None

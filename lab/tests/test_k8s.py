@@ -21,10 +21,11 @@ from tritonclient.grpc import model_config_pb2
 from harness import PROJECT_ROOT
 from harness.deployments import discover
 from harness.serving.packenv import packed_repository, resolve_env_path
-from harness_lab.scaleout.footprint import load_footprints
 from triton_gate.policy import GatePolicy
 
 K8S = PROJECT_ROOT / "deploy" / "k8s"
+#: One replica measured in the CPU image (lab/docs/scaling.md, "Resource requests").
+FOOTPRINTS = PROJECT_ROOT / "lab" / "harness_lab" / "scaleout" / "footprints.json"
 #: preStop ``sleep`` needs 1.30; the newest schemas kubernetes-validate carries are checked too.
 K8S_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
 DEPLOYMENTS = discover()
@@ -148,9 +149,9 @@ def test_the_pod_serves_the_deployment_behind_its_gate(kustomized, deployment):
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=IDS)
 def test_requests_and_startup_cover_the_measured_footprint(kustomized, deployment):
-    """lab/harness_lab/scaleout/footprints.json (`python -m harness scaleout footprint`): the memory
-    request covers the measured peak, the startup probe waits at least the measured start."""
-    measured = load_footprints()["deployments"][deployment.name]
+    """FOOTPRINTS: the memory request covers the measured peak, the startup probe waits at least the
+    measured start."""
+    measured = json.loads(FOOTPRINTS.read_text())["deployments"][deployment.name]
     pod = container(objects(kustomized, deployment))
     mib = {k: int(v["memory"].removesuffix("Mi")) for k, v in pod["resources"].items()}
     assert "cpu" not in pod["resources"]["limits"], "no CPU limit: throttling adds latency to every request"
@@ -181,50 +182,3 @@ def test_bundle_layout_reaches_the_packed_env(kustomized, deployment, tmp_path):
     assert (tmp_path / "bundle" / "envs" / tarball.name).exists()
     if not found:
         pytest.skip(f"{deployment.name} has no Python-backend model")
-
-
-def test_capacity_model_uses_only_levels_that_met_the_target():
-    from harness_lab.scaleout.capacity import per_replica, replicas_for
-
-    rows = [
-        {"concurrency": 1, "perf_throughput": 40.0, "perf_latency_p99": 30.0},
-        {"concurrency": 8, "perf_throughput": 120.0, "perf_latency_p99": 105.0},
-    ]
-    assert per_replica(rows, 100)["concurrency"] == 1
-    assert per_replica(rows, 300)["concurrency"] == 8
-    assert per_replica(rows, 10) is None
-    # 1000/s at 70 % of 120/s per replica: 1000 / 84 = 11.9 -> 12 replicas; never fewer than one.
-    assert replicas_for(1000, 120.0, 0.7) == 12 and replicas_for(1, 120.0, 0.7) == 1
-
-
-def test_capacity_prediction_is_replicas_times_the_smallest_scenarios_replica(tmp_path):
-    """The two-node run's predicted throughput: the served model's scenario with the smallest requests
-    (nearest the run's one-sentence load), its best level within the p99 target, times the replicas."""
-    from harness_lab.scaleout.capacity import predicted_throughput
-
-    def row(benchmark, size, c, infer_s, p99, model="m"):
-        return {
-            "benchmark": benchmark,
-            "model": model,
-            "bytes_sent_per_request": size,
-            "concurrency": c,
-            "perf_throughput": infer_s,
-            "perf_latency_p99": p99,
-            "server_mode": "local",
-            "target": "cpu",
-        }
-
-    rows = [
-        row("m-sentence", 100, 1, 50.0, 20.0),
-        row("m-sentence", 100, 8, 200.0, 250.0),
-        row("m-passages", 9000, 8, 20.0, 900.0),
-        row("other-sentence", 100, 8, 999.0, 10.0, model="other"),
-    ]
-    source = tmp_path / "results.json"
-    source.write_text(json.dumps({"deployments": {"d": {"rows": rows}}}))
-    three = predicted_throughput("d", "m", 3, p99_target_ms=300, source=source)
-    assert three["scenario"] == "m-sentence" and three["at_concurrency"] == 8
-    assert three["predicted_infer_s"] == 600.0
-    assert predicted_throughput("d", "m", 2, p99_target_ms=100, source=source)["predicted_infer_s"] == 100.0
-    assert predicted_throughput("d", "m", 1, p99_target_ms=10, source=source) is None
-    assert predicted_throughput("d", "absent", 1, source=source) is None

@@ -38,8 +38,6 @@ model = "m"
 [scaleout]
 model = "m"
 rolled_models = ["m"]
-cpu = 2
-memory_mib = 1024
 
 [peers]
 default_models = ["m"]
@@ -85,7 +83,7 @@ def test_a_deployment_without_a_lab_file_has_no_lab_tables(tmp_path):
 def test_the_lab_tables_are_typed(tmp_path):
     tables = _read(tmp_path, TABLES)
     assert tables.reliability == ReliabilitySpec(model="m")
-    assert tables.scaleout == ScaleoutSpec(model="m", rolled_models=["m"], cpu=2.0, memory_mib=1024)
+    assert tables.scaleout == ScaleoutSpec(model="m", rolled_models=["m"])
     assert tables.peers.models == {"m": PeerModel(request="text", ceiling="onnx-fp32")}
     assert tables.peers.ratios == [PeerRatio(label="m / ceiling", top="m", bottom="ceiling", goal=1.0)]
     assert isinstance(tables.peers.ratios[0].goal, float) and tables.peers.peer_onnx == "onnx-fp32"
@@ -102,8 +100,8 @@ def test_the_lab_tables_are_typed(tmp_path):
             ('[reliability]\nmodel = "m"', '[reliability]\nmodel = "other"'),
             "[reliability] model = 'other' is no entry model",
         ),
-        (("cpu = 2", "cpus = 2"), "scaleout.cpus: unknown key"),
-        (("cpu = 2", 'cpu = "2"'), "scaleout.cpu: input should be a valid number, not '2'"),
+        (('rolled_models = ["m"]', 'rolled_model = ["m"]'), "scaleout.rolled_model: unknown key"),
+        (('rolled_models = ["m"]', 'rolled_models = "m"'), "scaleout.rolled_models: input should be a valid list"),
         (
             ('request = "text"', 'request = "json"'),
             "peers.models.m.request: input should be 'text' or 'tokens', not 'json'",

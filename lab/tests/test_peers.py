@@ -74,7 +74,7 @@ def test_latest_run_is_the_newest_one_with_the_text_model():
     old = [_record("embedding_onnx_text", [1], [1], run="old")]
     new = [dict(_record("embedding_onnx_text", [2], [1], run="new"), timestamp="2026-12-02T00:00:00+00:00")]
     peers_only = [dict(_record("infinity-torch", [3], [1], run="peers"), timestamp="2026-12-03T00:00:00+00:00")]
-    assert ratios.latest_run(old + new + peers_only) == new
+    assert ratios.latest_peers_run(old + new + peers_only) == new
     text = "\n".join(ratios.render(old + new))
     assert "run `new`" in text and "run `old`" not in text
     assert any(

@@ -111,15 +111,66 @@ def main(argv: list[str] | None = None) -> int:
             local.stop()
 
 
+def remote_url(args) -> str | None:
+    """The first of ``--url`` / ``--grpc-url`` that is not loopback, unless ``--allow-remote``."""
+    urls = filter(None, (args.url, args.grpc_url))
+    return None if args.allow_remote else next((url for url in urls if not is_loopback(url)), None)
+
+
+def planned_cases(args, target) -> tuple[list, set[str], int]:
+    """The cases to send (``--only``), those left out because they would fill memory here, and the
+    bytes the crashers declare."""
+    nbytes = declared_bytes()
+    cases = [c for c in all_cases(target, nbytes, grpc=bool(args.grpc_url)) if not args.only or c.klass in args.only]
+    skipped: set[str] = set()
+    if overcommit_always() and is_loopback(args.url):
+        skipped = {c.name for c in cases if c.allocates}
+        cases = [c for c in cases if not c.allocates]
+    return cases, skipped, nbytes
+
+
+def print_classes(args, classes: dict, seconds: float, stopped: str | None) -> None:
+    """One line per class (those not run say why), then the counts per verdict."""
+    for klass in CLASSES:
+        if klass in classes:
+            print(report_line(klass, *classes[klass]))
+        elif not args.only or klass in args.only:
+            reason = "no gRPC url" if klass.startswith("grpc_") and not args.grpc_url else "not for this model"
+            print(f"  {klass:17} {NOT_RUN:16}  0 req  {reason}")
+    counts = Counter(verdict for verdict, _ in classes.values())
+    print(
+        f"{len(classes)} classes in {seconds:.1f} s: " + ", ".join(f"{counts[v]} {v}" for v in SEVERITY if v in counts)
+    )
+    if stopped:
+        print(stopped)
+
+
+def write_outcomes(args, target, nbytes: int, classes: dict, outcomes, stopped, local) -> None:
+    """``--json``: every outcome, the verdict per class, and how the run ended."""
+    report = {
+        "url": args.url,
+        "grpc_url": args.grpc_url,
+        "model": target.model,
+        "inputs": target.describe(),
+        "declared_bytes": nbytes,
+        "classes": {k: v for k, (v, _) in classes.items()},
+        "outcomes": [o.as_dict() for o in outcomes],
+        "stopped": stopped,
+        "restarts": local.restarts if local else None,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=1))
+
+
 def run(args, local) -> int:
     args.url, args.grpc_url = (u.removeprefix("http://").rstrip("/") if u else u for u in (args.url, args.grpc_url))
-    for url in filter(None, (args.url, args.grpc_url)):
-        if not args.allow_remote and not is_loopback(url):
-            print(
-                f"hostile: {url} is not a loopback address: name it with --allow-remote to send it these",
-                file=sys.stderr,
-            )
-            return 2
+    remote = remote_url(args)
+    if remote:
+        print(
+            f"hostile: {remote} is not a loopback address: name it with --allow-remote to send it these",
+            file=sys.stderr,
+        )
+        return 2
     endpoint = Endpoint(args.url, args.grpc_url, timeout_s=args.timeout)
     if endpoint.wait_ready(10) is None:
         print(f"hostile: {args.url} is not ready (/v2/health/ready)", file=sys.stderr)
@@ -129,12 +180,7 @@ def run(args, local) -> int:
     except (RuntimeError, OSError) as exc:
         print(f"hostile: {exc}", file=sys.stderr)
         return 2
-    nbytes = declared_bytes()
-    cases = [c for c in all_cases(target, nbytes, grpc=bool(args.grpc_url)) if not args.only or c.klass in args.only]
-    skipped = {}
-    if overcommit_always() and is_loopback(args.url):
-        skipped = {c.name for c in cases if c.allocates}
-        cases = [c for c in cases if not c.allocates]
+    cases, skipped, nbytes = planned_cases(args, target)
     print(
         f"hostile inputs -> http://{args.url}"
         + (f", gRPC {args.grpc_url}" if args.grpc_url else ", no gRPC")
@@ -154,46 +200,14 @@ def run(args, local) -> int:
             )
 
     began = time.monotonic()
+    restart = local.restart if local else None
     outcomes, stopped = run_cases(
-        endpoint,
-        cases,
-        wait_back_s=args.wait_back,
-        budget_s=args.budget,
-        restart=local.restart if local else None,
-        on_outcome=show,
+        endpoint, cases, wait_back_s=args.wait_back, budget_s=args.budget, restart=restart, on_outcome=show
     )
     classes = by_class(outcomes)
-    for klass in CLASSES:
-        if klass in classes:
-            print(report_line(klass, *classes[klass]))
-        elif not args.only or klass in args.only:
-            reason = "no gRPC url" if klass.startswith("grpc_") and not args.grpc_url else "not for this model"
-            print(f"  {klass:17} {NOT_RUN:16}  0 req  {reason}")
-    counts = Counter(verdict for verdict, _ in classes.values())
-    print(
-        f"{len(classes)} classes in {time.monotonic() - began:.1f} s: "
-        + ", ".join(f"{counts[v]} {v}" for v in SEVERITY if v in counts)
-    )
-    if stopped:
-        print(stopped)
+    print_classes(args, classes, time.monotonic() - began, stopped)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "url": args.url,
-                    "grpc_url": args.grpc_url,
-                    "model": target.model,
-                    "inputs": target.describe(),
-                    "declared_bytes": nbytes,
-                    "classes": {k: v for k, (v, _) in classes.items()},
-                    "outcomes": [o.as_dict() for o in outcomes],
-                    "stopped": stopped,
-                    "restarts": local.restarts if local else None,
-                },
-                indent=1,
-            )
-        )
+        write_outcomes(args, target, nbytes, classes, outcomes, stopped, local)
     if stopped:
         return 3
     return 0 if all(v in (REFUSED, NOT_RUN) for v, _ in classes.values()) else 1

@@ -1,7 +1,7 @@
 """The lab's sections of the results matrix (entry point ``triton_harness.matrix_sections``,
 lab/pyproject.toml; the core's matrix finds them there and names none of them): the
 network-bound page and lesson (``network.py``), the side-by-side section and serving lesson
-(``side_by_side.py``), where one request's time goes (``stages.py``), the front gate's row of the
+(``side_by_side.py``), where one request's time goes (``stages.py``, records of a removed one-off tool), the front gate's row of the
 costs lesson (``make gate-cost``'s reports) and the perf_analyzer clause of the load generators."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from harness.measuring.matrix.headlines import cost_row
 from harness.measuring.matrix.outputs import json_row
 from harness.measuring.matrix.sections import CostKind, Sections
 from harness_lab.matrix_sections import network, side_by_side, stages
+from harness_lab.matrix_sections.shared import latest_run
 
 
 def gate_reports(results_dir: Path) -> list[dict]:
@@ -58,9 +59,9 @@ GATE = CostKind(
 
 
 def perf_analyzer_note(records: list[dict]) -> str:
-    """What made the perf_analyzer records, as they name it."""
+    """What made the perf_analyzer records, as they name it (the tool was a one-off cross-check)."""
     runs = sorted({r["generator"] for r in records if generator_family(r) == "perf_analyzer"})
-    how = "`python -m harness perf-analyzer bench` (lab/)"
+    how = "`73ec139: python -m harness perf-analyzer bench`, removed since: docs/tuning.md"
     return f"perf_analyzer: {', '.join(runs)} ({how})." if runs else f"perf_analyzer: no records ({how})."
 
 
@@ -85,11 +86,11 @@ class LabSections(Sections):
         return {"network": ("results-network.md", page)} if page else {}
 
     def json_head(self, records: list[dict]) -> dict:
-        run = side_by_side.latest_run(records)
+        run = side_by_side.latest_peers_run(records)
         return {
             "perf_analyzer": perf_analyzer_note(records),
             "side_by_side": {"records": run, "ratios": side_by_side.ratios(run)},
-            "stages": stages.latest_run(records),
+            "stages": latest_run(records, "stages"),
         }
 
     def json_tail(self, records: list[dict]) -> dict:

@@ -1,12 +1,31 @@
-"""What the lab's headline lessons share: the load phrase of a run, and grouped bars with each
-bar's ceiling marked over it (the network and serving figures)."""
+"""What the lab's sections share: the latest run of a comparison, round-by-round quotients, the
+load phrase of a run, and grouped bars with each bar's ceiling marked over it (the network and
+serving figures)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+from harness.measuring.matrix.cells import stamp
 from harness.measuring.matrix.fmt import rate
 
 #: Headline bars spanning more than this factor get a logarithmic axis.
 LOG_SPAN = 50.0
+
+
+def latest_run(records: list[dict], comparison: str, keep=lambda run: True) -> list[dict]:
+    """The records of the latest run (one ``run_id``) whose records say ``comparison`` and that ``keep(run)``."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        if record.get("comparison") == comparison:
+            runs[record.get("run_id")].append(record)
+    kept = [run for run in runs.values() if keep(run)]
+    return max(kept, key=lambda run: max(stamp(r) for r in run)) if kept else []
+
+
+def round_quotients(top: list[float], bottom: list[float]) -> list[float]:
+    """``top / bottom`` round by round (a round whose ``bottom`` is 0 left out)."""
+    return [a / b for a, b in zip(top, bottom) if b]
 
 
 def load(records: list[dict]) -> str:

@@ -21,20 +21,10 @@ from harness.measuring.matrix.headlines import machine
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.manifest import PeersSpec
-from harness_lab.matrix_sections.shared import bars, ceiling_handle, load
+from harness_lab.matrix_sections.shared import bars, ceiling_handle, latest_run, load, round_quotients
 from harness_lab.peers.workloads import MIXED
 
 COMMAND = "make bench-peers && make matrix"
-
-
-def _latest(records: list[dict], keep) -> list[dict]:
-    """The records of the latest side-by-side run (``comparison: side-by-side``) that ``keep(run)``."""
-    runs: dict[str, list[dict]] = defaultdict(list)
-    for record in records:
-        if record.get("comparison") == "side-by-side":
-            runs[record.get("run_id")].append(record)
-    kept = [run for run in runs.values() if keep(run)]
-    return max(kept, key=lambda run: max(stamp(r) for r in run)) if kept else []
 
 
 def peers_spec(records: list[dict]) -> PeersSpec | None:
@@ -49,15 +39,15 @@ def peers_spec(records: list[dict]) -> PeersSpec | None:
         return None
 
 
-def latest_run(records: list[dict]) -> list[dict]:
-    """The latest run that measured one of its deployment's ``[peers.models]`` (not only peers or
-    config variants)."""
+def latest_peers_run(records: list[dict]) -> list[dict]:
+    """The latest side-by-side run that measured one of its deployment's ``[peers.models]`` (not only
+    peers or config variants)."""
 
     def served(run: list[dict]) -> bool:
         spec = peers_spec(run)
         return spec is not None and any(r.get("model") in spec.models for r in run)
 
-    return _latest(records, served)
+    return latest_run(records, "side-by-side", served)
 
 
 #: Per-round speeds a ratio is taken from: sentences/s (wall clock) of a target and of its ceiling,
@@ -117,7 +107,7 @@ def ratios(run: list[dict]) -> list[dict]:
                 denominator = per_round(targets[top], keys[1]) if top in targets else None
             else:
                 denominator = series(bottom, keys)
-            return [a / b for a, b in zip(numerator or [], denominator or []) if b]
+            return round_quotients(numerator or [], denominator or [])
 
         for goal in spec.ratios:
             values = quotients(goal.top, goal.bottom, RATE_KEYS)
@@ -167,7 +157,7 @@ def paths(run: list[dict]) -> list[dict]:
                 continue
 
             def quotient(top: dict | None, bottom: list[float]) -> float | None:
-                values = [a / b for a, b in zip(per_round(top) if top else [], bottom) if b]
+                values = round_quotients(per_round(top) if top else [], bottom)
                 return statistics.median(values) if values else None
 
             rows.append(
@@ -319,7 +309,7 @@ def _ratios_lines(run: list[dict]) -> list[str]:
 
 def render(records: list[dict]) -> list[str]:
     """Markdown lines: the side-by-side table and its ratios (empty when no such run exists)."""
-    run = latest_run(records)
+    run = latest_peers_run(records)
     if not run:
         return []
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
@@ -331,8 +321,9 @@ def render(records: list[dict]) -> list[str]:
 def latest_side_by_side_run(records: list[dict]) -> list[dict]:
     """The latest run that measured a served model (not only peers) beside at least one other
     target, and not only config variants."""
-    return _latest(
+    return latest_run(
         records,
+        "side-by-side",
         lambda run: (
             len({r.get("model") for r in run}) > 1
             and any(r.get("server_mode") != "peer" for r in run)
@@ -367,7 +358,7 @@ def serving_lesson(records: list[dict]) -> dict:
                 "versus": {
                     m: {"median": statistics.median(q), "rounds": q}
                     for m, r in found.items()
-                    if m != best["model"] and (q := [a / b for a, b in zip(per_round(best), per_round(r)) if b])
+                    if m != best["model"] and (q := round_quotients(per_round(best), per_round(r)))
                 },
             }
         )

@@ -1,5 +1,6 @@
-"""The stages table of ``docs/results.md``: where one request's time goes (``python -m harness
-stages``, records ``comparison: stages``), the latest run, medians over its rounds."""
+"""The stages table of ``docs/results.md``: where one request's time goes (records ``comparison:
+stages`` of the one-off tool ``951997f:lab/harness_lab/stages.py``, its finding in docs/tuning.md),
+the latest run, medians over its rounds."""
 
 from __future__ import annotations
 
@@ -9,23 +10,25 @@ from collections import defaultdict
 from harness.measuring.matrix.cells import stamp
 from harness.measuring.matrix.fmt import table
 from harness.measuring.matrix.headlines import machine
-from harness_lab.matrix_sections.shared import load
-from harness_lab.stages import STAGES
+from harness_lab.matrix_sections.shared import latest_run, load
 
-COMMAND = "python -m harness stages && make matrix"
-
-
-def latest_run(records: list[dict]) -> list[dict]:
-    runs: dict[str, list[dict]] = defaultdict(list)
-    for record in records:
-        if record.get("comparison") == "stages":
-            runs[record.get("run_id")].append(record)
-    return max(runs.values(), key=lambda run: max(stamp(r) for r in run)) if runs else []
+COMMAND = "951997f: python -m harness stages"
+#: The stages in the order a request meets them (``ms`` of each in a record's ``stages_ms``).
+STAGES = (
+    "front gate",
+    "HTTP front end, loopback, client",
+    "queue",
+    "compute input",
+    "ONNX Runtime run",
+    "tokenize, buckets, pool",
+    "stub round trip and model code",
+    "compute output",
+)
 
 
 def render(records: list[dict]) -> list[str]:
     """Markdown lines: per batch and reply kind, each stage's median ms and share of the gated request."""
-    run = latest_run(records)
+    run = latest_run(records, "stages")
     if not run:
         return []
     by_batch: dict[tuple[int, str], list[dict]] = defaultdict(list)

@@ -52,10 +52,9 @@ def served_parameter(deployment: Deployment, key: str, default: str) -> str:
     return parameter(read_config(config), key, default)
 
 
-def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64, wrap_run=None):
+def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64):
     """A function ``texts -> vectors`` doing a served request's whole work in this process
-    (``wrap_run(run)``, when given, runs the ONNX file: e.g. to time it); on OpenVINO its
-    ``precision`` is the one that runs."""
+    on OpenVINO its ``precision`` is the one that runs."""
     spec = peers_table(deployment)
     pieces = resolve(deployment.name, spec.embedding)()
     if kind == TORCH_KIND:
@@ -74,7 +73,6 @@ def encoder(deployment: Deployment, kind: str, threads: int, max_rows: int = 64,
     run, precision = (
         pieces.openvino_run(path, threads) if engine == "openvino" else (cpu_session(path, threads).run, "")
     )
-    run = wrap_run(run) if wrap_run else run
 
     def encode(texts):
         return pieces.embed(run, texts, max_rows)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from harness import PROJECT_ROOT
+from harness.measuring.matrix.fmt import table
 
 RESULTS_DIR = PROJECT_ROOT / "results" / "reliability"
 DOCS = PROJECT_ROOT / "lab" / "docs" / "reliability.md"
@@ -73,43 +74,34 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
 
 def soak_section(soak: dict) -> list[str]:
     """The short soak: counts, latency drift, memory per process."""
-    m = soak["memory"]
-    lines = [
+    memory, first, last = soak["memory"], soak["latency_first_third"], soak["latency_last_third"]
+    latency = [
+        [f"{q} ms", first[f"{q}_ms"], last[f"{q}_ms"], f"x{soak['latency_drift'].get(f'{q}_ratio')}"]
+        for q in ("p50", "p99")
+    ]
+    processes = [
+        [k.split("#")[0], v["start_mib"], v["end_mib"], f"{v['growth_mib']:+}"] for k, v in memory["processes"].items()
+    ]
+    return [
         f"**Load held** ({soak.get('deployment')}/{soak['model']}, concurrency {soak['concurrency']}, "
         f"{soak['measured_s']} s after {soak['warmup_s']} s warm-up): {soak['requests']} requests, "
         f"**{soak['errors']} errors, {soak['timeouts']} timeouts, {soak['wrong_answers']} wrong answers**, "
         f"{soak['throughput_rps']} req/s.",
         "",
-        "| latency | first third | last third | drift |",
-        "|---|---|---|---|",
-        f"| p50 ms | {soak['latency_first_third']['p50_ms']} | {soak['latency_last_third']['p50_ms']} | "
-        f"x{soak['latency_drift'].get('p50_ratio')} |",
-        f"| p99 ms | {soak['latency_first_third']['p99_ms']} | {soak['latency_last_third']['p99_ms']} | "
-        f"x{soak['latency_drift'].get('p99_ratio')} |",
+        table(latency, "latency | first third | last third | drift"),
         "",
-        f"Memory (RSS after warm-up -> end): total {m['total_start_mib']} -> {m['total_end_mib']} MiB "
-        f"(**{m['total_growth_mib']:+} MiB, {m['total_growth_pct']}%**; bound "
+        f"Memory (RSS after warm-up -> end): total {memory['total_start_mib']} -> {memory['total_end_mib']} MiB "
+        f"(**{memory['total_growth_mib']:+} MiB, {memory['total_growth_pct']}%**; bound "
         f"{soak.get('bounds', {}).get('max_growth_mib')} MiB).",
         "",
-        "| process | start MiB | end MiB | growth MiB |",
-        "|---|---|---|---|",
+        table(processes, "process | start MiB | end MiB | growth MiB"),
+        "",
     ]
-    lines += [
-        f"| {k.split('#')[0]} | {v['start_mib']} | {v['end_mib']} | {v['growth_mib']:+} |"
-        for k, v in m["processes"].items()
-    ]
-    lines.append("")
-    return lines
 
 
 def faults_section(faults: list[dict]) -> list[str]:
     """One table row per fault scenario, and the error messages the clients saw."""
-    lines = [
-        "**Faults survived** (verified load over HTTP; times relative to the fault):",
-        "",
-        "| fault | model | c | errors seen | error window | service back | wrong answers | recovered | how |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for f in faults:
         how = {
             "kill_stub": (
@@ -128,12 +120,18 @@ def faults_section(faults: list[dict]) -> list[str]:
             "restart_server": f"stopped at +{f.get('stop_s')} s, new server ready at +{f.get('ready_again_s')} s",
         }[f["scenario"]]
         window = f"+{f['first_error_s']} .. +{f['last_error_s']} s" if f["first_error_s"] is not None else "none"
-        lines.append(
-            f"| {f['scenario']} | {f['model']} | {f.get('concurrency')} | {f['errors'] + f['timeouts']} "
-            f"of {f['requests_after_fault']} | {window} | +{f['service_back_s']} s | "
-            f"{f['wrong_answers']} | {f['recovered']} | {how} |"
+        seen = f"{f['errors'] + f['timeouts']} of {f['requests_after_fault']}"
+        rows.append(
+            [f["scenario"], f["model"], str(f.get("concurrency")), seen, window, f"+{f['service_back_s']} s"]
+            + [f["wrong_answers"], f["recovered"], how]
         )
-    lines.append("")
+    headers = "fault | model | c | errors seen | error window | service back | wrong answers | recovered | how"
+    lines = [
+        "**Faults survived** (verified load over HTTP; times relative to the fault):",
+        "",
+        table(rows, headers),
+        "",
+    ]
     messages = {msg for f in faults for msg in f["error_messages"]}
     if messages:
         lines += ["Errors the clients saw:", ""] + [f"- `{m}`" for m in sorted(messages)] + [""]
@@ -147,10 +145,8 @@ def fuzz_section(fuzz: dict) -> list[str]:
         f"and {fuzz['input_errors']} in a clear `InputError`, 0 hangs or crashes (slowest "
         f"{fuzz['slowest_s']} s):",
         "",
-        "| function | cases |",
-        "|---|---|",
+        table([[f"`{k}`", v] for k, v in sorted(fuzz["per_function"].items())], "function | cases"),
     ]
-    lines += [f"| `{k}` | {v} |" for k, v in sorted(fuzz["per_function"].items())]
     if fuzz.get("served"):
         lines += [
             "",
@@ -186,16 +182,16 @@ def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
         )
         + ".",
         "",
-        "| minute | tritonserver MiB | gate MiB | stubs MiB | total MiB |",
-        "|---|---|---|---|---|",
+        table(
+            [
+                [f"{s['t_s'] / 60:.1f}", s["rss_mib"].get("server", "–"), s["rss_mib"].get("gate", "–")]
+                + [_stubs_mib(s), s["total_mib"]]
+                for s in (series[i] for i in picks)
+            ],
+            "minute | tritonserver MiB | gate MiB | stubs MiB | total MiB",
+        ),
+        "",
     ]
-    for i in picks:
-        sample = series[i]
-        lines.append(
-            f"| {sample['t_s'] / 60:.1f} | {sample['rss_mib'].get('server', '–')} | "
-            f"{sample['rss_mib'].get('gate', '–')} | {_stubs_mib(sample)} | {sample['total_mib']} |"
-        )
-    lines.append("")
     verdicts = []
     for key, label in (("server", "tritonserver"), ("total", "all processes")):
         trend = (soak.get("memory_trend") or {}).get(key)

@@ -1,5 +1,4 @@
-"""Beyond one machine: replica footprints (``footprint``), capacity (``capacity``), multi-replica runs of
-the committed swarm stacks (``swarm``, ``run``, ``nodes``). Command line: ``python -m harness scaleout``."""
+"""Beyond one machine: multi-replica runs of the committed swarm stacks (``swarm``, ``run``, ``nodes``). Command line: ``python -m harness scaleout``."""
 
 import socket
 import subprocess

@@ -1,4 +1,4 @@
-"""``python -m harness_lab.scaleout {bundle,footprint,capacity,run,down}``: see lab/harness_lab/scaleout/__init__.py.
+"""``python -m harness_lab.scaleout {bundle,run,down}``: see lab/harness_lab/scaleout/__init__.py.
 The Kubernetes objects and swarm stacks are committed files (deploy/README.md)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 #: ``scaleout run`` scenarios, in the order they run; the last two need a second node (``--nodes 2``).
-SCENARIOS = ("throughput", "kill", "roll", "rollback", "signal", "drain", "node-loss")
+SCENARIOS = ("throughput", "kill", "roll", "rollback", "drain", "node-loss")
 
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m harness_lab.scaleout", description="replica footprints, capacity, multi-replica runs"
+        prog="python -m harness_lab.scaleout", description="bundles and multi-replica runs of the swarm stacks"
     )
     sub = parser.add_subparsers(dest="command", required=True)
     bundle = sub.add_parser(
@@ -22,10 +22,6 @@ def parser() -> argparse.ArgumentParser:
     bundle.add_argument("deployment")
     bundle.add_argument("--out", required=True, help="folder to write (replaced): model_repository/ + envs/")
     bundle.add_argument("--image", default=None, help="the image its env is packed for (default: `make image`'s)")
-    fp = sub.add_parser("footprint", help="measure one replica of each deployment in the CPU image (docker)")
-    fp.add_argument("deployments", nargs="*", help="default: every deployment with a cpu target")
-    fp.add_argument("--image", default=None, help="tritonserver image (default: the CPU image of `make image`)")
-    fp.add_argument("--duration", type=float, default=4.0, help="seconds of load per scenario")
     run = sub.add_parser(
         "run",
         help="deploy/swarm/<d>/stack.yml on Docker swarm: throughput 1..N, kill one, roll a version, roll back a bad "
@@ -43,35 +39,13 @@ def parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         choices=SCENARIOS,
-        help="default: throughput kill roll rollback signal; with --nodes 2: throughput drain node-loss",
+        help="default: throughput kill roll rollback; with --nodes 2: throughput drain node-loss",
     )
     run.add_argument("--lb", default="haproxy", choices=["haproxy", "nginx"], help="lab/docs/scaling.md: why haproxy")
     run.add_argument("--keep", action="store_true", help="leave the stack running")
     run.add_argument("--out", default=None, help="results JSON (default results/scaleout/<deployment>.json)")
     sub.add_parser("down", help="remove every stack and node of ours and leave the swarm (after a crashed run)")
-    cap = sub.add_parser("capacity", help="replicas for N requests/s at a p99 target, from docs/results.json")
-    cap.add_argument("--source", default=None, help="results JSON of `make matrix` (default docs/results.json)")
-    cap.add_argument("--server-mode", default="local")
-    cap.add_argument("--p99", type=float, nargs="+", default=[100, 300, 1000], help="p99 targets, ms")
-    cap.add_argument("--rate", type=int, nargs="+", default=[100, 1000], help="requests/s to serve")
-    cap.add_argument("--scenario", nargs="+", default=None, help="only these benchmark ids")
-    cap.add_argument("--utilisation", type=float, default=0.7, help="share of a replica's measured maximum to plan for")
     return parser
-
-
-def capacity(args) -> int:
-    from harness_lab.scaleout.capacity import SOURCE, markdown, model
-
-    lines = model(
-        args.source or SOURCE,
-        server_mode=args.server_mode,
-        p99_targets_ms=args.p99,
-        rates=args.rate,
-        utilisation=args.utilisation,
-        scenarios_wanted=args.scenario,
-    )
-    print(markdown(lines, rates=args.rate))
-    return 0
 
 
 def run(args) -> int:
@@ -108,18 +82,11 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "capacity":
-        return capacity(args)
     if args.command == "bundle":
         from harness.deployments import get_deployment
         from harness_lab.scaleout.swarm import CPU_IMAGE, write_bundle
 
         print(write_bundle(get_deployment(args.deployment), Path(args.out).resolve(), args.image or CPU_IMAGE).parent)
-        return 0
-    if args.command == "footprint":
-        from harness_lab.scaleout.footprint import measure_all
-
-        measure_all(args.deployments or None, image=args.image, duration_s=args.duration)
         return 0
     if args.command == "down":
         from harness_lab.scaleout.swarm import teardown

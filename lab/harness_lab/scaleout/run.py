@@ -1,4 +1,4 @@
-"""The multi-replica run (``make scaleout``): throughput, kill, roll, rollback, the autoscaling signal,
+"""The multi-replica run (``make scaleout``): throughput, kill, roll, rollback,
 and with ``--nodes 2`` drain and node loss; results in ``results/scaleout/<deployment>.json``."""
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from harness.deployments import get_deployment
 from harness.measuring.loadgen import RequestRecord
 from harness.measuring.records import machine
 from harness_lab.scaleout import RETRY, ScaleoutError, stack_load, summarize, wait_for
-from harness_lab.scaleout.autoscale import autoscaling_signal
-from harness_lab.scaleout.capacity import predicted_throughput
 from harness_lab.scaleout.nodes import Worker, join, kill_worker, node_state, restart_worker, start_worker
 from harness_lab.scaleout.swarm import Stack, build_image, docker, host_address, stack_objects, swarm_init
 
@@ -99,28 +97,26 @@ def throughput_level(stack: Stack, count: int, concurrency: int, duration_s: flo
     }
 
 
-def predictions(stack: Stack, row: dict, one_replica: dict) -> dict:
-    """Beside a measured level: the capacity model's and the linear (n x 1 replica) predictions."""
-    measured, count, out = row["infer_per_s"] or 0, row["replicas"], {}
-    model = predicted_throughput(stack.deployment.name, stack.models[0], count)
-    if model:
-        ratio = round(model["predicted_infer_s"] / measured, 2) if measured else None
-        out["capacity_model"] = {**model, "predicted_over_measured": ratio}
-    if one_replica["infer_per_s"] and measured:
-        linear = count * one_replica["infer_per_s"]
-        out["linear_from_1_replica"] = {
+def linear_prediction(row: dict, one_replica: dict) -> dict:
+    """Beside a measured level: n x the run's own 1-replica level."""
+    measured = row["infer_per_s"]
+    if not (one_replica["infer_per_s"] and measured):
+        return {}
+    linear = row["replicas"] * one_replica["infer_per_s"]
+    return {
+        "linear_from_1_replica": {
             "predicted_infer_s": round(linear, 1),
             "predicted_over_measured": round(linear / measured, 2),
         }
-    return out
+    }
 
 
 def throughput(stack: Stack, concurrency: int, duration_s: float, warmup_s: float = 2.0) -> list[dict]:
-    """The same load on 1 .. N replicas; beside each level the capacity model's and the linear prediction."""
+    """The same load on 1 .. N replicas; beside each level the linear prediction."""
     rows: list[dict] = []
     for count in range(1, stack.replicas + 1):
         row = throughput_level(stack, count, concurrency, duration_s, warmup_s)
-        rows.append({**row, **predictions(stack, row, rows[0] if rows else row)})
+        rows.append({**row, **linear_prediction(row, rows[0] if rows else row)})
         print(
             f"scaleout: {count} replica(s), c={concurrency}: {row['infer_per_s']} infer/s, "
             f"p99 {row['p99_ms']} ms, lost {row['lost']}",
@@ -440,7 +436,7 @@ def run_scenarios(stack: Stack, results: dict, scenarios, concurrency: int, dura
     print(f"scaleout: {stack.replicas} replicas healthy behind {stack.lb} at {stack.url} in {results['up_s']} s")
     if "throughput" in scenarios:
         results["throughput"] = throughput(stack, concurrency, duration_s)
-    one_node = {"kill": kill_under_load, "roll": roll_version, "rollback": rollback_bad, "signal": autoscaling_signal}
+    one_node = {"kill": kill_under_load, "roll": roll_version, "rollback": rollback_bad}
     for scenario, run_scenario in one_node.items():
         if scenario in scenarios:
             results[scenario] = run_scenario(stack, concurrency)
