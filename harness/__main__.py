@@ -152,29 +152,47 @@ def tools() -> dict[str, tuple[str, str]]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description="Triton reference deployments harness")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the deployments the harness finds").set_defaults(func=_list)
+#: Subcommands whose module declares its own options (``add_arguments``) and runs them: module, runner, help.
+MODULE_COMMANDS = {
+    "pack-env": (
+        "harness.packed_serving",
+        "pack_command",
+        "pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
+    ),
+    "new": ("harness.new", "new_command", "copy a deployment as the template of a new one (NAME --from DEPLOYMENT)"),
+    "rename": (
+        "harness.rename",
+        "rename_command",
+        "give models of a deployment names of its own (DEPLOYMENT OLD=NEW ...), everywhere they stand",
+    ),
+    "readme": (
+        "harness.copy_readme",
+        "readme_command",
+        "write a copy's README.md from its README.md.j2 (after a swap)",
+    ),
+    "refresh": (
+        "harness.refresh",
+        "refresh_command",
+        "regenerate a deployment in order: export, fixtures from the reference, quantization gates",
+    ),
+}
 
-    export = sub.add_parser("export", help="run a deployment's export step")
-    export.add_argument("deployment")
-    export.add_argument("--force", action="store_true", help="export even when the outputs exist")
-    export.set_defaults(func=_export)
 
-    def server_flags(p):
-        p.add_argument("--mode", choices=MODES, default=None, help="local (default), docker or external")
-        p.add_argument("--target", default="cpu", help="cpu / gpu / npu")
-        p.add_argument("--server-url", default=None, help="host:port of a running server (external mode)")
-        p.add_argument(
-            "--image",
-            default=os.environ.get("TRITON_IMAGE"),
-            help="docker mode: tritonserver image (default: the target's; cpu: the image of `make image`)",
-        )
+def _server_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=MODES, default=None, help="local (default), docker or external")
+    p.add_argument("--target", default="cpu", help="cpu / gpu / npu")
+    p.add_argument("--server-url", default=None, help="host:port of a running server (external mode)")
+    p.add_argument(
+        "--image",
+        default=os.environ.get("TRITON_IMAGE"),
+        help="docker mode: tritonserver image (default: the target's; cpu: the image of `make image`)",
+    )
 
+
+def _add_serve(sub) -> None:
     serve = sub.add_parser("serve", help="export what is missing and serve a deployment until Ctrl-C")
     serve.add_argument("deployment")
-    server_flags(serve)
+    _server_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
@@ -195,56 +213,44 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.set_defaults(func=_serve)
 
+
+def _parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description="Triton reference deployments harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the deployments the harness finds").set_defaults(func=_list)
+
+    export = sub.add_parser("export", help="run a deployment's export step")
+    export.add_argument("deployment")
+    export.add_argument("--force", action="store_true", help="export even when the outputs exist")
+    export.set_defaults(func=_export)
+
+    _add_serve(sub)
+
     bench = sub.add_parser("bench", help="run the benchmark scenarios of one or all deployments")
     bench.add_argument("deployment", nargs="?")
-    server_flags(bench)
+    _server_flags(bench)
     bench.add_argument("--duration", type=float, default=5.0, help="seconds measured per concurrency level")
     bench.add_argument("--warmup", type=float, default=1.0)
     bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
     bench.add_argument("--only", nargs="+", metavar="BENCHMARK", help="benchmark ids to run (default: all)")
     bench.set_defaults(func=_bench)
 
-    from harness import packed_serving
-
-    pack_env = sub.add_parser(
-        "pack-env",
-        help="pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
-    )
-    packed_serving.add_arguments(pack_env)
-    pack_env.set_defaults(func=packed_serving.pack_command)
-
-    from harness import new
-
-    new_parser = sub.add_parser("new", help="copy a deployment as the template of a new one (NAME --from DEPLOYMENT)")
-    new.add_arguments(new_parser)
-    new_parser.set_defaults(func=new.new_command)
-
-    from harness import copy_readme, rename
-
-    rename_parser = sub.add_parser(
-        "rename", help="give models of a deployment names of its own (DEPLOYMENT OLD=NEW ...), everywhere they stand"
-    )
-    rename.add_arguments(rename_parser)
-    rename_parser.set_defaults(func=rename.rename_command)
-    readme_parser = sub.add_parser("readme", help="write a copy's README.md from its README.md.j2 (after a swap)")
-    copy_readme.add_arguments(readme_parser)
-    readme_parser.set_defaults(func=copy_readme.readme_command)
-
-    from harness import refresh
-
-    refresh_parser = sub.add_parser(
-        "refresh", help="regenerate a deployment in order: export, fixtures from the reference, quantization gates"
-    )
-    refresh.add_arguments(refresh_parser)
-    refresh_parser.set_defaults(func=refresh.refresh_command)
-
-    commands = tools()
-    for name, (module, summary) in commands.items():
+    for name, (module_name, runner, summary) in MODULE_COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=summary)
+        module.add_arguments(command)
+        command.set_defaults(func=getattr(module, runner))
+    for name, (_, summary) in commands.items():
         sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    commands = tools()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in commands:
         return importlib.import_module(commands[argv[0]][0]).main(argv[1:])
+    parser = _parser(commands)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
