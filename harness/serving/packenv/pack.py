@@ -173,61 +173,17 @@ def pack(
     try:
         recipe = replace(recipe, pip_no_deps=_clean_copies(recipe.pip_no_deps, work / "sources"))
         if tool == "conda":
-            log(f"packing {recipe.path} for target {target} with conda + conda-pack (Python {version})")
-            env_file = work / "environment.yml"
-            env_file.write_text(yaml.safe_dump(render_conda_file(recipe, version), sort_keys=False))
-            for command in conda_plan(recipe, version, prefix, partial, env_file):
-                _run(command, log)
-            built_from, python_prefix = "conda", None
+            built_from, python_prefix = _build_conda(recipe, target, version, work, prefix, partial, log), None
         else:
-            why = TARGETS.get(target, (f"target {target}",))[0]
-            info = find_python(version, python, why=f"target {target}: {why}")
-            python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
-            because = "asked for" if requested == "venv" else "no conda + conda-pack on PATH"
-            log(
-                f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
-                f"Python {version} from {info['executable']}"
+            built_from = _build_venv(
+                recipe, target, version, prefix, python, python_prefix, requested, compile_bytecode, log
             )
-            if target != "cpu" and python_prefix is None:
-                log(
-                    f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
-                    f"the {target} server must have Python {version} at that prefix, or pass --python-prefix "
-                    "(e.g. /usr for the NGC image). conda-pack avoids this."
-                )
-            # No pip inside the env: the harness's own pip installs into it (pip --python), which
-            # saves bootstrapping pip per env and keeps pip out of the tarball.
-            _run([_venv_base(info["executable"], python_prefix), "-m", "venv", "--without-pip", str(prefix)], log)
-            env_python = str(prefix / "bin" / "python")
-            pip = [
-                sys.executable,
-                "-m",
-                "pip",
-                "--python",
-                env_python,
-                "install",
-                "--disable-pip-version-check",
-                "--no-warn-script-location",
-            ]
-            pip += [] if compile_bytecode else ["--no-compile"]
-            if recipe.pip:
-                _run(pip + recipe.pip, log, cwd=recipe.path.parent)
-            if recipe.pip_no_deps:
-                _run(pip + ["--no-deps"] + recipe.pip_no_deps, log, cwd=recipe.path.parent)
-            built_from = info["executable"]
+            python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
         packages = _pip_list(str(prefix / "bin" / "python"))
         _check_numpy(packages, f"the env of {recipe.path}")
         if tool == "venv":
-            import venv_pack
-
             log(f"  venv-pack -> {output}")
-            venv_pack.pack(
-                prefix=str(prefix),
-                output=str(partial),
-                force=True,
-                python_prefix=python_prefix,
-                compress_level=compress_level,
-                filters=[("exclude", p) for p in VENV_EXCLUDES],
-            )
+            _venv_pack(prefix, partial, python_prefix, compress_level)
         partial.chmod(0o644)  # readable by a container's non-root user too
         partial.replace(output)
     finally:
@@ -253,6 +209,58 @@ def pack(
         f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s"
     )
     return result
+
+
+def _build_conda(recipe: Recipe, target: str, version: str, work: Path, prefix: Path, partial: Path, log) -> str:
+    """conda + conda-pack: create the env from the recipe's environment.yml and pack it into ``partial``."""
+    log(f"packing {recipe.path} for target {target} with conda + conda-pack (Python {version})")
+    env_file = work / "environment.yml"
+    env_file.write_text(yaml.safe_dump(render_conda_file(recipe, version), sort_keys=False))
+    for command in conda_plan(recipe, version, prefix, partial, env_file):
+        _run(command, log)
+    return "conda"
+
+
+def _build_venv(recipe, target, version, prefix, python, python_prefix, requested, compile_bytecode, log) -> str:
+    """A venv of the target's Python at ``prefix`` with the recipe's packages; returns that interpreter."""
+    why = TARGETS.get(target, (f"target {target}",))[0]
+    info = find_python(version, python, why=f"target {target}: {why}")
+    python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
+    because = "asked for" if requested == "venv" else "no conda + conda-pack on PATH"
+    log(
+        f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
+        f"Python {version} from {info['executable']}"
+    )
+    if target != "cpu" and python_prefix is None:
+        log(
+            f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
+            f"the {target} server must have Python {version} at that prefix, or pass --python-prefix "
+            "(e.g. /usr for the NGC image). conda-pack avoids this."
+        )
+    # No pip inside the env: the harness's own pip installs into it (pip --python), which
+    # saves bootstrapping pip per env and keeps pip out of the tarball.
+    _run([_venv_base(info["executable"], python_prefix), "-m", "venv", "--without-pip", str(prefix)], log)
+    pip = [sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install"]
+    pip += ["--disable-pip-version-check", "--no-warn-script-location"]
+    pip += [] if compile_bytecode else ["--no-compile"]
+    if recipe.pip:
+        _run(pip + recipe.pip, log, cwd=recipe.path.parent)
+    if recipe.pip_no_deps:
+        _run(pip + ["--no-deps"] + recipe.pip_no_deps, log, cwd=recipe.path.parent)
+    return info["executable"]
+
+
+def _venv_pack(prefix: Path, partial: Path, python_prefix: str | None, compress_level: int) -> None:
+    import venv_pack
+
+    venv_pack.pack(
+        prefix=str(prefix),
+        output=str(partial),
+        force=True,
+        python_prefix=python_prefix,
+        compress_level=compress_level,
+        filters=[("exclude", p) for p in VENV_EXCLUDES],
+    )
 
 
 def _venv_base(executable: str, python_prefix: str | None) -> str:
