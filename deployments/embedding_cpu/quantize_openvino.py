@@ -114,10 +114,25 @@ def main(argv=None) -> int:
         ignored_scope=nncf.IgnoredScope(patterns=[FP32_PATTERN], validate=False),
         advanced_parameters=nncf.AdvancedQuantizationParameters(overflow_fix=nncf.OverflowFix(args.overflow_fix)),
     )
-    info = EmbeddingModelInfo.read()
+    result = {"calibration_sentences": len(calibration), "fp32_kept": FP32_PATTERN}
+    result["precisions"] = gate(core, quantized, sentences, expected, EmbeddingModelInfo.read(), tokenize)
+    passed = all(p["gate"] == "passed" for p in result["precisions"].values())
+    result["gate"] = "passed" if passed else "failed"
+    print(json.dumps(result, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    if not passed:
+        print(f"NNCF INT8 misses the gate; {TARGET.name} not written", file=sys.stderr)
+        return 1
+    save(ov, quantized)
+    return 0
+
+
+def gate(core, quantized, sentences: list[str], expected: np.ndarray, info, tokenize) -> dict[str, dict]:
+    """Per CPU precision (f32 and the CPU's default), the cosines of ``quantized`` to the reference
+    embeddings, each sentence alone and all in one batch, against the floors."""
     floors = np.array([MIN_COSINE if s else MIN_COSINE_EMPTY for s in sentences])
-    result = {"calibration_sentences": len(calibration), "fp32_kept": FP32_PATTERN, "precisions": {}}
-    passed = True
+    found = {}
     default_precision = core.get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
     for precision in sorted({"f32", default_precision}):
         compiled = core.compile_model(quantized, "CPU", {"INFERENCE_PRECISION_HINT": precision})
@@ -130,27 +145,23 @@ def main(argv=None) -> int:
         alone = cosines(np.concatenate([embed([s]) for s in sentences]), expected)
         batch = cosines(embed(sentences), expected)
         ok = bool((alone >= floors).all() and (batch >= floors).all())
-        passed &= ok
-        result["precisions"][precision] = {
+        found[precision] = {
             "min_cosine_alone": round(float(alone[floors == MIN_COSINE].min()), 5),
             "min_cosine_batch": round(float(batch[floors == MIN_COSINE].min()), 5),
             "empty_string": round(float(min(alone[floors != MIN_COSINE].min(), batch[floors != MIN_COSINE].min())), 5),
             "gate": "passed" if ok else "failed",
         }
-    result["gate"] = "passed" if passed else "failed"
-    print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    if not passed:
-        print(f"NNCF INT8 misses the gate; {TARGET.name} not written", file=sys.stderr)
-        return 1
+    return found
+
+
+def save(ov, quantized) -> None:
+    """Write TARGET (+ .bin) beside, then rename over: a reader never sees half a file."""
     TARGET.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=TARGET.parent) as tmp:  # written beside, then renamed over
+    with tempfile.TemporaryDirectory(dir=TARGET.parent) as tmp:
         ov.save_model(quantized, str(Path(tmp) / TARGET.name), compress_to_fp16=False)
         for written in (TARGET.with_suffix(".bin"), TARGET):
             os.replace(Path(tmp) / written.name, written)
     print(f"wrote {TARGET.relative_to(HERE)} (+ .bin)")
-    return 0
 
 
 if __name__ == "__main__":
