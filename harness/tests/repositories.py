@@ -55,10 +55,5 @@ def make_repository(root: Path, models: tuple[str, ...] = ("double", "echo")) ->
 @contextmanager
 def ready_server(repo: Path, models: list[str]):
     """A local server on ``repo``, ready with ``models``, stopped on exit."""
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=list(models)))
-    server.start()
-    try:
-        server.wait_ready(120)
+    with LocalTritonServer(ServerOptions(str(repo), required_models=list(models))) as server:
         yield server
-    finally:
-        server.stop()

@@ -41,15 +41,10 @@ from harness.tests.gate_cases import (
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("gate"))
-    server = LocalTritonServer(
+    with LocalTritonServer(
         ServerOptions(str(repo), required_models=["sink", "echo", "internal_echo"], gate_policy=GATE_POLICY)
-    )
-    server.start()
-    try:
-        server.wait_ready(120)
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 # -- through the gate --------------------------------------------------------------------------

@@ -83,13 +83,8 @@ def receipt_server(tmp_path_factory):
     (repo / "receipt" / "1").mkdir(parents=True)
     (repo / "receipt" / "config.pbtxt").write_text(RECEIPT_CONFIG)
     (repo / "receipt" / "1" / "model.py").write_text(RECEIPT_MODEL)
-    server = LocalTritonServer(ServerOptions(str(repo), required_models=["receipt"], allow_grpc=False))
-    server.start()
-    try:
-        server.wait_ready(120)
+    with LocalTritonServer(ServerOptions(str(repo), required_models=["receipt"], allow_grpc=False)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 # -- JSON written by hand: pairs may repeat a key, numbers and keys have several spellings ---------

@@ -76,13 +76,8 @@ CLIENT_ERRORS = [
 def gated(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("no500"))
     options = ServerOptions(str(repo), required_models=["sink", "echo"], allow_grpc=False, gate_policy=GATE_POLICY)
-    server = LocalTritonServer(options)
-    server.start()
-    try:
-        server.wait_ready(120)
+    with LocalTritonServer(options) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.server

@@ -43,16 +43,11 @@ def test_shared_dict_writes_of_a_forked_worker_reach_the_primary():
 @pytest.fixture(scope="module")
 def workers_server(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("workers"))
-    server = LocalTritonServer(
+    with LocalTritonServer(
         ServerOptions(str(repo), required_models=["sink", "echo", "internal_echo"], gate_policy=GATE_POLICY),
         gate_workers=WORKERS,
-    )
-    server.start()
-    try:
-        server.wait_ready(120)
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def gate_workers(server) -> list[psutil.Process]:

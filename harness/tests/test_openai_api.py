@@ -274,13 +274,8 @@ def keyed_server(tmp_path_factory):
     options = ServerOptions(
         str(repo), gate_policy=GATE_POLICY, api_keys=["key-one", "key-two"], required_models=["echo"]
     )
-    server = LocalTritonServer(options)  # wait_ready sends the first key to read model readiness
-    server.start()
-    try:
-        server.wait_ready()
+    with LocalTritonServer(options) as server:  # wait_ready sends the first key to read model readiness
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.server
