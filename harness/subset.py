@@ -11,7 +11,9 @@ folders go, and with them what uses them:
   models, and the ``[reliability]``, ``[scaleout]`` and ``[peers]`` tables that name one;
 - the functions ``check_*``, ``workload_*`` and ``test_*`` of the deployment's Python files that
   name a dropped model, in a string of their own or through the module's constants and helper
-  functions they use (a test module left with no test goes too).
+  functions they use (a test module left with no test goes too); the dropped models are taken
+  out of the files' lists of model names;
+- the Python env's pip packages that only the dropped models imported.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import ast
 import re
 import tomllib
 from pathlib import Path
+
+import yaml
 
 from harness.deployments import MANIFEST, Deployment
 from harness.manifest import read_manifest
@@ -74,10 +78,20 @@ def _strings(node: ast.AST) -> list[str]:
     ]
 
 
-def _module_names(tree: ast.Module) -> dict[str, ast.AST]:
-    """Top-level functions, and constants assigned plain literals (``A, B = "x", "y"`` too)."""
+def _module_names(tree: ast.Module, folder: Path | None = None) -> dict[str, ast.AST]:
+    """Top-level functions, and constants assigned plain literals (``A, B = "x", "y"`` too); with
+    ``folder``, also the constants ``X.NAME`` of a module of that folder loaded as ``X = load(... "x.py" ...)``."""
     found: dict[str, ast.AST] = {}
     for node in tree.body:
+        if folder and isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            files = [folder / f for f in _strings(node.value) if f.endswith(".py") and (folder / f).is_file()]
+            for file in files[:1]:
+                module = _module_names(ast.parse(file.read_text()))
+                found.update(
+                    (f"{ast.unparse(node.targets[0])}.{name}", n)
+                    for name, n in module.items()
+                    if not name[:1].islower()
+                )
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found[node.name] = node
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -89,7 +103,8 @@ def _module_names(tree: ast.Module) -> dict[str, ast.AST]:
             )
             for name, literal in pairs:
                 literal_only = all(
-                    isinstance(n, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for n in ast.walk(literal)
+                    isinstance(n, (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.expr_context))
+                    for n in ast.walk(literal)
                 )
                 if isinstance(name, ast.Name) and literal_only:
                     found[name.id] = literal
@@ -99,19 +114,47 @@ def _module_names(tree: ast.Module) -> dict[str, ast.AST]:
 def _uses_dropped(node: ast.AST, names: dict[str, ast.AST], dropped: set[str], seen: set[str]) -> bool:
     if any(_names_any(s, dropped) for s in _strings(node)):
         return True
-    for used in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(names) - seen:
+    used_names = {ast.unparse(n) for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))}
+    for used in used_names & set(names) - seen:
         seen.add(used)
         if _uses_dropped(names[used], names, dropped, seen):
             return True
     return False
 
 
+def prune_model_lists(path: Path, dropped: set[str]) -> None:
+    """Take the dropped models out of ``path``'s top-level tuples and lists of names (``MODELS = ("a",
+    "b")``) that keep another one; a list of dropped models only stays, so what uses it goes."""
+    lines = path.read_text().splitlines(keepends=True)
+    for node in reversed(ast.parse("".join(lines)).body):
+        value = node.value if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if not isinstance(value, (ast.Tuple, ast.List)) or not all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts
+        ):
+            continue
+        kept = [e.value for e in value.elts if e.value not in dropped]
+        if kept and len(kept) < len(value.elts):
+            items = ", ".join(f'"{k}"' for k in kept)
+            literal = f"({items},)" if isinstance(value, ast.Tuple) and len(kept) == 1 else items
+            literal = f"({literal})" if isinstance(value, ast.Tuple) and len(kept) > 1 else literal
+            literal = f"[{literal}]" if isinstance(value, ast.List) else literal
+            lines[node.lineno - 1 : node.end_lineno] = [f"{ast.unparse(node.targets[0])} = {literal}\n"]
+    path.write_text("".join(lines))
+
+
 def prune_python(path: Path, dropped: set[str]) -> list[str]:
     """Remove the ``check_*`` / ``workload_*`` / ``test_*`` functions of ``path`` that use a dropped
-    model; returns their names. A test module left with no test is removed."""
+    model, and the top-level calls that load one (``x = load(...dropped...)``, which would fail at
+    import); returns their names. A test module left with no test is removed."""
     source = path.read_text()
     tree = ast.parse(source)
-    names = _module_names(tree)
+    names = _module_names(tree, path.parent)
+    loads = {  # x = load(..."dropped"...): what uses x goes with it
+        ast.unparse(n.targets[0]): n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _uses_dropped(n.value, {}, dropped, set())
+    }
+    names.update(loads)
     lines = source.splitlines(keepends=True)
     removed = []
     for node in reversed(tree.body):
@@ -123,6 +166,9 @@ def prune_python(path: Path, dropped: set[str]) -> list[str]:
             start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
             del lines[start : node.end_lineno]
             removed.append(node.name)
+        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) in loads:
+            del lines[node.lineno - 1 : node.end_lineno]
+            removed.append(ast.unparse(node.targets[0]))
     if not removed:
         return removed
     rest = ast.parse("".join(lines))
@@ -282,12 +328,47 @@ def keep_models(deployment: Deployment, entries: list[str]) -> Deployment:
     if not dropped:
         return deployment
     prune_manifest(deployment, [m for m in deployment.entry_models if m in entries], dropped)
+    dropped_code = "".join(f.read_text() for m in dropped for f in (deployment.model_repository / m).rglob("*.py"))
     for folder in sorted(dropped):
         _remove(deployment.model_repository / folder)
-    for path in sorted(deployment.path.rglob("*.py")):
-        if "model_repository" not in path.relative_to(deployment.path).parts and path.is_file():
+    prune_recipe(deployment, dropped_code)
+    sources = [
+        p
+        for p in sorted(deployment.path.rglob("*.py"))
+        if "model_repository" not in p.relative_to(deployment.path).parts
+    ]
+    for path in sources:
+        prune_model_lists(path, dropped)
+    for path in sources:
+        if path.is_file():
             prune_python(path, dropped)
     return Deployment(path=deployment.path, manifest=read_manifest(deployment.path / MANIFEST))
+
+
+def _imports(code: str, module: str) -> bool:
+    return bool(re.search(rf"^\s*(import|from)\s+{re.escape(module)}\b", code, flags=re.M))
+
+
+def prune_recipe(deployment: Deployment, dropped_code: str) -> list[str]:
+    """Take out of the Python env's recipe (``environment.yml``) the pip packages that only the
+    dropped models imported (``torch`` when no kept model runs it); returns them."""
+    path = deployment.path / "environment.yml"
+    if not path.is_file():
+        return []
+    recipe = yaml.safe_load(path.read_text())
+    local = [deployment.path / p for p in recipe.get("pip_no_deps", []) if not p.startswith("..")]
+    kept_code = "".join(f.read_text() for folder in [deployment.model_repository, *local] for f in folder.rglob("*.py"))
+    pips = next((d["pip"] for d in recipe.get("dependencies", []) if isinstance(d, dict) and "pip" in d), [])
+    gone = []
+    for requirement in pips:
+        module = re.split(r"[<>=!~\s\[]", requirement)[0].replace("-", "_")
+        if _imports(dropped_code, module) and not _imports(kept_code, module):
+            gone.append(requirement)
+    text = path.read_text()
+    for requirement in gone:
+        text = re.sub(rf"^\s*- {re.escape(requirement)}(?![\w.]).*\n", "", text, flags=re.M)
+    path.write_text(text)
+    return gone
 
 
 def _remove(path: Path) -> None:

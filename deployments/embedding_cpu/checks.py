@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 DOCUMENTS = HERE / "fixtures" / "documents"
 client = load_module(HERE / "client.py", "embedding_cpu_client")
 export = load_module(HERE / "export.py", "embedding_cpu_export")
-INSTALLED = ("embedding_py", "full_pipeline_py")  # sentence-transformers on the installed folder, no ONNX file
+REPOSITORY = HERE / "model_repository"
 SHORT_SENTENCES = [
     "Triton batches requests on the server.",
     "A quick sentence about the weather today.",
@@ -45,18 +45,21 @@ MIN_COSINE = {
 
 
 def _assert_served_weights(repository, fixture: dict) -> None:
-    """Every model the fixture names serves its weights: the ONNX files' stamps, and for the
-    Python models the installed files sentence-transformers loads (harness.provenance)."""
+    """Every model of the fixture that this deployment serves serves its weights: the ONNX files'
+    stamps, and for a model with no ONNX file the installed files sentence-transformers loads
+    (harness.provenance)."""
     installed = export.weights_identity(default_model_dir())
     for model in fixture[provenance.FIXTURES_KEY]["models"]:
-        served = installed if model in INSTALLED else None
+        if not (REPOSITORY / model).is_dir():
+            continue  # a copy that kept only some models
+        served = None if provenance.served_onnx_files(REPOSITORY, model) else installed
         provenance.assert_served_weights(repository, model, provenance.fixtures_identity(fixture, model), served)
 
 
 @cache
 def _fixture(name: str = "expected_embeddings.json") -> dict:
     fixture = read_fixture(HERE / "fixtures" / name)
-    _assert_served_weights(HERE / "model_repository", fixture)
+    _assert_served_weights(REPOSITORY, fixture)
     return fixture
 
 

@@ -66,10 +66,11 @@ def use_model_dir(source: Path) -> Path:
 
 
 def set_embedding_dimension(dimension: int) -> None:
-    """The embedding size in every config of the repository, taken from the ensemble's EMBEDDING output."""
+    """The embedding size in every config of the repository, taken from an EMBEDDING output (a
+    copy may have kept any of the models that have one)."""
     repository = HERE / "model_repository"
-    pooled = (repository / "pool_embedding" / "config.pbtxt").read_text()
-    old = int(re.search(r'name: "EMBEDDING" data_type: TYPE_FP32 dims: \[ (\d+) \]', pooled).group(1))
+    configs = "".join(p.read_text() for p in sorted(repository.glob("*/config.pbtxt")))
+    old = int(re.search(r'name: "EMBEDDING" data_type: TYPE_FP32 dims: \[ (?:-1, )?(\d+) \]', configs).group(1))
     if old == dimension:
         return
     for config in sorted(repository.glob("*/config.pbtxt")):

@@ -373,7 +373,8 @@ SUBSETS = {
         ["yolo11_ensemble", "yolo11_detector"],
         {"yolo11_ensemble": "detect", "yolo11_detector": "detector"},
     ),
-    "embedding_cpu": (["embedding_onnx_text"], {"embedding_onnx": "encoder"}),
+    # the ONNX way: text in (embedding_onnx_text) and token ids in (embedding_onnx, which it runs)
+    "embedding_cpu": (["embedding_onnx_text", "embedding_onnx"], {"embedding_onnx": "encoder"}),
     "cn_clip": (["text_embedding"], {"text_embedding": "sentence", "text_encoder": "encoder"}),
 }
 SUBSET_DEFAULT = "resnet_npu"
