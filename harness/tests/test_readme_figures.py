@@ -20,7 +20,10 @@ from harness.deployments import discover
 from harness.measuring.matrix.readme import BEGIN, BLOCK, fill_readmes, readme_block
 
 FIGURE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:[A-Za-z]+/s|/s|ms)\b")
-COMMAND = re.compile(r"`(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:python -m |make |pytest )[^`]*`|\brun `[0-9a-f]{8,}`")
+#: A command (at a commit, ``abc1234: python -m ...``, for a tool since removed) or a run id.
+COMMAND = re.compile(
+    r"`(?:[0-9a-f]{7,40}: )?(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:python -m |make |pytest )[^`]*`|\brun `[0-9a-f]{8,}`"
+)
 GENERATED = re.compile(r"<!-- ([\w-]*)results:begin -->.*?<!-- \1results:end -->", re.S)
 
 

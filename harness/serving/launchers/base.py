@@ -227,12 +227,17 @@ class TritonServer(abc.ABC):
 
 
 def interrupt_on_sigterm() -> None:
-    """Turn SIGTERM into KeyboardInterrupt, so that servers are stopped the same way as on Ctrl-C."""
+    """Turn the first SIGTERM or Ctrl-C into one KeyboardInterrupt, so that servers are stopped the
+    same way on both, and ignore the ones after it: ``make`` passes a SIGTERM on to its children, so
+    a process group gets it more than once, and a second one must not cut the stop short."""
 
     def interrupt(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
 
 
 def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, float], int | None]) -> int:
@@ -260,11 +265,8 @@ def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, 
 
 
 def stop_undisturbed(server: TritonServer, ports_free_within_s: float = 30.0) -> None:
-    """Stop ``server`` with further Ctrl-C / SIGTERM ignored, then wait until its ports are free.
-
-    ``make`` passes a SIGTERM on to its children, so a process group stopped with SIGTERM gets it
-    more than once: a second one must not cut the stop short (a traceback, a server left running).
-    """
+    """Stop ``server`` with further Ctrl-C / SIGTERM ignored (interrupt_on_sigterm), then wait
+    until its ports are free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server.stop()
