@@ -130,11 +130,14 @@ def refuse(http_url: str, model: str, encoding: str) -> dict:
 
 
 def _closed(sock) -> bool:
-    """Whether the peer closed ``sock`` (reads until EOF, 10 s at most)."""
+    """Whether the peer closed ``sock`` (reads until EOF or a reset, 10 s at most): a peer that
+    closes with our body still unread resets the connection, a close all the same."""
     sock.settimeout(10)
     try:
         while sock.recv(65536):
             pass
+        return True
+    except ConnectionResetError:
         return True
     except OSError:
         return False
