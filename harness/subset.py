@@ -135,9 +135,10 @@ def prune_model_lists(path: Path, dropped: set[str]) -> None:
         kept = [e.value for e in value.elts if e.value not in dropped]
         if kept and len(kept) < len(value.elts):
             items = ", ".join(f'"{k}"' for k in kept)
-            literal = f"({items},)" if isinstance(value, ast.Tuple) and len(kept) == 1 else items
-            literal = f"({literal})" if isinstance(value, ast.Tuple) and len(kept) > 1 else literal
-            literal = f"[{literal}]" if isinstance(value, ast.List) else literal
+            if isinstance(value, ast.List):
+                literal = f"[{items}]"
+            else:
+                literal = f"({items},)" if len(kept) == 1 else f"({items})"
             lines[node.lineno - 1 : node.end_lineno] = [f"{ast.unparse(node.targets[0])} = {literal}\n"]
     path.write_text("".join(lines))
 
