@@ -23,7 +23,7 @@ from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
 from harness.tuning.cli import default_models, main, parse
-from harness.tuning.search import Tuner, verdict
+from harness.tuning.search import Tuner, describe, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides
 
@@ -75,6 +75,27 @@ def test_a_range_over_rounds_that_includes_one_is_no_change():
     assert (noisy.trial.number, noisy.change) == (1, False) and "no change" in noisy.describe()
     clear = verdict(finalists, {1: {"ratio": [1.2, 1.03, 1.1]}, 2: {"ratio": [0.9, 0.95, 0.92]}})
     assert (clear.trial.number, clear.change, clear.low) == (1, True, 1.03)
+
+
+def test_a_config_tried_before_is_not_served_again():
+    """A repeated proposal takes the earlier trial's outcome without a server of its own and is left
+    out of the candidates, so the budget goes to configs not tried yet."""
+    deployment = get_deployment("embedding_cpu")
+    space = build_space(deployment, ["embedding_onnx_text"], levers=["queue_delay_us"])
+    params = {**space.shipped_params(), "embedding_onnx_text:queue_delay_us": 500}
+    settings = parse(["embedding_cpu", "--study", "repeats"])
+    tuner = Tuner(deployment, space, settings, pool=ServerPool(), study=optuna.create_study(direction="maximize"))
+    key = describe(space.suggest(optuna.trial.FixedTrial(params)))
+    attrs = {"key": key, "config": {}, "feasible": True, "items_per_second": 7.0}
+    distributions = {k: optuna.distributions.CategoricalDistribution([v]) for k, v in params.items()}
+    tuner.study.add_trial(
+        optuna.trial.create_trial(params=params, distributions=distributions, value=7.0, user_attrs=attrs)
+    )
+    tuner.study.enqueue_trial(params)
+    tuner.study.optimize(tuner.objective, n_trials=1)
+    first, repeated = tuner.study.trials
+    assert (repeated.value, repeated.user_attrs["repeat_of"]) == (7.0, first.number)
+    assert tuner.candidates()[1] == [first]
 
 
 @pytest.mark.server

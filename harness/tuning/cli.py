@@ -103,7 +103,7 @@ def smoke(tuner: Tuner) -> int:
 
 def report(tuner: Tuner, shipped, result, args) -> None:
     """Print the table, the anomalies and the verdict; write the picture and a summary JSON."""
-    trials = tuner.study.get_trials(deepcopy=False)
+    trials = [t for t in tuner.study.get_trials(deepcopy=False) if "repeat_of" not in t.user_attrs]
     found = rows(trials, tuner.space.shipped_params(), shipped.value if shipped else None, args.objective)
     print("\n" + table(found))
     for note in anomalies(trials, args.objective):

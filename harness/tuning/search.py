@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 #: ``comparison`` of the records a tune run writes (the results matrix keeps them out of its cells).
 COMPARISON = "tune"
+#: Proposals in a row of configs already tried after which the search stops: the sampler has
+#: nothing new to try in a small space.
+REPEATS_TO_STOP = 12
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
 
 
 class CandidateRejected(Exception):
@@ -105,6 +109,7 @@ class Tuner:
     pool: ServerPool
     study: optuna.Study | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    repeats_in_a_row: int = 0
 
     @property
     def models(self) -> list[str]:
@@ -235,6 +240,10 @@ class Tuner:
         overrides = self.space.suggest(trial)
         trial.set_user_attr("config", overrides)
         trial.set_user_attr("key", describe(overrides))
+        earlier = self.earlier(describe(overrides))
+        if earlier is not None:
+            return self.repeat(trial, earlier)
+        self.repeats_in_a_row = 0
         try:
             with self.served(overrides) as (ctx, loaded):
                 self.gate(trial, ctx, overrides)
@@ -243,6 +252,27 @@ class Tuner:
             trial.set_user_attr("reason", str(exc))
             print(f"trial {trial.number}: rejected: {exc}", flush=True)
             raise
+
+    def earlier(self, key: str) -> optuna.trial.FrozenTrial | None:
+        """The first finished trial of the config ``key``, if any."""
+        trials = self.study.get_trials(deepcopy=False, states=FINISHED)
+        return next((t for t in trials if t.user_attrs.get("key") == key and "repeat_of" not in t.user_attrs), None)
+
+    def repeat(self, trial, earlier: optuna.trial.FrozenTrial) -> float:
+        """A config tried before is not served again: the earlier trial's outcome stands (Optuna's
+        advice for repeated samples); the search stops after ``REPEATS_TO_STOP`` in a row."""
+        for name, value in earlier.user_attrs.items():
+            trial.set_user_attr(name, value)
+        trial.set_user_attr("repeat_of", earlier.number)
+        self.repeats_in_a_row += 1
+        if self.repeats_in_a_row >= REPEATS_TO_STOP:
+            print(f"search stopped: {REPEATS_TO_STOP} proposals in a row were configs already tried", flush=True)
+            self.study.stop()
+        if earlier.state == optuna.trial.TrialState.PRUNED:
+            raise optuna.TrialPruned()
+        if earlier.state == optuna.trial.TrialState.FAIL:
+            raise CandidateRejected(earlier.user_attrs.get("reason", "rejected before"))
+        return earlier.value
 
     def _measured_trial(self, trial, ctx, benchmark: Benchmark, overrides: dict) -> float:
         short = self.score(self.measured(trial, ctx, benchmark, overrides, self.settings.short_s, phase="search-short"))
@@ -260,6 +290,7 @@ class Tuner:
     def candidates(self) -> tuple[optuna.trial.FrozenTrial | None, list[optuna.trial.FrozenTrial]]:
         """The shipped config's trial and the best measured others (feasible only), best first."""
         done = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        done = [t for t in done if "repeat_of" not in t.user_attrs]
         shipped_key = describe(self.space.shipped_overrides())
         shipped = next((t for t in done if t.user_attrs["key"] == shipped_key), None)
         sign = -1 if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
