@@ -22,7 +22,7 @@ from harness.new import copy_deployment, install_packages
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
-from harness.tuning.cli import default_models, main, parse
+from harness.tuning.cli import against, default_models, main, parse
 from harness.tuning.search import Tuner, describe, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides
@@ -75,6 +75,13 @@ def test_a_range_over_rounds_that_includes_one_is_no_change():
     assert (noisy.trial.number, noisy.change) == (1, False) and "no change" in noisy.describe()
     clear = verdict(finalists, {1: {"ratio": [1.2, 1.03, 1.1]}, 2: {"ratio": [0.9, 0.95, 0.92]}})
     assert (clear.trial.number, clear.change, clear.low) == (1, True, 1.03)
+
+
+def test_against_gives_each_hand_made_variant_its_ratio_round_by_round():
+    """``--against``: the best finalist over a hand-made variant in each round of the same run."""
+    rounds = {1: {"ratio": [1.2, 1.1, 1.3]}, "handmade": {"ratio": [1.0, 1.1, 1.3]}}
+    found = against(SimpleNamespace(trial=SimpleNamespace(number=1)), rounds, ["handmade", "not-run"])
+    assert found == {"handmade": {"ratio_to_shipped": [1.0, 1.1, 1.3], "best_over_it": [1.2, 1.0, 1.0]}}
 
 
 def test_a_config_tried_before_is_not_served_again():

@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import shlex
+import statistics
 import sys
 
 import optuna
@@ -46,6 +47,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     add("--long", dest="long_s", type=float, default=5.0, help="seconds of a promising trial's run, of a round")
     add("--rounds", type=int, default=3, help="alternating final rounds of shipped vs the best")
     add("--finalists", type=int, default=2, help="best candidates measured again beside shipped")
+    add("--against", nargs="+", default=[], help="benchmark ids whose configs run in the final rounds too")
     add("--study", default=None, help="study name (default: from deployment, models, objective)")
     add("--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them")
     add("--apply-trial", type=int, default=None, help="write trial N of the study and check it (no search)")
@@ -101,7 +103,27 @@ def smoke(tuner: Tuner) -> int:
     return 1 if failed else 0
 
 
-def report(tuner: Tuner, shipped, result, args) -> None:
+def against(result, rounds: dict, ids: list[str]) -> dict[str, dict]:
+    """Per ``--against`` variant: its ratio to shipped and the best finalist's ratio to it, each round."""
+    best = rounds.get(result.trial.number) if result.trial else None
+    found = {}
+    for name in (i for i in ids if i in rounds):
+        ratios = rounds[name]["ratio"]
+        found[name] = {
+            "ratio_to_shipped": ratios,
+            "best_over_it": [b / r for b, r in zip(best["ratio"], ratios)] if best else None,
+        }
+        over = found[name]["best_over_it"]
+        span = (
+            f"; trial {result.trial.number} / it {statistics.median(over):.2f} [{min(over):.2f}-{max(over):.2f}]"
+            if over
+            else ""
+        )
+        print(f"against {name}: {statistics.median(ratios):.2f}x shipped [{min(ratios):.2f}-{max(ratios):.2f}]{span}")
+    return found
+
+
+def report(tuner: Tuner, shipped, result, args, hand_made: dict | None = None) -> None:
     """Print the table, the anomalies and the verdict; write the picture and a summary JSON."""
     trials = [t for t in tuner.study.get_trials(deepcopy=False) if "repeat_of" not in t.user_attrs]
     found = rows(trials, tuner.space.shipped_params(), shipped.value if shipped else None, args.objective)
@@ -121,6 +143,7 @@ def report(tuner: Tuner, shipped, result, args) -> None:
         "ratio": {"median": result.median, "low": result.low, "high": result.high},
         "winner_config": result.trial.user_attrs["config"] if result.trial else None,
         "command": args.command,
+        "against": hand_made or {},
         "candidates": found,
     }
     (path.with_suffix(".json")).write_text(json.dumps(summary, indent=2, default=str))
@@ -148,7 +171,7 @@ def apply_trial(tuner: Tuner, number: int, command: str) -> int:
 
 def tune(tuner: Tuner, args) -> int:
     """Search within the budget less the final rounds' share, then the final rounds and the verdict."""
-    final_s = (args.finalists + 1) * (args.rounds * (args.long_s + 1) + 30)
+    final_s = (args.finalists + 1 + len(args.against)) * (args.rounds * (args.long_s + 1) + 30)
     tuner.open_study()
     if args.apply_trial is not None:
         return apply_trial(tuner, args.apply_trial, args.command)
@@ -156,7 +179,7 @@ def tune(tuner: Tuner, args) -> int:
     shipped, finalists = tuner.candidates()
     rounds = tuner.final_rounds(shipped, finalists) if shipped is not None and finalists else {}
     result = verdict(finalists, rounds)
-    report(tuner, shipped, result, args)
+    report(tuner, shipped, result, args, against(result, rounds, args.against))
     if shipped is None:
         print("the shipped config was not measured (its trial was rejected: see the table)", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -303,14 +304,14 @@ class Tuner:
         number: items/s, p99 and ratio to shipped (>1: better) of each round."""
         with ExitStack() as servers:
             contexts = {}
-            for t in [shipped, *finalists]:
+            for t in [shipped, *finalists, *self.hand_made()]:
                 try:
                     contexts[t.number] = servers.enter_context(self.served(t.user_attrs["config"]))[0]
                 except CandidateRejected as exc:  # started once, not now: left out of the rounds, said why
                     print(f"trial {t.number}: left out of the final rounds: {exc}", flush=True)
             if shipped.number not in contexts:
                 raise CandidateRejected("the shipped config's server did not start for the final rounds")
-            entries = [t for t in [shipped, *finalists] if t.number in contexts]
+            entries = [t for t in [shipped, *finalists, *self.hand_made()] if t.number in contexts]
             rounds = {t.number: {"items_per_second": [], "p99_ms": []} for t in entries}
             benchmark = self.benchmark(contexts[shipped.number], [])
             for r in range(self.settings.rounds):
@@ -328,6 +329,13 @@ class Tuner:
         for series in rounds.values():
             series["ratio"] = [self.ratio(series, rounds[shipped.number], i) for i in range(self.settings.rounds)]
         return rounds
+
+    def hand_made(self) -> list[SimpleNamespace]:
+        """``--against``: benchmark variants of the manifest, entrants of the final rounds under their ids."""
+        return [
+            SimpleNamespace(number=b, user_attrs={"config": self.named_benchmark(b).overrides})
+            for b in self.settings.against or []
+        ]
 
     def ratio(self, series: dict, shipped: dict, i: int) -> float:
         if self.settings.objective == "latency":
