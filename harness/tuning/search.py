@@ -358,7 +358,7 @@ class Verdict:
 
     def describe(self) -> str:
         if self.trial is None:
-            return "no change: no candidate passed its checks and was measured beside the shipped config"
+            return "no change: no candidate but shipped passed its checks and its short run (none to measure beside it)"
         span = f"{self.median:.2f}x the shipped config [{self.low:.2f}-{self.high:.2f} over rounds]"
         return f"{'winner' if self.change else 'no change'}: trial {self.trial.number}, {span}"
 
