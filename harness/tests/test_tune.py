@@ -23,6 +23,7 @@ from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
 from harness.tuning.cli import against, default_models, main, parse
+from harness.tuning.report import anomalies
 from harness.tuning.search import Tuner, describe, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides
@@ -82,6 +83,22 @@ def test_against_gives_each_hand_made_variant_its_ratio_round_by_round():
     rounds = {1: {"ratio": [1.2, 1.1, 1.3]}, "handmade": {"ratio": [1.0, 1.1, 1.3]}}
     found = against(SimpleNamespace(trial=SimpleNamespace(number=1)), rounds, ["handmade", "not-run"])
     assert found == {"handmade": {"ratio_to_shipped": [1.0, 1.1, 1.3], "best_over_it": [1.2, 1.0, 1.0]}}
+
+
+def test_an_engine_far_behind_its_sibling_is_flagged_even_when_pruned():
+    """OpenVINO brings a precision lever the shipped config lacks: the two are still one lever apart,
+    and a candidate pruned after its short run is compared by that run."""
+    dist = optuna.distributions.CategoricalDistribution(["shipped", "openvino", "f32"])
+    shipped = optuna.trial.create_trial(params={"m:engine": "shipped"}, distributions={"m:engine": dist}, value=6.0)
+    slow = optuna.trial.create_trial(
+        params={"m:engine": "openvino", "m:precision": "f32"},
+        distributions={"m:engine": dist, "m:precision": dist},
+        intermediate_values={0: 0.5},
+        state=optuna.trial.TrialState.PRUNED,
+    )
+    shipped.number, slow.number = 0, 1
+    [note] = anomalies([shipped, slow], "throughput")
+    assert note.startswith("trial 1 (m:engine=openvino) is far behind trial 0 (m:engine=shipped): 0.5 vs 6.0")
 
 
 def test_a_config_tried_before_is_not_served_again():

@@ -81,22 +81,25 @@ def picture(found: list[dict], winner: int | None, shipped: int | None, path: Pa
 
 
 def anomalies(trials, objective: str) -> list[str]:
-    """Candidates one lever apart where one is ``ANOMALY_FACTOR`` times worse: what Triton's
-    statistics say of each (queue vs compute per request, batch) and which engine settings ran."""
-    measured = [t for t in trials if t.state == TrialState.COMPLETE]
+    """Candidates one lever apart where one is ``ANOMALY_FACTOR`` times worse (a pruned one by its
+    short run): what Triton's statistics say of each (queue vs compute per request, batch) and which
+    engine settings ran."""
+    value = {t.number: t.value if t.state == TrialState.COMPLETE else t.intermediate_values.get(0) for t in trials}
+    measured = [t for t in trials if value[t.number] is not None and "repeat_of" not in t.user_attrs]
     worse = (
-        (lambda a, b: a.value > ANOMALY_FACTOR * b.value)
+        (lambda a, b: value[a.number] > ANOMALY_FACTOR * value[b.number])
         if objective == "latency"
-        else (lambda a, b: a.value * ANOMALY_FACTOR < b.value)
+        else (lambda a, b: value[a.number] * ANOMALY_FACTOR < value[b.number])
     )
     notes = []
     for slow, sibling in permutations(measured, 2):
-        apart = [k for k in slow.params if slow.params[k] != sibling.params.get(k)]
+        # a lever only one of them has (precision: OpenVINO's) comes with the engine, not apart from it
+        apart = [k for k in slow.params if k in sibling.params and slow.params[k] != sibling.params[k]]
         if len(apart) == 1 and worse(slow, sibling):
             k = apart[0]
             notes.append(
                 f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} ({k}={sibling.params[k]}): "
-                f"{slow.value:.1f} vs {sibling.value:.1f}\n"
+                f"{value[slow.number]:.1f} vs {value[sibling.number]:.1f}\n"
                 f"    trial {slow.number}: {describe_statistics(slow)}\n    trial {sibling.number}: {describe_statistics(sibling)}"
             )
     return notes
