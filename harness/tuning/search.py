@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 #: ``comparison`` of the records a tune run writes (the results matrix keeps them out of its cells).
 COMPARISON = "tune"
 #: Proposals in a row of configs already tried after which the search stops: the sampler has
-#: nothing new to try in a small space.
-REPEATS_TO_STOP = 12
+#: converged, or the space is small. A repeat costs no server, so this can be generous.
+REPEATS_TO_STOP = 50
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
 
 
