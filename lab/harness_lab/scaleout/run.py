@@ -45,14 +45,17 @@ class Watch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
         self._last: tuple | None = None
+        self.failed_polls = 0
 
     def _main(self) -> None:
         while not self._stop.is_set():
             try:
-                tasks = self.stack.tasks()
+                tasks = self.stack.tasks(check=True)
                 update = self.stack.update_state()
-            except Exception as exc:  # noqa: BLE001 - a poll failed: try again
-                tasks, update = [], {"error": str(exc)[:200]}
+            except Exception:  # noqa: BLE001 - a failed poll says nothing of the tasks: poll again
+                self.failed_polls += 1
+                self._stop.wait(self.period_s)
+                continue
             running = sorted(t["bundle"] for t in tasks if t["state"] == "running" and t["desired"] == "running")
             key = (tuple(running), update.get("State"), len(tasks))
             if key != self._last:
@@ -211,6 +214,7 @@ def roll_version(stack: Stack, concurrency: int, version: str = "v2", after_s: f
         "responses_by_model_version": by_version(outcomes),
         "responses_by_model_version_after_roll": by_version([o for o in outcomes if o.start > finished + 0.5]),
         "engine_events": [{**e, "t": round(e["t"] - began, 1)} for e in events],
+        "failed_polls": watch.failed_polls,
         "host_load_avg_1m": round(os.getloadavg()[0], 1),
     }
     print(

@@ -288,13 +288,14 @@ class Stack:
                 teardown()
             self.initialised_swarm = False
 
-    def tasks(self) -> list[dict]:
-        """The service's tasks as swarm reports them (desired state, state, node, container, image's bundle)."""
-        ids = docker("service", "ps", "-q", "--no-trunc", self.service, check=False).split()
+    def tasks(self, check: bool = False) -> list[dict]:
+        """The service's tasks as swarm reports them (desired state, state, node, container, image's bundle);
+        ``check``: ScaleoutError when docker fails, rather than no tasks."""
+        ids = docker("service", "ps", "-q", "--no-trunc", self.service, check=check).split()
         if not ids:
             return []
         out = []
-        for task in json.loads(docker("inspect", *ids, check=False) or "[]"):
+        for task in json.loads(docker("inspect", *ids, check=check) or "[]"):
             spec = task["Spec"]["ContainerSpec"]
             mounts = [m.get("Source", "") for m in spec.get("Mounts", []) if m.get("Target") == BUNDLE_ROOT]
             addresses = [
