@@ -11,12 +11,12 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import optuna
 
 from harness.deployments import Deployment
 from harness.manifest import overrides_table
+from harness.measuring.engines import cpu_flags
 from harness.repository import ModelConfig, parameter, read_config
 
 #: The thread-count parameter of each engine: onnxruntime's, OpenVINO's.
@@ -37,15 +37,6 @@ LEVERS = (
     "instance_count",
     "threads",
 )
-
-
-def runs_bf16() -> bool:
-    """The CPU runs BF16 natively (its ``/proc/cpuinfo`` flags say so)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return any(flag in flags for flag in BF16_FLAGS)
 
 
 def runs_openvino(config: ModelConfig, overrides: dict) -> bool:
@@ -92,7 +83,7 @@ class ModelLevers:
     config: ModelConfig
     engines: dict[str, dict[str, dict]]
     cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))  # the cores this process may use
-    bf16: bool = field(default_factory=runs_bf16)
+    bf16: bool = field(default_factory=lambda: bool(set(BF16_FLAGS) & set(cpu_flags())))
     only: set[str] = field(default_factory=lambda: set(LEVERS))
 
     def name(self, lever: str) -> str:
