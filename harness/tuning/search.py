@@ -6,7 +6,6 @@ and the shipped config measured again in alternating rounds on servers up at onc
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 import uuid
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
+from optuna.trial import FixedTrial, FrozenTrial, TrialState
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark, Deployment
@@ -27,14 +27,11 @@ from harness.session import ServerPool, variant_key
 from harness.tuning.space import LEVERS, Space
 from harness.variants import describe as describe_typed
 
-log = logging.getLogger(__name__)
-
 #: ``comparison`` of the records a tune run writes (the results matrix keeps them out of its cells).
 COMPARISON = "tune"
 #: Proposals in a row of configs already tried after which the search stops: the sampler has
 #: converged, or the space is small. A repeat costs no server, so this can be generous.
 REPEATS_TO_STOP = 50
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
 
 
 class CandidateRejected(Exception):
@@ -52,10 +49,8 @@ class CheckOutcome:
     failed: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
-        text = f"{len(self.passed)} passed"
-        if self.failed:
-            text += f", {len(self.failed)} failed"
-        return text + (f", {len(self.not_applicable)} n/a" if self.not_applicable else "")
+        counts = {"passed": self.passed, "failed": self.failed, "n/a": self.not_applicable}
+        return ", ".join(f"{len(found)} {label}" for label, found in counts.items() if found or label == "passed")
 
     def reason(self) -> str:
         name, why = next(iter(self.failed.items()))
@@ -91,8 +86,7 @@ def benchmark_for(ctx: DeploymentContext, loaded: list[str], target: str) -> Ben
             continue
         try:
             workload = ctx.deployment.resolve(benchmark.workload)(ctx)
-        except Exception as exc:  # noqa: BLE001 - a workload that needs more than this server: not this one
-            log.debug("%s: its workload cannot run here: %s", benchmark.id, exc)
+        except Exception:  # noqa: BLE001 - a workload that needs more than this server: not this one
             continue
         if workload.model in loaded:
             return benchmark
@@ -175,16 +169,13 @@ class Tuner:
         if self.settings.benchmark:
             models += self.named_benchmark(self.settings.benchmark).models
         loaded = dependencies(self.deployment.model_repository, models)
-        try:
-            yield self._started(overrides, loaded), loaded
-        finally:
-            self.pool.release(variant_key(self.deployment, overrides_table(overrides)))
-
-    def _started(self, overrides: dict[str, dict], loaded: list[str]) -> DeploymentContext:
-        try:
-            return self.pool.context(self.deployment, overrides_table(overrides), tuple(loaded))
-        except Exception as exc:  # noqa: BLE001 - a server that does not start is the outcome recorded
-            raise CandidateRejected(f"server did not start: {' '.join(str(exc).split())[:400]}") from exc
+        with ExitStack() as stack:
+            stack.callback(self.pool.release, variant_key(self.deployment, overrides_table(overrides)))
+            try:
+                ctx = self.pool.context(self.deployment, overrides_table(overrides), tuple(loaded))
+            except Exception as exc:  # noqa: BLE001 - a server that does not start is the outcome recorded
+                raise CandidateRejected(f"server did not start: {' '.join(str(exc).split())[:400]}") from exc
+            yield ctx, loaded
 
     def gate(self, trial, ctx, overrides: dict) -> None:
         """The deployment's checks on the candidate's server; a failure rejects it, with the reason.
@@ -194,7 +185,7 @@ class Tuner:
         shipped = self.space.shipped_overrides()
         if names is None and describe(overrides) != describe(shipped):
             with self.served(shipped) as (shipped_ctx, _):
-                self.gate(optuna.trial.FixedTrial({}), shipped_ctx, shipped)
+                self.gate(FixedTrial({}), shipped_ctx, shipped)
             names = self.study.user_attrs["gate_checks"]
         outcome = run_checks(ctx, names)
         if names is None:
@@ -254,12 +245,17 @@ class Tuner:
             print(f"trial {trial.number}: rejected: {exc}", flush=True)
             raise
 
-    def earlier(self, key: str) -> optuna.trial.FrozenTrial | None:
+    def earlier(self, key: str) -> FrozenTrial | None:
         """The first finished trial of the config ``key``, if any."""
-        trials = self.study.get_trials(deepcopy=False, states=FINISHED)
-        return next((t for t in trials if t.user_attrs.get("key") == key and "repeat_of" not in t.user_attrs), None)
+        tried = (t for t in self.tried() if t.state.is_finished() and t.user_attrs.get("key") == key)
+        return next(tried, None)
 
-    def repeat(self, trial, earlier: optuna.trial.FrozenTrial) -> float:
+    def tried(self, *states: TrialState) -> list[FrozenTrial]:
+        """The study's trials (``states``: in those only), less the repeats of earlier ones."""
+        trials = self.study.get_trials(deepcopy=False, states=states or None)
+        return [t for t in trials if "repeat_of" not in t.user_attrs]
+
+    def repeat(self, trial, earlier: FrozenTrial) -> float:
         """A config tried before is not served again: the earlier trial's outcome stands (Optuna's
         advice for repeated samples); the search stops after ``REPEATS_TO_STOP`` in a row."""
         for name, value in earlier.user_attrs.items():
@@ -269,9 +265,9 @@ class Tuner:
         if self.repeats_in_a_row >= REPEATS_TO_STOP:
             print(f"search stopped: {REPEATS_TO_STOP} proposals in a row were configs already tried", flush=True)
             self.study.stop()
-        if earlier.state == optuna.trial.TrialState.PRUNED:
+        if earlier.state == TrialState.PRUNED:
             raise optuna.TrialPruned()
-        if earlier.state == optuna.trial.TrialState.FAIL:
+        if earlier.state == TrialState.FAIL:
             raise CandidateRejected(earlier.user_attrs.get("reason", "rejected before"))
         return earlier.value
 
@@ -288,10 +284,9 @@ class Tuner:
     def search(self, seconds: float) -> None:
         self.study.optimize(self.objective, n_trials=self.settings.trials, timeout=seconds, catch=(CandidateRejected,))
 
-    def candidates(self) -> tuple[optuna.trial.FrozenTrial | None, list[optuna.trial.FrozenTrial]]:
+    def candidates(self) -> tuple[FrozenTrial | None, list[FrozenTrial]]:
         """The shipped config's trial and the best measured others (feasible only), best first."""
-        done = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        done = [t for t in done if "repeat_of" not in t.user_attrs]
+        done = self.tried(TrialState.COMPLETE)
         shipped_key = describe(self.space.shipped_overrides())
         shipped = next((t for t in done if t.user_attrs["key"] == shipped_key), None)
         sign = -1 if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
@@ -302,32 +297,31 @@ class Tuner:
     def final_rounds(self, shipped, finalists) -> dict[int, dict]:
         """Shipped and finalists on servers up at once, measured in alternating rounds; per trial
         number: items/s, p99 and ratio to shipped (>1: better) of each round."""
+        entries = [shipped, *finalists, *self.hand_made()]
         with ExitStack() as servers:
             contexts = {}
-            for t in [shipped, *finalists, *self.hand_made()]:
+            for t in entries:
                 try:
                     contexts[t.number] = servers.enter_context(self.served(t.user_attrs["config"]))[0]
                 except CandidateRejected as exc:  # started once, not now: left out of the rounds, said why
                     print(f"trial {t.number}: left out of the final rounds: {exc}", flush=True)
             if shipped.number not in contexts:
                 raise CandidateRejected("the shipped config's server did not start for the final rounds")
-            entries = [t for t in [shipped, *finalists, *self.hand_made()] if t.number in contexts]
+            entries = [t for t in entries if t.number in contexts]
             rounds = {t.number: {"items_per_second": [], "p99_ms": []} for t in entries}
             benchmark = self.benchmark(contexts[shipped.number], [])
             for r in range(self.settings.rounds):
                 for t in entries if r % 2 == 0 else entries[::-1]:
-                    trial = optuna.trial.FixedTrial({}, t.number)
-                    config = t.user_attrs["config"]
-                    row = self.measured(
-                        trial, contexts[t.number], benchmark, config, self.settings.long_s, phase="final", round=r + 1
-                    )
-                    rounds[t.number]["items_per_second"].append(row["items_per_second"])
-                    rounds[t.number]["p99_ms"].append(row["perf_latency_p99"])
-                    print(
-                        f"round {r + 1} trial {t.number}: {row['items_per_second']:.1f} items/s, p99 {row['perf_latency_p99']:.1f} ms"
-                    )
+                    trial, ctx, config = FixedTrial({}, t.number), contexts[t.number], t.user_attrs["config"]
+                    row = self.measured(trial, ctx, benchmark, config, self.settings.long_s, phase="final", round=r + 1)
+                    items, p99 = row["items_per_second"], row["perf_latency_p99"]
+                    rounds[t.number]["items_per_second"].append(items)
+                    rounds[t.number]["p99_ms"].append(p99)
+                    print(f"round {r + 1} trial {t.number}: {items:.1f} items/s, p99 {p99:.1f} ms")
+        key = "p99_ms" if self.settings.objective == "latency" else "items_per_second"
         for series in rounds.values():
-            series["ratio"] = [self.ratio(series, rounds[shipped.number], i) for i in range(self.settings.rounds)]
+            pairs = zip(series[key], rounds[shipped.number][key])
+            series["ratio"] = [over_shipped(value, base, self.settings.objective) for value, base in pairs]
         return rounds
 
     def hand_made(self) -> list[SimpleNamespace]:
@@ -337,17 +331,12 @@ class Tuner:
             for b in self.settings.against or []
         ]
 
-    def ratio(self, series: dict, shipped: dict, i: int) -> float:
-        if self.settings.objective == "latency":
-            return shipped["p99_ms"][i] / series["p99_ms"][i]
-        return series["items_per_second"][i] / shipped["items_per_second"][i]
-
 
 @dataclass
 class Verdict:
     """The winner of the final rounds: its trial, ratio to shipped (median, min, max over rounds)."""
 
-    trial: optuna.trial.FrozenTrial | None
+    trial: FrozenTrial | None
     median: float = 1.0
     low: float = 1.0
     high: float = 1.0
@@ -365,10 +354,15 @@ class Verdict:
 
 def verdict(finalists, rounds: dict[int, dict]) -> Verdict:
     """The finalist with the best median ratio; a change only where its every round beats shipped."""
-    best = None
-    for trial in [t for t in finalists if t.number in rounds]:
-        ratios = rounds[trial.number]["ratio"]
-        found = Verdict(trial, statistics.median(ratios), min(ratios), max(ratios))
-        if best is None or found.median > best.median:
-            best = found
-    return best or Verdict(None)
+    entered = [Verdict(t, *spread(rounds[t.number]["ratio"])) for t in finalists if t.number in rounds]
+    return max(entered, key=lambda found: found.median, default=Verdict(None))
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """The median, lowest and highest of ``values``."""
+    return statistics.median(values), min(values), max(values)
+
+
+def over_shipped(value: float, shipped: float, objective: str) -> float:
+    """How many times better ``value`` is than the shipped config's (>1: better; latency: lower)."""
+    return shipped / value if objective == "latency" else value / shipped
