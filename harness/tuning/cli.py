@@ -15,7 +15,6 @@ import argparse
 import json
 import re
 import shlex
-import statistics
 import sys
 
 import optuna
@@ -26,7 +25,7 @@ from harness.measuring.records import results_dir
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import CandidateRejected, Tuner, run_checks, verdict
+from harness.tuning.search import CandidateRejected, Tuner, run_checks, spread, verdict
 from harness.tuning.space import LEVERS, Space, build_space
 
 
@@ -74,10 +73,8 @@ def smoke_candidates(space: Space) -> list[dict]:
         for lever, choices in values.items():
             for value in choices:
                 picked = {**shipped, levers.name(lever): value}
-                if lever == "engine" and "precision" in values:
-                    found += [{**picked, levers.name("precision"): p} for p in values["precision"]]
-                else:
-                    found.append(picked)
+                precisions = values.get("precision", []) if lever == "engine" else []
+                found += [{**picked, levers.name("precision"): p} for p in precisions] or [picked]
     return found
 
 
@@ -109,17 +106,12 @@ def against(result, rounds: dict, ids: list[str]) -> dict[str, dict]:
     found = {}
     for name in (i for i in ids if i in rounds):
         ratios = rounds[name]["ratio"]
-        found[name] = {
-            "ratio_to_shipped": ratios,
-            "best_over_it": [b / r for b, r in zip(best["ratio"], ratios)] if best else None,
-        }
-        over = found[name]["best_over_it"]
-        span = (
-            f"; trial {result.trial.number} / it {statistics.median(over):.2f} [{min(over):.2f}-{max(over):.2f}]"
-            if over
-            else ""
-        )
-        print(f"against {name}: {statistics.median(ratios):.2f}x shipped [{min(ratios):.2f}-{max(ratios):.2f}]{span}")
+        over = [b / r for b, r in zip(best["ratio"], ratios)] if best else None
+        found[name] = {"ratio_to_shipped": ratios, "best_over_it": over}
+        line = "against {}: {:.2f}x shipped [{:.2f}-{:.2f}]".format(name, *spread(ratios))
+        if over:
+            line += "; trial {} / it {:.2f} [{:.2f}-{:.2f}]".format(result.trial.number, *spread(over))
+        print(line)
     return found
 
 

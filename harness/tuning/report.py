@@ -15,6 +15,7 @@ from tabulate import tabulate
 from harness.deployments import Deployment
 from harness.manifest import ConfigOverrides
 from harness.repository import read_config, write_config
+from harness.tuning.search import over_shipped
 from harness.variants import apply_overrides
 
 #: A candidate this far behind a sibling (one lever apart) is an anomaly worth a look.
@@ -31,25 +32,20 @@ def changed(trial: FrozenTrial, shipped: dict) -> str:
 
 def rows(trials, shipped_params: dict, shipped_value: float | None, objective: str) -> list[dict]:
     """One row per trial: its config (what differs from shipped), checks, items/s, p99, ratio."""
-    found = []
-    for t in trials:
-        attrs = t.user_attrs
-        ratio = None
-        if t.state == TrialState.COMPLETE and shipped_value:
-            ratio = shipped_value / t.value if objective == "latency" else t.value / shipped_value
-        found.append(
-            {
-                "trial": t.number,
-                "config": changed(t, shipped_params),
-                "status": STATUS.get(t.state, t.state.name.lower()),
-                "checks": attrs.get("checks", "-"),
-                "items_per_second": attrs.get("items_per_second"),
-                "p99_ms": attrs.get("p99_ms"),
-                "ratio": ratio,
-                "reason": attrs.get("reason", ""),
-            }
-        )
-    return found
+    measured = {t.number for t in trials if t.state == TrialState.COMPLETE and shipped_value}
+    return [
+        {
+            "trial": t.number,
+            "config": changed(t, shipped_params),
+            "status": STATUS.get(t.state, t.state.name.lower()),
+            "checks": t.user_attrs.get("checks", "-"),
+            "items_per_second": t.user_attrs.get("items_per_second"),
+            "p99_ms": t.user_attrs.get("p99_ms"),
+            "ratio": over_shipped(t.value, shipped_value, objective) if t.number in measured else None,
+            "reason": t.user_attrs.get("reason", ""),
+        }
+        for t in trials
+    ]
 
 
 def table(found: list[dict]) -> str:
@@ -86,35 +82,33 @@ def anomalies(trials, objective: str) -> list[str]:
     engine settings ran."""
     value = {t.number: t.value if t.state == TrialState.COMPLETE else t.intermediate_values.get(0) for t in trials}
     measured = [t for t in trials if value[t.number] is not None and "repeat_of" not in t.user_attrs]
-    worse = (
-        (lambda a, b: value[a.number] > ANOMALY_FACTOR * value[b.number])
-        if objective == "latency"
-        else (lambda a, b: value[a.number] * ANOMALY_FACTOR < value[b.number])
-    )
     notes = []
     for slow, sibling in permutations(measured, 2):
         # a lever only one of them has (precision: OpenVINO's) comes with the engine, not apart from it
         apart = [k for k in slow.params if k in sibling.params and slow.params[k] != sibling.params[k]]
-        if len(apart) == 1 and worse(slow, sibling):
+        a, b = value[slow.number], value[sibling.number]
+        if len(apart) == 1 and (b * ANOMALY_FACTOR < a if objective == "latency" else a * ANOMALY_FACTOR < b):
             k = apart[0]
             notes.append(
-                f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} ({k}={sibling.params[k]}): "
-                f"{value[slow.number]:.1f} vs {value[sibling.number]:.1f}\n"
-                f"    trial {slow.number}: {describe_statistics(slow)}\n    trial {sibling.number}: {describe_statistics(sibling)}"
+                f"trial {slow.number} ({k}={slow.params[k]}) is far behind trial {sibling.number} "
+                f"({k}={sibling.params[k]}): {a:.1f} vs {b:.1f}\n"
+                f"    trial {slow.number}: {describe_statistics(slow)}\n"
+                f"    trial {sibling.number}: {describe_statistics(sibling)}"
             )
     return notes
 
 
 def describe_statistics(trial) -> str:
-    parts = []
-    for model, split in (trial.user_attrs.get("statistics") or {}).items():
-        parts.append(
-            f"{model} queue {split.get('perf_server_queue', '-')} ms, compute {split.get('perf_server_compute_infer', '-')} ms "
-            f"per request, batch {split.get('server_avg_batch_size', '-')}"
-        )
-    engine = trial.user_attrs.get("backends") or {}
-    config = trial.user_attrs.get("config") or {}
-    return "; ".join(parts) + f"; engine {json.dumps(engine)}; config {json.dumps(config, sort_keys=True)}"
+    """Triton's queue and compute per request and batch of each model, the engine that ran, the config."""
+    parts = [
+        f"{model} queue {split.get('perf_server_queue', '-')} ms, "
+        f"compute {split.get('perf_server_compute_infer', '-')} ms per request, "
+        f"batch {split.get('server_avg_batch_size', '-')}"
+        for model, split in (trial.user_attrs.get("statistics") or {}).items()
+    ]
+    engine = json.dumps(trial.user_attrs.get("backends") or {})
+    config = json.dumps(trial.user_attrs.get("config") or {}, sort_keys=True)
+    return "; ".join(parts) + f"; engine {engine}; config {config}"
 
 
 def apply(deployment: Deployment, overrides: dict[str, dict], note: str) -> list[Path]:
