@@ -18,14 +18,14 @@ import shlex
 import sys
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FixedTrial, TrialState
 
 from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import CandidateRejected, Tuner, run_checks, spread, verdict
+from harness.tuning.search import CandidateRejected, Tuner, describe, run_checks, spread, verdict
 from harness.tuning.space import LEVERS, Space, build_space
 
 
@@ -82,13 +82,11 @@ def smoke(tuner: Tuner) -> int:
     """Every lever value served and checked, one at a time (a study in memory keeps the gate); 1
     when any failed."""
     tuner.study = optuna.create_study()
-    candidates = {}  # distinct overrides, in order: lever values that change nothing served once
-    for params in smoke_candidates(tuner.space):
-        overrides = tuner.space.suggest(optuna.trial.FixedTrial(params))
-        candidates.setdefault(json.dumps(overrides, sort_keys=True), (params, overrides))
+    overrides = (tuner.space.suggest(FixedTrial(params)) for params in smoke_candidates(tuner.space))
+    candidates = {describe(o): o for o in overrides}  # in order; lever values that change nothing: once
     failed = []
-    for key, (params, overrides) in candidates.items():
-        trial = optuna.trial.FixedTrial(params)
+    for key, overrides in candidates.items():
+        trial = FixedTrial({})  # what the gate notes of the candidate
         try:
             with tuner.served(overrides) as (ctx, _):
                 tuner.gate(trial, ctx, overrides)
@@ -117,18 +115,15 @@ def against(result, rounds: dict, ids: list[str]) -> dict[str, dict]:
 
 def report(tuner: Tuner, shipped, result, args, hand_made: dict | None = None) -> None:
     """Print the table, the anomalies and the verdict; write the picture and a summary JSON."""
-    trials = [t for t in tuner.study.get_trials(deepcopy=False) if "repeat_of" not in t.user_attrs]
+    trials, name = tuner.tried(), tuner.study.study_name
     found = rows(trials, tuner.space.shipped_params(), shipped.value if shipped else None, args.objective)
     print("\n" + table(found))
     for note in anomalies(trials, args.objective):
         print("anomaly: " + note)
-    slug = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", tuner.study.study_name)
-    winner = result.trial.number if result.change else None
-    path = picture(
-        found, winner, shipped and shipped.number, results_dir() / "tune" / f"{slug}.png", tuner.study.study_name
-    )
+    path = results_dir() / "tune" / (re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name) + ".png")
+    picture(found, result.trial.number if result.change else None, shipped and shipped.number, path, name)
     summary = {
-        "study": tuner.study.study_name,
+        "study": name,
         "benchmark": tuner.study.user_attrs.get("benchmark"),
         "verdict": result.describe(),
         "change": result.change,
@@ -138,7 +133,7 @@ def report(tuner: Tuner, shipped, result, args, hand_made: dict | None = None) -
         "against": hand_made or {},
         "candidates": found,
     }
-    (path.with_suffix(".json")).write_text(json.dumps(summary, indent=2, default=str))
+    path.with_suffix(".json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"\n{result.describe()}\npicture {path}\nsummary {path.with_suffix('.json')}")
 
 
@@ -155,7 +150,7 @@ def applied(tuner: Tuner, config: dict[str, dict], note: str) -> int:
 
 def apply_trial(tuner: Tuner, number: int, command: str) -> int:
     """``--apply-trial N``: trial N of the study, measured after passing its checks, written and checked."""
-    trials = {t.number: t for t in tuner.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    trials = {t.number: t for t in tuner.tried(TrialState.COMPLETE)}
     if number not in trials:
         raise ValueError(f"study {tuner.study.study_name!r} has no measured trial {number} (the table lists them)")
     return applied(tuner, trials[number].user_attrs["config"], f"Tuned values: trial {number} of {command}")

@@ -154,10 +154,9 @@ class Tuner:
     def score(self, row: dict) -> float:
         """The objective's value of a measured level: its p99 (latency), or its items/s, scaled down
         by how far its p99 is over the bound."""
-        p99 = row["perf_latency_p99"]
+        p99, bound = row["perf_latency_p99"], self.settings.p99_ms
         if self.settings.objective == "latency":
             return p99
-        bound = self.settings.p99_ms
         return row["items_per_second"] * (min(1.0, bound / p99) if bound else 1.0)
 
     @contextmanager
