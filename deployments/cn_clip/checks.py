@@ -295,26 +295,21 @@ def _workload(**kwargs):
     return Workload(**kwargs)
 
 
+def _embedding_workload(model: str, input_name: str, value, ceiling):
+    """The same ``value`` (bytes or text) as ``input_name`` of every request -> ``model``'s EMBEDDING."""
+    return _workload(model=model, inputs={input_name: _bytes_column([value])}, outputs=["EMBEDDING"], ceiling=ceiling)
+
+
 def workload_image_embedding(ctx):
     """One JPEG (320x240, 7 kB) per request -> image embedding (ensemble: decode+transform, RN50)."""
     data = (ctx.deployment.fixtures_path / "images" / "scene.jpg").read_bytes()
-    return _workload(
-        model="image_embedding",
-        inputs={"IMAGE_BYTES": _bytes_column([data])},
-        outputs=["EMBEDDING"],
-        ceiling=_image_ceiling(ctx, data),
-    )
+    return _embedding_workload("image_embedding", "IMAGE_BYTES", data, _image_ceiling(ctx, data))
 
 
 def workload_text_embedding(ctx):
     """One short Chinese sentence per request -> text embedding (ensemble: tokenize, RBT3)."""
     text = "一只狗在草地上奔跑"
-    return _workload(
-        model="text_embedding",
-        inputs={"TEXT": _bytes_column([text])},
-        outputs=["EMBEDDING"],
-        ceiling=_text_ceiling(ctx, text),
-    )
+    return _embedding_workload("text_embedding", "TEXT", text, _text_ceiling(ctx, text))
 
 
 def workload_zero_shot(ctx):

@@ -55,28 +55,33 @@ def weights_identity(model: torch.nn.Module, arch: str, checkpoint: str | None, 
     return provenance.tensors_identity(model.state_dict(), source)
 
 
-class ImageTower(torch.nn.Module):
+class _Tower(torch.nn.Module):
+    """One of the model's encoders (``encode``), its EMBEDDING L2-normalised."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def encode(self, inputs):
+        raise NotImplementedError
+
+    def forward(self, inputs):
+        features = self.encode(inputs)
+        return features / features.norm(dim=-1, keepdim=True)
+
+
+class ImageTower(_Tower):
     """PIXEL_VALUES [B,3,H,W] -> L2-normalised EMBEDDING [B,D] (cn_clip's ``encode_image`` + norm)."""
 
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values):
-        features = self.model.encode_image(pixel_values)
-        return features / features.norm(dim=-1, keepdim=True)
+    def encode(self, pixel_values):
+        return self.model.encode_image(pixel_values)
 
 
-class TextTower(torch.nn.Module):
+class TextTower(_Tower):
     """INPUT_IDS [B,L] int64 -> L2-normalised EMBEDDING [B,D] (cn_clip's ``encode_text`` + norm)."""
 
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids):
-        features = self.model.encode_text(input_ids)
-        return features / features.norm(dim=-1, keepdim=True)
+    def encode(self, input_ids):
+        return self.model.encode_text(input_ids)
 
 
 HERE = Path(__file__).resolve().parent

@@ -8,10 +8,8 @@ model repository, each with the transform of its ``<model>_preprocess`` config.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from resnet_npu_processing.classification import ImageTransform, top_k
 from tritonclient.utils import InferenceServerException
 
 from harness import provenance
+from harness.deployments import load_module
 from harness.testing.hostile_images import png_header_bomb
 
 HERE = Path(__file__).resolve().parent
@@ -59,13 +58,7 @@ BUS_LIKE = {
 
 def _sibling(name: str):
     """Import a file of this folder under a unique module name (no sys.path changes)."""
-    module_name = f"resnet_npu_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
+    return load_module(HERE / f"{name}.py", f"resnet_npu_{name}")
 
 
 @cache

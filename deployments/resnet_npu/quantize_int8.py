@@ -22,13 +22,14 @@ the quantization alone.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from harness.deployments import load_module
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE / "model_repository"
@@ -37,13 +38,8 @@ SEED = 0
 
 
 def _sibling(name: str):
-    module_name = f"resnet_npu_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
+    """Import a file of this folder under a unique module name (no sys.path changes)."""
+    return load_module(HERE / f"{name}.py", f"resnet_npu_{name}")
 
 
 def image_sets(variants_per_photo: int) -> tuple[dict[str, bytes], dict[str, bytes], dict[str, bytes]]:

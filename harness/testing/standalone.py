@@ -84,3 +84,29 @@ def run_client(folder: Path, *args: str, timeout: float = 300) -> subprocess.Com
     if done.returncode != 0:
         raise AssertionError(f"client.py {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def deployment_of(test_file: str):
+    """The deployment whose ``tests/`` folder holds ``test_file`` (a test module's ``__file__``)."""
+    from harness.deployments import get_deployment
+
+    folder = Path(test_file).resolve().parents[1]
+    return get_deployment(folder.name, folder.parent)
+
+
+def client_outside(deployment, root: Path, models: list[str], *runs: list[str]) -> list[str]:
+    """The standard output of ``client.py`` run outside the repository once per argument list in
+    ``runs`` (``--url`` added), against ``models`` served from ``deployment``'s copy under ``root``."""
+    with served_copy(deployment, root, models) as (copy, server):
+        return [run_client(copy, *args, "--url", server.http_url).stdout for args in runs]
+
+
+def assert_vector_summary(dim: str, norm: str, head: list[str], vector, context: str = "") -> None:
+    """What a client printed of an embedding, its dimension, norm and first values, is ``vector``'s
+    (to 1e-3)."""
+    import numpy as np
+
+    assert int(dim) == len(vector), (context, dim)
+    assert abs(float(norm) - np.linalg.norm(vector)) <= 1e-3, (context, norm)
+    head = np.array(head, dtype=float)
+    np.testing.assert_allclose(head, vector[: len(head)], atol=1e-3, err_msg=context)

@@ -18,35 +18,74 @@ class TritonPythonModel:
 '''
 
 
+def tensors(*specs: tuple[str, str, tuple[int, ...]]) -> str:
+    """A config's ``input``/``output`` list: one ``(name, data type, dims)`` a tensor, the data type
+    without its ``TYPE_`` prefix."""
+    rendered = [
+        f'{{ name: "{name}" data_type: TYPE_{dtype} dims: [ {", ".join(str(d) for d in dims)} ] }}'
+        for name, dtype, dims in specs
+    ]
+    return "[ " + ", ".join(rendered) + " ]"
+
+
+def model_config(
+    name: str,
+    inputs: list[tuple[str, str, tuple[int, ...]]],
+    outputs: list[tuple[str, str, tuple[int, ...]]],
+    *,
+    backend: str = "python",
+    max_batch_size: int = 0,
+    extra: tuple[str, ...] = (),
+) -> str:
+    """A model's config.pbtxt: its ``name``, ``backend``, batch size, ``inputs`` and ``outputs`` (as
+    :func:`tensors` takes them), then the ``extra`` lines as they are."""
+    lines = [
+        f'name: "{name}"',
+        f'backend: "{backend}"',
+        f"max_batch_size: {max_batch_size}",
+        f"input {tensors(*inputs)}",
+        f"output {tensors(*outputs)}",
+        *extra,
+    ]
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def echo_config(
     name: str = "echo", *, max_batch_size: int = 16, instances: int | None = 2, queue_delay_us: int | None = 1000
 ) -> str:
     """The config.pbtxt of an echo model: BYTES ``TEXT`` in, ``TEXT_OUT`` out; ``instances``
     CPU instances and dynamic batching with ``queue_delay_us`` unless None (Triton's defaults)."""
-    lines = [
-        f'name: "{name}"',
-        'backend: "python"',
-        f"max_batch_size: {max_batch_size}",
-        'input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]',
-        'output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ 1 ] } ]',
-    ]
+    extra = []
     if instances is not None:
-        lines.append(f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]")
+        extra.append(f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]")
     if queue_delay_us is not None:
-        lines.append(f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}")
-    return "\n" + "\n".join(lines) + "\n"
+        extra.append(f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}")
+    return model_config(
+        name,
+        [("TEXT", "STRING", (1,))],
+        [("TEXT_OUT", "STRING", (1,))],
+        max_batch_size=max_batch_size,
+        extra=tuple(extra),
+    )
 
 
 ECHO_CONFIG = echo_config()
 
 
-def write_echo(repository: Path, config: str = ECHO_CONFIG, name: str = "echo") -> Path:
-    """Write an echo model folder (``config.pbtxt`` + ``1/model.py``) into ``repository``."""
+def write_model(repository: Path, name: str, config: str, model_py: str | None = None) -> Path:
+    """Write a model folder into ``repository``: ``config.pbtxt`` and its version folder ``1/``,
+    with ``model.py`` when ``model_py`` is given (a Python model's source)."""
     folder = Path(repository) / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     (folder / "config.pbtxt").write_text(config)
-    (folder / "1" / "model.py").write_text(ECHO_MODEL)
+    if model_py is not None:
+        (folder / "1" / "model.py").write_text(model_py)
     return folder
+
+
+def write_echo(repository: Path, config: str = ECHO_CONFIG, name: str = "echo") -> Path:
+    """Write an echo model folder (``config.pbtxt`` + ``1/model.py``) into ``repository``."""
+    return write_model(repository, name, config, ECHO_MODEL)
 
 
 def echo_repository(root: Path) -> Path:

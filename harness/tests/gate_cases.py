@@ -17,16 +17,10 @@ from harness.testing.hostile_requests import DEEP_PARAMETERS as DEEP_PARAMETERS
 from harness.testing.hostile_requests import HUGE_SHAPE as HUGE_SHAPE
 from harness.testing.hostile_requests import nested as nested
 from harness.testing.hostile_requests import with_deep_parameters as with_deep_parameters
-from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL
+from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL, echo_config, model_config, write_model
 from triton_gate.policy import GatePolicy
 
-SINK_CONFIG = """
-name: "sink"
-backend: "python"
-max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
-output [ { name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]
-"""
+SINK_CONFIG = model_config("sink", [("X", "FP32", (-1, -1))], [("N", "INT64", (1,))], max_batch_size=8)
 SINK_MODEL = '''
 import time
 from pathlib import Path
@@ -56,11 +50,9 @@ def make_gate_repository(root):
     for name, config, model in [
         ("sink", SINK_CONFIG, SINK_MODEL),
         ("echo", ECHO_CONFIG, ECHO_MODEL),
-        ("internal_echo", ECHO_CONFIG.replace('"echo"', '"internal_echo"'), ECHO_MODEL),
+        ("internal_echo", echo_config("internal_echo"), ECHO_MODEL),
     ]:
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(config)
-        (repo / name / "1" / "model.py").write_text(model)
+        write_model(repo, name, config, model)
     return repo
 
 

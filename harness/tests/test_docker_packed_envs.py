@@ -7,35 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-import tritonclient.http as httpclient
 
 from harness.serving.launchers import ServerOptions
 from harness.serving.launchers.docker import DockerTritonServer
 from harness.serving.launchers.docker_images import cpu_image_profile
 from harness.tests.docker_fixtures import needs_engine
-
-WHERE_CONFIG = """
-name: "where"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
-"""
-
-WHERE_MODEL = """
-import json, sys
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        text = json.dumps({"numpy": np.__file__, "version": sys.version.split()[0], "prefix": sys.prefix})
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([text.encode()], dtype=np.object_))])
-                for _ in requests]
-"""
+from harness.tests.repositories import ask_whoami, write_whoami
 
 
 @pytest.mark.server
@@ -46,28 +24,22 @@ def test_python_model_runs_in_the_mounted_packed_env(tmp_path, image):
     from harness.serving import packenv
 
     deployment = tmp_path / "demo"
-    (deployment / "model_repository" / "where" / "1").mkdir(parents=True)
-    (deployment / "model_repository" / "where" / "config.pbtxt").write_text(WHERE_CONFIG)
-    (deployment / "model_repository" / "where" / "1" / "model.py").write_text(WHERE_MODEL)
+    write_whoami(deployment / "model_repository")
     (deployment / "environment.yml").write_text(
         "name: demo\ndependencies:\n  - pip\n  - pip:\n      - numpy<2\npython_by_target:\n  cpu-image: '3.11'\n"
     )
     tarball = packenv.default_output(deployment, "cpu-image")
     packenv.pack(packenv.load_recipe(deployment), "cpu-image", tarball, log=lambda *_: None)
     options = ServerOptions(
-        str(deployment / "model_repository"), required_models=["where"], image=image, python_env=str(tarball)
+        str(deployment / "model_repository"), required_models=["whoami"], image=image, python_env=str(tarball)
     )
     server = DockerTritonServer(options)
     server.start()
     try:
         server.wait_ready(120)
-        http = httpclient.InferenceServerClient(server.http_url)
-        tensor = httpclient.InferInput("IN", [1], "FP32")
-        tensor.set_data_from_numpy(np.zeros(1, dtype=np.float32))
-        seen = json.loads(http.infer("where", [tensor]).as_numpy("OUT")[0])
-        http.close()
-        assert seen["numpy"].startswith("/tmp/python_env_"), seen  # not /opt/venv: the packed env
-        assert seen["version"].startswith("3.11."), seen
+        seen = ask_whoami(server.http_url, "numpy")
+        assert seen["modules"]["numpy"].startswith("/tmp/python_env_"), seen  # not /opt/venv: the packed env
+        assert seen["python"] == "3.11", seen
         spec = server.container_spec()
         assert spec["volumes"][str(server.envs_dir.resolve())] == {"bind": "/envs", "mode": "ro"}
     finally:

@@ -120,27 +120,18 @@ def test_cpu_target_defaults_to_the_image_of_make_image(tmp_path):
 # --------------------------------------------------------------------------- the CLI in docker mode
 
 
+def _serve_in_docker(image: str, http: int, grpc: int, metrics: int) -> int:
+    """``python -m harness serve resnet_npu --mode docker`` with ``image`` and these ports: its exit status."""
+    from harness.__main__ import main
+
+    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    return main(["serve", "resnet_npu", "--mode", "docker", "--image", image, *ports])
+
+
 @pytest.mark.server
 @needs_engine
 def test_cli_serve_docker_names_the_missing_image(capsys):
-    from harness.__main__ import main
-
-    rc = main(
-        [
-            "serve",
-            "resnet_npu",
-            "--mode",
-            "docker",
-            "--image",
-            "triton-harness/tritonserver-cpu:absent",
-            "--http-port",
-            str(free_port()),
-            "--grpc-port",
-            str(free_port()),
-            "--metrics-port",
-            str(free_port()),
-        ]
-    )
+    rc = _serve_in_docker("triton-harness/tritonserver-cpu:absent", free_port(), free_port(), free_port())
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "make image" in err[0], err
 
@@ -149,28 +140,11 @@ def test_cli_serve_docker_names_the_missing_image(capsys):
 @needs_engine
 def test_cli_serve_docker_honours_the_port_options(capsys, image):
     """The ports given on the command line are the ones checked (and published): a taken --grpc-port is named."""
-    from harness.__main__ import main
-
     http, metrics = free_ports(2)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         grpc = taken.getsockname()[1]
-        rc = main(
-            [
-                "serve",
-                "resnet_npu",
-                "--mode",
-                "docker",
-                "--image",
-                image,
-                "--http-port",
-                str(http),
-                "--grpc-port",
-                str(grpc),
-                "--metrics-port",
-                str(metrics),
-            ]
-        )
+        rc = _serve_in_docker(image, http, grpc, metrics)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and f"port {grpc} (gRPC)" in err[0] and "--grpc-port" in err[0], err

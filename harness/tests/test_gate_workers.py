@@ -9,6 +9,7 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import psutil
@@ -163,41 +164,44 @@ def test_a_stub_death_turns_every_worker_not_ready_until_the_reload(workers_serv
     assert seen[-1] == [200] * WORKERS, "the model did not come back on every worker"
 
 
-@pytest.mark.server
-@pytest.mark.timeout(120)
-def test_stop_leaves_no_worker_behind(tmp_path):
+@contextmanager
+def _gate_with_workers(tmp_path, workers: int):
+    """A ready local server on the gate's repository with ``workers`` gate workers: yields it and
+    its processes (server, gate workers, stubs); stopped on exit."""
     server = LocalTritonServer(
-        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["echo"]), gate_workers=3
+        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["echo"]), gate_workers=workers
     )
     server.start()
     try:
         server.wait_ready(120)
-        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
-        assert len(gate_workers(server)) == 3
+        yield server, [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
     finally:
         server.stop()
+
+
+def _left(processes: list[psutil.Process]) -> list[int]:
+    """The pids of ``processes`` still running half a second from now."""
     time.sleep(0.5)
-    left = [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.server
+@pytest.mark.timeout(120)
+def test_stop_leaves_no_worker_behind(tmp_path):
+    with _gate_with_workers(tmp_path, 3) as (server, processes):
+        assert len(gate_workers(server)) == 3
+    left = _left(processes)
     assert not left, f"processes left after stop: {left}"
 
 
 @pytest.mark.server
 @pytest.mark.timeout(120)
 def test_a_killed_worker_stops_the_whole_gate_and_leaves_nothing(tmp_path):
-    server = LocalTritonServer(
-        ServerOptions(str(make_gate_repository(tmp_path)), required_models=["echo"]), gate_workers=2
-    )
-    server.start()
-    try:
-        server.wait_ready(120)
-        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+    with _gate_with_workers(tmp_path, 2) as (server, processes):
         gate_workers(server)[1].kill()
         deadline = time.monotonic() + 60
         while server.is_running() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not server.is_running(), "the gate kept serving with a worker gone"
-        time.sleep(0.5)
-        left = [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = _left(processes)
         assert not left, f"processes left after a worker died: {left}"
-    finally:
-        server.stop()

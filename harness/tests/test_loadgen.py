@@ -71,10 +71,10 @@ def test_client_side_work_runs_off_the_event_loop(echo_server, where, protocol):
     assert threading.main_thread().name not in seen["threads"], f"{where}() ran on the event loop's thread"
 
 
-@pytest.mark.timeout(60)
-def test_static_inputs_still_need_no_prepare(echo_server):
+def _static_echo_load(echo_server):
+    """Half a second of load over gRPC, two requests in flight, of one fixed echo request."""
     workload = Workload(model="echo", inputs={"TEXT": np.array([[b"x"]], dtype=object)}, outputs=["TEXT_OUT"])
-    result = run_load(
+    return run_load(
         workload,
         protocol="grpc",
         url=echo_server.grpc_url,
@@ -83,6 +83,11 @@ def test_static_inputs_still_need_no_prepare(echo_server):
         duration_s=0.5,
         warmup_s=0.1,
     )
+
+
+@pytest.mark.timeout(60)
+def test_static_inputs_still_need_no_prepare(echo_server):
+    result = _static_echo_load(echo_server)
     assert result.errors == 0 and result.requests >= 2, result.first_error
 
 
@@ -113,19 +118,10 @@ def test_pinning_puts_server_and_generator_on_their_cpus(echo_server, monkeypatc
     everything = os.sched_getaffinity(0)
     server_cpu, generator_cpu = sorted(everything)[:2]
     monkeypatch.setenv("HARNESS_PIN", f"server={server_cpu} generator={generator_cpu}")
-    workload = Workload(model="echo", inputs={"TEXT": np.array([[b"x"]], dtype=object)}, outputs=["TEXT_OUT"])
     root = psutil.Process(echo_server.process.pid)
     tree = [root, *root.children(recursive=True)]
     try:
-        result = run_load(
-            workload,
-            protocol="grpc",
-            url=echo_server.grpc_url,
-            http_url=echo_server.http_url,
-            concurrency=2,
-            duration_s=0.5,
-            warmup_s=0.1,
-        )
+        result = _static_echo_load(echo_server)
         assert result.errors == 0
         assert (
             result.metrics()["pinning"].startswith(f"server cpus {server_cpu} (")

@@ -15,6 +15,7 @@ from harness import PROJECT_ROOT
 from harness.deployments import discover
 from harness.measuring import matrix
 from harness.measuring.records import OUTCOMES_FILE
+from harness.tests.matrix_cases import measured_record
 
 MANIFEST = """
 name = "toy"
@@ -34,41 +35,6 @@ workload = "checks.py:workload"
 concurrency = [16]
 targets = ["npu"]
 """
-
-
-def _record(**overrides) -> dict:
-    record = {
-        "timestamp": "2026-11-30T10:00:00+00:00",
-        "machine": {"cpu_model": "Test CPU", "cpu_cores": 2, "os": "Debian 12", "python": "3.11"},
-        "deployment": "toy",
-        "benchmark": "m-b1",
-        "model": "m",
-        "variant": "m fp32",
-        "target": "cpu",
-        "protocol": "grpc",
-        "generator": "harness-asyncio (tritonclient grpc.aio)",
-        "server_mode": "local",
-        "server_version": "2.51.0",
-        "backend_implementation": {"m": "onnxruntime via harness Python backend"},
-        "items_per_request": 1,
-        "notes": {},
-        "concurrency": 1,
-        "duration_s": 2.0,
-        "requests": 100,
-        "errors": 0,
-        "perf_throughput": 50.0,
-        "items_per_second": 50.0,
-        "perf_latency_p50": 19.5,
-        "perf_latency_p99": 30.25,
-        "bytes_sent_per_request": 90,
-        "bytes_received_per_request": 1580,
-        "perf_server_queue": 1.5,
-        "perf_server_compute_input": 0.1,
-        "perf_server_compute_infer": 15.0,
-        "perf_server_compute_output": 0.4,
-    }
-    record.update(overrides)
-    return record
 
 
 @pytest.fixture
@@ -112,11 +78,11 @@ def _generate(toy, rows, sections=None) -> dict[str, Path]:
 
 
 def test_measured_and_never_measured_rows(toy):
-    old = _record(timestamp="2026-11-29T10:00:00+00:00", perf_throughput=1.0, items_per_second=1.0)
+    old = measured_record(timestamp="2026-11-29T10:00:00+00:00", perf_throughput=1.0, items_per_second=1.0)
     rows = [
         old,
-        _record(),
-        _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0, ceiling_items_per_second=160.0),
+        measured_record(),
+        measured_record(concurrency=4, perf_throughput=80.0, items_per_second=80.0, ceiling_items_per_second=160.0),
     ]
     written = _generate(toy, rows)
     text = written["markdown"].read_text()
@@ -148,7 +114,7 @@ def test_measured_and_never_measured_rows(toy):
 
 
 def test_a_rate_above_its_ceiling_is_marked_and_explained_never_shown_above_100_percent(toy):
-    rows = [_record(items_per_second=82.0, ceiling_items_per_second=50.0)]
+    rows = [measured_record(items_per_second=82.0, ceiling_items_per_second=50.0)]
     text = _generate(toy, rows)["markdown"].read_text()
     row = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
     assert "> ceiling" in row and "164%" not in text
@@ -156,7 +122,10 @@ def test_a_rate_above_its_ceiling_is_marked_and_explained_never_shown_above_100_
 
 
 def test_local_and_docker_rows_are_separate_tables_each_with_its_run_and_date(toy):
-    rows = [_record(), _record(server_mode="docker", timestamp="2026-11-28T09:00:00+00:00", server_version="2.50.0")]
+    rows = [
+        measured_record(),
+        measured_record(server_mode="docker", timestamp="2026-11-28T09:00:00+00:00", server_version="2.50.0"),
+    ]
     text = _generate(toy, rows)["markdown"].read_text()
     section = text.split("## toy", 1)[1]
     local, docker = (
@@ -170,13 +139,13 @@ def test_local_and_docker_rows_are_separate_tables_each_with_its_run_and_date(to
 
 def test_container_cost_pairs_docker_with_local_rows(toy):
     rows = [
-        _record(),
-        _record(
+        measured_record(),
+        measured_record(
             server_mode="docker", timestamp="2026-11-30T10:30:00+00:00", perf_throughput=40.0, items_per_second=40.0
         ),
-        _record(concurrency=4, perf_throughput=80.0, items_per_second=80.0),
+        measured_record(concurrency=4, perf_throughput=80.0, items_per_second=80.0),
         # a later local run of the same cell: shown in the table, but not the docker row's pair
-        _record(timestamp="2026-11-30T15:00:00+00:00", perf_throughput=70.0, items_per_second=70.0),
+        measured_record(timestamp="2026-11-30T15:00:00+00:00", perf_throughput=70.0, items_per_second=70.0),
     ]
     text = _generate(toy, rows)["markdown"].read_text()
     cost = text.split("Container cost", 1)[1].split("\n\n", 2)[1]
@@ -184,7 +153,7 @@ def test_container_cost_pairs_docker_with_local_rows(toy):
     assert len(cost_rows) == 1, "only c=1 was measured in both modes"
     cells = [c.strip() for c in cost_rows[0].strip("|").split("|")]
     assert cells == ["m-b1", "cpu", "1", "50.0", "40.0", "0.80", "0.5"]
-    assert "Container cost" not in _generate(toy, [_record()])["markdown"].read_text()
+    assert "Container cost" not in _generate(toy, [measured_record()])["markdown"].read_text()
 
 
 def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
@@ -201,8 +170,8 @@ def test_nothing_measured_still_lists_every_row_and_no_plot(toy):
 
 def test_missing_level_and_perf_analyzer_rows(toy):
     rows = [
-        _record(),
-        _record(
+        measured_record(),
+        measured_record(
             generator="perf_analyzer (perf_analyzer 2.60.0)",
             perf_throughput=55.0,
             items_per_second=55.0,
@@ -246,7 +215,7 @@ def test_correctness_from_plugin_outcomes_and_junit(toy):
         },
     ]
     _write(results / OUTCOMES_FILE, outcomes)
-    text = _generate(toy, [_record()])["markdown"].read_text()
+    text = _generate(toy, [measured_record()])["markdown"].read_text()
     row = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
     assert "pass 1/1" in row, row  # the check naming model m, latest outcome wins
     assert "correctness on cpu/local: 2/2 checks passed" in text
@@ -258,7 +227,7 @@ def test_correctness_from_plugin_outcomes_and_junit(toy):
         '<testcase classname="harness.tests.test_deployments" name="test_check[toy-m_matches_reference]">'
         '<failure message="cosine too low"/></testcase></testsuite></testsuites>'
     )
-    text = _generate(toy, [_record()])["markdown"].read_text()
+    text = _generate(toy, [measured_record()])["markdown"].read_text()
     assert "FAIL 1/1: m_matches_reference" in text
 
 
@@ -274,14 +243,14 @@ def test_config_variant_rows_show_the_checks_run_on_that_variant(toy):
         row = {"timestamp": "2026-11-30T11:00:00+00:00", "param": f"toy-{check}", "outcome": outcome}
         return {**row, "target": "cpu", "server_mode": "local", **({"config_variant": variant} if variant else {})}
 
-    variant_row = _record(benchmark="m-other")
+    variant_row = measured_record(benchmark="m-other")
     _write(results / OUTCOMES_FILE, [outcome("passed")])
-    text = _generate(toy, [_record(), variant_row])["markdown"].read_text()
+    text = _generate(toy, [measured_record(), variant_row])["markdown"].read_text()
     row = next(line for line in text.splitlines() if line.startswith("| m-other") and "local / cpu" in line)
     assert "not run" in row and "pass" not in row, "the default config's checks say nothing of a variant"
 
     _write(results / OUTCOMES_FILE, [outcome("passed"), outcome("failed", "m-other")])
-    text = _generate(toy, [_record(), variant_row])["markdown"].read_text()
+    text = _generate(toy, [measured_record(), variant_row])["markdown"].read_text()
     row = next(line for line in text.splitlines() if line.startswith("| m-other") and "local / cpu" in line)
     assert "FAIL 1/1: m_matches_reference" in row, row
     default = next(line for line in text.splitlines() if line.startswith("| m-b1") and "local / cpu" in line)
@@ -291,7 +260,7 @@ def test_config_variant_rows_show_the_checks_run_on_that_variant(toy):
     # every check of the variant's run speaks for its rows, not only those named after the model
     outcomes = [outcome("passed"), outcome("passed", "m-other"), outcome("failed", "m-other", "bad_input")]
     _write(results / OUTCOMES_FILE, outcomes)
-    text = _generate(toy, [_record(), variant_row])["markdown"].read_text()
+    text = _generate(toy, [measured_record(), variant_row])["markdown"].read_text()
     row = next(line for line in text.splitlines() if line.startswith("| m-other") and "local / cpu" in line)
     assert "FAIL 1/2: bad_input" in row, row
 
@@ -365,8 +334,8 @@ def test_committed_results_md_rows_follow_the_manifests():
 
 
 def test_run_footnote_says_whether_the_front_gate_was_in_front(toy):
-    gated = _record(gate=True)
-    direct = _record(gate=False, server_mode="docker", timestamp="2026-11-30T11:00:00+00:00")
+    gated = measured_record(gate=True)
+    direct = measured_record(gate=False, server_mode="docker", timestamp="2026-11-30T11:00:00+00:00")
     text = _generate(toy, [gated, direct])["markdown"].read_text()
     assert (
         "`local` server mode, measured 2026-11-30: Test CPU, 2 cores, Debian 12; tritonserver 2.51.0, behind the front gate"
@@ -384,7 +353,7 @@ def test_the_matrix_replaces_its_own_figures_and_keeps_the_others(toy):
     plots.mkdir(parents=True)
     (plots / "gone-throughput.png").write_bytes(b"stale figure of a deployment that no longer exists")
     (plots / "soak_toy-rss.png").write_bytes(b"a reliability figure lab/docs/reliability.md shows")
-    _generate(toy, [_record()])
+    _generate(toy, [measured_record()])
     assert not (plots / "gone-throughput.png").exists()
     assert (plots / "soak_toy-rss.png").exists(), "make matrix must not delete the reliability figures"
     assert (plots / "toy-throughput.png").exists()
@@ -407,11 +376,11 @@ def test_a_section_measured_at_another_commit_of_its_model_repository_says_so(to
 
     repository_commit.cache_clear()
     assert repository_commit(root / "toy" / "model_repository") == now
-    fresh = _generate(toy, [_record(model_repository_commit=now)])["markdown"].read_text()
+    fresh = _generate(toy, [measured_record(model_repository_commit=now)])["markdown"].read_text()
     assert "Freshness:" not in fresh
-    stale = _generate(toy, [_record(model_repository_commit=before)])["markdown"].read_text()
+    stale = _generate(toy, [measured_record(model_repository_commit=before)])["markdown"].read_text()
     assert f"records of toy measured its model repository at commit {before}, not at {now} as now" in stale
-    unknown = _generate(toy, [_record()])["markdown"].read_text()
+    unknown = _generate(toy, [measured_record()])["markdown"].read_text()
     assert "1 of 1 records of toy do not say which commit of its model repository they measured" in unknown
     (root / "toy" / "model_repository" / "m" / "config.pbtxt").write_text('name: "m2"\n')
     repository_commit.cache_clear()
@@ -453,9 +422,9 @@ def test_without_a_records_file_the_command_says_so_and_writes_nothing(tmp_path,
 def test_without_installed_sections_the_core_renders_its_own_and_names_none_of_theirs(toy):
     """The lab's sections (side-by-side, network-bound, gate cost, perf_analyzer) come from its entry
     points: without them the pages hold the core's tables and costs lesson, and no word of theirs."""
-    local = _record(timestamp="2026-11-30T10:00:00+00:00")
-    docker = _record(timestamp="2026-11-30T10:10:00+00:00", server_mode="docker", items_per_second=45.0)
-    shaped = _record(network={"rate": "1mbit", "rtt_ms": 0}, concurrency=4)
+    local = measured_record(timestamp="2026-11-30T10:00:00+00:00")
+    docker = measured_record(timestamp="2026-11-30T10:10:00+00:00", server_mode="docker", items_per_second=45.0)
+    shaped = measured_record(network={"rate": "1mbit", "rtt_ms": 0}, concurrency=4)
     written = _generate(toy, [local, docker, shaped], sections=[])
     text = written["markdown"].read_text()
     assert "## Headlines\n\n### What processing on the server and the container cost (1.00 = nothing)" in text

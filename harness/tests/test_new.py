@@ -35,6 +35,29 @@ SOURCES = [d.name for d in discover(PROJECT_ROOT / "deployments")]
 ALL = os.environ.get("HARNESS_NEW_ALL") == "1"
 
 
+def _run_doc_step(
+    step: str, command: list[str], env: dict, *, timeout: int, stdin: str | None = None, tail_lines: int = 30
+) -> None:
+    """Runs one ``step`` of a doc's walk as ``command`` from the project root; asserts it succeeds and,
+    for a pytest step, that its tests passed."""
+    done = subprocess.run(
+        command, input=stdin, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    tail = (done.stdout + done.stderr).strip().splitlines()[-tail_lines:]
+    assert done.returncode == 0, f"`{step[:200]}` failed ({done.returncode}):\n" + "\n".join(tail)
+    if "pytest" in step:
+        assert re.search(r"\d+ passed", tail[-1]) and "failed" not in tail[-1], tail[-1]
+
+
+def _uninstall_processing(name: str) -> None:
+    """Uninstalls the processing package a walk's copy ``name`` installed into the shared venv."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "uninstall", "-y", "-q", f"{name.replace('_', '-')}-processing"],
+        capture_output=True,
+        check=False,
+    )
+
+
 def _project_layout(tmp_path: Path) -> Path:
     """``tmp_path/deployments`` with this project's other top-level entries linked beside it."""
     for entry in PROJECT_ROOT.iterdir():
@@ -244,19 +267,9 @@ def test_doc_walk_from_make_new_to_your_own_onnx_file(tmp_path, source):
             if kind == "write":
                 Path(local(what)).write_text(local(content[0]))
                 continue
-            done = subprocess.run(
-                ["bash", "-c", local(what)], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1800
-            )
-            tail = (done.stdout + done.stderr).strip().splitlines()[-30:]
-            assert done.returncode == 0, f"`{what}` failed ({done.returncode}):\n" + "\n".join(tail)
-            if "pytest" in what:
-                assert re.search(r"\d+ passed", tail[-1]) and "failed" not in tail[-1], tail[-1]
+            _run_doc_step(what, ["bash", "-c", local(what)], env, timeout=1800)
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "uninstall", "-y", "-q", f"{name.replace('_', '-')}-processing"],
-            capture_output=True,
-            check=False,
-        )
+        _uninstall_processing(name)
     served = root / name / "model_repository" / "my_onnx" / "1" / "model.onnx"
     assert not any(served.samefile(p) for p in made_from.export_outputs() if p.exists())
     assert [(p, p.stat().st_mtime_ns) for p in made_from.export_outputs() if p.exists()] == before, (
@@ -319,26 +332,12 @@ def run_swap_guide(tmp_path: Path, heading: str) -> Path:
     env = {**os.environ, "HARNESS_DEPLOYMENTS_DIR": str(root)}
     try:
         for kind, step in doc_swap(heading):
-            command = ["bash", "-c", local(step)] if kind == "bash" else [sys.executable, "-"]
-            done = subprocess.run(
-                command,
-                input=local(step) if kind == "python" else None,
-                cwd=PROJECT_ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=2400,
-            )
-            tail = (done.stdout + done.stderr).strip().splitlines()[-40:]
-            assert done.returncode == 0, f"`{step[:200]}` failed ({done.returncode}):\n" + "\n".join(tail)
-            if "pytest" in step:
-                assert re.search(r"\d+ passed", tail[-1]) and "failed" not in tail[-1], tail[-1]
+            if kind == "bash":
+                _run_doc_step(step, ["bash", "-c", local(step)], env, timeout=2400, tail_lines=40)
+            else:
+                _run_doc_step(step, [sys.executable, "-"], env, stdin=local(step), timeout=2400, tail_lines=40)
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "uninstall", "-y", "-q", f"{name.replace('_', '-')}-processing"],
-            capture_output=True,
-            check=False,
-        )
+        _uninstall_processing(name)
     assert [_digests(folder) for folder in watched] == before, "the original's files were written into"
     return root / name
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import onnxruntime as ort
@@ -13,7 +14,7 @@ import tritonclient.http as httpclient
 
 from harness import PROJECT_ROOT
 from harness.serving.launchers.local import HARNESS_BACKENDS, pytriton_root
-from harness.tests.repositories import make_repository, ready_server, write_double_onnx
+from harness.tests.repositories import make_repository, ready_server, save_onnx, write_double_onnx
 
 #: A model without batching (max_batch_size 0): every request's shape is its full shape.
 UNBATCHED_CONFIG = """
@@ -88,15 +89,17 @@ def test_a_failed_run_answers_its_requests_with_the_error(backend_module, double
     np.testing.assert_array_equal(results[1]["OUTPUT"], np.full((1, 4), 2, np.float32))
 
 
-def test_served_unbatched_model_answers_each_request_with_its_own_outputs(server):
-    def send(i):
-        with httpclient.InferenceServerClient(server.http_url) as client:
-            infer_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
-            infer_input.set_data_from_numpy(np.full((1, 4), i, np.float32))
-            return client.infer("double_unbatched", [infer_input]).as_numpy("OUTPUT")
+def _double(server, model: str, value: int) -> np.ndarray:
+    """``model``'s answer (a double model) to one ``[1, 4]`` request filled with ``value``."""
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        infer_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
+        infer_input.set_data_from_numpy(np.full((1, 4), value, np.float32))
+        return client.infer(model, [infer_input]).as_numpy("OUTPUT")
 
+
+def test_served_unbatched_model_answers_each_request_with_its_own_outputs(server):
     with ThreadPoolExecutor(6) as pool:
-        results = list(pool.map(send, range(6)))
+        results = list(pool.map(partial(_double, server, "double_unbatched"), range(6)))
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result, np.full((1, 4), 2 * i, np.float32))
 
@@ -109,16 +112,10 @@ def test_config_keys_reach_the_session(server):
 
 
 def test_dynamic_batch_runs_as_one_execution_and_splits_results(server):
-    def send(i):
-        with httpclient.InferenceServerClient(server.http_url) as client:
-            infer_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
-            infer_input.set_data_from_numpy(np.full((1, 4), i, np.float32))
-            return client.infer("double", [infer_input]).as_numpy("OUTPUT")
-
     with httpclient.InferenceServerClient(server.http_url) as client:
         before = client.get_inference_statistics("double")["model_stats"][0]
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(send, range(4)))
+        results = list(pool.map(partial(_double, server, "double"), range(4)))
     with httpclient.InferenceServerClient(server.http_url) as client:
         after = client.get_inference_statistics("double")["model_stats"][0]
     for i, result in enumerate(results):
@@ -152,7 +149,6 @@ TABLE = np.arange(30, dtype=np.float32).reshape(10, 3)
 
 def write_lookup_onnx(path):
     """``ROWS = TABLE[IDS]`` (a Gather, like a text model's embedding table): an id past 9 fails."""
-    import onnx
     from onnx import TensorProto, helper
 
     ids = helper.make_tensor_value_info("IDS", TensorProto.INT64, ["batch", "n"])
@@ -161,10 +157,7 @@ def write_lookup_onnx(path):
     graph = helper.make_graph(
         [helper.make_node("Gather", ["table", "IDS"], ["ROWS"])], "lookup", [ids], [rows], initializer=[table]
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, path)
+    save_onnx(graph, path)
 
 
 def test_a_failed_batched_run_runs_its_requests_one_by_one(backend_module, tmp_path):

@@ -27,40 +27,9 @@ from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
 from harness.serving.packenv.pack import choose_tool
-from harness.tests.repositories import make_repository
+from harness.tests.repositories import ask_whoami, make_repository, write_whoami
 
 MARKER = "tinydb"
-
-WHOAMI_CONFIG = """
-name: "whoami"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
-"""
-
-WHOAMI_MODEL = '''
-import json
-import sys
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    """Says where it runs: sys.prefix, Python, numpy, and where the marker package comes from."""
-
-    def execute(self, requests):
-        try:
-            import tinydb
-            marker = tinydb.__file__
-        except ImportError:
-            marker = None
-        info = json.dumps({"prefix": sys.prefix, "python": "%d.%d" % sys.version_info[:2],
-                           "numpy": np.__version__, "marker": marker})
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([info.encode()], dtype=object))])
-                for _ in requests]
-'''
 
 RECIPE = """
 name: packenv_test
@@ -79,9 +48,7 @@ def write_deployment(root, pip=("numpy<2", MARKER), python_cpu="local"):
     """A minimal deployment folder: whoami (python) + double (onnxruntime) and its environment.yml."""
     root.mkdir(parents=True, exist_ok=True)
     repo = make_repository(root, models=("double",))
-    (repo / "whoami" / "1").mkdir(parents=True)
-    (repo / "whoami" / "config.pbtxt").write_text(WHOAMI_CONFIG)
-    (repo / "whoami" / "1" / "model.py").write_text(WHOAMI_MODEL)
+    write_whoami(repo)
     pip_lines = "\n".join(f"      - {p}" for p in pip)
     (root / "environment.yml").write_text(
         f"name: {root.name}\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n{pip_lines}\n"
@@ -97,13 +64,6 @@ def packed(tmp_path_factory):
     deployment = write_deployment(tmp_path_factory.mktemp("packenv") / "tiny")
     result = packenv.pack(deployment.path, "cpu", compress_level=1, compile_bytecode=False, log=lambda _: None)
     return deployment, result
-
-
-def _whoami(server) -> dict:
-    with httpclient.InferenceServerClient(server.http_url) as client:
-        infer_input = httpclient.InferInput("IN", [1], "BYTES")
-        infer_input.set_data_from_numpy(np.array([b"?"], dtype=object))
-        return json.loads(client.infer("whoami", [infer_input]).as_numpy("OUT")[0])
 
 
 def test_pack_builds_a_tarball_with_the_stubs_python_and_numpy_below_2(packed):
@@ -140,14 +100,15 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
     assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
     with LocalTritonServer(options) as server:
-        info = _whoami(server)
+        info = ask_whoami(server.http_url, MARKER)
         used = server.stub_envs()
         with httpclient.InferenceServerClient(server.http_url) as client:
             double_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
             double_input.set_data_from_numpy(np.ones((1, 4), np.float32))
             assert client.infer("double", [double_input]).as_numpy("OUTPUT").tolist() == [[2.0] * 4]
     assert info["prefix"].startswith("/tmp/python_env_") and info["prefix"] != sys.prefix, info
-    assert info["marker"] and info["marker"].startswith(info["prefix"] + "/lib/"), info
+    marker = info["modules"][MARKER]
+    assert marker and marker.startswith(info["prefix"] + "/lib/"), info
     assert info["python"] == packenv.local_python() and int(info["numpy"].split(".")[0]) < 2, info
     whoami_stub = [envs for model, envs in used.items() if "/whoami/" in model]
     assert whoami_stub == [[info["prefix"]]], used

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from harness.testing.toy_models import model_config, write_model
 from harness.tests.repositories import ready_server
 
 pytestmark = pytest.mark.server
@@ -29,20 +30,11 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("INFO", np.array([text], dtype=object))]) for _ in requests]
 """
 
-CONFIG = """
-name: "folders"
-backend: "python"
-max_batch_size: 0
-input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
-"""
+CONFIG = model_config("folders", [("X", "INT32", (1,))], [("INFO", "STRING", (1,))])
 
 
 def test_a_module_beside_model_py_imports_and_both_model_folders_are_on_sys_path(tmp_path):
-    folder = tmp_path / "model_repository" / "folders"
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(CONFIG)
-    (folder / "1" / "model.py").write_text(MODEL)
+    folder = write_model(tmp_path / "model_repository", "folders", CONFIG, MODEL)
     (folder / "1" / "sibling_helper.py").write_text("from pathlib import Path\n\nWHERE = str(Path(__file__).parent)\n")
     with ready_server(tmp_path / "model_repository", ["folders"]) as server:
         client = httpclient.InferenceServerClient(server.http_url)

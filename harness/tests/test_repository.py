@@ -8,6 +8,7 @@ import pytest
 
 from harness import PROJECT_ROOT, repository
 from harness.serving.packenv import check_repository, local_python, packed_repository
+from harness.testing.toy_models import write_model
 
 ENSEMBLE = """
 name: "pipeline"
@@ -29,25 +30,16 @@ parameters {{ key: "note" value: {{ string_value: "a # in a string, and step_c" 
 """
 
 
-def _model(root: Path, name: str, text: str) -> None:
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(text)
-    (root / name / "1" / "model.py").write_text("")
-
-
 @pytest.fixture
 def repo(tmp_path) -> Path:
     root = tmp_path / "repo"
-    _model(root, "pipeline", ENSEMBLE)
-    _model(root, "step_a", PYTHON.format(name="step_a", extra=""))
+    write_model(root, "pipeline", ENSEMBLE, model_py="")
+    write_model(root, "step_a", PYTHON.format(name="step_a", extra=""), model_py="")
     # a BLS caller names the model it calls in a parameter
-    _model(
-        root,
-        "step_b",
-        PYTHON.format(name="step_b", extra='parameters { key: "calls" value: { string_value: "step_c" } }'),
-    )
-    _model(root, "step_c", 'name: "step_c"\nbackend: "onnxruntime"\n')
-    _model(root, "unrelated", PYTHON.format(name="unrelated", extra=""))
+    calls = 'parameters { key: "calls" value: { string_value: "step_c" } }'
+    write_model(root, "step_b", PYTHON.format(name="step_b", extra=calls), model_py="")
+    write_model(root, "step_c", 'name: "step_c"\nbackend: "onnxruntime"\n', model_py="")
+    write_model(root, "unrelated", PYTHON.format(name="unrelated", extra=""), model_py="")
     return root
 
 
@@ -61,7 +53,7 @@ def test_configs_are_parsed_not_pattern_matched(repo):
 
 
 def test_a_broken_config_names_its_file(tmp_path):
-    _model(tmp_path, "bad", 'name: "bad"\nbackend: "python"\ninput [ { name: "X" ')
+    write_model(tmp_path, "bad", 'name: "bad"\nbackend: "python"\ninput [ { name: "X" ', model_py="")
     with pytest.raises(repository.RepositoryError, match=r"bad/config.pbtxt"):
         repository.configs(tmp_path)
 

@@ -17,6 +17,7 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.measuring import matrix
+from harness.tests.matrix_cases import measured_record
 
 FIXTURE = PROJECT_ROOT / "lab" / "tests" / "fixtures" / "headline_results"
 BENCHMARK = """
@@ -223,23 +224,7 @@ def test_network_records_go_to_their_own_page_not_the_tables(tmp_path):
 def test_network_rows_say_link_ceiling_latency_bytes_and_server_times_in_order():
     from harness_lab.matrix_sections.network import render_network
 
-    record = {
-        "timestamp": "2026-11-30T10:00:00+00:00",
-        "deployment": "toy",
-        "benchmark": "m-b1",
-        "target": "cpu",
-        "server_mode": "local",
-        "concurrency": 1,
-        "perf_throughput": 50.0,
-        "perf_latency_p50": 19.5,
-        "perf_latency_p99": 30.25,
-        "bytes_sent_per_request": 90,
-        "bytes_received_per_request": 1580,
-        "perf_server_queue": 1.5,
-        "perf_server_compute_input": 0.1,
-        "perf_server_compute_infer": 15.0,
-        "perf_server_compute_output": 0.4,
-    }
+    record = measured_record()
     text = render_network([{**record, "network": {"rate": "100mbit", "rtt_ms": 20}, "link_ceiling_infer_per_s": 2.4}])
     row = next(line for line in text.splitlines() if line.startswith("| toy "))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -5,31 +5,26 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from harness.deployments import get_deployment
-from harness.testing.standalone import run_client, served_copy
+from harness.testing.standalone import client_outside, deployment_of
 
-FOLDER = Path(__file__).resolve().parents[1]
 PRINTED = re.compile(r"^\s+(\d+)\. (.*?)\s+([\d.]+)%\s+\(class (\d+)\)$")
 
 
 @pytest.mark.server
 def test_client_outside_the_repository_prints_the_reference_classes(tmp_path):
-    deployment = get_deployment(FOLDER.name, FOLDER.parent)
+    deployment = deployment_of(__file__)
     fixtures = json.loads((deployment.fixtures_path / "expected.json").read_text())
     model, reference = next(iter(fixtures["models"].items()))  # the first model the fixtures describe
     image, expected = next(iter(reference["images"].items()))
-    with served_copy(deployment, tmp_path, [f"classify_{model}"]) as (copy, server):
-        done = run_client(
-            copy, f"fixtures/images/{image}", "--model", f"classify_{model}", "--top-k", "3", "--url", server.http_url
-        )
-    rows = [m for m in map(PRINTED.match, done.stdout.splitlines()) if m]
-    assert len(rows) == 3, done.stdout
+    args = [f"fixtures/images/{image}", "--model", f"classify_{model}", "--top-k", "3"]
+    [stdout] = client_outside(deployment, tmp_path, [f"classify_{model}"], args)
+    rows = [m for m in map(PRINTED.match, stdout.splitlines()) if m]
+    assert len(rows) == 3, stdout
     probability = dict(zip(expected["top5_ids"], expected["top5_probabilities"]))
-    assert int(rows[0].group(4)) == expected["top5_ids"][0], done.stdout
+    assert int(rows[0].group(4)) == expected["top5_ids"][0], stdout
     for row in rows:
         class_id = int(row.group(4))
         assert row.group(2) == expected["top5_labels"][expected["top5_ids"].index(class_id)], row.group(0)

@@ -54,6 +54,17 @@ def cell_key(record: dict) -> tuple:
     )
 
 
+def load_cell(record: dict, *fields: str) -> tuple:
+    """The record's ``fields``, then its concurrency, generator and pinning: what two records must share
+    for one's items/s to be compared with the other's."""
+    return (
+        *(record.get(field) for field in fields),
+        int(record.get("concurrency") or 0),
+        generator_family(record),
+        pinning_label(record),
+    )
+
+
 def latest_records(records: list[dict], key=cell_key) -> list[dict]:
     """The latest record of each cell (``key``, default deployment, benchmark, target, mode,
     concurrency, generator, machine); in first-seen order."""

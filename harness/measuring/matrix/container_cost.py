@@ -3,7 +3,7 @@ pinning, each docker row paired with the local record of that cell taken closest
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import closest, generator_family, pinning_label
+from harness.measuring.matrix.cells import closest, load_cell
 
 #: Farther apart than this, two records were taken under different loads of a shared machine: no pair.
 #: `make bench` then `make bench MODE=docker` measure the same cell 0.6-1.1 h apart on a quiet machine
@@ -12,13 +12,7 @@ MAX_HOURS_APART = 1.5
 
 
 def _pair_key(record: dict) -> tuple:
-    return (
-        record.get("benchmark"),
-        record.get("target"),
-        int(record.get("concurrency") or 0),
-        generator_family(record),
-        pinning_label(record),
-    )
+    return load_cell(record, "benchmark", "target")
 
 
 def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[dict]:

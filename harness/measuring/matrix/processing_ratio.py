@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import closest, generator_family, latest_records, pinning_label, stamp
+from harness.measuring.matrix.cells import (
+    closest,
+    generator_family,
+    latest_records,
+    load_cell,
+    pinning_label,
+    stamp,
+)
 from harness.measuring.matrix.fmt import captioned
 
 #: The goal for every JPEG- or text-in entry model on loopback.
@@ -13,13 +20,7 @@ PAIR_COMPARISON = "processing-pair"
 
 
 def _key(record: dict) -> tuple:
-    return (
-        record.get("target"),
-        record.get("server_mode"),
-        int(record.get("concurrency") or 0),
-        generator_family(record),
-        pinning_label(record),
-    )
+    return load_cell(record, "target", "server_mode")
 
 
 #: The columns both processing tables start with (one cell, its two throughputs and their quotient).
