@@ -19,6 +19,7 @@ from harness.deployments import load_module
 from harness.fixtures import read_fixture
 from harness.measuring.engines import cpu_session
 from harness.measuring.loadgen import Workload
+from harness.repository import read_config
 
 HERE = Path(__file__).resolve().parent
 DOCUMENTS = HERE / "fixtures" / "documents"
@@ -89,7 +90,21 @@ def manifest_values(deployment) -> dict[str, object]:
         }
     for model in client.TOKEN_MODELS:
         values |= {f"gate.max_dims.{model}.{name}": [positions] for name in ("input_ids", "attention_mask")}
+        rows = read_config(deployment.model_repository / model / "config.pbtxt").max_batch_size
+        values[f"gate.max_bytes_in_flight.{model}"] = (
+            largest_json_ids(rows, positions, vocab_size) + SHORT_REQUESTS_ROOM
+        )
     return values
+
+
+#: What the gate's bytes-in-flight budget of a token-id model holds beside its largest request.
+SHORT_REQUESTS_ROOM = 32 * 1024
+
+
+def largest_json_ids(rows: int, positions: int, vocab_size: int) -> int:
+    """Bytes of the largest token-id request as JSON (tritonclient's): every id as wide as the
+    vocabulary's last, a comma after each, and ``1,`` for each mask value."""
+    return rows * positions * (len(str(vocab_size - 1)) + 1 + 2)
 
 
 def _cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
