@@ -9,7 +9,8 @@
 2. A burst: ``--concurrency`` requests at once of the largest JSON request the gate accepts for
    ``--burst-model`` (``max_batch_size`` rows of its ``[gate] max_dims`` token ids): the peak RSS
    growth of tritonserver and its stubs over idle, beside the bound lab/docs/reliability.md states
-   ("Token budgets"), the growth left 30 s after, and the p99 of small requests sent meanwhile (one
+   ("Token budgets"), the growth left 30 s after, the 503s of the gate's bytes-in-flight budget
+   (each request is sent again after its ``Retry-After`` until answered), and the p99 of small requests sent meanwhile (one
    short row to the same model; liveness probes) over their p99 when idle.
 
 The report: results/reliability/gate_bounds.json.
@@ -28,6 +29,7 @@ import numpy as np
 import psutil
 import requests
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.reliability.report import write_json
@@ -143,16 +145,21 @@ def _closed(sock) -> bool:
         return False
 
 
-def tree_rss(root: psutil.Process) -> int:
-    """RSS of tritonserver and its stubs under ``root`` (the gate's processes are not counted)."""
-    total = 0
+def rss_by_process(root: psutil.Process) -> dict[str, int]:
+    """RSS of tritonserver and of its stubs under ``root``, by process name (the gate's processes
+    are not counted)."""
+    found = {"tritonserver": 0, "triton_python_backend_stub": 0}
     for process in [root, *root.children(recursive=True)]:
         try:
-            if process.name() in ("tritonserver", "triton_python_backend_stub"):
-                total += process.memory_info().rss
+            if process.name() in found:
+                found[process.name()] += process.memory_info().rss
         except psutil.Error:
             pass
-    return total
+    return found
+
+
+def tree_rss(root: psutil.Process) -> int:
+    return sum(rss_by_process(root).values())
 
 
 def ids_inputs(ids: np.ndarray, binary: bool) -> list:
@@ -170,6 +177,21 @@ def ids_request(url: str, model: str, ids: np.ndarray, binary: bool) -> None:
     outputs = [httpclient.InferRequestedOutput("last_hidden_state", binary_data=True)]
     with httpclient.InferenceServerClient(url, network_timeout=900, connection_timeout=900) as client:
         client.infer(model, ids_inputs(ids, binary), outputs=outputs)
+
+
+def retried_request(url: str, model: str, ids: np.ndarray, binary: bool, retry_s: float = 1.0) -> int:
+    """``ids_request`` as a well-behaved client sends it: after a 503 (the gate's bytes-in-flight
+    budget is full) it waits ``retry_s`` (the gate's ``Retry-After``) and sends it again; the 503s it got."""
+    refused = 0
+    while True:
+        try:
+            ids_request(url, model, ids, binary)
+            return refused
+        except InferenceServerException as exc:
+            if exc.status() != "503":
+                raise
+            refused += 1
+            time.sleep(retry_s)
 
 
 def refusals(deployment: str, model: str) -> dict:
@@ -222,18 +244,20 @@ def burst(deployment: str, model: str, concurrency: int) -> dict:
             "live_probe": lambda: requests.get(f"http://{url}/v2/health/live", timeout=60).raise_for_status(),
         }
         idle_latency = {name: polled(call, 5) for name, call in lanes.items()}
-        idle = tree_rss(root)
+        idle_parts = rss_by_process(root)
+        idle = sum(idle_parts.values())
         pollers = {name: Poller(call) for name, call in lanes.items()}
         peak = 0
         for poller in pollers.values():
             poller.start()
         began = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
-            running = [pool.submit(ids_request, url, model, ids, False) for ids in largest]
+            running = [pool.submit(retried_request, url, model, ids, False) for ids in largest]
             while not all(job.done() for job in running):
                 peak = max(peak, tree_rss(root))
                 time.sleep(0.02)
             failures = [str(job.exception()) for job in running if job.exception()]
+            refused = sum(job.result() for job in running if not job.exception())
         seconds = time.perf_counter() - began
         during = {name: poller.stop() for name, poller in pollers.items()}
         time.sleep(30)
@@ -246,11 +270,15 @@ def burst(deployment: str, model: str, concurrency: int) -> dict:
                 httpclient.InferenceServerClient.generate_request_body(ids_inputs(largest[0], False))[0]
             ),
             "failures": failures,
+            "refused_503_then_retried": refused,
             "seconds": round(seconds, 1),
             "idle_rss_mib": round(idle / MIB, 1),
             "peak_growth_mib": round((peak - idle) / MIB, 1),
             "bound_mib": round(burst_bound(server, model, output_bytes) / MIB, 1),
             "growth_30s_after_mib": round((tree_rss(root) - idle) / MIB, 1),
+            "growth_30s_after_by_process_mib": {
+                name: round((rss - idle_parts[name]) / MIB, 1) for name, rss in rss_by_process(root).items()
+            },
             "idle": idle_latency,
             "during": during,
             "p99_over_idle": {name: round(during[name]["p99_ms"] / idle_latency[name]["p99_ms"], 1) for name in lanes},
