@@ -113,6 +113,7 @@ class Deployment:
             device_ids=per_target.device_ids,
             allow_grpc="grpc" in per_target.protocols,
             stub_python=per_target.stub_python,
+            env=dict(per_target.env),
             gate_policy=self.gate_policy(),
         )
         if (self.path / "envs").is_dir():

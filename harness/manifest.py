@@ -47,6 +47,8 @@ class TargetSettings(Strict):
     protocols: list[str] = ["http", "grpc"]
     #: Python minor version of the image's Python-backend stub (packed envs must match it).
     stub_python: str | None = None
+    #: Environment of tritonserver and its stubs on this target (e.g. glibc's malloc settings).
+    env: dict[str, str] = {}
 
 
 class ConfigOverrides(Strict):

@@ -108,7 +108,8 @@ def make_repository(root: Path, models: tuple[str, ...] = ("double", "echo")) ->
 
 
 @contextmanager
-def ready_server(repo: Path, models: list[str]):
-    """A local server on ``repo``, ready with ``models``, stopped on exit."""
-    with LocalTritonServer(ServerOptions(str(repo), required_models=list(models))) as server:
+def ready_server(repo: Path, models: list[str], **options):
+    """A local server on ``repo``, ready with ``models`` (more ``ServerOptions`` fields: ``options``),
+    stopped on exit."""
+    with LocalTritonServer(ServerOptions(str(repo), required_models=list(models), **options)) as server:
         yield server

@@ -31,7 +31,7 @@ from harness.tests.repositories import make_repository, ready_server
 @pytest.fixture(scope="module")
 def running_server(tmp_path_factory):
     repo = make_repository(tmp_path_factory.mktemp("launcher"))
-    with ready_server(repo, ["double", "echo"]) as server:
+    with ready_server(repo, ["double", "echo"], env={"HARNESS_TEST_ENV": "from-options"}) as server:
         yield server
 
 
@@ -44,6 +44,18 @@ def test_local_server_serves_python_and_onnxruntime_models(running_server):
         text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
         text.set_data_from_numpy(np.array([["héllo".encode()]], dtype=object))
         assert client.infer("echo", [text]).as_numpy("TEXT_OUT")[0, 0].decode() == "héllo"
+
+
+def test_the_options_env_reaches_the_server_and_its_stubs(running_server):
+    """``ServerOptions.env`` (a manifest's ``[target.<t>] env``, e.g. glibc's malloc settings) is in
+    the environment of tritonserver and of each Python-backend stub it started."""
+    root = psutil.Process(running_server.process.pid)
+    served = [
+        p for p in [root, *root.children(recursive=True)] if p.name() in ("tritonserver", "triton_python_backend_stub")
+    ]
+    assert {p.name() for p in served} == {"tritonserver", "triton_python_backend_stub"}, served
+    for process in served:
+        assert process.environ().get("HARNESS_TEST_ENV") == "from-options", process
 
 
 def test_local_server_binds_loopback_only(running_server):

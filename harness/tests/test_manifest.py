@@ -98,7 +98,6 @@ def test_the_documented_manifest_reads(tmp_path):
     [
         ('[server]\nargs = ["--log-verbose=1"]\n', ": server: unknown key"),
         ('fixtures = "expected"\n', ": fixtures: unknown key"),
-        ('[target.cpu]\nenv = { A = "1" }\n', "target.cpu.env: unknown key"),
         ('[target.cpu]\nserver_args = ["--x"]\n', "target.cpu.server_args: unknown key"),
         # the lab's tables live in lab/deployments/<deployment>.toml (harness_lab.manifest)
         ('[reliability]\nmodel = "m"\n', ": reliability: unknown key"),

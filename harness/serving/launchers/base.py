@@ -68,13 +68,6 @@ class ServerStartError(RuntimeError):
     """The server did not become ready; the message carries the server's own log lines."""
 
 
-#: Environment of every tritonserver and its stubs: glibc's mmap threshold held at its default
-#: (128 KiB) instead of rising with each large block freed, so the buffers of a large request (its
-#: tensors, the onnxruntime arena's chunks) go back to the system when freed rather than into a heap
-#: the stub keeps (lab/docs/reliability.md, "At the gate's limits").
-SERVER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-
-
 @dataclass
 class ServerOptions:
     """What a launcher needs to serve one model repository for one target."""
@@ -87,7 +80,7 @@ class ServerOptions:
     required_models: list[str] = field(default_factory=list)
     model_control_mode: str = "none"
     allow_grpc: bool = True
-    env: dict[str, str] = field(default_factory=lambda: dict(SERVER_ENV))
+    env: dict[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 180.0
     image: str | None = None
     device_ids: list[int] | None = None
