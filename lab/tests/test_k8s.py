@@ -143,6 +143,7 @@ def test_the_pod_serves_the_deployment_behind_its_gate(kustomized, deployment):
     own = [*server.extra_args, *(f"--backend-config={v}" for v in server.backend_config)]
     own += [f"--model-config-name={server.model_config_name}"] if server.model_config_name else []
     assert set(own) <= set(triton), (own, triton)
+    assert {e["name"]: e["value"] for e in pod.get("env", [])} == server.env
     for probe, path in (("startupProbe", "ready"), ("readinessProbe", "ready"), ("livenessProbe", "live")):
         assert pod[probe]["httpGet"] == {"path": f"/v2/health/{path}", "port": "http"}
 

@@ -51,7 +51,8 @@ def test_the_stack_loads_the_scaleout_model_and_what_it_calls(name):
 @pytest.mark.parametrize("name", SWARMED)
 def test_the_stack_runs_the_kubernetes_pod(kustomized, name):
     """The replicas run what the deployment's Kubernetes pod runs: the same image, gate and policy file,
-    ports, readiness path and startup budget, repository under the bundle mount, memory reservation and limit."""
+    ports, readiness path and startup budget, repository under the bundle mount, environment, memory reservation
+    and limit."""
     pod = next(o for o in kustomized(K8S / name) if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     triton = services(name)["triton"]
@@ -66,6 +67,7 @@ def test_the_stack_runs_the_kubernetes_pod(kustomized, name):
     bundle = next(v for v in triton["volumes"] if v["type"] == "bind")["target"]
     assert bundle == next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "bundle")
     assert flags(gate)["--model-repository"] == flags(k8s_gate)["--model-repository"] == f"{bundle}/model_repository"
+    assert triton.get("environment", {}) == {e["name"]: e["value"] for e in container.get("env", [])}
     check = triton["healthcheck"]["test"][-1]
     ready = container["readinessProbe"]["httpGet"]["path"]
     assert f"/dev/tcp/127.0.0.1/{flags(gate)['--http-port']}" in check and f"GET {ready} " in check, check
