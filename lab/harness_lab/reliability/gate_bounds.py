@@ -10,8 +10,9 @@
    ``--burst-model`` (``max_batch_size`` rows of its ``[gate] max_dims`` token ids): the peak RSS
    growth of tritonserver and its stubs over idle, beside the bound lab/docs/reliability.md states
    ("Token budgets"), the growth left 30 s after, the 503s of the gate's bytes-in-flight budget
-   (each request is sent again after its ``Retry-After`` until answered), and the p99 of small requests sent meanwhile (one
-   short row to the same model; liveness probes) over their p99 when idle.
+   (each request is sent again after its ``Retry-After`` until answered), and the p99 of small
+   requests sent meanwhile (one short row to the same model; liveness probes) over their p99 when
+   idle.
 
 The report: results/reliability/gate_bounds.json.
 """
@@ -34,6 +35,7 @@ from tritonclient.utils import InferenceServerException
 from harness.testing.servers import deployment_server, started, stop_server
 from harness_lab.reliability.report import write_json
 from harness_lab.reliability.servers import chosen_target, target_parser
+from triton_gate.http_front import RETRY_AFTER_S
 
 MIB = 1 << 20
 INFLATED = 2 << 30
@@ -159,6 +161,7 @@ def rss_by_process(root: psutil.Process) -> dict[str, int]:
 
 
 def tree_rss(root: psutil.Process) -> int:
+    """RSS of tritonserver and its stubs under ``root``, together."""
     return sum(rss_by_process(root).values())
 
 
@@ -179,9 +182,9 @@ def ids_request(url: str, model: str, ids: np.ndarray, binary: bool) -> None:
         client.infer(model, ids_inputs(ids, binary), outputs=outputs)
 
 
-def retried_request(url: str, model: str, ids: np.ndarray, binary: bool, retry_s: float = 1.0) -> int:
+def retried_request(url: str, model: str, ids: np.ndarray, binary: bool) -> int:
     """``ids_request`` as a well-behaved client sends it: after a 503 (the gate's bytes-in-flight
-    budget is full) it waits ``retry_s`` (the gate's ``Retry-After``) and sends it again; the 503s it got."""
+    budget is full) it waits the gate's ``Retry-After`` and sends it again; the 503s it got."""
     refused = 0
     while True:
         try:
@@ -191,7 +194,7 @@ def retried_request(url: str, model: str, ids: np.ndarray, binary: bool, retry_s
             if exc.status() != "503":
                 raise
             refused += 1
-            time.sleep(retry_s)
+            time.sleep(RETRY_AFTER_S)
 
 
 def refusals(deployment: str, model: str) -> dict:
