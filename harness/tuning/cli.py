@@ -1,9 +1,9 @@
 """``python -m harness tune DEPLOYMENT [--models M ...]``: the config that serves the deployment's
 workload best, each candidate checked before it is measured (docs/tuning.md).
 
-    python -m harness tune embedding_cpu --models embedding_onnx_text --concurrency 8 --budget-minutes 20
-    python -m harness tune embedding_cpu --models embedding_onnx_text --objective latency --concurrency 1
-    python -m harness tune embedding_cpu --models embedding_onnx_text --smoke   # every lever value starts, checks pass
+    python -m harness tune <deployment> --models <model> --concurrency 8 --budget-minutes 20
+    python -m harness tune <deployment> --models <model> --objective latency --concurrency 1
+    python -m harness tune <deployment> --models <model> --smoke   # every lever value starts, checks pass
 
 The study (Optuna, SQLite) lives in results/tune/studies.db: the same command resumes it. Every
 measurement is a record (``comparison: "tune"``) in results/records.jsonl; the table, picture and a
