@@ -43,7 +43,7 @@ def backend_module():
     try:
         spec = importlib.util.spec_from_file_location(
             "harness_onnxruntime_backend",
-            PROJECT_ROOT / "harness" / "serving" / "backends" / "onnxruntime" / "model.py",
+            PROJECT_ROOT / "backends" / "onnxruntime" / "model.py",
         )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -53,7 +53,7 @@ def backend():
     sys.path[:0] = [str(pytriton_root() / "backends" / "python"), str(HARNESS_BACKENDS)]
     try:
         spec = importlib.util.spec_from_file_location(
-            "harness_openvino_backend", PROJECT_ROOT / "harness" / "serving" / "backends" / "openvino" / "model.py"
+            "harness_openvino_backend", PROJECT_ROOT / "backends" / "openvino" / "model.py"
         )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -15,7 +15,7 @@ from harness import PROJECT_ROOT
 
 PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
 #: Imported by the code but installed --no-deps (requirements/no-deps.txt) or only inside the stub
-#: (batched_runs: copied beside the harness backends' model.py).
+#: (batched_runs: copied beside the backends' model.py, backends/).
 NOT_FROM_PYPROJECT = {
     "cn_clip",
     "triton_python_backend_utils",
@@ -70,7 +70,7 @@ def test_every_import_of_the_harness_and_helpers_is_a_declared_dependency():
     """Serving needs no extra beyond `serve` (exporters and the tests may need the others)."""
     distributions = packages_distributions()
     missing = []
-    for module, where in _imports(["harness", "triton_helpers"], skip=("tests", "testing")).items():
+    for module, where in _imports(["harness", "backends", "triton_helpers"], skip=("tests", "testing")).items():
         if module in EXPORT_ONLY:
             continue
         declared = _declared("serve")

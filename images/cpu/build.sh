@@ -14,9 +14,9 @@ SUITE=bookworm
 INCLUDE=python3.11,python3.11-venv,libpython3.11
 TRITON_VERSION=2.51.0            # the server inside nvidia-pytriton 0.7.0 (requirements-no-deps.txt)
 CA=/etc/ssl/certs/ca-certificates.crt
-ORT_BACKEND="$ROOT/harness/serving/backends/onnxruntime/model.py"
-OV_BACKEND="$ROOT/harness/serving/backends/openvino/model.py"
-SHARED_BACKEND="$ROOT/harness/serving/backends/batched_runs.py"   # beside each model.py, which imports it
+ORT_BACKEND="$ROOT/backends/onnxruntime/model.py"
+OV_BACKEND="$ROOT/backends/openvino/model.py"
+SHARED_BACKEND="$ROOT/backends/batched_runs.py"   # beside each model.py, which imports it
 # The front gate, its own distribution (the image's entry point: python -m triton_gate serve -- tritonserver ...):
 # its pyproject.toml and modules, not its tests (it imports nothing of the harness; lint-imports keeps it so).
 GATE="$ROOT/triton_gate"

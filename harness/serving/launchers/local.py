@@ -26,6 +26,7 @@ from pathlib import Path
 import onnxruntime
 import psutil
 
+from harness import PROJECT_ROOT
 from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository
@@ -35,7 +36,8 @@ from triton_gate.policy import GatePolicy
 from triton_gate.serve import ADMIN_HEADER, close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
 from triton_gate.workers import default_workers
 
-HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
+#: Python-based backends copied into the local server's backend dir (they run in its stubs).
+HARNESS_BACKENDS = PROJECT_ROOT / "backends"
 
 
 def pytriton_root() -> Path:
@@ -56,7 +58,7 @@ def stub_for(python_version: str) -> Path:
 
 def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     """Lay out ``dest/python`` (backend + matching stub) and each harness backend's
-    ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: harness/serving/backends) beside the
+    ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: backends/) beside the
     ``batched_runs.py`` they share."""
     python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     source = pytriton_root() / "backends" / "python"
