@@ -48,7 +48,7 @@ test: install kubectl ## Run the default suite against real tritonservers (pytes
 test-variants: install ## The benchmark smokes of every config variant (OpenVINO, batching, instances): one server each
 	$(PY) -m pytest harness/tests/test_deployments.py -m variant_benchmark $(PYTEST_ARGS)
 
-test-tune-smoke: install ## Every tuning lever's values of each deployment served and checked (python -m harness tune --smoke)
+test-tune-smoke: install ## Every tuning lever's values of each deployment served and checked through tune's gate, no measurement
 	HARNESS_TUNE_SMOKE=1 $(PY) -m pytest harness/tests/test_tune.py -m tune_smoke $(PYTEST_ARGS)
 
 test-unit: install kubectl ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)

@@ -1,7 +1,7 @@
 """``python -m harness tune``: the space each deployment brings, the correctness gate on a real
 server (a candidate whose outputs leave the checks' tolerance is discarded with its reason, never
 measured or chosen), ``--apply`` on a copy made by ``harness new``, and the lever smoke
-(``-m tune_smoke``: every lever value of every deployment served and checked)."""
+(``-m tune_smoke``, `make test-tune-smoke`: every lever value of every deployment served and checked)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
+from optuna.trial import FixedTrial
 
 from harness import PROJECT_ROOT
 from harness.deployments import discover, get_deployment
@@ -22,9 +23,9 @@ from harness.new import copy_deployment, install_packages
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
-from harness.tuning.cli import against, default_models, main, parse
+from harness.tuning.cli import against, default_models, parse
 from harness.tuning.report import anomalies
-from harness.tuning.search import Tuner, describe, verdict
+from harness.tuning.search import CandidateRejected, Tuner, describe, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides
 
@@ -195,6 +196,21 @@ def test_apply_writes_a_measured_candidate_into_a_copy_whose_checks_pass(embeddi
     assert written.dynamic_batching.max_queue_delay_microseconds == delay != 0
 
 
+def smoke_candidates(space) -> list[dict]:
+    """The shipped lever values, then each lever's every value with the others as shipped (each engine
+    at each precision: one that runs OpenVINO picks one, where the shipped config may have none)."""
+    shipped = space.shipped_params()
+    found = [shipped]
+    for levers in space.models:
+        values = {lever: choices for lever, choices in levers.values().items() if lever in levers.only}
+        for lever, choices in values.items():
+            for value in choices:
+                picked = {**shipped, levers.name(lever): value}
+                precisions = values.get("precision", []) if lever == "engine" else []
+                found += [{**picked, levers.name("precision"): p} for p in precisions] or [picked]
+    return found
+
+
 @pytest.mark.server
 @pytest.mark.tune_smoke
 @pytest.mark.skipif(
@@ -203,6 +219,23 @@ def test_apply_writes_a_measured_candidate_into_a_copy_whose_checks_pass(embeddi
 @pytest.mark.parametrize("deployment", [d.name for d in discover()])
 def test_every_lever_value_starts_and_passes_the_checks(deployment):
     """What `make test-variants` proves for the hand-written variants, for every lever value of the
-    deployment's first tunable model (python -m harness tune DEPLOYMENT --smoke)."""
-    models = default_models(get_deployment(deployment))
-    assert main([deployment, "--models", *models, "--smoke"]) == 0
+    deployment's first tunable model: each served on its own server and put through tune's gate
+    (a study in memory keeps the gate's checks)."""
+    found = get_deployment(deployment)
+    space = build_space(found, default_models(found))
+    args = parse([deployment])
+    tuner = Tuner(found, space, args, pool=ServerPool(mode=args.mode, target=args.target), study=optuna.create_study())
+    candidates = {describe(o): o for o in (space.suggest(FixedTrial(p)) for p in smoke_candidates(space))}
+    failed = {}
+    try:
+        for key, overrides in candidates.items():  # lever values that change nothing: once
+            try:
+                with tuner.served(overrides) as (ctx, _):
+                    tuner.gate(FixedTrial({}), ctx, overrides)
+            except CandidateRejected as exc:
+                failed[key] = str(exc)
+    finally:
+        tuner.pool.close()
+    assert not failed, f"{len(failed)}/{len(candidates)} candidates failed:\n" + "\n".join(
+        f"{k}: {v}" for k, v in failed.items()
+    )

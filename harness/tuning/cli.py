@@ -3,7 +3,6 @@ workload best, each candidate checked before it is measured (docs/tuning.md).
 
     python -m harness tune <deployment> --models <model> --concurrency 8 --budget-minutes 20
     python -m harness tune <deployment> --models <model> --objective latency --concurrency 1
-    python -m harness tune <deployment> --models <model> --smoke   # every lever value starts, checks pass
 
 The study (Optuna, SQLite) lives in results/tune/studies.db: the same command resumes it. Every
 measurement is a record (``comparison: "tune"``) in results/records.jsonl; the table, picture and a
@@ -18,15 +17,15 @@ import shlex
 import sys
 
 import optuna
-from optuna.trial import FixedTrial, TrialState
+from optuna.trial import TrialState
 
 from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import CandidateRejected, Tuner, describe, run_checks, spread, verdict
-from harness.tuning.space import LEVERS, Space, build_space
+from harness.tuning.search import Tuner, run_checks, spread, verdict
+from harness.tuning.space import LEVERS, build_space
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -50,7 +49,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     add("--study", default=None, help="study name (default: from deployment, models, objective)")
     add("--apply", action="store_true", help="write the winner into the config.pbtxt files, then check them")
     add("--apply-trial", type=int, default=None, help="write trial N of the study and check it (no search)")
-    add("--smoke", action="store_true", help="serve and check one candidate per lever value; no measurement")
     add("--mode", default=None, help="local (default) or docker")
     add("--target", default="cpu")
     return parser.parse_args(argv)
@@ -61,41 +59,6 @@ def default_models(deployment) -> list[str]:
         if read_config(deployment.model_repository / model / "config.pbtxt").platform != "ensemble":
             return [model]
     raise ValueError(f"{deployment.name}: every entry model is an ensemble: pass --models")
-
-
-def smoke_candidates(space: Space) -> list[dict]:
-    """The shipped lever values, then each lever's every value with the others as shipped (each engine
-    at each precision: one that runs OpenVINO picks one, where the shipped config may have none)."""
-    shipped = space.shipped_params()
-    found = [shipped]
-    for levers in space.models:
-        values = {lever: choices for lever, choices in levers.values().items() if lever in levers.only}
-        for lever, choices in values.items():
-            for value in choices:
-                picked = {**shipped, levers.name(lever): value}
-                precisions = values.get("precision", []) if lever == "engine" else []
-                found += [{**picked, levers.name("precision"): p} for p in precisions] or [picked]
-    return found
-
-
-def smoke(tuner: Tuner) -> int:
-    """Every lever value served and checked, one at a time (a study in memory keeps the gate); 1
-    when any failed."""
-    tuner.study = optuna.create_study()
-    overrides = (tuner.space.suggest(FixedTrial(params)) for params in smoke_candidates(tuner.space))
-    candidates = {describe(o): o for o in overrides}  # in order; lever values that change nothing: once
-    failed = []
-    for key, overrides in candidates.items():
-        trial = FixedTrial({})  # what the gate notes of the candidate
-        try:
-            with tuner.served(overrides) as (ctx, _):
-                tuner.gate(trial, ctx, overrides)
-            print(f"ok     {key}\n       checks {trial.user_attrs['checks']}", flush=True)
-        except CandidateRejected as exc:
-            failed.append(key)
-            print(f"FAILED {key}\n       {exc}", flush=True)
-    print(f"{len(candidates) - len(failed)}/{len(candidates)} candidates started and passed their checks")
-    return 1 if failed else 0
 
 
 def against(result, rounds: dict, ids: list[str]) -> dict[str, dict]:
@@ -187,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     space = build_space(deployment, args.models or default_models(deployment), args.target, args.levers)
     tuner = Tuner(deployment, space, args, pool=ServerPool(mode=args.mode, target=args.target))
     try:
-        return smoke(tuner) if args.smoke else tune(tuner, args)
+        return tune(tuner, args)
     finally:
         tuner.pool.close()
 
