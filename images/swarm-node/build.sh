@@ -2,8 +2,7 @@
 # Build the second swarm node's image from nothing (no registry needed): Debian bookworm's docker.io
 # (dockerd, containerd, runc) in a minbase made by images/debian-base.sh. It runs privileged as a
 # container of the host's engine, its own dockerd inside, and joins the host's swarm as a worker
-# (ac1c8bb:lab/harness_lab/scaleout/nodes.py, removed since). The tag is the hash of this recipe.
-# FORCE=1 rebuilds.
+# (lab/harness_lab/scaleout/nodes.py). The tag is the hash of this recipe. FORCE=1 rebuilds.
 #
 #   images/swarm-node/build.sh    (prints the image name on its last line)
 set -euo pipefail
