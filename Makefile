@@ -180,14 +180,16 @@ docker-engine-stop: ## Stop the dockerd that `make docker-engine` started; undo 
 pack-env-image: install ## Pack every deployment's Python env for the CPU image (TARGET=cpu-image; skipped when current)
 	@for d in $(DOCKER_DEPLOYMENTS); do $(PY) -m harness pack-env $$d --target cpu-image $(PACK_ENV_ARGS) || exit 1; done
 
-test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), swarm kill + roll of 2 replicas
-	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py lab/tests/test_scaleout.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
+test-docker: install image scaleout-tools ## Every deployment's correctness checks in docker mode (engine + image + packed envs first), swarm kill + roll of 2 replicas, two nodes: drain + node loss
+	$(PY) -m pytest harness/tests/test_deployments.py::test_check harness/tests/test_docker_preflight.py harness/tests/test_docker_serving.py harness/tests/test_docker_packed_envs.py harness/tests/test_docker_gate.py lab/tests/test_scaleout.py lab/tests/test_scaleout_nodes.py --server-mode docker --image $(IMAGE) -rA $(PYTEST_ARGS)
 
 # --- beyond one machine: committed Kubernetes objects and swarm stacks (deploy/), multi-replica runs
 # of the stacks (lab/harness_lab/scaleout/, lab/docs/scaling.md) ---
 # make scaleout DEPLOYMENT=<d>: deploy/swarm/<d>/stack.yml (default: the deployment whose lab/deployments/<d>.toml
 # [scaleout] table names a model). SCALEOUT_ARGS: e.g. --lb nginx, --scenarios kill roll.
+# NODES=2: a second swarm node (a dockerd in a container) joins; throughput, drain, node loss and back.
 SCALEOUT_ARGS ?=
+NODES ?= 1
 K8S_DEPLOYMENTS := $(if $(DEPLOYMENT),$(DEPLOYMENT),$(filter-out base,$(notdir $(wildcard deploy/k8s/*))))
 .PHONY: kubectl k8s scaleout scaleout-tools scaleout-down
 
@@ -202,10 +204,10 @@ scaleout-tools: ## The swarm stack's balancer (haproxy + nginx) and Prometheus i
 	images/lb/build.sh >/dev/null
 	images/prometheus/build.sh >/dev/null
 
-scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back (results/scaleout/); tears the swarm down
-	$(PY) -m harness scaleout run $(if $(DEPLOYMENT),--deployment $(DEPLOYMENT)) $(SCALEOUT_ARGS)
+scaleout: install docker-engine image scaleout-tools ## deploy/swarm/<DEPLOYMENT>/stack.yml on Docker swarm, 3 replicas behind haproxy: 1/2/3-replica throughput, kill, roll, roll back (results/scaleout/); NODES=2: on two nodes, drain, node loss; tears the swarm down
+	$(PY) -m harness scaleout run $(if $(DEPLOYMENT),--deployment $(DEPLOYMENT)) --nodes $(NODES) $(SCALEOUT_ARGS)
 
-scaleout-down: ## Remove every scaleout stack and leave the swarm (after a crashed run)
+scaleout-down: ## Remove every scaleout stack and node and leave the swarm (after a crashed run)
 	$(PY) -m harness scaleout down
 
 # --- front gate (triton_gate/): what the validating proxy in front of tritonserver costs ---

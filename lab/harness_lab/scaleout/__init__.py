@@ -1,4 +1,4 @@
-"""Beyond one machine: multi-replica runs of the committed swarm stacks (``swarm``, ``run``). Command line: ``python -m harness scaleout``."""
+"""Beyond one machine: multi-replica runs of the committed swarm stacks (``swarm``, ``run``, ``nodes``). Command line: ``python -m harness scaleout``."""
 
 import socket
 import subprocess

@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-#: ``scaleout run`` scenarios, in the order they run.
-SCENARIOS = ("throughput", "kill", "roll", "rollback")
+#: ``scaleout run`` scenarios, in the order they run; the last two need a second node (``--nodes 2``).
+SCENARIOS = ("throughput", "kill", "roll", "rollback", "drain", "node-loss")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,16 +32,19 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--duration", type=float, default=10.0, help="seconds measured per throughput level")
     run.add_argument(
+        "--nodes", type=int, default=1, choices=[1, 2], help="2: a second swarm node (a dockerd in a container) joins"
+    )
+    run.add_argument(
         "--scenarios",
         nargs="+",
         default=None,
         choices=SCENARIOS,
-        help="default: all of them",
+        help="default: throughput kill roll rollback; with --nodes 2: throughput drain node-loss",
     )
     run.add_argument("--lb", default="haproxy", choices=["haproxy", "nginx"], help="lab/docs/scaling.md: why haproxy")
     run.add_argument("--keep", action="store_true", help="leave the stack running")
     run.add_argument("--out", default=None, help="results JSON (default results/scaleout/<deployment>.json)")
-    sub.add_parser("down", help="remove every stack of ours and leave the swarm (after a crashed run)")
+    sub.add_parser("down", help="remove every stack and node of ours and leave the swarm (after a crashed run)")
     return parser
 
 
@@ -58,16 +61,18 @@ def run(args) -> int:
 
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the run's teardown still removes the stack.
     signal.signal(signal.SIGTERM, interrupted)
+    default = SCENARIOS[:-2] if args.nodes == 1 else ("throughput", "drain", "node-loss")
     try:
         run_stack(
             args.deployment or declaring("scaleout.model").name,
             replicas=args.replicas,
             concurrency=args.concurrency,
             duration_s=args.duration,
-            scenarios=tuple(args.scenarios or SCENARIOS),
+            scenarios=tuple(args.scenarios or default),
             keep=args.keep,
             out=Path(args.out) if args.out else None,
             lb=args.lb,
+            nodes=args.nodes,
         )
     except (ScaleoutError, ManifestError) as exc:
         print(f"error: {exc}", file=sys.stderr)

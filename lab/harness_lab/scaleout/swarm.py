@@ -19,6 +19,7 @@ from harness.deployments import Deployment
 from harness.serving.launchers.docker_images import CPU_IMAGE, cpu_image_profile
 from harness_lab.manifest import lab_manifest
 from harness_lab.scaleout import ScaleoutError, docker, host_address, wait_for
+from harness_lab.scaleout.nodes import remove_workers
 from triton_gate.serve import free_port
 
 IMAGES = PROJECT_ROOT / "images"
@@ -69,13 +70,15 @@ def swarm_state() -> str:
     return docker("info", "--format", "{{.Swarm.LocalNodeState}}", timeout_s=30).strip()
 
 
-def swarm_init() -> bool:
-    """Make this engine a swarm manager; True when this call did (so ``down`` leaves it)."""
+def swarm_init(data_path_address: str | None = None) -> bool:
+    """Make this engine a swarm manager; True when this call did (so ``down`` leaves it).
+    ``data_path_address``: the address its overlay (VXLAN) traffic uses (``nodes``)."""
     if swarm_state() == "active":
         return False
     # The overlay subnets come from a pool no bridge network of the engine uses.
     docker(
         *("swarm", "init", "--advertise-addr", host_address()),
+        *(("--data-path-addr", data_path_address) if data_path_address else ()),
         *("--default-addr-pool", "10.213.0.0/16", "--default-addr-pool-mask-length", "24"),
         *("--task-history-limit", "5"),
         timeout_s=120,
@@ -133,6 +136,7 @@ def teardown(leave: bool = True) -> list[str]:
     for name in stacks():
         remove_stack(name)
         removed.append(f"stack {name}")
+    removed += remove_workers()
     if leave and swarm_state() != "inactive":
         docker("swarm", "leave", "--force", check=False, timeout_s=120)
         removed.append("swarm (left)")
