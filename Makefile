@@ -216,6 +216,10 @@ gate-cost: install ## Throughput with and without the front gate at c=8 on RELIA
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT)
 	$(PY) -m harness gate-cost --deployment $(RELIABILITY_DEPLOYMENT) --model echo --json results/reliability/gate_cost_echo.json
 
+.PHONY: gate-bounds
+gate-bounds: install ## 2 GiB compressed and chunked bodies to RELIABILITY_DEPLOYMENT's text model, then a burst of GATE_BOUNDS_MODEL's largest requests (results/reliability/gate_bounds.json)
+	$(PY) -m harness gate-bounds --deployment $(RELIABILITY_DEPLOYMENT) $(if $(GATE_BOUNDS_MODEL),--burst-model $(GATE_BOUNDS_MODEL))
+
 # --- hostile inputs against a server you run (lab/harness_lab/hostile/ over triton_gate/tests/hostile_cases.py, lab/docs/reliability.md) ---
 URL ?= 127.0.0.1:8000
 GRPC_URL ?=
