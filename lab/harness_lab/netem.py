@@ -1,15 +1,13 @@
 """Network-bound scenarios: benchmarks through a link of given bandwidth (and latency).
 
-    python -m harness_lab.netem check                                  # can this machine shape a link?
     python -m harness_lab.netem bench <deployment> --rate 100mbit --duration 3
     python -m harness_lab.netem bench --rate loopback 1gbit 100mbit   # what make bench-network runs
     python -m harness_lab.netem bench <deployment> --rate 100mbit --rtt-ms 20 --benchmark before after
-    python -m harness_lab.netem cleanup                                # remove namespaces left by killed runs
 
 As root, server and load generator run inside a private network namespace whose loopback ``tc``
 shapes (``tbf`` rate, ``netem`` delay); records carry ``network`` and ``link_ceiling_infer_per_s``.
-How, and what it runs: docs/harness.md, "Network-bound runs". Without root or ``ip``/``tc`` every
-command says so and exits 0 (``check`` exits 1).
+How, and what it runs: docs/harness.md, "Network-bound runs". Without root or ``ip``/``tc`` it says
+so and exits 0. Each run first removes the namespaces runs that were killed left behind.
 """
 
 from __future__ import annotations
@@ -213,20 +211,6 @@ def run_bench(
     return rows
 
 
-def _check(args) -> int:
-    reason = why_not()
-    if reason:
-        print(reason)
-        return 1
-    try:
-        with ShapedNamespace(args.rate, args.rtt_ms) as ns:
-            print(f"ok: namespace {ns.name} shaped: {ns.qdisc}")
-    except ShapingUnavailable as exc:
-        print(f"cannot shape here: {exc}")
-        return 1
-    return 0
-
-
 #: ``--rate`` values that mean: the namespace's loopback unshaped (the same serving path, no link limit).
 UNSHAPED = ("loopback", "unlimited", "none", "")
 
@@ -285,19 +269,10 @@ def _bench(args) -> int:
     return 0
 
 
-def _cleanup(args) -> int:
-    removed = cleanup_stale()
-    print("removed: " + (", ".join(removed) if removed else "nothing"))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness bench-network", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    check = sub.add_parser("check", help="can this machine shape a link?")
-    check.add_argument("--rate", default="100mbit", help="link rate in tc units (default 100mbit); loopback: unshaped")
-    check.set_defaults(func=_check)
     bench = sub.add_parser("bench", help="run benchmark scenarios through a shaped link")
     bench.add_argument("deployment", nargs="?")
     bench.add_argument(
@@ -306,9 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         default=["100mbit"],
         help="link rates in tc units, one run each (default 100mbit); loopback: the namespace unshaped",
     )
-    for p in (check, bench):
-        p.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
-    bench.set_defaults(func=_bench)
+    bench.add_argument("--rtt-ms", type=float, default=0.0, help="added round-trip time (needs sch_netem)")
     bench.add_argument("--target", default="cpu")
     bench.add_argument("--duration", type=float, default=5.0)
     bench.add_argument("--warmup", type=float, default=1.0)
@@ -316,9 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--benchmark", nargs="*", help="these benchmark ids (default: those a manifest marks network = true)"
     )
-    sub.add_parser("cleanup", help="remove namespaces left by killed runs").set_defaults(func=_cleanup)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return _bench(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

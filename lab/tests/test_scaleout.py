@@ -19,10 +19,9 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
-from harness_lab.scaleout import RETRY, stack_load
-from harness_lab.scaleout.autoscale import query, recording_rule, wait_scraped
+from harness_lab.scaleout import RETRY, stack_load, wait_for
 from harness_lab.scaleout.run import kill_under_load, leftovers, roll_version
-from harness_lab.scaleout.swarm import Stack, docker, stacks
+from harness_lab.scaleout.swarm import JOB, Stack, docker, recording_rule, stacks
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -47,6 +46,26 @@ def stack(swarm_image):
         assert not (left["containers"] or left["networks"] or left["volumes"]), left
         if not stacks():  # no other run of ours holds the swarm: it is gone
             assert left["swarm"] == "inactive", left
+
+
+def query(stack: Stack, promql: str, at: float | None = None) -> list[dict]:
+    """An instant query on the stack's Prometheus (host-mode published port), now or ``at`` (Unix time)."""
+    import requests
+
+    params = {"query": promql, **({"time": f"{at:.3f}"} if at else {})}
+    answer = requests.get(f"{stack.prometheus_url}/api/v1/query", params=params, timeout=10).json()
+    assert answer.get("status") == "success", f"Prometheus refused {promql!r}: {answer}"
+    return answer["data"]["result"]
+
+
+def wait_scraped(stack: Stack, count: int, deadline_s: float = 120) -> None:
+    def scraped() -> bool:
+        try:
+            return len(query(stack, f'up{{job="{JOB}"}} == 1')) == count
+        except Exception:  # noqa: BLE001 - Prometheus still starting
+            return False
+
+    wait_for(scraped, deadline_s, f"Prometheus scraping {count} tasks", period_s=1)
 
 
 def read_counters(container: str) -> dict[str, float]:

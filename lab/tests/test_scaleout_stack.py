@@ -14,8 +14,7 @@ from harness import PROJECT_ROOT
 from harness.deployments import get_deployment
 from harness.repository import dependencies
 from harness_lab.manifest import lab_manifest
-from harness_lab.scaleout.autoscale import QUEUE_METRIC, recording_rule
-from harness_lab.scaleout.swarm import JOB, STACKS, loaded_models
+from harness_lab.scaleout.swarm import JOB, QUEUE_METRIC, STACKS, loaded_models, recording_rule
 
 K8S = PROJECT_ROOT / "deploy" / "k8s"
 SWARMED = sorted(path.parent.name for path in STACKS.glob("*/stack.yml"))

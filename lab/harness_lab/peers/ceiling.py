@@ -2,15 +2,15 @@
 
 An ONNX kind (a key of the deployment's ``[peers] ceiling_onnx``, e.g. ``onnx-fp32``): tokenize
 (fast tokenizer) + that ONNX file (onnxruntime, ``threads`` intra-op threads) + mean pooling +
-normalisation, at ``batch`` sentences per call, run in length buckets of at most ``--max-rows``
-rows as the served model ``[peers] ceiling_follows`` does (default: its ``onnx_max_batch_size``;
+normalisation, at ``batch`` sentences per call, run in length buckets of at most the rows
+the served model ``[peers] ceiling_follows`` runs (its ``onnx_max_batch_size``;
 on a small-cache core 16-row runs beat one 64-row run), its ``tokenizer_parallelism`` as there.
 ``<kind>@openvino`` (e.g. ``onnx-fp32@openvino``): the same, that file compiled by the
 deployment's own ``openvino_run`` (a ``[peers] embedding`` piece: ``threads`` threads, the
 engine's default precision, as the served model's ``in_process_engine = "openvino"`` runs it).
-``sentence-transformers``: ``SentenceTransformer.encode`` (torch, ``threads`` threads). Run pinned
-to the server's cores: ``taskset -c 1 python -m harness_lab.peers.ceiling --deployment <d>
---kind onnx-fp32 --batch 1,8,32``; prints one JSON line per batch.
+``sentence-transformers``: ``SentenceTransformer.encode`` (torch, ``threads`` threads). A worker of
+``python -m harness peers`` (``measure.CeilingWorker``), pinned to the server's cores: it reads
+``batch duration workload`` lines from stdin and answers each with a JSON line.
 """
 
 from __future__ import annotations
@@ -96,23 +96,14 @@ def measure(encode, groups: list[list[str]], duration_s: float) -> tuple[float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness_lab.peers.workloads import MIXED, UNIFORM, texts_of
+    from harness_lab.peers.workloads import texts_of
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployment", default=None, help="default: the one with a [peers] table")
     parser.add_argument(
         "--kind", required=True, help=f"a key of [peers] ceiling_onnx (optionally @openvino), or {TORCH_KIND}"
     )
-    parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
-    parser.add_argument(
-        "--workload", choices=(UNIFORM, MIXED), default=UNIFORM, help="the short sentences, or the mixed lengths"
-    )
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--max-rows", type=int, default=None, help="rows per ONNX run (default: the served model's)")
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument(
-        "--serve", action="store_true", help="read 'batch duration' lines from stdin, answer each with a JSON line"
-    )
     args = parser.parse_args(argv)
     try:
         deployment, lab = chosen("peers", args.deployment)
@@ -121,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.kind not in kinds(deployment):
         parser.error(f"--kind {args.kind!r}: one of {', '.join(kinds(deployment))}")
-    max_rows = args.max_rows or int(served_parameter(deployment, "onnx_max_batch_size", "64"))
+    max_rows = int(served_parameter(deployment, "onnx_max_batch_size", "64"))
     encode = encoder(deployment, args.kind, args.threads, max_rows)
     pieces = resolve(deployment.name, lab.peers.embedding)()
 
@@ -130,14 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         line = {"kind": args.kind, "batch": batch, "workload": workload, "threads": args.threads}
         print(json.dumps({**line, "items_per_second": round(rate, 2), "cpu_ms_per_item": round(cpu_ms, 4)}), flush=True)
 
-    if args.serve:  # lines "batch duration [workload]"
-        print(json.dumps({"ready": args.kind, "precision": getattr(encode, "precision", "")}), flush=True)
-        for line in sys.stdin:
-            batch, duration, *workload = line.split()
-            report(int(batch), float(duration), workload[0] if workload else UNIFORM)
-        return 0
-    for batch in [int(b) for b in args.batch.split(",")]:
-        report(batch, args.duration, args.workload)
+    print(json.dumps({"ready": args.kind, "precision": getattr(encode, "precision", "")}), flush=True)
+    for line in sys.stdin:  # "batch duration workload"
+        batch, duration, workload = line.split()
+        report(int(batch), float(duration), workload)
     return 0
 
 

@@ -37,11 +37,11 @@ def int8_kernel_path() -> str:
 
 
 class CeilingWorker:
-    """``harness_lab.peers.ceiling --serve`` pinned to the server's cores; ``precision``: the one
+    """``harness_lab.peers.ceiling`` pinned to the server's cores; ``precision``: the one
     its OpenVINO engine runs (empty on onnxruntime and torch)."""
 
     def __init__(self, deployment: str, kind: str, cores: set[int], threads: int):
-        options = f"--deployment {deployment} --kind {kind} --threads {threads} --serve"
+        options = f"--deployment {deployment} --kind {kind} --threads {threads}"
         command = [sys.executable, "-m", "harness_lab.peers.ceiling", *options.split()]
         self.process = subprocess.Popen(
             ["taskset", "-c", cores_label(cores)] + command,

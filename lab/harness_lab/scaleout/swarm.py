@@ -34,6 +34,15 @@ STACK_LABEL = "com.docker.stack.namespace"
 SWARM_LABEL = "triton-harness.swarm"
 #: Prometheus job of the replicas (deploy/swarm/prometheus.yml).
 JOB = "triton"
+#: The HPA's metric as the stack's Prometheus records it (deploy/swarm/rules.yml); what the HPA would
+#: decide with it was measured once (lab/docs/scaling.md, "The signal, evaluated by a real Prometheus").
+QUEUE_METRIC = "nv_inference_queue_duration_us_per_request"
+
+
+def recording_rule() -> str:
+    """The PromQL the stack's Prometheus records as QUEUE_METRIC (deploy/swarm/rules.yml)."""
+    rules = yaml.safe_load((STACKS / "rules.yml").read_text())["groups"][0]["rules"]
+    return next(rule["expr"] for rule in rules if rule["record"] == QUEUE_METRIC)
 
 
 def build_image(recipe: str) -> str:
