@@ -1,12 +1,14 @@
-"""What a deployment's checks and workloads get: the deployment, the running server, clients."""
+"""What a deployment's checks and workloads get: the deployment, the running server, clients; and
+the checks run against it outside pytest (``run_checks``: tune's gate, a packed env's serve)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -102,3 +104,38 @@ class DeploymentContext:
             assert client.is_server_ready(), "server is not ready"
             not_ready = [m for m in models if not client.is_model_ready(m)]
             assert not not_ready, f"models not ready: {not_ready}\n{self.server.logs()[-3000:]}"
+
+
+@dataclass
+class CheckOutcome:
+    """The deployment's checks on one server: those that passed, those that do not apply (they
+    skipped themselves; tune adds those that fail on the shipped config too), each failure's reason."""
+
+    passed: list[str] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        counts = {"passed": self.passed, "failed": self.failed, "n/a": self.not_applicable}
+        return ", ".join(f"{len(found)} {label}" for label, found in counts.items() if found or label == "passed")
+
+    def reason(self) -> str:
+        name, why = next(iter(self.failed.items()))
+        return f"check {name} failed: {' '.join(why.split())[:300]}"
+
+
+def run_checks(ctx: DeploymentContext, names: list[str] | None = None) -> CheckOutcome:
+    """The deployment's checks (``names``: only those) against ``ctx``; one that skips itself is not applicable."""
+    outcome = CheckOutcome()
+    for name, check in ctx.deployment.checks().items():
+        if names is not None and name not in names:
+            continue
+        try:
+            check(ctx)
+        except pytest.skip.Exception:
+            outcome.not_applicable.append(name)
+        except Exception as exc:  # noqa: BLE001 - a failing check is the outcome recorded
+            outcome.failed[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            outcome.passed.append(name)
+    return outcome

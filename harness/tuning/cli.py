@@ -19,12 +19,13 @@ import sys
 import optuna
 from optuna.trial import TrialState
 
+from harness.context import run_checks
 from harness.deployments import get_deployment
 from harness.measuring.records import results_dir
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tuning.report import anomalies, apply, picture, rows, table
-from harness.tuning.search import Tuner, run_checks, spread, verdict
+from harness.tuning.search import Tuner, spread, verdict
 from harness.tuning.space import LEVERS, build_space
 
 

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import optuna
-import pytest
 from optuna.trial import FixedTrial, FrozenTrial, TrialState
 
-from harness.context import DeploymentContext
+from harness.context import DeploymentContext, run_checks
 from harness.deployments import Benchmark, Deployment
 from harness.manifest import overrides_table
 from harness.measuring.bench import run_benchmark
@@ -38,45 +37,9 @@ class CandidateRejected(Exception):
     """A candidate whose server did not start or whose checks failed: recorded, never measured."""
 
 
-@dataclass
-class CheckOutcome:
-    """The deployment's checks on one candidate: those that passed, those that do not apply (they
-    skipped themselves, or fail on the shipped config too with only these models loaded), and each
-    failure's reason."""
-
-    passed: list[str] = field(default_factory=list)
-    not_applicable: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        counts = {"passed": self.passed, "failed": self.failed, "n/a": self.not_applicable}
-        return ", ".join(f"{len(found)} {label}" for label, found in counts.items() if found or label == "passed")
-
-    def reason(self) -> str:
-        name, why = next(iter(self.failed.items()))
-        return f"check {name} failed: {' '.join(why.split())[:300]}"
-
-
 def describe(overrides: dict[str, dict]) -> str:
     """The label of a candidate's overrides (plain dicts: Optuna keeps them as trial attributes)."""
     return describe_typed(overrides_table(overrides))
-
-
-def run_checks(ctx: DeploymentContext, names: list[str] | None = None) -> CheckOutcome:
-    """The deployment's checks (``names``: only those) against ``ctx``; one that skips itself is not applicable."""
-    outcome = CheckOutcome()
-    for name, check in ctx.deployment.checks().items():
-        if names is not None and name not in names:
-            continue
-        try:
-            check(ctx)
-        except pytest.skip.Exception:
-            outcome.not_applicable.append(name)
-        except Exception as exc:  # noqa: BLE001 - a failing check is the outcome recorded
-            outcome.failed[name] = f"{type(exc).__name__}: {exc}"
-        else:
-            outcome.passed.append(name)
-    return outcome
 
 
 def benchmark_for(ctx: DeploymentContext, loaded: list[str], target: str) -> Benchmark | None:
