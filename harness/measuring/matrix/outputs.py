@@ -56,7 +56,6 @@ def results_json(records: list[dict], matrix: dict, headlines: dict, source: str
     """results.json: every row and other record of each deployment, the headlines, the sections' fields."""
     return {
         "source": source,
-        **{k: v for s in sections for k, v in s.json_head(records).items()},
         "not_measured": NOT_MEASURED,
         "headlines": headlines_json(headlines),
         "deployments": {
@@ -72,7 +71,7 @@ def results_json(records: list[dict], matrix: dict, headlines: dict, source: str
             }
             for name, data in matrix.items()
         },
-        **{k: v for s in sections for k, v in s.json_tail(records).items()},
+        **{k: v for s in sections for k, v in s.json(records).items()},
     }
 
 
@@ -121,7 +120,6 @@ def generate(
         source,
         render_headlines(headlines, sections, deployments),
         deployments,
-        [clause for s in sections for clause in s.generators(records)],
         [paragraph for s in sections for paragraph in s.intro(records)],
     )
     after = [line for s in sections for line in s.markdown(records)]

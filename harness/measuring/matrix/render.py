@@ -112,7 +112,7 @@ def render_container_cost(rows: list[dict], history: list[dict] | None = None) -
     )
 
 
-def _preamble(source: str, headlines: list[str], generators: list[str], intro: list[str]) -> list[str]:
+def _preamble(source: str, headlines: list[str], generators: set[str], intro: list[str]) -> list[str]:
     """The page's title, the headline screen and the introduction to the tables."""
     return [
         "# Results",
@@ -132,8 +132,8 @@ def _preamble(source: str, headlines: list[str], generators: list[str], intro: l
         "[results.csv](results.csv). How to read these numbers: [tuning.md](tuning.md).",
         "",
         "Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`)"
-        + "".join(f"; {clause}" for clause in generators)
-        + ("" if generators else "."),
+        + "".join(f"; a variant marked `[{name}]` was measured by {name}" for name in sorted(generators))
+        + ".",
         "",
         *(line for paragraph in intro for line in (paragraph, "")),
     ]
@@ -188,12 +188,11 @@ def render_markdown(
     source: str,
     headlines: list[str] | None = None,
     deployments=None,
-    generators: list[str] = (),
     intro: list[str] = (),
 ) -> str:
-    """``generators``: clauses of the load generators' sentence beyond the default one; ``intro``:
-    paragraphs after the tables' introduction (both from installed sections)."""
-    lines = _preamble(source, headlines or [], list(generators), list(intro))
+    """``intro``: paragraphs after the tables' introduction (from installed sections)."""
+    generators = {generator_family(r) for data in matrix.values() for r in data["rows"] if r["measured"]}
+    lines = _preamble(source, headlines or [], generators - {"harness-asyncio"}, list(intro))
     for name, data in matrix.items():
         data = {**data, "name": name}
         lines += [f"## {name}", "", data["summary"], "", *_tables(data, deployments), *_notes(name, data)]

@@ -49,10 +49,6 @@ class Sections:
         """A record of this distribution's own kind, which the tables leave to its sections."""
         return False
 
-    def generators(self, records: list[dict]) -> list[str]:
-        """Its load generators, each a clause of results.md's "Load generators" sentence."""
-        return []
-
     def intro(self, records: list[dict]) -> list[str]:
         """Paragraphs of the introduction to the tables."""
         return []
@@ -65,11 +61,7 @@ class Sections:
         """Pages of their own: kind -> (file name in docs/, text)."""
         return {}
 
-    def json_head(self, records: list[dict]) -> dict:
-        """Fields of results.json before the core's."""
-        return {}
-
-    def json_tail(self, records: list[dict]) -> dict:
+    def json(self, records: list[dict]) -> dict:
         """Fields of results.json after the core's."""
         return {}
 
