@@ -14,6 +14,8 @@ from harness.measuring.matrix.headlines import cost_kinds, costs_heading, machin
 PLOT_KINDS = ("throughput", "latency", "bytes")
 #: A concurrency sweep with at least this many levels is drawn as a line too.
 SWEEP_POINTS = 4
+#: Bars spanning more than this factor get a logarithmic axis.
+LOG_SPAN = 50.0
 
 
 def _pyplot():
@@ -74,54 +76,69 @@ def sweeps(rows: list[dict]) -> dict[str, list[dict]]:
     }
 
 
-class Bars:
-    """The bar layout of one run's figures: a group per variant, a bar per concurrency it was measured at."""
+def bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | None = None, label_marks=False) -> None:
+    """Grouped bars, a series per colour, with a value label on each (NaN: no bar); a bar's mark (a
+    ceiling, a p99) is a tick in the bar's own colour over that bar, joined to it by a dotted stem
+    (with its value when ``label_marks``); a mark beyond the axis is an arrow at the top of the axis
+    over its bar, labelled with its value. Bars spanning more than ``LOG_SPAN`` get a log axis."""
+    width = 0.8 / max(len(series), 1)
+    values = [v for vs in series.values() for v in vs if v and v == v]
+    top = max(values, default=1.0)
+    drawn = []  # (x, bar height, mark, colour)
+    for i, (label, heights) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        bars = ax.bar(xs, [v if v == v else 0 for v in heights], width * 0.92, label=label)
+        ax.bar_label(bars, [rate(v) if v == v and v else "" for v in heights], fontsize=6, padding=1)
+        colour = bars.patches[0].get_facecolor() if bars.patches else "black"
+        for x, height, mark in zip(xs, heights, (marks or {}).get(label, [])):
+            if mark and mark == mark:  # NaN: no bar, no mark
+                drawn.append((x, height if height == height else 0.0, mark, colour))
+    ax.set_xticks(range(len(groups)), groups)
+    shown = [m for _, _, m, _ in drawn if m <= 2 * top]  # farther than twice the tallest bar: off scale
+    if values and max(values) / min(values) > LOG_SPAN:
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    def __init__(self, run: list[dict], model_only: dict[str, str] | None):
-        self.variants = variants_in_order(run, model_only)
-        self.levels = sorted({int(r["concurrency"]) for r in run})
-        self.at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
-        self.colors = {c: f"C{i}" for i, c in enumerate(self.levels)}
-        #: (y, variant, concurrency): a bar per measured level, variants apart by a gap
-        self.slots = [
-            (index + 0.6 * self.variants.index(b), b, c)
-            for index, (b, c) in enumerate((b, c) for b in self.variants for c in self.levels if (b, c) in self.at)
-        ]
-        self.height = 1.6 + 0.3 * (len(self.at) + len(self.variants))
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=min(values) / 2)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(top=max([top, *shown]) * (2.0 if ax.get_yscale() == "log" else 1.15))
+    ceiling = ax.get_ylim()[1]
+    for x, height, mark, colour in drawn:
+        if mark <= ceiling:
+            ax.vlines(x, height, mark, colors=[colour], linestyles="dotted", linewidth=1)
+            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors=[colour], linewidth=2.2)
+            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors="black", linewidth=0.6)
+            if label_marks and mark - height > 0.08 * ceiling:  # at the bar's top the bar's own label says it
+                ax.annotate(rate(mark), (x, mark), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=6)
+        else:
+            ax.annotate(
+                f"{rate(mark)}\n(off scale)",
+                (x, ceiling),
+                xytext=(0, -14),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=6,
+                arrowprops={"arrowstyle": "->", "color": colour},
+            )
+    ax.grid(axis="y", alpha=0.3, which="both")
 
-    def draw(self, ax, key: str, unit: str, mark: str | None = None) -> None:
-        """Horizontal bars of ``key`` from zero; ``mark``: a tick at that field (p99) and both values."""
-        points = [self.at[(b, c)] for _, b, c in self.slots]
-        xs = [p.get(key) or 0.0 for p in points]
-        ys = [y for y, _, _ in self.slots]
-        bars = ax.barh(ys, xs, 0.85, color=[self.colors[c] for _, _, c in self.slots])
-        if not mark:
-            ax.bar_label(bars, [rate(x) for x in xs], fontsize=6, padding=2)
-        else:  # the p99 tick, and both values beyond whichever is longer
-            marked = [(p.get(mark), y) for p, y in zip(points, ys) if p.get(mark)]
-            ax.plot([m for m, _ in marked], [y for _, y in marked], "k|", markersize=10)
-            for x, p, y in zip(xs, points, ys):
-                top = p.get(mark) or 0.0
-                label = f"{rate(x)} / {rate(top)}"
-                ax.annotate(label, (max(x, top), y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6)
-        centers = {}
-        for y, b, _ in self.slots:
-            centers.setdefault(b, []).append(y)
-        ax.set_yticks([sum(v) / len(v) for v in centers.values()], list(centers), fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel(unit)
-        ax.margins(x=0.12)
-        ax.grid(axis="x", alpha=0.3)
-        ax.legend(handles=self._legend(mark), fontsize=7, loc="lower right")
 
-    def _legend(self, mark: str | None) -> list:
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
+def mark_handle(label: str):
+    """A legend entry for the marks of ``bars``."""
+    from matplotlib.lines import Line2D
 
-        handles = [Patch(color=self.colors[c], label=f"c={c}") for c in self.levels]
-        if mark:
-            handles.append(Line2D([], [], color="black", marker="|", linestyle="", markersize=10, label="p99"))
-        return handles
+    return Line2D([], [], color="black", linewidth=1.6), label
+
+
+def _series(run: list[dict], variants: list[str], key: str) -> dict[str, list[float]]:
+    """``key`` of each variant (a group) at each concurrency (a series), NaN where not measured."""
+    at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
+    levels = sorted({c for _, c in at})
+    nan = float("nan")
+    return {f"c={c}": [(at[(b, c)].get(key) or 0.0) if (b, c) in at else nan for b in variants] for c in levels}
 
 
 def _sweep_lines(ax, lines: dict[str, list[dict]]) -> None:
@@ -138,23 +155,12 @@ def _sweep_lines(ax, lines: dict[str, list[dict]]) -> None:
     ax.legend(fontsize=7)
 
 
-def _bytes_bars(ax, run: list[dict], variants: list[str]) -> None:
-    """Request and response bytes of each variant's latest row (log scale)."""
-    last = {b: max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants}
-    positions = range(len(variants))
-    for offset, key, label in (
-        (-0.2, "bytes_sent_per_request", "sent"),
-        (0.2, "bytes_received_per_request", "received"),
-    ):
-        values = [last[b].get(key) or 0 for b in variants]
-        bars = ax.barh([p + offset for p in positions], values, 0.4, label=label)
-        ax.bar_label(bars, [f"{v:,.0f}" for v in values], fontsize=6, padding=2)
-    ax.set_yticks(list(positions), variants, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.margins(x=0.15)
-    ax.set(xlabel="bytes per request (request / response body, log)")
-    ax.legend(fontsize=7)
+def _variant_axis(ax, unit: str) -> None:
+    """The variants slanted under their groups, ``unit`` up the side."""
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+    ax.set_ylabel(unit + (" (log)" if ax.get_yscale() == "log" else ""))
 
 
 def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] | None = None) -> dict[str, Path]:
@@ -165,26 +171,36 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     plt = _pyplot()
     written: dict[str, Path] = {}
     save = _saver(folder, f"{name}-", written)
-    layout = Bars(run, model_only)
+    variants = variants_in_order(run, model_only)
+    width = 3 + 0.25 * len(run) + 0.3 * len(variants)
     where = f"{mode} server, {dates(run)}, {machine(run[0])}"
 
     lines = sweeps(run)
-    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(13 if lines else 8, layout.height), squeeze=False)
-    layout.draw(axes.flat[0], "items_per_second", "items/s")
+    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(width + (6 if lines else 0), 5.5), squeeze=False)
+    bars(axes.flat[0], variants, _series(run, variants, "items_per_second"))
+    _variant_axis(axes.flat[0], "items/s")
     axes.flat[0].set_title("items/s per variant, bars at each concurrency", fontsize=9)
+    axes.flat[0].legend(fontsize=7)
     if lines:
         _sweep_lines(axes.flat[1], lines)
     fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
     save(fig, "throughput")
 
-    fig, ax = plt.subplots(figsize=(8, layout.height))
-    unit = "client-side latency ms: bar p50, tick p99 (labels p50 / p99)"
-    layout.draw(ax, "perf_latency_p50", unit, mark="perf_latency_p99")
+    fig, ax = plt.subplots(figsize=(width, 5.5))
+    bars(ax, variants, _series(run, variants, "perf_latency_p50"), _series(run, variants, "perf_latency_p99"))
+    _variant_axis(ax, "client-side latency ms: bar p50, tick p99")
+    handles, labels = ax.get_legend_handles_labels()
+    handle, text = mark_handle("p99")
+    ax.legend([*handles, handle], [*labels, text], fontsize=7)
     fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
     save(fig, "latency")
 
-    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.45 * len(layout.variants)))
-    _bytes_bars(ax, run, layout.variants)
+    fig, ax = plt.subplots(figsize=(3 + 0.6 * len(variants), 5.5))
+    last = [max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants]
+    keys = {"sent": "bytes_sent_per_request", "received": "bytes_received_per_request"}
+    bars(ax, variants, {label: [r.get(key) or 0 for r in last] for label, key in keys.items()})
+    _variant_axis(ax, "bytes per request (request / response body)")
+    ax.legend(fontsize=7)
     fig.suptitle(f"{name}: bytes on the wire per request of each variant\n({where})", fontsize=10)
     save(fig, "bytes")
     return written

@@ -18,9 +18,10 @@ from harness.measuring.matrix.cells import (
 )
 from harness.measuring.matrix.fmt import number, rate, ratio, size, table
 from harness.measuring.matrix.headlines import machine
+from harness.measuring.matrix.plots import bars, mark_handle
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
-from harness_lab.matrix_sections.shared import bars, ceiling_handle, load
+from harness_lab.matrix_sections.shared import load
 
 COMMAND = "make bench-network && make matrix"
 
@@ -179,7 +180,7 @@ def plot_network_lesson(network: dict, plt, save) -> None:
     ceilings = {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
     bars(ax, groups, series, ceilings, label_marks=True)
     handles, labels = ax.get_legend_handles_labels()
-    handle, text = ceiling_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
+    handle, text = mark_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
     ax.set(
         xlabel="link between client and server",
         ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),

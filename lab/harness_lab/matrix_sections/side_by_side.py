@@ -18,10 +18,11 @@ from collections import defaultdict
 from harness.measuring.matrix.cells import dates, stamp
 from harness.measuring.matrix.fmt import number, rate, ratio, spread, table
 from harness.measuring.matrix.headlines import machine
+from harness.measuring.matrix.plots import bars, mark_handle
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.manifest import PeersSpec
-from harness_lab.matrix_sections.shared import bars, ceiling_handle, latest_run, load, round_quotients
+from harness_lab.matrix_sections.shared import latest_run, load, round_quotients
 from harness_lab.peers.workloads import MIXED
 
 COMMAND = "make bench-peers && make matrix"
@@ -446,7 +447,7 @@ def plot_serving_lesson(serving: dict, plt, save) -> None:
             title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
         )
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    handle, text = ceiling_handle("in-process ceiling of the method below it")
+    handle, text = mark_handle("in-process ceiling of the method below it")
     fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=4, frameon=False)
     fig.suptitle(
         f"{serving['deployment']}: sentences/s of each serving method, one run "
