@@ -10,9 +10,9 @@ from pathlib import Path
 from harness import PROJECT_ROOT
 from harness.measuring.matrix import sections as installed_sections
 from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family
-from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.correctness import read_outcomes
 from harness.measuring.matrix.headlines import build_headlines, headlines_json, render_headlines
+from harness.measuring.matrix.pairs import container_cost
 from harness.measuring.matrix.plots import PLOT_KINDS, plot, plot_headlines
 from harness.measuring.matrix.render import render_markdown
 from harness.measuring.matrix.rows import NOT_MEASURED, build

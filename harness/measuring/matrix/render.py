@@ -4,10 +4,9 @@ footnotes and container cost."""
 from __future__ import annotations
 
 from harness.measuring.matrix.cells import ceiling, dates, freshness_note, generator_family, pinning_label, run_label
-from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
-from harness.measuring.matrix.fmt import captioned, number, size, table
+from harness.measuring.matrix.fmt import number, size, table
+from harness.measuring.matrix.pairs import render_container_cost, render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.plots import PLOT_KINDS
-from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 #: The compact table of each deployment and server mode; every other column is in results.json / .csv.
@@ -82,33 +81,6 @@ def _caption(data: dict, mode: str) -> str:
         f"`{mode}` server mode, measured {dates(measured)}: "
         + "; ".join(parts)
         + (f"; pinned: {', '.join(pinned)}" if pinned else "")
-    )
-
-
-def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
-    """A short table: what the container costs, as docker / local items/s of the same variant and c."""
-    pairs = container_cost(rows, history)
-    if not pairs:
-        return []
-    rows = [
-        [
-            p["benchmark"],
-            p["target"],
-            p["concurrency"],
-            number(p["local"]),
-            number(p["docker"]),
-            f"{p['ratio']:.2f}",
-            f"{p['hours_apart']:.1f}",
-        ]
-        for p in pairs
-    ]
-    return captioned(
-        "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
-        "container costs nothing measurable; the local record is the one of the same cell taken closest in "
-        f"time, within {MAX_HOURS_APART} h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
-        "deployment):",
-        rows,
-        "variant | target | c | local items/s | docker items/s | docker / local | h apart",
     )
 
 
