@@ -40,12 +40,10 @@ def _variant(record: dict) -> str:
     return record["benchmark"] + ("" if family == "harness-asyncio" else f" [{family}]")
 
 
-def render_table(data: dict, mode: str | None = None) -> str:
-    """The compact table of a deployment's rows (of one server mode when given)."""
+def render_table(data: dict, mode: str) -> str:
+    """The compact table of a deployment's rows of one server mode."""
     rows = []
-    for r in data["rows"]:
-        if mode is not None and r["server_mode"] != mode:
-            continue
+    for r in (r for r in data["rows"] if r["server_mode"] == mode):
         where = f"{r['server_mode']} / {r['target']}"
         if not r["measured"]:
             rows.append([r["benchmark"], where, r["concurrency"], NOT_MEASURED, "", "", "", "", r["correctness"]])

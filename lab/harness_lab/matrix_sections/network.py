@@ -27,11 +27,12 @@ COMMAND = "make bench-network && make matrix"
 
 
 def network_label(record: dict) -> str | None:
-    """``"100mbit"`` / ``"100mbit, +20 ms RTT"`` for a network-bound record, None otherwise."""
+    """``"100mbit"`` / ``"100mbit, +20 ms RTT"`` / ``"loopback"`` (the namespace unshaped) for a
+    network-bound record, None otherwise."""
     network = record.get("network")
     if not network:
         return None
-    label = str(network.get("rate") or "unlimited")
+    label = str(network.get("rate") or "loopback")
     if network.get("rtt_ms"):
         label += f", +{network['rtt_ms']:g} ms RTT"
     return label
@@ -50,13 +51,6 @@ def wire(record: dict) -> float:
 def _link_bits(record: dict) -> float:
     network = record.get("network") or {}
     return float(network.get("rate_bits_per_s") or float("inf"))
-
-
-def _link_name(record: dict) -> str:
-    network = record.get("network") or {}
-    if not network.get("rate"):
-        return "loopback"
-    return str(network["rate"]) + (f" +{network['rtt_ms']:g} ms" if network.get("rtt_ms") else "")
 
 
 def _speed_run(record: dict) -> bool:
@@ -82,10 +76,10 @@ def _bench_loopback(records: list[dict], deployment: str, paths: list[str]) -> l
 
 def _cells(records: list[dict], mine: list[dict], deployment: str, paths: list[str]) -> tuple[dict, dict, bool]:
     """``{(path, link): {concurrency: record}}``, ``{link: bits/s}`` and whether loopback came from the bench."""
-    links = {_link_name(r): _link_bits(r) for r in mine}
+    links = {network_label(r): _link_bits(r) for r in mine}
     cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
     for r in mine:
-        cells[(r["benchmark"], _link_name(r))][int(r.get("concurrency") or 0)] = r
+        cells[(r["benchmark"], network_label(r))][int(r.get("concurrency") or 0)] = r
     loopback_from_bench = "loopback" not in links
     if loopback_from_bench:
         for r in _bench_loopback(records, deployment, paths):

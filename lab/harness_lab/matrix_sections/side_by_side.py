@@ -201,14 +201,12 @@ def _introduction(run: list[dict]) -> list[str]:
     """The section's heading and the sentence of how the run was made."""
     first = min(run, key=lambda r: str(r.get("timestamp", "")))
     spec = peers_spec(run)
-    loads = [r["load_average_1m"] for r in run if r.get("load_average_1m") is not None]
-    load = f"1-minute load average {min(loads):.1f}-{max(loads):.1f}" if loads else "machine load not recorded"
     return [
         "",
         f"## {first.get('deployment')} side by side: {spec.title}",
         "",
         f"One run (`make bench-peers`, run `{first.get('run_id')}`, {first.get('timestamp')}, "
-        f"{machine(first)}, {load}). Generator: "
+        f"{machine(first)}, {load(run)}). Generator: "
         f"{first.get('generator')}; servers ({_gate_phrase(run)}, its stubs, the peers) and the "
         f"in-process ceiling on cores {first.get('server_cores')}. Every workload ran its targets in turn, "
         "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
