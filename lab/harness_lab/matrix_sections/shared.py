@@ -3,6 +3,7 @@ load phrase of a run."""
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 
 from harness.measuring.matrix.cells import stamp
@@ -21,6 +22,11 @@ def latest_run(records: list[dict], comparison: str, keep=lambda run: True) -> l
 def round_quotients(top: list[float], bottom: list[float]) -> list[float]:
     """``top / bottom`` round by round (a round whose ``bottom`` is 0 left out)."""
     return [a / b for a, b in zip(top, bottom) if b]
+
+
+def median(values: list[float]) -> float | None:
+    """The median, None of no values."""
+    return statistics.median(values) if values else None
 
 
 def load(records: list[dict]) -> str:

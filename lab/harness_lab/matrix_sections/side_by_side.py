@@ -22,7 +22,7 @@ from harness.measuring.matrix.plots import bars, mark_handle
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.manifest import PeersSpec
-from harness_lab.matrix_sections.shared import latest_run, load, round_quotients
+from harness_lab.matrix_sections.shared import latest_run, load, median, round_quotients
 from harness_lab.peers.workloads import MIXED
 
 COMMAND = "make bench-peers && make matrix"
@@ -124,10 +124,10 @@ def ratios(run: list[dict]) -> list[dict]:
                     "goal": goal.goal,
                     "value": statistics.median(values),
                     "rounds": values,
-                    "cpu_value": statistics.median(cpu) if cpu else None,
+                    "cpu_value": median(cpu),
                     "generator": next(iter(targets.values())).get("generator"),
-                    "applies": not condition or statistics.median(condition) >= 1.0,
-                    "condition": statistics.median(condition) if condition else None,
+                    "applies": not condition or median(condition) >= 1.0,
+                    "condition": median(condition),
                     "only_where_ahead": goal.only_where_ahead,
                 }
             )
@@ -135,8 +135,7 @@ def ratios(run: list[dict]) -> list[dict]:
 
 
 def _median_rate(record: dict | None) -> float | None:
-    values = per_round(record) if record else []
-    return statistics.median(values) if values else None
+    return median(per_round(record) if record else [])
 
 
 def paths(run: list[dict]) -> list[dict]:
@@ -158,8 +157,7 @@ def paths(run: list[dict]) -> list[dict]:
                 continue
 
             def quotient(top: dict | None, bottom: list[float]) -> float | None:
-                values = round_quotients(per_round(top) if top else [], bottom)
-                return statistics.median(values) if values else None
+                return median(round_quotients(per_round(top) if top else [], bottom))
 
             rows.append(
                 {
