@@ -126,11 +126,12 @@ def bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | No
     ax.grid(axis="y", alpha=0.3, which="both")
 
 
-def mark_handle(label: str):
-    """A legend entry for the marks of ``bars``."""
+def mark_legend(where, ax, label: str, **options) -> None:
+    """The legend of ``ax``'s bars on ``where`` (the axes or the figure), the marks as ``label``."""
     from matplotlib.lines import Line2D
 
-    return Line2D([], [], color="black", linewidth=1.6), label
+    handles, labels = ax.get_legend_handles_labels()
+    where.legend([*handles, Line2D([], [], color="black", linewidth=1.6)], [*labels, label], **options)
 
 
 def _series(run: list[dict], variants: list[str], key: str) -> dict[str, list[float]]:
@@ -189,9 +190,7 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     fig, ax = plt.subplots(figsize=(width, 5.5))
     bars(ax, variants, _series(run, variants, "perf_latency_p50"), _series(run, variants, "perf_latency_p99"))
     _variant_axis(ax, "client-side latency ms: bar p50, tick p99")
-    handles, labels = ax.get_legend_handles_labels()
-    handle, text = mark_handle("p99")
-    ax.legend([*handles, handle], [*labels, text], fontsize=7)
+    mark_legend(ax, ax, "p99", fontsize=7)
     fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
     save(fig, "latency")
 

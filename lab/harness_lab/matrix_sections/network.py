@@ -18,7 +18,7 @@ from harness.measuring.matrix.cells import (
 )
 from harness.measuring.matrix.fmt import number, rate, ratio, size, table
 from harness.measuring.matrix.headlines import machine
-from harness.measuring.matrix.plots import bars, mark_handle
+from harness.measuring.matrix.plots import bars, mark_legend
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.matrix_sections.shared import load
@@ -173,15 +173,14 @@ def plot_network_lesson(network: dict, plt, save) -> None:
     series = {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]}
     ceilings = {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
     bars(ax, groups, series, ceilings, label_marks=True)
-    handles, labels = ax.get_legend_handles_labels()
-    handle, text = mark_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
     ax.set(
         xlabel="link between client and server",
         ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),
         title=f"{network['deployment']}: items/s of the same input sent three ways, by link rate\n"
         f"c={network['concurrency']}, {network['when']}, {network['machine']}",
     )
-    fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=2, frameon=False)
+    ceiling = "link ceiling of the bar below it: rate / 8 / bytes per request"
+    mark_legend(fig, ax, ceiling, fontsize=8, loc="lower center", ncol=2, frameon=False)
     save(fig, "network", rect=(0, 0.14, 1, 1))
 
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 from harness.measuring.matrix.cells import dates, stamp
 from harness.measuring.matrix.fmt import number, rate, ratio, spread, table
 from harness.measuring.matrix.headlines import machine
-from harness.measuring.matrix.plots import bars, mark_handle
+from harness.measuring.matrix.plots import bars, mark_legend
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.manifest import PeersSpec
@@ -442,9 +442,8 @@ def plot_serving_lesson(serving: dict, plt, save) -> None:
             ylabel="sentences/s" if ax is axes.flat[0] else None,
             title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
         )
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    handle, text = mark_handle("in-process ceiling of the method below it")
-    fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=4, frameon=False)
+    legend = {"fontsize": 8, "loc": "lower center", "ncol": 4, "frameon": False}
+    mark_legend(fig, axes.flat[0], "in-process ceiling of the method below it", **legend)
     fig.suptitle(
         f"{serving['deployment']}: sentences/s of each serving method, one run "
         f"({serving['run_id']}, {serving['when']}, {serving['machine']})"
