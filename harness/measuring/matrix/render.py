@@ -82,7 +82,7 @@ def _caption(data: dict, mode: str) -> str:
     )
 
 
-def _preamble(source: str, headlines: list[str], generators: set[str], intro: list[str]) -> list[str]:
+def _preamble(source: str, headlines: list[str], generators: set[str], pages: list[tuple[str, str]]) -> list[str]:
     """The page's title, the headline screen and the introduction to the tables."""
     return [
         "# Results",
@@ -105,8 +105,13 @@ def _preamble(source: str, headlines: list[str], generators: set[str], intro: li
         + "".join(f"; a variant marked `[{name}]` was measured by {name}" for name in sorted(generators))
         + ".",
         "",
-        *(line for paragraph in intro for line in (paragraph, "")),
+        *(line for name, text in pages for line in (_page_link(name, text), "")),
     ]
+
+
+def _page_link(name: str, text: str) -> str:
+    """A link to a section's page under the title of its first line (``# Network-bound results``)."""
+    return f"{text.splitlines()[0].lstrip('# ')}: [{name}]({name})."
 
 
 def _tables(data: dict, deployments) -> list[str]:
@@ -158,11 +163,11 @@ def render_markdown(
     source: str,
     headlines: list[str] | None = None,
     deployments=None,
-    intro: list[str] = (),
+    pages: list[tuple[str, str]] = (),
 ) -> str:
-    """``intro``: paragraphs after the tables' introduction (from installed sections)."""
+    """``pages``: (file name, text) of the installed sections' pages, each linked under its title."""
     generators = {generator_family(r) for data in matrix.values() for r in data["rows"] if r["measured"]}
-    lines = _preamble(source, headlines or [], generators - {"harness-asyncio"}, list(intro))
+    lines = _preamble(source, headlines or [], generators - {"harness-asyncio"}, list(pages))
     for name, data in matrix.items():
         data = {**data, "name": name}
         lines += [f"## {name}", "", data["summary"], "", *_tables(data, deployments), *_notes(name, data)]

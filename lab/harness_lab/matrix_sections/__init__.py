@@ -64,9 +64,6 @@ class LabSections(Sections):
     def claims(self, record: dict) -> bool:
         return network.network_label(record) is not None
 
-    def intro(self, records: list[dict]) -> list[str]:
-        return ["Network-bound runs (`make bench-network`): [results-network.md](results-network.md)."]
-
     def markdown(self, records: list[dict]) -> list[str]:
         return side_by_side.render(records) + stages.render(records)
 
