@@ -6,8 +6,8 @@ same rounds, alternating, so a ratio is the median over rounds of the per-round 
 (``served / ceiling`` likewise, against the ceiling worker's measurement of that round). Which
 ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (lab/deployments/<d>.toml).
 Records since the OpenAI path name their ``path`` (``native``, ``openai``, ``peer``) and ``gate``;
-the paths table shows, per workload, each ``[peers] openai_models`` model's native and OpenAI
-paths beside the best infinity-emb engine and the naive FastAPI server.
+the OpenAI path against the native one, infinity-emb and the naive FastAPI server are ratios of
+the deployment's ``[[peers.ratios]]`` like any other.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 
 from harness.measuring.matrix.cells import dates, stamp
-from harness.measuring.matrix.fmt import number, rate, ratio, spread, table
+from harness.measuring.matrix.fmt import rate, ratio, spread, table
 from harness.measuring.matrix.headlines import machine
 from harness.measuring.matrix.plots import bars, mark_legend
 from harness.measuring.matrix.rows import NOT_MEASURED
@@ -134,50 +134,6 @@ def ratios(run: list[dict]) -> list[dict]:
     return rows
 
 
-def _median_rate(record: dict | None) -> float | None:
-    return median(per_round(record) if record else [])
-
-
-def paths(run: list[dict]) -> list[dict]:
-    """Per workload and ``[peers] openai_models`` model served natively: sentences/s (median over
-    rounds) of its native path, its OpenAI path, the best infinity-emb engine and the naive server,
-    with OpenAI / native and OpenAI / best infinity taken round by round."""
-    spec = peers_spec(run)
-    if spec is None:
-        return []
-    rows = []
-    for (batch, concurrency), targets in workloads_of(run).items():
-        infinity = {n: r for n, r in targets.items() if _is_infinity(n, r)}
-        best = max(infinity, key=lambda n: _median_rate(infinity[n]) or 0.0, default=None)
-        per_round_best = [max(v) for v in zip(*(per_round(r) for r in infinity.values()))] if infinity else []
-        naive = next((r for n, r in targets.items() if r.get("peer") == "naive" or n.startswith("naive-")), None)
-        for model in spec.openai_models:
-            native, openai = targets.get(model), targets.get(f"openai:{model}")
-            if native is None:
-                continue
-
-            def quotient(top: dict | None, bottom: list[float]) -> float | None:
-                return median(round_quotients(per_round(top) if top else [], bottom))
-
-            rows.append(
-                {
-                    "batch": batch,
-                    "concurrency": concurrency,
-                    "model": model,
-                    "native": _median_rate(native),
-                    "openai": _median_rate(openai),
-                    "best_infinity": best,
-                    "infinity": _median_rate(infinity.get(best)),
-                    "naive": _median_rate(naive),
-                    "openai_over_native": quotient(openai, per_round(native)),
-                    "openai_over_infinity": quotient(openai, per_round_best),
-                    "native_over_infinity": quotient(native, per_round_best),
-                    "gate": native.get("gate"),
-                }
-            )
-    return rows
-
-
 def _gate_phrase(run: list[dict]) -> str:
     """How tritonserver was served in the run: behind the front gate, or not (records before the
     ``gate`` field ran without it)."""
@@ -244,40 +200,6 @@ def _targets_table(run: list[dict]) -> str:
     )
 
 
-def _paths_lines(run: list[dict]) -> list[str]:
-    """The serving paths table (native, OpenAI, infinity-emb, naive), when the run has one."""
-    path_rows = paths(run)
-    if not path_rows:
-        return []
-    quotients = ("openai_over_native", "openai_over_infinity", "native_over_infinity")
-    rows = [
-        [
-            r["batch"],
-            r["concurrency"],
-            r["model"],
-            number(r["native"]),
-            number(r["openai"]),
-            f"{number(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
-            number(r["naive"]),
-            *(number(r[q], 2) for q in quotients),
-        ]
-        for r in path_rows
-    ]
-    return [
-        "",
-        "Serving paths side by side (sentences/s, median over rounds; quotients round by round): our "
-        "native KServe request and our OpenAI-style `/v1/embeddings` on the same server, infinity-emb's "
-        "`/embeddings` (its faster engine) and the naive FastAPI + sentence-transformers server, all "
-        'OpenAI-style bodies alike (`{"input": [...], "model": ...}`):',
-        "",
-        table(
-            rows,
-            "batch | c | model | native | OpenAI path | best infinity-emb | naive FastAPI | OpenAI / native | "
-            "OpenAI / infinity | native / infinity",
-        ),
-    ]
-
-
 def _ratios_lines(run: list[dict]) -> list[str]:
     """The ``[[peers.ratios]]`` table: median, rounds, CPU-time ratio, goal and verdict."""
     rows = [
@@ -311,7 +233,7 @@ def render(records: list[dict]) -> list[str]:
         return []
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
     targets = "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants)
-    return [*_introduction(run), _targets_table(run), *_paths_lines(run), *_ratios_lines(run), "", targets, ""]
+    return [*_introduction(run), _targets_table(run), *_ratios_lines(run), "", targets, ""]
 
 
 # -- the headline lesson "serving": which way to serve an embedding model on a CPU --------------
