@@ -12,8 +12,6 @@ from harness.measuring.matrix.headlines import cost_kinds, costs_heading, machin
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
 PLOT_KINDS = ("throughput", "latency", "bytes")
-#: A concurrency sweep with at least this many levels is drawn as a line too.
-SWEEP_POINTS = 4
 #: Bars spanning more than this factor get a logarithmic axis.
 LOG_SPAN = 50.0
 
@@ -62,18 +60,6 @@ def variants_in_order(rows: list[dict], model_only: dict[str, str] | None = None
     for r in rows:
         first.setdefault(r["benchmark"], len(first))
     return sorted({r["benchmark"] for r in rows}, key=lambda b: (families.get(b, b), first[b]))
-
-
-def sweeps(rows: list[dict]) -> dict[str, list[dict]]:
-    """Variants measured at ``SWEEP_POINTS`` or more concurrencies: their rows by concurrency."""
-    by_variant: dict[str, list[dict]] = {}
-    for r in rows:
-        by_variant.setdefault(r["benchmark"], []).append(r)
-    return {
-        b: sorted(points, key=lambda r: int(r["concurrency"]))
-        for b, points in by_variant.items()
-        if len({int(r["concurrency"]) for r in points}) >= SWEEP_POINTS
-    }
 
 
 def bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | None = None, label_marks=False) -> None:
@@ -134,26 +120,12 @@ def mark_legend(where, ax, label: str, **options) -> None:
     where.legend([*handles, Line2D([], [], color="black", linewidth=1.6)], [*labels, label], **options)
 
 
-def _series(run: list[dict], variants: list[str], key: str) -> dict[str, list[float]]:
+def by_concurrency(run: list[dict], variants: list[str], key: str) -> dict[str, list[float]]:
     """``key`` of each variant (a group) at each concurrency (a series), NaN where not measured."""
     at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
     levels = sorted({c for _, c in at})
     nan = float("nan")
     return {f"c={c}": [(at[(b, c)].get(key) or 0.0) if (b, c) in at else nan for b in variants] for c in levels}
-
-
-def _sweep_lines(ax, lines: dict[str, list[dict]]) -> None:
-    """items/s against concurrency (log) of each variant swept at ``SWEEP_POINTS`` or more levels."""
-    for benchmark, points in lines.items():
-        ax.plot([int(p["concurrency"]) for p in points], [p["items_per_second"] for p in points], "o-", label=benchmark)
-    ax.set(xscale="log", xlabel="concurrency (requests in flight, log)", ylabel="items/s")
-    swept = sorted({int(p["concurrency"]) for points in lines.values() for p in points})
-    ax.set_xticks(swept, [str(c) for c in swept])
-    ax.minorticks_off()
-    ax.set_title(f"concurrency sweeps ({SWEEP_POINTS}+ levels)", fontsize=9)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
 
 
 def _variant_axis(ax, unit: str) -> None:
@@ -176,19 +148,21 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     width = 3 + 0.25 * len(run) + 0.3 * len(variants)
     where = f"{mode} server, {dates(run)}, {machine(run[0])}"
 
-    lines = sweeps(run)
-    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(width + (6 if lines else 0), 5.5), squeeze=False)
-    bars(axes.flat[0], variants, _series(run, variants, "items_per_second"))
-    _variant_axis(axes.flat[0], "items/s")
-    axes.flat[0].set_title("items/s per variant, bars at each concurrency", fontsize=9)
-    axes.flat[0].legend(fontsize=7)
-    if lines:
-        _sweep_lines(axes.flat[1], lines)
+    fig, ax = plt.subplots(figsize=(width, 5.5))
+    bars(ax, variants, by_concurrency(run, variants, "items_per_second"))
+    _variant_axis(ax, "items/s")
+    ax.set_title("items/s per variant, bars at each concurrency", fontsize=9)
+    ax.legend(fontsize=7)
     fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
     save(fig, "throughput")
 
     fig, ax = plt.subplots(figsize=(width, 5.5))
-    bars(ax, variants, _series(run, variants, "perf_latency_p50"), _series(run, variants, "perf_latency_p99"))
+    bars(
+        ax,
+        variants,
+        by_concurrency(run, variants, "perf_latency_p50"),
+        by_concurrency(run, variants, "perf_latency_p99"),
+    )
     _variant_axis(ax, "client-side latency ms: bar p50, tick p99")
     mark_legend(ax, ax, "p99", fontsize=7)
     fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
