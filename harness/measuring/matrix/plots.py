@@ -4,6 +4,7 @@ latest server mode each deployment was measured in, ``docs/plots/<deployment>-<k
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from harness.measuring.matrix.cells import dates, generator_family, stamp
@@ -128,12 +129,21 @@ def by_concurrency(run: list[dict], variants: list[str], key: str) -> dict[str, 
     return {f"c={c}": [(at[(b, c)].get(key) or 0.0) if (b, c) in at else nan for b in variants] for c in levels}
 
 
-def _variant_axis(ax, unit: str) -> None:
-    """The variants slanted under their groups, ``unit`` up the side."""
+def _bar_figure(plt, save, kind: str, title: str, variants: list[str], series: dict, unit: str, **options) -> None:
+    """A deployment's figure ``kind``: ``series`` as bars per variant, slanted names under them;
+    ``marks`` (p99 ticks) and ``width`` in ``options``."""
+    fig, ax = plt.subplots(figsize=(options.get("width", 8.0), 5.5))
+    bars(ax, variants, series, options.get("marks"))
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
     ax.set_ylabel(unit + (" (log)" if ax.get_yscale() == "log" else ""))
+    if options.get("marks"):
+        mark_legend(ax, ax, "p99", fontsize=7)
+    else:
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    save(fig, kind)
 
 
 def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] | None = None) -> dict[str, Path]:
@@ -141,41 +151,25 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     mode, run = figure_run(rows)
     if not run:
         return {}
-    plt = _pyplot()
     written: dict[str, Path] = {}
-    save = _saver(folder, f"{name}-", written)
+    figure = partial(_bar_figure, _pyplot(), _saver(folder, f"{name}-", written))
     variants = variants_in_order(run, model_only)
     width = 3 + 0.25 * len(run) + 0.3 * len(variants)
     where = f"{mode} server, {dates(run)}, {machine(run[0])}"
-
-    fig, ax = plt.subplots(figsize=(width, 5.5))
-    bars(ax, variants, by_concurrency(run, variants, "items_per_second"))
-    _variant_axis(ax, "items/s")
-    ax.set_title("items/s per variant, bars at each concurrency", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
-    save(fig, "throughput")
-
-    fig, ax = plt.subplots(figsize=(width, 5.5))
-    bars(
-        ax,
-        variants,
-        by_concurrency(run, variants, "perf_latency_p50"),
-        by_concurrency(run, variants, "perf_latency_p99"),
+    ips, p50, p99 = (
+        by_concurrency(run, variants, k) for k in ("items_per_second", "perf_latency_p50", "perf_latency_p99")
     )
-    _variant_axis(ax, "client-side latency ms: bar p50, tick p99")
-    mark_legend(ax, ax, "p99", fontsize=7)
-    fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
-    save(fig, "latency")
-
-    fig, ax = plt.subplots(figsize=(3 + 0.6 * len(variants), 5.5))
+    title = f"{name}: which variant serves most items/s, bars at each concurrency\n({where})"
+    figure("throughput", title, variants, ips, "items/s", width=width)
+    title = f"{name}: latency per variant at each concurrency\n({where})"
+    figure("latency", title, variants, p50, "client-side latency ms: bar p50, tick p99", marks=p99, width=width)
     last = [max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants]
     keys = {"sent": "bytes_sent_per_request", "received": "bytes_received_per_request"}
-    bars(ax, variants, {label: [r.get(key) or 0 for r in last] for label, key in keys.items()})
-    _variant_axis(ax, "bytes per request (request / response body)")
-    ax.legend(fontsize=7)
-    fig.suptitle(f"{name}: bytes on the wire per request of each variant\n({where})", fontsize=10)
-    save(fig, "bytes")
+    sizes = {label: [r.get(key) or 0 for r in last] for label, key in keys.items()}
+    title = f"{name}: bytes on the wire per request of each variant\n({where})"
+    figure(
+        "bytes", title, variants, sizes, "bytes per request (request / response body)", width=3 + 0.6 * len(variants)
+    )
     return written
 
 
