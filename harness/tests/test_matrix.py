@@ -189,7 +189,7 @@ def test_missing_level_and_perf_analyzer_rows(toy):
     assert sum("not measured" in line for line in lines) == 2
 
 
-def test_correctness_from_plugin_outcomes_and_junit(toy):
+def test_correctness_from_plugin_outcomes(toy):
     root, results, docs = toy
     outcomes = [
         {
@@ -221,12 +221,7 @@ def test_correctness_from_plugin_outcomes_and_junit(toy):
     assert "correctness on cpu/local: 2/2 checks passed" in text
     assert "not run" in next(line for line in text.splitlines() if "docker / cpu" in line)
 
-    (results / OUTCOMES_FILE).unlink()
-    (results / "junit.xml").write_text(
-        '<testsuites><testsuite name="pytest" timestamp="2026-11-30T12:00:00">'
-        '<testcase classname="harness.tests.test_deployments" name="test_check[toy-m_matches_reference]">'
-        '<failure message="cosine too low"/></testcase></testsuite></testsuites>'
-    )
+    _write(results / OUTCOMES_FILE, [{**outcomes[1], "timestamp": "2026-11-30T12:00:00+00:00", "outcome": "failed"}])
     text = _generate(toy, [measured_record()])["markdown"].read_text()
     assert "FAIL 1/1: m_matches_reference" in text
 

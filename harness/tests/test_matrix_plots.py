@@ -1,9 +1,9 @@
 """The matrix's figures: one run per figure (the latest server mode, default generator), variants
-in model-family order, a line only for a sweep of enough concurrencies."""
+in model-family order, a bar per concurrency each variant was measured at."""
 
 from __future__ import annotations
 
-from harness.measuring.matrix.plots import SWEEP_POINTS, figure_run, plot, sweeps, variants_in_order
+from harness.measuring.matrix.plots import by_concurrency, figure_run, plot, variants_in_order
 
 
 def _row(benchmark: str, model: str, concurrency: int, **extra) -> dict:
@@ -51,11 +51,13 @@ def test_an_entry_model_is_drawn_next_to_its_model_only_path():
     assert variants_in_order(run) == ["classify-jpeg", "net-b1", "other-b1"], "without model_only: by model"
 
 
-def test_only_a_sweep_of_enough_concurrencies_gets_a_line():
+def test_each_variant_has_a_bar_per_concurrency_of_the_run_and_none_where_not_measured():
     _, run = figure_run(ROWS)
-    assert sweeps(run) == {}
-    long = [_row("net-b1", "net", c) for c in (1, 2, 4, 8, 16)[:SWEEP_POINTS]]
-    assert list(sweeps(long)) == ["net-b1"]
+    variants = variants_in_order(run)
+    series = by_concurrency(run, variants, "items_per_second")
+    assert list(series) == ["c=1", "c=8"] and variants == ["classify-jpeg", "net-b1", "other-b1"]
+    assert series["c=1"] == [10.0, 10.0, 10.0]
+    assert series["c=8"][:2] == [80.0, 80.0] and series["c=8"][2] != series["c=8"][2], "other-b1: NaN at c=8"
 
 
 def test_figures_are_written_for_measured_rows_only(tmp_path):

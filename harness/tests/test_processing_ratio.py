@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.measuring.matrix.processing_ratio import processing_ratios, render_processing_ratios
+from harness.measuring.matrix.pairs import processing_ratios, render_processing_ratios
 
 
 def _row(benchmark, c, items, when, generator="harness-asyncio (tritonclient grpc.aio)", mode="local"):
@@ -61,7 +61,7 @@ def test_a_pinned_row_says_its_cores_in_the_generator_column():
 
 
 def test_container_cost_pairs_only_records_pinned_alike():
-    from harness.measuring.matrix.container_cost import container_cost
+    from harness.measuring.matrix.pairs import container_cost
 
     docker = _row("model-b1", 1, 100.0, "05:00", mode="docker")
     pinned_local = {**_row("model-b1", 1, 40.0, "05:00"), "pinning": "server cpus 1 (9 processes), generator cpus 0"}
@@ -71,14 +71,14 @@ def test_container_cost_pairs_only_records_pinned_alike():
 
 
 def test_container_cost_pairs_nothing_taken_hours_apart():
-    from harness.measuring.matrix.container_cost import container_cost
+    from harness.measuring.matrix.pairs import container_cost
 
     docker = _row("model-b1", 1, 100.0, "05:00", mode="docker")
     assert container_cost([docker, _row("model-b1", 1, 80.0, "03:00")]) == []
 
 
 def test_a_ratio_just_below_the_goal_is_not_shown_as_the_goal():
-    from harness.measuring.matrix.processing_ratio import ratio_cell
+    from harness.measuring.matrix.pairs import ratio_cell
 
     assert ratio_cell(0.8491) == "0.849 (below goal)"
     assert ratio_cell(0.42) == "0.42 (below goal)" and ratio_cell(0.85) == "0.85" and ratio_cell(1.234) == "1.23"
@@ -112,7 +112,7 @@ def _pair(entry, c, ratios, run, when, mode="local", deployment="resnet_npu", cp
 
 
 def test_the_latest_pair_run_of_each_server_mode_is_shown_and_only_for_its_deployment():
-    from harness.measuring.matrix.processing_ratio import paired_records
+    from harness.measuring.matrix.pairs import paired_records
 
     records = [
         _pair("classify-jpeg", 1, (0.7, 0.8, 0.9), "old", "01:00"),
@@ -127,7 +127,7 @@ def test_the_latest_pair_run_of_each_server_mode_is_shown_and_only_for_its_deplo
 
 
 def test_the_pair_table_shows_the_median_every_round_and_the_goal():
-    from harness.measuring.matrix.processing_ratio import render_paired_ratios
+    from harness.measuring.matrix.pairs import render_paired_ratios
 
     text = "\n".join(render_paired_ratios([_pair("classify-jpeg", 1, (0.62, 0.71, 0.93), "r1", "05:00")]))
     assert "| classify-jpeg" in text and "0.71 (below goal)" in text

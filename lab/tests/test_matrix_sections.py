@@ -253,7 +253,7 @@ def test_each_ceiling_sits_over_its_own_bar_and_an_off_scale_one_says_so():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from harness_lab.matrix_sections.shared import bars
+    from harness.measuring.matrix.plots import bars
 
     series = {"jpeg": [14.0, 15.0], "tensor": [9.0, 2.4], "naive": [2.5, 0.6]}
     ceilings = {"jpeg": [908.0, 90.8], "tensor": [24.4, 2.44], "naive": [6.1, 0.61]}

@@ -1,8 +1,8 @@
 """Results matrix: ``results/records.jsonl`` -> ``docs/results.md`` + JSON + CSV + PNG plots, and
 each deployment README's block of headline figures (``readme.py``).
 
-    python -m harness.measuring.matrix                 # what `make matrix` runs
-    python -m harness.measuring.matrix --records results/records.jsonl --docs docs
+    python -m harness matrix                 # what `make matrix` runs
+    python -m harness matrix --records results/records.jsonl --docs docs
 
 Every number comes from a record; per deployment one block of rows per benchmark scenario x target
 x server mode its manifest declares, "not measured" where no record is; the latest record of each

@@ -28,12 +28,6 @@ def hours(record: dict) -> float:
         return float("nan")
 
 
-def closest(record: dict, candidates: list[dict]) -> tuple[dict, float]:
-    """The candidate taken closest in time to ``record``, and how many hours apart they are."""
-    found = min(candidates, key=lambda r: abs(hours(r) - hours(record)))
-    return found, abs(hours(found) - hours(record))
-
-
 def generator_family(record: dict) -> str:
     """The load generator's name: the first word of the record's ``generator`` (``harness-asyncio``
     by default, ``perf_analyzer``, ...)."""

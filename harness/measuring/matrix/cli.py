@@ -17,7 +17,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=Path, default=None, help="records file (default results/records.jsonl)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where results.md/json/csv and plots/ go")
-    parser.add_argument("--deployments", type=Path, default=None, help="deployments folder (default ./deployments)")
     parser.add_argument(
         "--readmes-only",
         action="store_true",
@@ -35,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        for kind, path in generate(records_file, args.docs, args.deployments).items():
+        for kind, path in generate(records_file, args.docs).items():
             print(f"{kind:28} {os.path.relpath(path)}")
     # the READMEs link ../../docs/results.md: filled only from the project's own docs folder
     if args.docs.resolve() == DOCS.resolve():
-        for readme in fill_readmes(args.docs / "results.json", discover(args.deployments)):
+        for readme in fill_readmes(args.docs / "results.json", discover()):
             print(f"{'readme results block':28} {os.path.relpath(readme)}")
     return 0

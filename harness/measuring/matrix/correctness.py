@@ -1,11 +1,9 @@
-"""The matrix's ``correctness`` column: check outcomes (the pytest plugin's JSON lines or a
-JUnit XML) and the summary of a deployment's checks for one row."""
+"""The matrix's ``correctness`` column: check outcomes (the pytest plugin's JSON lines) and the
+summary of a deployment's checks for one row."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,39 +12,11 @@ from harness.measuring.records import OUTCOMES_FILE
 
 
 def read_outcomes(folder: Path) -> list[dict]:
-    """Check outcomes: the plugin's JSON lines, plus any ``junit*.xml`` in the results folder."""
-    rows = []
+    """Check outcomes: the JSON lines the pytest plugin (``-p harness.testing.outcomes``) wrote."""
     path = folder / OUTCOMES_FILE
-    if path.exists():
-        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    for xml_path in sorted(folder.glob("junit*.xml")):
-        try:
-            root = ET.parse(xml_path).getroot()
-        except ET.ParseError:
-            continue
-        when = dt.datetime.fromtimestamp(xml_path.stat().st_mtime, dt.UTC).isoformat(timespec="seconds")
-        for suite in root.iter("testsuite"):
-            when = suite.get("timestamp") or when
-            for case in suite.iter("testcase"):
-                name = case.get("name", "")
-                if not name.startswith("test_check["):
-                    continue
-                outcome = "passed"
-                if case.find("failure") is not None or case.find("error") is not None:
-                    outcome = "failed"
-                elif case.find("skipped") is not None:
-                    outcome = "skipped"
-                rows.append(
-                    {
-                        "timestamp": when,
-                        "nodeid": name,
-                        "param": name.split("[", 1)[1].rstrip("]"),
-                        "outcome": outcome,
-                        "target": "cpu",
-                        "server_mode": "local",
-                    }
-                )
-    return rows
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def correctness_by_deployment(outcomes: list[dict], names: list[str]) -> dict[str, dict]:

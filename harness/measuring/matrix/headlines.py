@@ -8,8 +8,8 @@ import statistics
 from pathlib import Path
 
 from harness.measuring.matrix.cells import freshness_note
-from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.fmt import ratio, spread
+from harness.measuring.matrix.pairs import container_cost
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import CostKind
 

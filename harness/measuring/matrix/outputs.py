@@ -10,9 +10,9 @@ from pathlib import Path
 from harness import PROJECT_ROOT
 from harness.measuring.matrix import sections as installed_sections
 from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family
-from harness.measuring.matrix.container_cost import container_cost
 from harness.measuring.matrix.correctness import read_outcomes
 from harness.measuring.matrix.headlines import build_headlines, headlines_json, render_headlines
+from harness.measuring.matrix.pairs import container_cost
 from harness.measuring.matrix.plots import PLOT_KINDS, plot, plot_headlines
 from harness.measuring.matrix.render import render_markdown
 from harness.measuring.matrix.rows import NOT_MEASURED, build
@@ -56,7 +56,6 @@ def results_json(records: list[dict], matrix: dict, headlines: dict, source: str
     """results.json: every row and other record of each deployment, the headlines, the sections' fields."""
     return {
         "source": source,
-        **{k: v for s in sections for k, v in s.json_head(records).items()},
         "not_measured": NOT_MEASURED,
         "headlines": headlines_json(headlines),
         "deployments": {
@@ -72,7 +71,7 @@ def results_json(records: list[dict], matrix: dict, headlines: dict, source: str
             }
             for name, data in matrix.items()
         },
-        **{k: v for s in sections for k, v in s.json_tail(records).items()},
+        **{k: v for s in sections for k, v in s.json(records).items()},
     }
 
 
@@ -95,7 +94,6 @@ def generate(
     records_file: Path | None = None,
     docs: Path = DOCS,
     deployments_root: Path | None = None,
-    outcomes_folder: Path | None = None,
     sections: list | None = None,
 ) -> dict[str, Path]:
     """Write results.md, results.json, results.csv and plots, with ``sections`` (default: those
@@ -106,7 +104,7 @@ def generate(
     records = read_records(records_file)
     sections = installed_sections.installed() if sections is None else sections
     deployments = discover(deployments_root)
-    outcomes = read_outcomes(Path(outcomes_folder or records_file.parent))
+    outcomes = read_outcomes(records_file.parent)
     matrix = build([r for r in records if not any(s.claims(r) for s in sections)], deployments, outcomes)
     _clear_plots(docs / "plots")
     for name, data in matrix.items():
@@ -116,22 +114,17 @@ def generate(
     source = _source(records_file)
     docs.mkdir(parents=True, exist_ok=True)
     written = {"markdown": docs / "results.md", "json": docs / "results.json", "csv": docs / "results.csv"}
+    pages = {kind: page for s in sections for kind, page in s.pages(records, deployments).items()}
     markdown = render_markdown(
-        matrix,
-        source,
-        render_headlines(headlines, sections, deployments),
-        deployments,
-        [clause for s in sections for clause in s.generators(records)],
-        [paragraph for s in sections for paragraph in s.intro(records)],
+        matrix, source, render_headlines(headlines, sections, deployments), deployments, list(pages.values())
     )
     after = [line for s in sections for line in s.markdown(records)]
     written["markdown"].write_text(markdown + ("\n".join(after) + "\n" if after else ""))
     payload = results_json(records, matrix, headlines, source, docs, sections)
     written["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n")
     _write_csv(written["csv"], matrix)
-    for s in sections:
-        for kind, (name, text) in s.pages(records, deployments).items():
-            written[kind] = docs / name
-            written[kind].write_text(text)
+    for kind, (name, text) in pages.items():
+        written[kind] = docs / name
+        written[kind].write_text(text)
     written |= {f"plot {name} {kind}": path for name, data in matrix.items() for kind, path in data["plots"].items()}
     return written | {f"plot headline {kind}": path for kind, path in headline_plots.items()}

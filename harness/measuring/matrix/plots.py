@@ -4,6 +4,7 @@ latest server mode each deployment was measured in, ``docs/plots/<deployment>-<k
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from harness.measuring.matrix.cells import dates, generator_family, stamp
@@ -12,8 +13,8 @@ from harness.measuring.matrix.headlines import cost_kinds, costs_heading, machin
 
 #: The figures of each deployment, ``docs/plots/<deployment>-<kind>.png``.
 PLOT_KINDS = ("throughput", "latency", "bytes")
-#: A concurrency sweep with at least this many levels is drawn as a line too.
-SWEEP_POINTS = 4
+#: Bars spanning more than this factor get a logarithmic axis.
+LOG_SPAN = 50.0
 
 
 def _pyplot():
@@ -62,99 +63,87 @@ def variants_in_order(rows: list[dict], model_only: dict[str, str] | None = None
     return sorted({r["benchmark"] for r in rows}, key=lambda b: (families.get(b, b), first[b]))
 
 
-def sweeps(rows: list[dict]) -> dict[str, list[dict]]:
-    """Variants measured at ``SWEEP_POINTS`` or more concurrencies: their rows by concurrency."""
-    by_variant: dict[str, list[dict]] = {}
-    for r in rows:
-        by_variant.setdefault(r["benchmark"], []).append(r)
-    return {
-        b: sorted(points, key=lambda r: int(r["concurrency"]))
-        for b, points in by_variant.items()
-        if len({int(r["concurrency"]) for r in points}) >= SWEEP_POINTS
-    }
+def bars(ax, groups: list[str], series: dict[str, list[float]], marks: dict | None = None, label_marks=False) -> None:
+    """Grouped bars, a series per colour, with a value label on each (NaN: no bar); a bar's mark (a
+    ceiling, a p99) is a tick in the bar's own colour over that bar, joined to it by a dotted stem
+    (with its value when ``label_marks``); a mark beyond the axis is an arrow at the top of the axis
+    over its bar, labelled with its value. Bars spanning more than ``LOG_SPAN`` get a log axis."""
+    width = 0.8 / max(len(series), 1)
+    values = [v for vs in series.values() for v in vs if v and v == v]
+    top = max(values, default=1.0)
+    drawn = []  # (x, bar height, mark, colour)
+    for i, (label, heights) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        bars = ax.bar(xs, [v if v == v else 0 for v in heights], width * 0.92, label=label)
+        ax.bar_label(bars, [rate(v) if v == v and v else "" for v in heights], fontsize=6, padding=1)
+        colour = bars.patches[0].get_facecolor() if bars.patches else "black"
+        for x, height, mark in zip(xs, heights, (marks or {}).get(label, [])):
+            if mark and mark == mark:  # NaN: no bar, no mark
+                drawn.append((x, height if height == height else 0.0, mark, colour))
+    ax.set_xticks(range(len(groups)), groups)
+    shown = [m for _, _, m, _ in drawn if m <= 2 * top]  # farther than twice the tallest bar: off scale
+    if values and max(values) / min(values) > LOG_SPAN:
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=min(values) / 2)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(top=max([top, *shown]) * (2.0 if ax.get_yscale() == "log" else 1.15))
+    ceiling = ax.get_ylim()[1]
+    for x, height, mark, colour in drawn:
+        if mark <= ceiling:
+            ax.vlines(x, height, mark, colors=[colour], linestyles="dotted", linewidth=1)
+            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors=[colour], linewidth=2.2)
+            ax.hlines(mark, x - width * 0.46, x + width * 0.46, colors="black", linewidth=0.6)
+            if label_marks and mark - height > 0.08 * ceiling:  # at the bar's top the bar's own label says it
+                ax.annotate(rate(mark), (x, mark), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=6)
+        else:
+            ax.annotate(
+                f"{rate(mark)}\n(off scale)",
+                (x, ceiling),
+                xytext=(0, -14),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=6,
+                arrowprops={"arrowstyle": "->", "color": colour},
+            )
+    ax.grid(axis="y", alpha=0.3, which="both")
 
 
-class Bars:
-    """The bar layout of one run's figures: a group per variant, a bar per concurrency it was measured at."""
+def mark_legend(where, ax, label: str, **options) -> None:
+    """The legend of ``ax``'s bars on ``where`` (the axes or the figure), the marks as ``label``."""
+    from matplotlib.lines import Line2D
 
-    def __init__(self, run: list[dict], model_only: dict[str, str] | None):
-        self.variants = variants_in_order(run, model_only)
-        self.levels = sorted({int(r["concurrency"]) for r in run})
-        self.at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
-        self.colors = {c: f"C{i}" for i, c in enumerate(self.levels)}
-        #: (y, variant, concurrency): a bar per measured level, variants apart by a gap
-        self.slots = [
-            (index + 0.6 * self.variants.index(b), b, c)
-            for index, (b, c) in enumerate((b, c) for b in self.variants for c in self.levels if (b, c) in self.at)
-        ]
-        self.height = 1.6 + 0.3 * (len(self.at) + len(self.variants))
-
-    def draw(self, ax, key: str, unit: str, mark: str | None = None) -> None:
-        """Horizontal bars of ``key`` from zero; ``mark``: a tick at that field (p99) and both values."""
-        points = [self.at[(b, c)] for _, b, c in self.slots]
-        xs = [p.get(key) or 0.0 for p in points]
-        ys = [y for y, _, _ in self.slots]
-        bars = ax.barh(ys, xs, 0.85, color=[self.colors[c] for _, _, c in self.slots])
-        if not mark:
-            ax.bar_label(bars, [rate(x) for x in xs], fontsize=6, padding=2)
-        else:  # the p99 tick, and both values beyond whichever is longer
-            marked = [(p.get(mark), y) for p, y in zip(points, ys) if p.get(mark)]
-            ax.plot([m for m, _ in marked], [y for _, y in marked], "k|", markersize=10)
-            for x, p, y in zip(xs, points, ys):
-                top = p.get(mark) or 0.0
-                label = f"{rate(x)} / {rate(top)}"
-                ax.annotate(label, (max(x, top), y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6)
-        centers = {}
-        for y, b, _ in self.slots:
-            centers.setdefault(b, []).append(y)
-        ax.set_yticks([sum(v) / len(v) for v in centers.values()], list(centers), fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel(unit)
-        ax.margins(x=0.12)
-        ax.grid(axis="x", alpha=0.3)
-        ax.legend(handles=self._legend(mark), fontsize=7, loc="lower right")
-
-    def _legend(self, mark: str | None) -> list:
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
-
-        handles = [Patch(color=self.colors[c], label=f"c={c}") for c in self.levels]
-        if mark:
-            handles.append(Line2D([], [], color="black", marker="|", linestyle="", markersize=10, label="p99"))
-        return handles
+    handles, labels = ax.get_legend_handles_labels()
+    where.legend([*handles, Line2D([], [], color="black", linewidth=1.6)], [*labels, label], **options)
 
 
-def _sweep_lines(ax, lines: dict[str, list[dict]]) -> None:
-    """items/s against concurrency (log) of each variant swept at ``SWEEP_POINTS`` or more levels."""
-    for benchmark, points in lines.items():
-        ax.plot([int(p["concurrency"]) for p in points], [p["items_per_second"] for p in points], "o-", label=benchmark)
-    ax.set(xscale="log", xlabel="concurrency (requests in flight, log)", ylabel="items/s")
-    swept = sorted({int(p["concurrency"]) for points in lines.values() for p in points})
-    ax.set_xticks(swept, [str(c) for c in swept])
-    ax.minorticks_off()
-    ax.set_title(f"concurrency sweeps ({SWEEP_POINTS}+ levels)", fontsize=9)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+def by_concurrency(run: list[dict], variants: list[str], key: str) -> dict[str, list[float]]:
+    """``key`` of each variant (a group) at each concurrency (a series), NaN where not measured."""
+    at = {(r["benchmark"], int(r["concurrency"])): r for r in run}
+    levels = sorted({c for _, c in at})
+    nan = float("nan")
+    return {f"c={c}": [(at[(b, c)].get(key) or 0.0) if (b, c) in at else nan for b in variants] for c in levels}
 
 
-def _bytes_bars(ax, run: list[dict], variants: list[str]) -> None:
-    """Request and response bytes of each variant's latest row (log scale)."""
-    last = {b: max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants}
-    positions = range(len(variants))
-    for offset, key, label in (
-        (-0.2, "bytes_sent_per_request", "sent"),
-        (0.2, "bytes_received_per_request", "received"),
-    ):
-        values = [last[b].get(key) or 0 for b in variants]
-        bars = ax.barh([p + offset for p in positions], values, 0.4, label=label)
-        ax.bar_label(bars, [f"{v:,.0f}" for v in values], fontsize=6, padding=2)
-    ax.set_yticks(list(positions), variants, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.margins(x=0.15)
-    ax.set(xlabel="bytes per request (request / response body, log)")
-    ax.legend(fontsize=7)
+def _bar_figure(plt, save, kind: str, title: str, variants: list[str], series: dict, unit: str, **options) -> None:
+    """A deployment's figure ``kind``: ``series`` as bars per variant, slanted names under them;
+    ``marks`` (p99 ticks) and ``width`` in ``options``."""
+    fig, ax = plt.subplots(figsize=(options.get("width", 8.0), 5.5))
+    bars(ax, variants, series, options.get("marks"))
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+    ax.set_ylabel(unit + (" (log)" if ax.get_yscale() == "log" else ""))
+    if options.get("marks"):
+        mark_legend(ax, ax, "p99", fontsize=7)
+    else:
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    save(fig, kind)
 
 
 def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] | None = None) -> dict[str, Path]:
@@ -162,31 +151,25 @@ def plot(name: str, rows: list[dict], folder: Path, model_only: dict[str, str] |
     mode, run = figure_run(rows)
     if not run:
         return {}
-    plt = _pyplot()
     written: dict[str, Path] = {}
-    save = _saver(folder, f"{name}-", written)
-    layout = Bars(run, model_only)
+    figure = partial(_bar_figure, _pyplot(), _saver(folder, f"{name}-", written))
+    variants = variants_in_order(run, model_only)
+    width = 3 + 0.25 * len(run) + 0.3 * len(variants)
     where = f"{mode} server, {dates(run)}, {machine(run[0])}"
-
-    lines = sweeps(run)
-    fig, axes = plt.subplots(1, 2 if lines else 1, figsize=(13 if lines else 8, layout.height), squeeze=False)
-    layout.draw(axes.flat[0], "items_per_second", "items/s")
-    axes.flat[0].set_title("items/s per variant, bars at each concurrency", fontsize=9)
-    if lines:
-        _sweep_lines(axes.flat[1], lines)
-    fig.suptitle(f"{name}: which variant serves most items/s\n({where})", fontsize=10)
-    save(fig, "throughput")
-
-    fig, ax = plt.subplots(figsize=(8, layout.height))
-    unit = "client-side latency ms: bar p50, tick p99 (labels p50 / p99)"
-    layout.draw(ax, "perf_latency_p50", unit, mark="perf_latency_p99")
-    fig.suptitle(f"{name}: latency per variant at each concurrency\n({where})", fontsize=10)
-    save(fig, "latency")
-
-    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.45 * len(layout.variants)))
-    _bytes_bars(ax, run, layout.variants)
-    fig.suptitle(f"{name}: bytes on the wire per request of each variant\n({where})", fontsize=10)
-    save(fig, "bytes")
+    ips, p50, p99 = (
+        by_concurrency(run, variants, k) for k in ("items_per_second", "perf_latency_p50", "perf_latency_p99")
+    )
+    title = f"{name}: which variant serves most items/s, bars at each concurrency\n({where})"
+    figure("throughput", title, variants, ips, "items/s", width=width)
+    title = f"{name}: latency per variant at each concurrency\n({where})"
+    figure("latency", title, variants, p50, "client-side latency ms: bar p50, tick p99", marks=p99, width=width)
+    last = [max((r for r in run if r["benchmark"] == b), key=stamp) for b in variants]
+    keys = {"sent": "bytes_sent_per_request", "received": "bytes_received_per_request"}
+    sizes = {label: [r.get(key) or 0 for r in last] for label, key in keys.items()}
+    title = f"{name}: bytes on the wire per request of each variant\n({where})"
+    figure(
+        "bytes", title, variants, sizes, "bytes per request (request / response body)", width=3 + 0.6 * len(variants)
+    )
     return written
 
 

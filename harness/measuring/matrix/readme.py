@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from harness.measuring.matrix.cells import dates
-from harness.measuring.matrix.fmt import table
+from harness.measuring.matrix.fmt import number, table
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
@@ -30,10 +30,6 @@ def headline_rows(rows: list[dict]) -> dict[str, list[dict]]:
     return {b: sorted(levels, key=lambda r: int(r["concurrency"])) for b, levels in shown.items()}
 
 
-def _levels(levels: list[dict], key: str, digits: int = 1) -> str:
-    return " / ".join(f"{r[key]:,.{digits}f}" if r.get(key) is not None else "–" for r in levels)
-
-
 def readme_block(name: str, rows: list[dict]) -> str:
     """The block's text, markers included: one row per scenario, its concurrency levels side by side."""
     shown = headline_rows(rows)
@@ -46,8 +42,8 @@ def readme_block(name: str, rows: list[dict]) -> str:
         [
             f"`{benchmark}`",
             " / ".join(str(r["concurrency"]) for r in levels),
-            _levels(levels, "items_per_second"),
-            _levels(levels, "perf_latency_p50"),
+            " / ".join(number(r.get("items_per_second")) for r in levels),
+            " / ".join(number(r.get("perf_latency_p50")) for r in levels),
             f"{levels[-1].get('bytes_sent_per_request') or 0:,.0f}",
         ]
         for benchmark, levels in shown.items()

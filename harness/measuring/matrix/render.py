@@ -4,10 +4,9 @@ footnotes and container cost."""
 from __future__ import annotations
 
 from harness.measuring.matrix.cells import ceiling, dates, freshness_note, generator_family, pinning_label, run_label
-from harness.measuring.matrix.container_cost import MAX_HOURS_APART, container_cost
-from harness.measuring.matrix.fmt import captioned, number, size, table
+from harness.measuring.matrix.fmt import number, size, table
+from harness.measuring.matrix.pairs import render_container_cost, render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.plots import PLOT_KINDS
-from harness.measuring.matrix.processing_ratio import render_paired_ratios, render_processing_ratios
 from harness.measuring.matrix.rows import NOT_MEASURED
 
 #: The compact table of each deployment and server mode; every other column is in results.json / .csv.
@@ -41,12 +40,10 @@ def _variant(record: dict) -> str:
     return record["benchmark"] + ("" if family == "harness-asyncio" else f" [{family}]")
 
 
-def render_table(data: dict, mode: str | None = None) -> str:
-    """The compact table of a deployment's rows (of one server mode when given)."""
+def render_table(data: dict, mode: str) -> str:
+    """The compact table of a deployment's rows of one server mode."""
     rows = []
-    for r in data["rows"]:
-        if mode is not None and r["server_mode"] != mode:
-            continue
+    for r in (r for r in data["rows"] if r["server_mode"] == mode):
         where = f"{r['server_mode']} / {r['target']}"
         if not r["measured"]:
             rows.append([r["benchmark"], where, r["concurrency"], NOT_MEASURED, "", "", "", "", r["correctness"]])
@@ -85,34 +82,7 @@ def _caption(data: dict, mode: str) -> str:
     )
 
 
-def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
-    """A short table: what the container costs, as docker / local items/s of the same variant and c."""
-    pairs = container_cost(rows, history)
-    if not pairs:
-        return []
-    rows = [
-        [
-            p["benchmark"],
-            p["target"],
-            p["concurrency"],
-            number(p["local"]),
-            number(p["docker"]),
-            f"{p['ratio']:.2f}",
-            f"{p['hours_apart']:.1f}",
-        ]
-        for p in pairs
-    ]
-    return captioned(
-        "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
-        "container costs nothing measurable; the local record is the one of the same cell taken closest in "
-        f"time, within {MAX_HOURS_APART} h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
-        "deployment):",
-        rows,
-        "variant | target | c | local items/s | docker items/s | docker / local | h apart",
-    )
-
-
-def _preamble(source: str, headlines: list[str], generators: list[str], intro: list[str]) -> list[str]:
+def _preamble(source: str, headlines: list[str], generators: set[str], pages: list[tuple[str, str]]) -> list[str]:
     """The page's title, the headline screen and the introduction to the tables."""
     return [
         "# Results",
@@ -132,11 +102,16 @@ def _preamble(source: str, headlines: list[str], generators: list[str], intro: l
         "[results.csv](results.csv). How to read these numbers: [tuning.md](tuning.md).",
         "",
         "Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`)"
-        + "".join(f"; {clause}" for clause in generators)
-        + ("" if generators else "."),
+        + "".join(f"; a variant marked `[{name}]` was measured by {name}" for name in sorted(generators))
+        + ".",
         "",
-        *(line for paragraph in intro for line in (paragraph, "")),
+        *(line for name, text in pages for line in (_page_link(name, text), "")),
     ]
+
+
+def _page_link(name: str, text: str) -> str:
+    """A link to a section's page under the title of its first line (``# Network-bound results``)."""
+    return f"{text.splitlines()[0].lstrip('# ')}: [{name}]({name})."
 
 
 def _tables(data: dict, deployments) -> list[str]:
@@ -188,12 +163,11 @@ def render_markdown(
     source: str,
     headlines: list[str] | None = None,
     deployments=None,
-    generators: list[str] = (),
-    intro: list[str] = (),
+    pages: list[tuple[str, str]] = (),
 ) -> str:
-    """``generators``: clauses of the load generators' sentence beyond the default one; ``intro``:
-    paragraphs after the tables' introduction (both from installed sections)."""
-    lines = _preamble(source, headlines or [], list(generators), list(intro))
+    """``pages``: (file name, text) of the installed sections' pages, each linked under its title."""
+    generators = {generator_family(r) for data in matrix.values() for r in data["rows"] if r["measured"]}
+    lines = _preamble(source, headlines or [], generators - {"harness-asyncio"}, list(pages))
     for name, data in matrix.items():
         data = {**data, "name": name}
         lines += [f"## {name}", "", data["summary"], "", *_tables(data, deployments), *_notes(name, data)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from harness.measuring.matrix.cells import generator_family, latest_records, run_label, stamp
+from harness.measuring.matrix.cells import generator_family, latest_records, stamp
 from harness.measuring.matrix.correctness import correctness_by_deployment, row_correctness, summarize_checks
-from harness.measuring.matrix.processing_ratio import paired_records
+from harness.measuring.matrix.pairs import paired_records
 
 #: Server modes that can serve each target (local = the pip tritonserver; docker = NGC / npu_ge images).
 MODES_FOR_TARGET = {"cpu": ("local", "docker"), "gpu": ("local", "docker"), "npu": ("docker",)}
@@ -95,7 +95,6 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             # a config variant's rows: the checks run with --config-variant <its id>, never the default's
             checks = checks_at.get((target, mode, benchmark_id if benchmarks[benchmark_id].config else ""), {})
             rows += _block_rows(benchmarks[benchmark_id], target, mode, cell, checks, models, used)
-        dates = sorted(stamp(r)[:10] for r in rows if r["measured"])
         variants: dict[str, dict] = {}
         for r in sorted(mine, key=stamp):
             variants[r.get("benchmark")] = {
@@ -109,8 +108,6 @@ def build(records: list[dict], deployments, outcomes: list[dict]) -> dict:
             "rows": rows,
             "extra": [r for r in mine if id(r) not in used],
             "history": [r for r in records if r.get("deployment") == deployment.name],
-            "runs": sorted({run_label(r) for r in rows if r["measured"]}, key=str),
-            "dates": (dates[0], dates[-1]) if dates else None,
             "variants": {b: variants[b] for b in benchmarks if b in variants},
             "model_only": {b.id: b.model_only for b in deployment.benchmarks if b.model_only},
             "processing_pairs": paired_records(records, deployment.name),

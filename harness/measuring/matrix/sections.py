@@ -49,27 +49,16 @@ class Sections:
         """A record of this distribution's own kind, which the tables leave to its sections."""
         return False
 
-    def generators(self, records: list[dict]) -> list[str]:
-        """Its load generators, each a clause of results.md's "Load generators" sentence."""
-        return []
-
-    def intro(self, records: list[dict]) -> list[str]:
-        """Paragraphs of the introduction to the tables."""
-        return []
-
     def markdown(self, records: list[dict]) -> list[str]:
         """Lines of results.md after the tables."""
         return []
 
     def pages(self, records: list[dict], deployments) -> dict[str, tuple[str, str]]:
-        """Pages of their own: kind -> (file name in docs/, text)."""
+        """Pages of their own, linked from results.md under their first line's title: kind -> (file
+        name in docs/, text)."""
         return {}
 
-    def json_head(self, records: list[dict]) -> dict:
-        """Fields of results.json before the core's."""
-        return {}
-
-    def json_tail(self, records: list[dict]) -> dict:
+    def json(self, records: list[dict]) -> dict:
         """Fields of results.json after the core's."""
         return {}
 

@@ -2,7 +2,7 @@
 lab/pyproject.toml; the core's matrix finds them there and names none of them): the
 network-bound page and lesson (``network.py``), the side-by-side section and serving lesson
 (``side_by_side.py``), where one request's time goes (``stages.py``, records of a removed one-off tool), the front gate's row of the
-costs lesson (``make gate-cost``'s reports) and the perf_analyzer clause of the load generators."""
+costs lesson (``make gate-cost``'s reports)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from harness.measuring.matrix.cells import generator_family
 from harness.measuring.matrix.headlines import cost_row
 from harness.measuring.matrix.outputs import json_row
 from harness.measuring.matrix.sections import CostKind, Sections
@@ -58,25 +57,12 @@ GATE = CostKind(
 )
 
 
-def perf_analyzer_note(records: list[dict]) -> str:
-    """What made the perf_analyzer records, as they name it (the tool was a one-off cross-check)."""
-    runs = sorted({r["generator"] for r in records if generator_family(r) == "perf_analyzer"})
-    how = "`73ec139: python -m harness perf-analyzer bench`, removed since: docs/tuning.md"
-    return f"perf_analyzer: {', '.join(runs)} ({how})." if runs else f"perf_analyzer: no records ({how})."
-
-
 class LabSections(Sections):
     lessons = (network.LESSON, side_by_side.LESSON)
     costs = (GATE,)
 
     def claims(self, record: dict) -> bool:
         return network.network_label(record) is not None
-
-    def generators(self, records: list[dict]) -> list[str]:
-        return [f"a variant marked `[perf_analyzer]` was measured by it. {perf_analyzer_note(records)}"]
-
-    def intro(self, records: list[dict]) -> list[str]:
-        return ["Network-bound runs (`make bench-network`): [results-network.md](results-network.md)."]
 
     def markdown(self, records: list[dict]) -> list[str]:
         return side_by_side.render(records) + stages.render(records)
@@ -85,16 +71,13 @@ class LabSections(Sections):
         page = network.render_network(records, deployments)
         return {"network": ("results-network.md", page)} if page else {}
 
-    def json_head(self, records: list[dict]) -> dict:
+    def json(self, records: list[dict]) -> dict:
         run = side_by_side.latest_peers_run(records)
         return {
-            "perf_analyzer": perf_analyzer_note(records),
             "side_by_side": {"records": run, "ratios": side_by_side.ratios(run)},
             "stages": latest_run(records, "stages"),
+            "network": [json_row(r, False) for r in network.network_records(records)],
         }
-
-    def json_tail(self, records: list[dict]) -> dict:
-        return {"network": [json_row(r, False) for r in network.network_records(records)]}
 
 
 SECTIONS = LabSections()

@@ -18,19 +18,21 @@ from harness.measuring.matrix.cells import (
 )
 from harness.measuring.matrix.fmt import number, rate, ratio, size, table
 from harness.measuring.matrix.headlines import machine
+from harness.measuring.matrix.plots import bars, mark_legend
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
-from harness_lab.matrix_sections.shared import bars, ceiling_handle, load
+from harness_lab.matrix_sections.shared import load
 
 COMMAND = "make bench-network && make matrix"
 
 
 def network_label(record: dict) -> str | None:
-    """``"100mbit"`` / ``"100mbit, +20 ms RTT"`` for a network-bound record, None otherwise."""
+    """``"100mbit"`` / ``"100mbit, +20 ms RTT"`` / ``"loopback"`` (the namespace unshaped) for a
+    network-bound record, None otherwise."""
     network = record.get("network")
     if not network:
         return None
-    label = str(network.get("rate") or "unlimited")
+    label = str(network.get("rate") or "loopback")
     if network.get("rtt_ms"):
         label += f", +{network['rtt_ms']:g} ms RTT"
     return label
@@ -49,13 +51,6 @@ def wire(record: dict) -> float:
 def _link_bits(record: dict) -> float:
     network = record.get("network") or {}
     return float(network.get("rate_bits_per_s") or float("inf"))
-
-
-def _link_name(record: dict) -> str:
-    network = record.get("network") or {}
-    if not network.get("rate"):
-        return "loopback"
-    return str(network["rate"]) + (f" +{network['rtt_ms']:g} ms" if network.get("rtt_ms") else "")
 
 
 def _speed_run(record: dict) -> bool:
@@ -81,10 +76,10 @@ def _bench_loopback(records: list[dict], deployment: str, paths: list[str]) -> l
 
 def _cells(records: list[dict], mine: list[dict], deployment: str, paths: list[str]) -> tuple[dict, dict, bool]:
     """``{(path, link): {concurrency: record}}``, ``{link: bits/s}`` and whether loopback came from the bench."""
-    links = {_link_name(r): _link_bits(r) for r in mine}
+    links = {network_label(r): _link_bits(r) for r in mine}
     cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
     for r in mine:
-        cells[(r["benchmark"], _link_name(r))][int(r.get("concurrency") or 0)] = r
+        cells[(r["benchmark"], network_label(r))][int(r.get("concurrency") or 0)] = r
     loopback_from_bench = "loopback" not in links
     if loopback_from_bench:
         for r in _bench_loopback(records, deployment, paths):
@@ -178,15 +173,14 @@ def plot_network_lesson(network: dict, plt, save) -> None:
     series = {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]}
     ceilings = {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
     bars(ax, groups, series, ceilings, label_marks=True)
-    handles, labels = ax.get_legend_handles_labels()
-    handle, text = ceiling_handle("link ceiling of the bar below it: rate / 8 / bytes per request")
     ax.set(
         xlabel="link between client and server",
         ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),
         title=f"{network['deployment']}: items/s of the same input sent three ways, by link rate\n"
         f"c={network['concurrency']}, {network['when']}, {network['machine']}",
     )
-    fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=2, frameon=False)
+    ceiling = "link ceiling of the bar below it: rate / 8 / bytes per request"
+    mark_legend(fig, ax, ceiling, fontsize=8, loc="lower center", ncol=2, frameon=False)
     save(fig, "network", rect=(0, 0.14, 1, 1))
 
 

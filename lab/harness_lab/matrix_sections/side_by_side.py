@@ -6,8 +6,8 @@ same rounds, alternating, so a ratio is the median over rounds of the per-round 
 (``served / ceiling`` likewise, against the ceiling worker's measurement of that round). Which
 ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (lab/deployments/<d>.toml).
 Records since the OpenAI path name their ``path`` (``native``, ``openai``, ``peer``) and ``gate``;
-the paths table shows, per workload, each ``[peers] openai_models`` model's native and OpenAI
-paths beside the best infinity-emb engine and the naive FastAPI server.
+the OpenAI path against the native one, infinity-emb and the naive FastAPI server are ratios of
+the deployment's ``[[peers.ratios]]`` like any other.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import statistics
 from collections import defaultdict
 
 from harness.measuring.matrix.cells import dates, stamp
-from harness.measuring.matrix.fmt import number, rate, ratio, spread, table
+from harness.measuring.matrix.fmt import rate, ratio, spread, table
 from harness.measuring.matrix.headlines import machine
+from harness.measuring.matrix.plots import bars, mark_legend
 from harness.measuring.matrix.rows import NOT_MEASURED
 from harness.measuring.matrix.sections import Lesson
 from harness_lab.manifest import PeersSpec
-from harness_lab.matrix_sections.shared import bars, ceiling_handle, latest_run, load, round_quotients
+from harness_lab.matrix_sections.shared import latest_run, load, median, round_quotients
 from harness_lab.peers.workloads import MIXED
 
 COMMAND = "make bench-peers && make matrix"
@@ -123,57 +124,11 @@ def ratios(run: list[dict]) -> list[dict]:
                     "goal": goal.goal,
                     "value": statistics.median(values),
                     "rounds": values,
-                    "cpu_value": statistics.median(cpu) if cpu else None,
+                    "cpu_value": median(cpu),
                     "generator": next(iter(targets.values())).get("generator"),
-                    "applies": not condition or statistics.median(condition) >= 1.0,
-                    "condition": statistics.median(condition) if condition else None,
+                    "applies": not condition or median(condition) >= 1.0,
+                    "condition": median(condition),
                     "only_where_ahead": goal.only_where_ahead,
-                }
-            )
-    return rows
-
-
-def _median_rate(record: dict | None) -> float | None:
-    values = per_round(record) if record else []
-    return statistics.median(values) if values else None
-
-
-def paths(run: list[dict]) -> list[dict]:
-    """Per workload and ``[peers] openai_models`` model served natively: sentences/s (median over
-    rounds) of its native path, its OpenAI path, the best infinity-emb engine and the naive server,
-    with OpenAI / native and OpenAI / best infinity taken round by round."""
-    spec = peers_spec(run)
-    if spec is None:
-        return []
-    rows = []
-    for (batch, concurrency), targets in workloads_of(run).items():
-        infinity = {n: r for n, r in targets.items() if _is_infinity(n, r)}
-        best = max(infinity, key=lambda n: _median_rate(infinity[n]) or 0.0, default=None)
-        per_round_best = [max(v) for v in zip(*(per_round(r) for r in infinity.values()))] if infinity else []
-        naive = next((r for n, r in targets.items() if r.get("peer") == "naive" or n.startswith("naive-")), None)
-        for model in spec.openai_models:
-            native, openai = targets.get(model), targets.get(f"openai:{model}")
-            if native is None:
-                continue
-
-            def quotient(top: dict | None, bottom: list[float]) -> float | None:
-                values = round_quotients(per_round(top) if top else [], bottom)
-                return statistics.median(values) if values else None
-
-            rows.append(
-                {
-                    "batch": batch,
-                    "concurrency": concurrency,
-                    "model": model,
-                    "native": _median_rate(native),
-                    "openai": _median_rate(openai),
-                    "best_infinity": best,
-                    "infinity": _median_rate(infinity.get(best)),
-                    "naive": _median_rate(naive),
-                    "openai_over_native": quotient(openai, per_round(native)),
-                    "openai_over_infinity": quotient(openai, per_round_best),
-                    "native_over_infinity": quotient(native, per_round_best),
-                    "gate": native.get("gate"),
                 }
             )
     return rows
@@ -200,14 +155,12 @@ def _introduction(run: list[dict]) -> list[str]:
     """The section's heading and the sentence of how the run was made."""
     first = min(run, key=lambda r: str(r.get("timestamp", "")))
     spec = peers_spec(run)
-    loads = [r["load_average_1m"] for r in run if r.get("load_average_1m") is not None]
-    load = f"1-minute load average {min(loads):.1f}-{max(loads):.1f}" if loads else "machine load not recorded"
     return [
         "",
         f"## {first.get('deployment')} side by side: {spec.title}",
         "",
         f"One run (`make bench-peers`, run `{first.get('run_id')}`, {first.get('timestamp')}, "
-        f"{machine(first)}, {load}). Generator: "
+        f"{machine(first)}, {load(run)}). Generator: "
         f"{first.get('generator')}; servers ({_gate_phrase(run)}, its stubs, the peers) and the "
         f"in-process ceiling on cores {first.get('server_cores')}. Every workload ran its targets in turn, "
         "alternating order, for several rounds; a ratio is the median of the per-round quotients (the rounds "
@@ -247,40 +200,6 @@ def _targets_table(run: list[dict]) -> str:
     )
 
 
-def _paths_lines(run: list[dict]) -> list[str]:
-    """The serving paths table (native, OpenAI, infinity-emb, naive), when the run has one."""
-    path_rows = paths(run)
-    if not path_rows:
-        return []
-    quotients = ("openai_over_native", "openai_over_infinity", "native_over_infinity")
-    rows = [
-        [
-            r["batch"],
-            r["concurrency"],
-            r["model"],
-            number(r["native"]),
-            number(r["openai"]),
-            f"{number(r['infinity'])} ({r['best_infinity']})" if r["best_infinity"] else "–",
-            number(r["naive"]),
-            *(number(r[q], 2) for q in quotients),
-        ]
-        for r in path_rows
-    ]
-    return [
-        "",
-        "Serving paths side by side (sentences/s, median over rounds; quotients round by round): our "
-        "native KServe request and our OpenAI-style `/v1/embeddings` on the same server, infinity-emb's "
-        "`/embeddings` (its faster engine) and the naive FastAPI + sentence-transformers server, all "
-        'OpenAI-style bodies alike (`{"input": [...], "model": ...}`):',
-        "",
-        table(
-            rows,
-            "batch | c | model | native | OpenAI path | best infinity-emb | naive FastAPI | OpenAI / native | "
-            "OpenAI / infinity | native / infinity",
-        ),
-    ]
-
-
 def _ratios_lines(run: list[dict]) -> list[str]:
     """The ``[[peers.ratios]]`` table: median, rounds, CPU-time ratio, goal and verdict."""
     rows = [
@@ -314,7 +233,7 @@ def render(records: list[dict]) -> list[str]:
         return []
     variants = sorted({(r["model"], r.get("variant") or "") for r in run})
     targets = "Targets: " + "; ".join(f"`{m}`: {(v or '').split(': ', 1)[-1]}" for m, v in variants)
-    return [*_introduction(run), _targets_table(run), *_paths_lines(run), *_ratios_lines(run), "", targets, ""]
+    return [*_introduction(run), _targets_table(run), *_ratios_lines(run), "", targets, ""]
 
 
 # -- the headline lesson "serving": which way to serve an embedding model on a CPU --------------
@@ -445,9 +364,8 @@ def plot_serving_lesson(serving: dict, plt, save) -> None:
             ylabel="sentences/s" if ax is axes.flat[0] else None,
             title=f"{batch} sentence{'s' if batch > 1 else ''} per request",
         )
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    handle, text = ceiling_handle("in-process ceiling of the method below it")
-    fig.legend([*handles, handle], [*labels, text], fontsize=8, loc="lower center", ncol=4, frameon=False)
+    legend = {"fontsize": 8, "loc": "lower center", "ncol": 4, "frameon": False}
+    mark_legend(fig, axes.flat[0], "in-process ceiling of the method below it", **legend)
     fig.suptitle(
         f"{serving['deployment']}: sentences/s of each serving method, one run "
         f"({serving['run_id']}, {serving['when']}, {serving['machine']})"

@@ -1,30 +1,95 @@
-"""What server-side processing costs: an entry model that takes JPEG bytes or text against its
-``model_only`` benchmark, from the pair runs (``make bench-pairs``) and from the table's rows."""
+"""What server-side processing and the container cost, from pairs of records of one cell: an entry
+model that takes JPEG bytes or text against its ``model_only`` benchmark (from the table's rows and
+from the pair runs, ``make bench-pairs``), and docker / local items/s of the same variant, target,
+c, generator and pinning. Each record is paired with the other's record of that cell taken closest
+in time."""
 
 from __future__ import annotations
 
-from harness.measuring.matrix.cells import (
-    closest,
-    generator_family,
-    latest_records,
-    load_cell,
-    pinning_label,
-    stamp,
-)
-from harness.measuring.matrix.fmt import captioned
+from harness.measuring.matrix.cells import generator_family, hours, latest_records, load_cell, pinning_label, stamp
+from harness.measuring.matrix.fmt import captioned, number
 
 #: The goal for every JPEG- or text-in entry model on loopback.
 GOAL = 0.85
 #: ``comparison`` of the records ``python -m harness pair-bench --manifest --record-results`` writes.
 PAIR_COMPARISON = "processing-pair"
+#: Farther apart than this, two records were taken under different loads of a shared machine: no pair.
+#: `make bench` then `make bench MODE=docker` measure the same cell 0.6-1.1 h apart on a quiet machine
+#: (the local run also holds the pairs, peers and network runs); each pair says how far apart it is.
+MAX_HOURS_APART = 1.5
+#: The columns both processing tables start with (one cell, its two throughputs and their quotient).
+PAIR_HEADERS = "entry variant | model-only variant | server / target | c | entry items/s | model-only items/s | "
+
+
+def pair_up(tops: list[dict], candidates: list[dict], key, top_key=None) -> list[tuple[dict, dict, float]]:
+    """Each of ``tops`` with the candidate whose ``key`` is the top's ``top_key`` (default ``key``)
+    taken closest in time, and how many hours apart the two were taken; tops without one left out."""
+    found = []
+    for top in tops:
+        same = [r for r in candidates if key(r) == (top_key or key)(top)]
+        if same:
+            other = min(same, key=lambda r: abs(hours(r) - hours(top)))
+            found.append((top, other, abs(hours(other) - hours(top))))
+    return found
 
 
 def _key(record: dict) -> tuple:
     return load_cell(record, "target", "server_mode")
 
 
-#: The columns both processing tables start with (one cell, its two throughputs and their quotient).
-PAIR_HEADERS = "entry variant | model-only variant | server / target | c | entry items/s | model-only items/s | "
+def _container_key(record: dict) -> tuple:
+    return load_cell(record, "benchmark", "target")
+
+
+def container_cost(rows: list[dict], history: list[dict] | None = None) -> list[dict]:
+    """docker / local items/s for each docker row of the table: against the local record of the same
+    variant, target, c and generator taken closest in time (from ``history``, all records of the
+    deployment; default the table's own rows), so that a pair comes from one run where there is one."""
+    measured = [r for r in rows if r["measured"]]
+    local = [
+        r
+        for r in (history if history is not None else measured)
+        if r.get("server_mode") == "local" and r.get("items_per_second")
+    ]
+    docker = [r for r in measured if r["server_mode"] == "docker"]
+    return [
+        {
+            **dict(zip(("benchmark", "target", "concurrency", "generator"), _container_key(top))),
+            "local": other["items_per_second"],
+            "docker": top["items_per_second"],
+            "ratio": top["items_per_second"] / other["items_per_second"],
+            "hours_apart": apart,
+        }
+        for top, other, apart in pair_up(docker, local, _container_key)
+        if apart <= MAX_HOURS_APART
+    ]
+
+
+def render_container_cost(rows: list[dict], history: list[dict] | None = None) -> list[str]:
+    """A short table: what the container costs, as docker / local items/s of the same variant and c."""
+    pairs = container_cost(rows, history)
+    if not pairs:
+        return []
+    rows = [
+        [
+            p["benchmark"],
+            p["target"],
+            p["concurrency"],
+            number(p["local"]),
+            number(p["docker"]),
+            f"{p['ratio']:.2f}",
+            f"{p['hours_apart']:.1f}",
+        ]
+        for p in pairs
+    ]
+    return captioned(
+        "Container cost (docker / local items/s of the same variant, target and c; a ratio near 1 means the "
+        "container costs nothing measurable; the local record is the one of the same cell taken closest in "
+        f"time, within {MAX_HOURS_APART} h (records farther apart are not paired); `h apart` how far apart the two were taken: 0.0-0.1 means one run, the modes alternating per "
+        "deployment):",
+        rows,
+        "variant | target | c | local items/s | docker items/s | docker / local | h apart",
+    )
 
 
 def ratio_cell(ratio: float) -> str:
@@ -39,30 +104,25 @@ def processing_ratios(rows: list[dict], model_only: dict[str, str]) -> list[dict
     """entry / model-only items/s for each measured row whose benchmark names a ``model_only`` one;
     the model-only record is the one of the same cell taken closest in time."""
     measured = [r for r in rows if r.get("measured") and r.get("items_per_second")]
-    pairs = []
-    for entry in measured:
-        other = model_only.get(entry.get("benchmark"))
-        if not other:
-            continue
-        same = [r for r in measured if r.get("benchmark") == other and _key(r) == _key(entry)]
-        if not same:
-            continue
-        alone, apart = closest(entry, same)
-        pairs.append(
-            {
-                "benchmark": entry["benchmark"],
-                "model_only": other,
-                "target": entry.get("target"),
-                "server_mode": entry.get("server_mode"),
-                "concurrency": int(entry.get("concurrency") or 0),
-                "generator": generator_family(entry),
-                "entry": entry["items_per_second"],
-                "alone": alone["items_per_second"],
-                "ratio": entry["items_per_second"] / alone["items_per_second"],
-                "hours_apart": apart,
-            }
-        )
-    return pairs
+    entries = [r for r in measured if model_only.get(r.get("benchmark"))]
+    pairs = pair_up(
+        entries, measured, lambda r: (r.get("benchmark"), *_key(r)), lambda e: (model_only[e["benchmark"]], *_key(e))
+    )
+    return [
+        {
+            "benchmark": entry["benchmark"],
+            "model_only": alone["benchmark"],
+            "target": entry.get("target"),
+            "server_mode": entry.get("server_mode"),
+            "concurrency": int(entry.get("concurrency") or 0),
+            "generator": generator_family(entry),
+            "entry": entry["items_per_second"],
+            "alone": alone["items_per_second"],
+            "ratio": entry["items_per_second"] / alone["items_per_second"],
+            "hours_apart": apart,
+        }
+        for entry, alone, apart in pairs
+    ]
 
 
 def render_processing_ratios(rows: list[dict], model_only: dict[str, str]) -> list[str]:
