@@ -18,6 +18,7 @@ import uuid
 
 from harness.deployments import discover, get_deployment
 from harness.manifest import Benchmark, overrides_table
+from harness.measuring.alternate import in_turn
 from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
 from harness.measuring.pinning import container_pids
 from harness.measuring.records import append_record
@@ -113,10 +114,9 @@ def _show(round_index: int, concurrency: int, name: str, role: str, model: str, 
 
 
 def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: int, args, protocols=None) -> dict:
-    """Both workloads of a pair back to back (model-only first in even rounds, entry first in odd ones)."""
+    """Both workloads of a pair back to back, in turn (model-only first in even rounds)."""
     got = {}
-    roles = ["model-only", "entry"] if round_index % 2 == 0 else ["entry", "model-only"]
-    for role in roles:
+    for role in in_turn(["model-only", "entry"], round_index):
         workload = ctx.deployment.resolve(references[role])(ctx)
         protocol = (protocols or {}).get(role, "grpc")
         got[role] = measure(ctx, workload, concurrency, args.duration, args.steps, protocol)

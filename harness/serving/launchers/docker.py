@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import tempfile
-import uuid
 from pathlib import Path
 
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, ports_in_use
@@ -33,8 +32,7 @@ from harness.serving.launchers.docker_images import (
     profile_for,
 )
 from triton_gate.policy import write_policy
-from triton_gate.serve import ADMIN_HEADER, free_ports, serve_command
-from triton_gate.workers import default_workers
+from triton_gate.serve import free_ports, serve_command
 
 CONTAINER_MODEL_DIR = "/models"
 CONTAINER_ENVS_DIR = "/envs"
@@ -60,10 +58,9 @@ class DockerTritonServer(StartedTritonServer):
         pack_stale_envs: bool = True,
         gate_workers: int | None = None,
     ):
-        super().__init__(options, host, ports or free_ports(3))
+        super().__init__(options, host, ports or free_ports(3), exit_timeout_s, gate_workers)
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
-        self.exit_timeout_s = exit_timeout_s
         self.pack_stale_envs = pack_stale_envs
         self.container = None
         self.repository = Path(options.model_repository)
@@ -74,20 +71,18 @@ class DockerTritonServer(StartedTritonServer):
         #: known once the image's labels are read in start(); the admin token reaches the gate in a
         #: 0600 file mounted read-only, never on a command line.
         self.gate = False
-        self.admin_token = uuid.uuid4().hex
-        #: Gate processes in the container (``--gate-workers``), chosen on this host as the local launcher does.
-        self.gate_workers = gate_workers or default_workers()
         self.secret_dir: Path | None = None
+
+    @property
+    def restricted(self) -> bool:
+        """Only the image's front gate restricts APIs."""
+        return self.gate
 
     # ------------------------------------------------------------------ the container
 
     def server_args(self) -> list[str]:
         """The container's command: tritonserver, behind the image's front gate when it has one."""
-        triton = [
-            "tritonserver",
-            f"--model-repository={CONTAINER_MODEL_DIR}",
-            f"--exit-timeout-secs={self.exit_timeout_s}",
-        ] + self.option_args()
+        triton = self.triton_command("tritonserver", CONTAINER_MODEL_DIR)
         if not self.gate:
             return triton
         gate_args = [
@@ -101,11 +96,6 @@ class DockerTritonServer(StartedTritonServer):
         if self.options.api_keys:
             gate_args += ["--api-key-file", f"{CONTAINER_SECRET_DIR}/{API_KEY_FILE}"]
         return serve_command(triton, *gate_args)
-
-    @property
-    def admin_headers(self) -> dict[str, str]:
-        """Headers for internal models and the restricted APIs behind the gate (none without a gate)."""
-        return {ADMIN_HEADER: self.admin_token} if self.gate else {}
 
     def container_spec(self) -> dict:
         """Keyword arguments for ``docker.from_env().containers.run``."""

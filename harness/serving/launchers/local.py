@@ -32,8 +32,7 @@ from harness.serving.packenv import PackedEnvError, assert_repository
 from triton_gate.config import GateConfig, gate_config
 from triton_gate.isolation import sigterm_when_parent_dies
 from triton_gate.policy import GatePolicy
-from triton_gate.serve import ADMIN_HEADER, close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
-from triton_gate.workers import default_workers
+from triton_gate.serve import close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
 
 HARNESS_BACKENDS = Path(__file__).resolve().parent.parent / "backends"
 
@@ -85,6 +84,8 @@ class LocalTritonServer(StartedTritonServer):
     """tritonserver from the pip wheel, as a child process that dies with its parent."""
 
     mode = "local"
+    #: The restricted APIs need ``admin_headers`` with the gate or without it (``listen_flags``).
+    restricted = True
 
     def __init__(
         self,
@@ -100,7 +101,7 @@ class LocalTritonServer(StartedTritonServer):
         gate_workers: int | None = None,
     ):
         chosen = free_ports(6)  # public and private ports distinct from each other (same namespace without isolation)
-        super().__init__(options, host, ports or chosen[:3])
+        super().__init__(options, host, ports or chosen[:3], exit_timeout_s, gate_workers)
         if host not in ("127.0.0.1", "localhost", "::1"):
             message = (
                 f"tritonserver will listen on {host}: its inference API is open to the network with no "
@@ -112,52 +113,40 @@ class LocalTritonServer(StartedTritonServer):
         self.gate = gate
         self.isolate = isolate
         self.gate_options = dict(gate_options or {})
-        #: Gate processes serving the public ports (``triton_gate.workers``).
-        self.gate_workers = gate_workers or default_workers()
         #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
         self.private_ports = chosen[3:] if gate else None
         #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
         self.internal_token = uuid.uuid4().hex
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
-        self.exit_timeout_s = exit_timeout_s
         self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.log_path = self.work_dir / "tritonserver.log"
         self.process: subprocess.Popen | None = None
         self._log_file = None
         self._final_logs = ""
         self._final_events: list[dict] = []
-        self.admin_token = uuid.uuid4().hex
-
-    @property
-    def admin_headers(self) -> dict[str, str]:
-        """Headers a client needs for the restricted APIs (``restricted_apis()``) of this server."""
-        return {ADMIN_HEADER: self.admin_token}
 
     def restricted_apis(self) -> list[str]:
         """APIs refused without ``admin_headers``: model-repository too unless a control mode was asked for."""
         return restricted_apis(self.options.model_control_mode)
 
-    def triton_command(self) -> list[str]:
-        """tritonserver's own command line, before the gate (if any) moves it onto private ports."""
-        opts = self.options
-        return [
+    def local_triton_command(self) -> list[str]:
+        """tritonserver's own command line on this machine, before the gate (if any) moves it onto private ports."""
+        return self.triton_command(
             str(pytriton_root() / "bin" / "tritonserver"),
-            f"--model-repository={Path(opts.model_repository).resolve()}",
+            str(Path(self.options.model_repository).resolve()),
             f"--backend-directory={self.work_dir / 'backends'}",
             "--allow-gpu-metrics=false",
-            f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-        ] + self.option_args()
+        )
 
     def command(self) -> list[str]:
-        """The full tritonserver command line: the options' flags (``option_args``, shared with the
-        docker launcher), this machine's binary and backends, then either the public ports or, behind
-        the gate, what ``gated_command`` makes of it (the one rewrite the container's gate uses too)."""
+        """The full command line: tritonserver's (``local_triton_command``), then either the public
+        ports or, behind the gate, what ``gated_command`` makes of it (the rewrite the container's gate uses too)."""
         if self.gate:
             return self.gate_config([]).command
         ports = (self.http_port, self.grpc_port, self.metrics_port)
-        return self.triton_command() + listen_flags(
+        return self.local_triton_command() + listen_flags(
             self.host, ports, self.restricted_apis(), self.admin_token, self.options.allow_grpc
         )
 
@@ -165,7 +154,7 @@ class LocalTritonServer(StartedTritonServer):
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
         opts = self.options
         return gate_config(
-            self.triton_command(),
+            self.local_triton_command(),
             work_dir=self.work_dir,
             admin_token=self.admin_token,
             grpc=opts.allow_grpc,
