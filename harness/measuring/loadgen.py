@@ -481,18 +481,6 @@ def run_load(
     return result
 
 
-def sweep(
-    workload: Workload, concurrencies: list[int], *, on_level: Callable[[LoadResult], None] | None = None, **options
-) -> list[LoadResult]:
-    """``run_load(workload, concurrency=c, **options)`` at each concurrency in turn."""
-    results = []
-    for concurrency in concurrencies:
-        results.append(run_load(workload, concurrency=concurrency, **options))
-        if on_level:
-            on_level(results[-1])
-    return results
-
-
 # -- the background load ----------------------------------------------------------------------
 class Load:
     """``concurrency`` requests of ``workload`` in flight on ``url`` in a background thread from

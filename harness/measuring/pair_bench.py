@@ -277,11 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", nargs="*", default=[], help="more models whose Triton stats to print")
-    parser.add_argument("--json", help="also write every level here")
     args = parser.parse_args(argv)
     if args.manifest:
-        if args.pair or args.variant or args.json:
-            parser.error("--manifest takes its pairs and variants from the manifest: drop --pair/--variant/--json")
+        if args.pair or args.variant:
+            parser.error("--manifest takes its pairs and variants from the manifest: drop --pair/--variant")
         return run_manifest(args)
     if not args.deployment or not args.pair:
         parser.error("a deployment and at least one --pair are needed (or --manifest)")
@@ -290,7 +289,6 @@ def main(argv: list[str] | None = None) -> int:
     deployment = get_deployment(args.deployment)
     variants = {name: overrides_table(json.loads(text)) or None for name, text in (args.variant or [["as-is", "{}"]])}
     pool = ServerPool(mode=args.mode, target=args.target)
-    levels = []
     try:
         contexts = {name: pool.context(deployment, config) for name, config in variants.items()}
         for round_index in range(args.rounds):
@@ -298,13 +296,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name, ctx in contexts.items():
                     for model_only, entry in args.pair:
                         refs = {"model-only": model_only, "entry": entry}
-                        level = run_pair(ctx, name, refs, concurrency, round_index, args)
-                        levels.append({**level, "pair": [model_only, entry]})
+                        run_pair(ctx, name, refs, concurrency, round_index, args)
     finally:
         pool.close()
-        if args.json:
-            with open(args.json, "w") as handle:
-                json.dump(levels, handle, indent=1)
     return 0
 
 

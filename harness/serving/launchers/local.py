@@ -61,23 +61,17 @@ def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     source = pytriton_root() / "backends" / "python"
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
+    # Copies, not links: Triton refuses backend files that resolve outside the backend dir.
     for item in source.iterdir():
-        if item.name != "triton_python_backend_stub":
-            _copy(item, python_dir / item.name)
+        if item.name != "triton_python_backend_stub" and not item.is_dir():
+            shutil.copy2(item, python_dir / item.name)
     shutil.copy2(stub_for(python_version), python_dir / "triton_python_backend_stub")
     for backend in HARNESS_BACKENDS.iterdir():
         if (backend / "model.py").exists():
             (dest / backend.name).mkdir(exist_ok=True)
             for source in (backend / "model.py", HARNESS_BACKENDS / "batched_runs.py"):
-                _copy(source, dest / backend.name / source.name)
+                shutil.copy2(source, dest / backend.name / source.name)
     return dest
-
-
-def _copy(source: Path, target: Path) -> None:
-    """Copy, not link: Triton refuses backend files that resolve outside the backend dir."""
-    if source.is_dir():
-        return
-    shutil.copy2(source, target)
 
 
 class LocalTritonServer(StartedTritonServer):
