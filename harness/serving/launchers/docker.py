@@ -55,13 +55,11 @@ class DockerTritonServer(StartedTritonServer):
         host: str = "127.0.0.1",
         ports: tuple[int, int, int] | None = None,
         exit_timeout_s: int = 5,
-        pack_stale_envs: bool = True,
         gate_workers: int | None = None,
     ):
         super().__init__(options, host, ports or free_ports(3), exit_timeout_s, gate_workers)
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
-        self.pack_stale_envs = pack_stale_envs
         self.container = None
         self.repository = Path(options.model_repository)
         self.envs_dir: Path | None = None
@@ -161,7 +159,7 @@ class DockerTritonServer(StartedTritonServer):
 
     def _prepare_repository(self) -> None:
         """Packed env beside a generated copy of the repository; every env checked against the stub."""
-        mounted = mounted_repository(self.options, self.profile, self.pack_stale_envs)
+        mounted = mounted_repository(self.options, self.profile)
         self.repository, self.work_dir, self.envs_dir = mounted.path, mounted.work_dir, mounted.envs_dir
 
     def start(self) -> None:
@@ -250,17 +248,16 @@ class DockerTritonServer(StartedTritonServer):
         self._cleanup_work_dir()
 
     def _write_secret(self) -> None:
-        """The admin token in a 0600 file of a fresh 0700 folder, mounted read-only into the container."""
+        """The admin token (and API keys) in 0600 files of a fresh 0700 folder, mounted read-only into the container."""
         self.secret_dir = Path(tempfile.mkdtemp(prefix="triton-gate-secret-"))
-        fd = os.open(self.secret_dir / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(self.admin_token)
+        secrets = {"admin-token": self.admin_token}
+        if self.options.api_keys:
+            secrets[API_KEY_FILE] = "\n".join(self.options.api_keys) + "\n"
+        for name, text in secrets.items():
+            with os.fdopen(os.open(self.secret_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(text)
         if self.options.gate_policy is not None:
             write_policy(self.options.gate_policy, self.secret_dir / POLICY_FILE)
-        if self.options.api_keys:
-            fd = os.open(self.secret_dir / API_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write("\n".join(self.options.api_keys) + "\n")
 
     def _cleanup_work_dir(self) -> None:
         if self.secret_dir is not None:
