@@ -209,7 +209,7 @@ def run_manifest(args) -> int:
     failed = []
     try:
         for deployment in deployments:
-            pairs = manifest_pairs(deployment, args.target, args.only) if args.target in deployment.targets else []
+            pairs = manifest_pairs(deployment, args.target) if args.target in deployment.targets else []
             variants: dict[str, list] = {}
             for pair in pairs:
                 variants.setdefault(variant_key(deployment, pair[1].config), []).append(pair)
@@ -262,7 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         help="two workloads ('file.py:function' of the deployment); repeatable",
     )
     parser.add_argument("--manifest", action="store_true", help="the pairs of the manifest(s) (model_only keys)")
-    parser.add_argument("--only", nargs="+", help="with --manifest: only these entry benchmark ids")
     parser.add_argument("--record-results", action="store_true", help="with --manifest: append records")
     parser.add_argument("--mode", help="server mode (local, docker; default TRITON_SERVER_MODE or local)")
     parser.add_argument("--target", default="cpu")
@@ -284,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_manifest(args)
     if not args.deployment or not args.pair:
         parser.error("a deployment and at least one --pair are needed (or --manifest)")
-    if args.record_results or args.only:
-        parser.error("--record-results and --only go with --manifest")
+    if args.record_results:
+        parser.error("--record-results goes with --manifest")
     deployment = get_deployment(args.deployment)
     variants = {name: overrides_table(json.loads(text)) or None for name, text in (args.variant or [["as-is", "{}"]])}
     pool = ServerPool(mode=args.mode, target=args.target)

@@ -23,7 +23,6 @@ import warnings
 from importlib.metadata import version
 from pathlib import Path
 
-import onnxruntime
 import psutil
 
 from harness.repository import RepositoryError
@@ -172,10 +171,11 @@ class LocalTritonServer(StartedTritonServer):
 
     def environment(self) -> dict[str, str]:
         """Library path for the binary and the stub; the venv first on PATH for the stub."""
+        from pytriton.utils.distribution import get_libs_path
+
         env = dict(os.environ)
-        site = Path(onnxruntime.__file__).resolve().parent.parent
         libs = [
-            str(site / "nvidia_pytriton.libs"),
+            str(get_libs_path()),
             str(pytriton_root() / "external_libs"),
             str(pytriton_root() / "lib"),
             sysconfig.get_config_var("LIBDIR") or "",
