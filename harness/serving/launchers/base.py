@@ -244,7 +244,8 @@ def interrupt_on_sigterm() -> None:
 
 
 def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, float], int | None]) -> int:
-    """Start ``server`` and hold it until Ctrl-C or SIGTERM (exit status 0) or until it exits by itself (1).
+    """Start ``server`` and hold it until Ctrl-C or SIGTERM (exit status 0) or until it exits by itself
+    (1, its log tail on stderr).
 
     ``on_ready(server, seconds_to_ready)`` tells the user what is served; when it returns a status
     (``--once``, ``--check``) the run ends with it. A start failure prints the launcher's one-line
@@ -257,11 +258,18 @@ def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, 
         server.start()
         server.wait_ready()
         status = on_ready(server, time.monotonic() - began)
-        return serve_until_interrupted(server) if status is None else status
+        if status is not None:
+            return status
+        print("Ctrl-C to stop.", flush=True)
+        while server.is_running():
+            time.sleep(0.5)
+        print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
+        return 1
     except ServerStartError as exc:
         print(exc, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("\nstopping tritonserver")
         return 0
     finally:
         stop_undisturbed(server)
@@ -281,19 +289,6 @@ def stop_undisturbed(server: TritonServer, ports_free_within_s: float = 30.0) ->
         time.sleep(0.1)
     if busy:
         print("; ".join(busy), file=sys.stderr)
-
-
-def serve_until_interrupted(server: TritonServer) -> int:
-    """Block until Ctrl-C (returns 0) or until the server exits by itself (1, log tail on stderr)."""
-    print("Ctrl-C to stop.", flush=True)
-    try:
-        while server.is_running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        print("\nstopping tritonserver")
-        return 0
-    print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
-    return 1
 
 
 class StartedTritonServer(TritonServer):
