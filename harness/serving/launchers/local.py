@@ -302,11 +302,8 @@ class LocalTritonServer(StartedTritonServer):
 
     def shm_regions(self) -> list[str]:
         """This server's shared-memory regions as seen by its stubs (inside the gate's private
-        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``)."""
+        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``); after stop, those left
+        behind on this host (none after a clean stop)."""
         if self.gate and self.is_running():
             return glob.glob(f"/proc/{self.process.pid}/root/dev/shm/{self.shm_prefix}*")
-        return glob.glob(f"/dev/shm/{self.shm_prefix}*")
-
-    def leftovers(self) -> list[str]:
-        """Shared-memory regions of this server still present (empty after a clean stop)."""
         return glob.glob(f"/dev/shm/{self.shm_prefix}*")
