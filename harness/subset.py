@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -331,7 +332,7 @@ def keep_models(deployment: Deployment, entries: list[str]) -> Deployment:
     prune_manifest(deployment, [m for m in deployment.entry_models if m in entries], dropped)
     dropped_code = "".join(f.read_text() for m in dropped for f in (deployment.model_repository / m).rglob("*.py"))
     for folder in sorted(dropped):
-        _remove(deployment.model_repository / folder)
+        shutil.rmtree(deployment.model_repository / folder)
     prune_recipe(deployment, dropped_code)
     sources = [
         p
@@ -370,9 +371,3 @@ def prune_recipe(deployment: Deployment, dropped_code: str) -> list[str]:
         text = re.sub(rf"^\s*- {re.escape(requirement)}(?![\w.]).*\n", "", text, flags=re.M)
     path.write_text(text)
     return gone
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path)

@@ -21,6 +21,12 @@ from harness.session import ServerPool
 COMPARISON = "alternating-rounds"
 
 
+def in_turn(items: list, round_index: int) -> list:
+    """``items`` in order in even rounds, reversed in odd ones: no scenario always runs first
+    (the one alternation of this module and of ``pair_bench``)."""
+    return items if round_index % 2 == 0 else items[::-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("deployment")
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         contexts = {b.id: pool.context(deployment, b.config or None, b.models if b.config else ()) for b in chosen}
         for r in range(args.rounds):
-            for benchmark in chosen if r % 2 == 0 else list(reversed(chosen)):
+            for benchmark in in_turn(chosen, r):
                 records = run_benchmark(
                     contexts[benchmark.id],
                     benchmark,

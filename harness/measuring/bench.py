@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark
-from harness.measuring.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, sweep
+from harness.measuring.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, run_load
 from harness.measuring.records import append_record, scenario_fields
 
 #: What the harness's openvino backend logs at load: the precision that ran and the CPU's flags.
@@ -92,16 +92,19 @@ def run_benchmark(
         if model not in scenario["backend_implementation"]:
             scenario["backend_implementation"].update(model_backends(ctx, model))
     records = []
-
-    def record(level: LoadResult) -> None:
-        metrics = level.metrics(workload.items_per_request)
+    for concurrency in concurrencies or benchmark.concurrency:
+        level = run_load(
+            workload,
+            protocol=protocol,
+            url=url,
+            http_url=ctx.server.http_url,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+        )
         limit = ceiling_fields(workload, level, duration_s) if ceiling else {}
-        records.append({**scenario, **metrics, **limit, **(record_fields or {})})
+        records.append({**scenario, **level.metrics(workload.items_per_request), **limit, **(record_fields or {})})
         append_record(records[-1])
         if on_level:
             on_level(level)
-
-    concurrencies = list(concurrencies or benchmark.concurrency)
-    options = dict(protocol=protocol, url=url, http_url=ctx.server.http_url, duration_s=duration_s, warmup_s=warmup_s)
-    sweep(workload, concurrencies, on_level=record, **options)
     return records

@@ -248,15 +248,16 @@ def error_text(exc: BaseException) -> str:
 
 # -- the request loop -------------------------------------------------------------------------
 class Requests:
-    """Makes, sends, checks and retries request ``i`` of ``workload`` (one per call of ``one``)."""
+    """Makes, sends (its own ``Sender``), checks and retries request ``i`` of ``workload`` (one per call of ``one``)."""
 
-    def __init__(self, workload: Workload, sender: Sender, clock: Callable[[], float], concurrency: int):
-        self.workload, self.sender, self.clock = workload, sender, clock
+    def __init__(self, workload: Workload, protocol: str, url: str, concurrency: int, clock: Callable[[], float]):
+        self.workload, self.clock = workload, clock
+        self.sender = Sender(workload, protocol, url, concurrency)
         needs_threads = workload.prepare is not None or workload.finish is not None
         self.threads = ThreadPoolExecutor(max(concurrency, 1), "loadgen-client") if needs_threads else None
         fixed = workload.prepare is None and workload.make is None
         #: The workload's fixed inputs, encoded once.
-        self.fixed = sender.encode(workload.request_inputs()) if fixed else None
+        self.fixed = self.sender.encode(workload.request_inputs()) if fixed else None
 
     def _encode(self, index: int) -> tuple[Any, Any]:
         """Request ``index`` encoded for the wire, and the key its answer is checked by."""
@@ -432,8 +433,7 @@ async def _run_level(
 ) -> LoadResult:
     loop = asyncio.get_running_loop()
     window = Window(loop.time(), concurrency, duration_s, warmup_s)
-    sender = Sender(workload, protocol, url, concurrency)
-    requests = Requests(workload, sender, loop.time, concurrency)
+    requests = Requests(workload, protocol, url, concurrency, loop.time)
 
     async def snapshots() -> None:
         await asyncio.sleep(max(window.opens - loop.time(), 0))
@@ -450,7 +450,7 @@ async def _run_level(
         await asyncio.gather(snapshots(), requests.hold(concurrency, window.closed.is_set, window.count))
     finally:
         guard.cancel()
-    sent, received = sender.sizes or (0, 0)
+    sent, received = requests.sender.sizes or (0, 0)
     return LoadResult(
         concurrency=concurrency,
         duration_s=(window.closes or loop.time()) - window.opens,
@@ -481,18 +481,6 @@ def run_load(
     return result
 
 
-def sweep(
-    workload: Workload, concurrencies: list[int], *, on_level: Callable[[LoadResult], None] | None = None, **options
-) -> list[LoadResult]:
-    """``run_load(workload, concurrency=c, **options)`` at each concurrency in turn."""
-    results = []
-    for concurrency in concurrencies:
-        results.append(run_load(workload, concurrency=concurrency, **options))
-        if on_level:
-            on_level(results[-1])
-    return results
-
-
 # -- the background load ----------------------------------------------------------------------
 class Load:
     """``concurrency`` requests of ``workload`` in flight on ``url`` in a background thread from
@@ -516,8 +504,7 @@ class Load:
 
     def _run(self) -> None:
         async def main() -> None:
-            sender = Sender(self.workload, self.protocol, self.url, self.concurrency)
-            requests = Requests(self.workload, sender, self.clock, self.concurrency)
+            requests = Requests(self.workload, self.protocol, self.url, self.concurrency, self.clock)
             try:
                 await requests.hold(self.concurrency, self._stop.is_set, self.log.records.append)
             finally:

@@ -18,6 +18,7 @@ import uuid
 
 from harness.deployments import discover, get_deployment
 from harness.manifest import Benchmark, overrides_table
+from harness.measuring.alternate import in_turn
 from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
 from harness.measuring.pinning import container_pids
 from harness.measuring.records import append_record
@@ -113,10 +114,9 @@ def _show(round_index: int, concurrency: int, name: str, role: str, model: str, 
 
 
 def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: int, args, protocols=None) -> dict:
-    """Both workloads of a pair back to back (model-only first in even rounds, entry first in odd ones)."""
+    """Both workloads of a pair back to back, in turn (model-only first in even rounds)."""
     got = {}
-    roles = ["model-only", "entry"] if round_index % 2 == 0 else ["entry", "model-only"]
-    for role in roles:
+    for role in in_turn(["model-only", "entry"], round_index):
         workload = ctx.deployment.resolve(references[role])(ctx)
         protocol = (protocols or {}).get(role, "grpc")
         got[role] = measure(ctx, workload, concurrency, args.duration, args.steps, protocol)
@@ -209,7 +209,7 @@ def run_manifest(args) -> int:
     failed = []
     try:
         for deployment in deployments:
-            pairs = manifest_pairs(deployment, args.target, args.only) if args.target in deployment.targets else []
+            pairs = manifest_pairs(deployment, args.target) if args.target in deployment.targets else []
             variants: dict[str, list] = {}
             for pair in pairs:
                 variants.setdefault(variant_key(deployment, pair[1].config), []).append(pair)
@@ -262,7 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         help="two workloads ('file.py:function' of the deployment); repeatable",
     )
     parser.add_argument("--manifest", action="store_true", help="the pairs of the manifest(s) (model_only keys)")
-    parser.add_argument("--only", nargs="+", help="with --manifest: only these entry benchmark ids")
     parser.add_argument("--record-results", action="store_true", help="with --manifest: append records")
     parser.add_argument("--mode", help="server mode (local, docker; default TRITON_SERVER_MODE or local)")
     parser.add_argument("--target", default="cpu")
@@ -277,20 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", nargs="*", default=[], help="more models whose Triton stats to print")
-    parser.add_argument("--json", help="also write every level here")
     args = parser.parse_args(argv)
     if args.manifest:
-        if args.pair or args.variant or args.json:
-            parser.error("--manifest takes its pairs and variants from the manifest: drop --pair/--variant/--json")
+        if args.pair or args.variant:
+            parser.error("--manifest takes its pairs and variants from the manifest: drop --pair/--variant")
         return run_manifest(args)
     if not args.deployment or not args.pair:
         parser.error("a deployment and at least one --pair are needed (or --manifest)")
-    if args.record_results or args.only:
-        parser.error("--record-results and --only go with --manifest")
+    if args.record_results:
+        parser.error("--record-results goes with --manifest")
     deployment = get_deployment(args.deployment)
     variants = {name: overrides_table(json.loads(text)) or None for name, text in (args.variant or [["as-is", "{}"]])}
     pool = ServerPool(mode=args.mode, target=args.target)
-    levels = []
     try:
         contexts = {name: pool.context(deployment, config) for name, config in variants.items()}
         for round_index in range(args.rounds):
@@ -298,13 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name, ctx in contexts.items():
                     for model_only, entry in args.pair:
                         refs = {"model-only": model_only, "entry": entry}
-                        level = run_pair(ctx, name, refs, concurrency, round_index, args)
-                        levels.append({**level, "pair": [model_only, entry]})
+                        run_pair(ctx, name, refs, concurrency, round_index, args)
     finally:
         pool.close()
-        if args.json:
-            with open(args.json, "w") as handle:
-                json.dump(levels, handle, indent=1)
     return 0
 
 

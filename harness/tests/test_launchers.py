@@ -140,7 +140,7 @@ def test_stop_leaves_no_process_or_shared_memory(tmp_path):
     server.stop()
     assert not server.is_running()
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert server.leftovers() == []
+    assert server.shm_regions() == []
     assert not server.work_dir.exists(), f"the server's own work dir {server.work_dir} was left behind"
     assert "successfully loaded 'echo'" in server.logs(), "the log stays readable after stop"
 

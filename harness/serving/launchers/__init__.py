@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-from harness.serving.launchers.base import ServerOptions, TritonServer
+from harness.serving.launchers.base import ExternalTritonServer, ServerOptions, TritonServer
 from harness.serving.launchers.docker import DockerTritonServer
-from harness.serving.launchers.external import ExternalTritonServer
 from harness.serving.launchers.local import LocalTritonServer
 
 MODES = ("local", "docker", "external")

@@ -8,12 +8,15 @@ import signal
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import tritonclient.http as httpclient
 
 from triton_gate.policy import GatePolicy
+from triton_gate.serve import ADMIN_HEADER
+from triton_gate.workers import default_workers
 
 #: Log lines that mean the server will never become ready (or is already broken).
 FAILURE_PATTERNS = [
@@ -241,7 +244,8 @@ def interrupt_on_sigterm() -> None:
 
 
 def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, float], int | None]) -> int:
-    """Start ``server`` and hold it until Ctrl-C or SIGTERM (exit status 0) or until it exits by itself (1).
+    """Start ``server`` and hold it until Ctrl-C or SIGTERM (exit status 0) or until it exits by itself
+    (1, its log tail on stderr).
 
     ``on_ready(server, seconds_to_ready)`` tells the user what is served; when it returns a status
     (``--once``, ``--check``) the run ends with it. A start failure prints the launcher's one-line
@@ -254,11 +258,18 @@ def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, 
         server.start()
         server.wait_ready()
         status = on_ready(server, time.monotonic() - began)
-        return serve_until_interrupted(server) if status is None else status
+        if status is not None:
+            return status
+        print("Ctrl-C to stop.", flush=True)
+        while server.is_running():
+            time.sleep(0.5)
+        print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
+        return 1
     except ServerStartError as exc:
         print(exc, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("\nstopping tritonserver")
         return 0
     finally:
         stop_undisturbed(server)
@@ -280,26 +291,29 @@ def stop_undisturbed(server: TritonServer, ports_free_within_s: float = 30.0) ->
         print("; ".join(busy), file=sys.stderr)
 
 
-def serve_until_interrupted(server: TritonServer) -> int:
-    """Block until Ctrl-C (returns 0) or until the server exits by itself (1, log tail on stderr)."""
-    print("Ctrl-C to stop.", flush=True)
-    try:
-        while server.is_running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        print("\nstopping tritonserver")
-        return 0
-    print("tritonserver exited:\n" + "\n".join(server.logs().splitlines()[-30:]), file=sys.stderr)
-    return 1
-
-
 class StartedTritonServer(TritonServer):
-    """A server the harness starts itself (local process or container): it owns host and ports."""
+    """A server the harness starts itself (local process or container): it owns host and ports, the
+    tritonserver command line (``triton_command``) and the admin token of its restricted APIs."""
 
-    def __init__(self, options: ServerOptions, host: str, ports: tuple[int, int, int]):
+    #: Whether clients need ``admin_headers`` for the restricted APIs (set by each launcher).
+    restricted: bool = False
+
+    def __init__(
+        self,
+        options: ServerOptions,
+        host: str,
+        ports: tuple[int, int, int],
+        exit_timeout_s: int = 5,
+        gate_workers: int | None = None,
+    ):
         super().__init__(options)
         self.host = host
         self.http_port, self.grpc_port, self.metrics_port = ports
+        self.exit_timeout_s = exit_timeout_s
+        #: Gate processes serving the public ports (``triton_gate.workers``).
+        self.gate_workers = gate_workers or default_workers()
+        #: Token of the restricted APIs; reaches the server in a file or a private flag, never a client.
+        self.admin_token = uuid.uuid4().hex
 
     @property
     def http_url(self) -> str:
@@ -313,10 +327,20 @@ class StartedTritonServer(TritonServer):
     def metrics_url(self) -> str:
         return f"{self.host}:{self.metrics_port}"
 
-    def option_args(self) -> list[str]:
-        """tritonserver flags that follow from the options, the same wherever the server runs."""
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """Headers a client needs for the restricted APIs and internal models (none when unrestricted)."""
+        return {ADMIN_HEADER: self.admin_token} if self.restricted else {}
+
+    def triton_command(self, binary: str, repository: str, *where: str) -> list[str]:
+        """tritonserver's command line: ``binary`` serving ``repository`` with the flags ``where`` it
+        runs needs, then the flags that follow from the options (the same for every launcher)."""
         opts = self.options
         args = [
+            binary,
+            f"--model-repository={repository}",
+            *where,
+            f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--model-control-mode={opts.model_control_mode}",
             f"--allow-grpc={'true' if opts.allow_grpc else 'false'}",
         ]
@@ -326,3 +350,38 @@ class StartedTritonServer(TritonServer):
         if opts.model_control_mode == "explicit":
             args += [f"--load-model={m}" for m in opts.required_models]
         return args + list(opts.extra_args)
+
+
+def _strip_scheme(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+class ExternalTritonServer(TritonServer):
+    """A tritonserver someone else started at ``http_url`` (and optionally ``grpc_url``): the
+    harness only connects to it; start and stop do nothing."""
+
+    mode = "external"
+
+    def __init__(
+        self, options: ServerOptions, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None
+    ):
+        super().__init__(options)
+        self._urls = [_strip_scheme(url) if url else None for url in (http_url, grpc_url, metrics_url)]
+
+    @property
+    def http_url(self) -> str:
+        return self._urls[0]
+
+    @property
+    def grpc_url(self) -> str | None:
+        return self._urls[1]
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self._urls[2]
+
+    def start(self) -> None:
+        """Nothing to start: the server is already there."""
+
+    def stop(self) -> None:
+        """Nothing to stop: the server is not ours."""

@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import tempfile
-import uuid
 from pathlib import Path
 
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer, ports_in_use
@@ -33,8 +32,7 @@ from harness.serving.launchers.docker_images import (
     profile_for,
 )
 from triton_gate.policy import write_policy
-from triton_gate.serve import ADMIN_HEADER, free_ports, serve_command
-from triton_gate.workers import default_workers
+from triton_gate.serve import free_ports, serve_command
 
 CONTAINER_MODEL_DIR = "/models"
 CONTAINER_ENVS_DIR = "/envs"
@@ -57,14 +55,11 @@ class DockerTritonServer(StartedTritonServer):
         host: str = "127.0.0.1",
         ports: tuple[int, int, int] | None = None,
         exit_timeout_s: int = 5,
-        pack_stale_envs: bool = True,
         gate_workers: int | None = None,
     ):
-        super().__init__(options, host, ports or free_ports(3))
+        super().__init__(options, host, ports or free_ports(3), exit_timeout_s, gate_workers)
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
-        self.exit_timeout_s = exit_timeout_s
-        self.pack_stale_envs = pack_stale_envs
         self.container = None
         self.repository = Path(options.model_repository)
         self.envs_dir: Path | None = None
@@ -74,20 +69,18 @@ class DockerTritonServer(StartedTritonServer):
         #: known once the image's labels are read in start(); the admin token reaches the gate in a
         #: 0600 file mounted read-only, never on a command line.
         self.gate = False
-        self.admin_token = uuid.uuid4().hex
-        #: Gate processes in the container (``--gate-workers``), chosen on this host as the local launcher does.
-        self.gate_workers = gate_workers or default_workers()
         self.secret_dir: Path | None = None
+
+    @property
+    def restricted(self) -> bool:
+        """Only the image's front gate restricts APIs."""
+        return self.gate
 
     # ------------------------------------------------------------------ the container
 
     def server_args(self) -> list[str]:
         """The container's command: tritonserver, behind the image's front gate when it has one."""
-        triton = [
-            "tritonserver",
-            f"--model-repository={CONTAINER_MODEL_DIR}",
-            f"--exit-timeout-secs={self.exit_timeout_s}",
-        ] + self.option_args()
+        triton = self.triton_command("tritonserver", CONTAINER_MODEL_DIR)
         if not self.gate:
             return triton
         gate_args = [
@@ -101,11 +94,6 @@ class DockerTritonServer(StartedTritonServer):
         if self.options.api_keys:
             gate_args += ["--api-key-file", f"{CONTAINER_SECRET_DIR}/{API_KEY_FILE}"]
         return serve_command(triton, *gate_args)
-
-    @property
-    def admin_headers(self) -> dict[str, str]:
-        """Headers for internal models and the restricted APIs behind the gate (none without a gate)."""
-        return {ADMIN_HEADER: self.admin_token} if self.gate else {}
 
     def container_spec(self) -> dict:
         """Keyword arguments for ``docker.from_env().containers.run``."""
@@ -171,7 +159,7 @@ class DockerTritonServer(StartedTritonServer):
 
     def _prepare_repository(self) -> None:
         """Packed env beside a generated copy of the repository; every env checked against the stub."""
-        mounted = mounted_repository(self.options, self.profile, self.pack_stale_envs)
+        mounted = mounted_repository(self.options, self.profile)
         self.repository, self.work_dir, self.envs_dir = mounted.path, mounted.work_dir, mounted.envs_dir
 
     def start(self) -> None:
@@ -260,17 +248,16 @@ class DockerTritonServer(StartedTritonServer):
         self._cleanup_work_dir()
 
     def _write_secret(self) -> None:
-        """The admin token in a 0600 file of a fresh 0700 folder, mounted read-only into the container."""
+        """The admin token (and API keys) in 0600 files of a fresh 0700 folder, mounted read-only into the container."""
         self.secret_dir = Path(tempfile.mkdtemp(prefix="triton-gate-secret-"))
-        fd = os.open(self.secret_dir / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(self.admin_token)
+        secrets = {"admin-token": self.admin_token}
+        if self.options.api_keys:
+            secrets[API_KEY_FILE] = "\n".join(self.options.api_keys) + "\n"
+        for name, text in secrets.items():
+            with os.fdopen(os.open(self.secret_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(text)
         if self.options.gate_policy is not None:
             write_policy(self.options.gate_policy, self.secret_dir / POLICY_FILE)
-        if self.options.api_keys:
-            fd = os.open(self.secret_dir / API_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write("\n".join(self.options.api_keys) + "\n")
 
     def _cleanup_work_dir(self) -> None:
         if self.secret_dir is not None:

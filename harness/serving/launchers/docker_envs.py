@@ -63,7 +63,7 @@ class MountedRepository:
     envs_dir: Path | None = None
 
 
-def checked_packed_env(tarball: Path, profile: ImageProfile, pack_stale: bool = True) -> None:
+def checked_packed_env(tarball: Path, profile: ImageProfile) -> None:
     """The deployment's packed env (re)packed when missing or stale, as `make pack-env` would; then it
     must exist, else DockerStartError saying how to build it (its Python: ``mounted_repository``)."""
     from harness.serving.packenv import RECIPE, PackEnvError, is_stale, load_recipe, pack
@@ -71,7 +71,7 @@ def checked_packed_env(tarball: Path, profile: ImageProfile, pack_stale: bool = 
     stub, target = profile.stub_python, profile.pack_target
     deployment = tarball.parent.parent.name
     recipe_path = tarball.parent.parent / RECIPE
-    if pack_stale and recipe_path.exists() and tarball.name == f"{target}.tar.gz":
+    if recipe_path.exists() and tarball.name == f"{target}.tar.gz":
         recipe = load_recipe(recipe_path)
         reason = is_stale(tarball, recipe, target)
         if reason:
@@ -89,7 +89,7 @@ def checked_packed_env(tarball: Path, profile: ImageProfile, pack_stale: bool = 
         )
 
 
-def mounted_repository(options: ServerOptions, profile: ImageProfile, pack_stale: bool = True) -> MountedRepository:
+def mounted_repository(options: ServerOptions, profile: ImageProfile) -> MountedRepository:
     """Packed env beside a generated copy of the repository; every env checked against the stub.
     On an error nothing generated is left behind."""
     from harness.serving.packenv import check_repository, packed_repository
@@ -98,7 +98,7 @@ def mounted_repository(options: ServerOptions, profile: ImageProfile, pack_stale
     try:
         if options.python_env:
             tarball = Path(options.python_env)
-            checked_packed_env(tarball, profile, pack_stale)
+            checked_packed_env(tarball, profile)
             mounted.work_dir = Path(tempfile.mkdtemp(prefix="triton-docker-"))
             mounted.path = packed_repository(mounted.path, tarball, mounted.work_dir)
             mounted.envs_dir = mounted.work_dir / "envs"

@@ -23,7 +23,6 @@ import warnings
 from importlib.metadata import version
 from pathlib import Path
 
-import onnxruntime
 import psutil
 
 from harness import PROJECT_ROOT
@@ -33,8 +32,7 @@ from harness.serving.packenv import PackedEnvError, assert_repository
 from triton_gate.config import GateConfig, gate_config
 from triton_gate.isolation import sigterm_when_parent_dies
 from triton_gate.policy import GatePolicy
-from triton_gate.serve import ADMIN_HEADER, close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
-from triton_gate.workers import default_workers
+from triton_gate.serve import close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
 
 #: Python-based backends copied into the local server's backend dir (they run in its stubs).
 HARNESS_BACKENDS = PROJECT_ROOT / "backends"
@@ -64,29 +62,25 @@ def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     source = pytriton_root() / "backends" / "python"
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
+    # Copies, not links: Triton refuses backend files that resolve outside the backend dir.
     for item in source.iterdir():
-        if item.name != "triton_python_backend_stub":
-            _copy(item, python_dir / item.name)
+        if item.name != "triton_python_backend_stub" and not item.is_dir():
+            shutil.copy2(item, python_dir / item.name)
     shutil.copy2(stub_for(python_version), python_dir / "triton_python_backend_stub")
     for backend in HARNESS_BACKENDS.iterdir():
         if (backend / "model.py").exists():
             (dest / backend.name).mkdir(exist_ok=True)
             for source in (backend / "model.py", HARNESS_BACKENDS / "batched_runs.py"):
-                _copy(source, dest / backend.name / source.name)
+                shutil.copy2(source, dest / backend.name / source.name)
     return dest
-
-
-def _copy(source: Path, target: Path) -> None:
-    """Copy, not link: Triton refuses backend files that resolve outside the backend dir."""
-    if source.is_dir():
-        return
-    shutil.copy2(source, target)
 
 
 class LocalTritonServer(StartedTritonServer):
     """tritonserver from the pip wheel, as a child process that dies with its parent."""
 
     mode = "local"
+    #: The restricted APIs need ``admin_headers`` with the gate or without it (``listen_flags``).
+    restricted = True
 
     def __init__(
         self,
@@ -102,7 +96,7 @@ class LocalTritonServer(StartedTritonServer):
         gate_workers: int | None = None,
     ):
         chosen = free_ports(6)  # public and private ports distinct from each other (same namespace without isolation)
-        super().__init__(options, host, ports or chosen[:3])
+        super().__init__(options, host, ports or chosen[:3], exit_timeout_s, gate_workers)
         if host not in ("127.0.0.1", "localhost", "::1"):
             message = (
                 f"tritonserver will listen on {host}: its inference API is open to the network with no "
@@ -114,52 +108,40 @@ class LocalTritonServer(StartedTritonServer):
         self.gate = gate
         self.isolate = isolate
         self.gate_options = dict(gate_options or {})
-        #: Gate processes serving the public ports (``triton_gate.workers``).
-        self.gate_workers = gate_workers or default_workers()
         #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
         self.private_ports = chosen[3:] if gate else None
         #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
         self.internal_token = uuid.uuid4().hex
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
-        self.exit_timeout_s = exit_timeout_s
         self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.log_path = self.work_dir / "tritonserver.log"
         self.process: subprocess.Popen | None = None
         self._log_file = None
         self._final_logs = ""
         self._final_events: list[dict] = []
-        self.admin_token = uuid.uuid4().hex
-
-    @property
-    def admin_headers(self) -> dict[str, str]:
-        """Headers a client needs for the restricted APIs (``restricted_apis()``) of this server."""
-        return {ADMIN_HEADER: self.admin_token}
 
     def restricted_apis(self) -> list[str]:
         """APIs refused without ``admin_headers``: model-repository too unless a control mode was asked for."""
         return restricted_apis(self.options.model_control_mode)
 
-    def triton_command(self) -> list[str]:
-        """tritonserver's own command line, before the gate (if any) moves it onto private ports."""
-        opts = self.options
-        return [
+    def local_triton_command(self) -> list[str]:
+        """tritonserver's own command line on this machine, before the gate (if any) moves it onto private ports."""
+        return self.triton_command(
             str(pytriton_root() / "bin" / "tritonserver"),
-            f"--model-repository={Path(opts.model_repository).resolve()}",
+            str(Path(self.options.model_repository).resolve()),
             f"--backend-directory={self.work_dir / 'backends'}",
             "--allow-gpu-metrics=false",
-            f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-        ] + self.option_args()
+        )
 
     def command(self) -> list[str]:
-        """The full tritonserver command line: the options' flags (``option_args``, shared with the
-        docker launcher), this machine's binary and backends, then either the public ports or, behind
-        the gate, what ``gated_command`` makes of it (the one rewrite the container's gate uses too)."""
+        """The full command line: tritonserver's (``local_triton_command``), then either the public
+        ports or, behind the gate, what ``gated_command`` makes of it (the rewrite the container's gate uses too)."""
         if self.gate:
             return self.gate_config([]).command
         ports = (self.http_port, self.grpc_port, self.metrics_port)
-        return self.triton_command() + listen_flags(
+        return self.local_triton_command() + listen_flags(
             self.host, ports, self.restricted_apis(), self.admin_token, self.options.allow_grpc
         )
 
@@ -167,7 +149,7 @@ class LocalTritonServer(StartedTritonServer):
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
         opts = self.options
         return gate_config(
-            self.triton_command(),
+            self.local_triton_command(),
             work_dir=self.work_dir,
             admin_token=self.admin_token,
             grpc=opts.allow_grpc,
@@ -191,10 +173,11 @@ class LocalTritonServer(StartedTritonServer):
 
     def environment(self) -> dict[str, str]:
         """Library path for the binary and the stub; the venv first on PATH for the stub."""
+        from pytriton.utils.distribution import get_libs_path
+
         env = dict(os.environ)
-        site = Path(onnxruntime.__file__).resolve().parent.parent
         libs = [
-            str(site / "nvidia_pytriton.libs"),
+            str(get_libs_path()),
             str(pytriton_root() / "external_libs"),
             str(pytriton_root() / "lib"),
             sysconfig.get_config_var("LIBDIR") or "",
@@ -321,11 +304,8 @@ class LocalTritonServer(StartedTritonServer):
 
     def shm_regions(self) -> list[str]:
         """This server's shared-memory regions as seen by its stubs (inside the gate's private
-        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``)."""
+        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``); after stop, those left
+        behind on this host (none after a clean stop)."""
         if self.gate and self.is_running():
             return glob.glob(f"/proc/{self.process.pid}/root/dev/shm/{self.shm_prefix}*")
-        return glob.glob(f"/dev/shm/{self.shm_prefix}*")
-
-    def leftovers(self) -> list[str]:
-        """Shared-memory regions of this server still present (empty after a clean stop)."""
         return glob.glob(f"/dev/shm/{self.shm_prefix}*")
