@@ -193,8 +193,8 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             self.policy.max_bytes_in_flight, self.cfg.max_bytes_in_flight, self.cfg.admission_wait_s
         )
         # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
-        # The gate inflates bodies itself (``body``); a refused body is never read on (no lingering).
-        handler = web.Server(self.handle, access_log=None, auto_decompress=False, lingering_time=0, logger=HTTP_LOGGER)
+        # aiohttp inflates bodies in bounded steps (``body``); a refused body is never read on (no lingering).
+        handler = web.Server(self.handle, access_log=None, lingering_time=0, logger=HTTP_LOGGER)
         runners = {"http": web.ServerRunner(handler, handle_signals=False, shutdown_timeout=self.cfg.exit_timeout_s)}
         if "metrics" in socks:
             metrics_app = web.Application()
