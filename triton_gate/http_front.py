@@ -123,7 +123,8 @@ class HttpFront:
         admin = self.is_admin(request.headers)
         self.check_load(bool(LOAD_PATH.match(path)))
         if path == "/v2/health/ready":
-            return await self.readiness_response()
+            reasons = await self.not_ready()
+            return web.json_response({"error": "; ".join(reasons)}, status=503) if reasons else web.Response()
         ready = READY_PATH.match(path)
         if ready and ready.group(1) in self.broken:
             return web.Response(status=400)
@@ -198,12 +199,6 @@ class HttpFront:
             raise GateError(503, f"tritonserver unavailable: {type(exc).__name__}") from None
         finally:
             self.in_flight -= 1
-
-    async def readiness_response(self):
-        reasons = await self.not_ready()
-        if reasons:
-            return web.json_response({"error": "; ".join(reasons)}, status=503)
-        return web.Response(status=200)
 
     async def handle_metrics(self, request):
         async with self.session.get(self.upstream_metrics + request.path_qs) as resp:

@@ -62,7 +62,6 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.seen_config_epoch = None
         self.draining = False
         self.in_flight = 0
-        self.events: list[dict] = []
 
     # -- upstream ---------------------------------------------------------------------------
     def start_triton(self) -> None:

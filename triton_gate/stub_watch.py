@@ -165,8 +165,8 @@ class StubWatch:
             self.reloading.pop(model, None)
 
     def event(self, kind: str, **fields) -> None:
+        """One line of the events file (stub deaths, reloads) that the launcher reads."""
         record = {"event": kind, "time": time.time(), **fields}
-        self.events.append(record)
         path = self.cfg.events_path
         if path:
             with open(path, "a") as f:
