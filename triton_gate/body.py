@@ -1,17 +1,16 @@
-"""Request bodies within bounds: each read only up to its limit, inflated in bounded steps, and
-admitted to tritonserver within a budget of bytes in flight per model.
+"""Request bodies within bounds: each read only up to its limit, and admitted to tritonserver
+within a budget of bytes in flight per model.
 
-aiohttp's own decompression is off (``web.Server(auto_decompress=False)``): the gate inflates a
-gzip or deflate body itself, at most ``INFLATE_STEP`` bytes per step with the event loop free
-between steps, and counts what comes out. Past the limit it stops: no more is read or inflated,
-the 413 goes out and the connection is closed (``http_front``), so a small body that inflates to
-gigabytes costs the gate about its limit, and other requests keep moving meanwhile.
+aiohttp inflates a gzip or deflate body itself in bounded steps (``web.Server``'s
+``auto_decompress``: at most a buffer's worth per step, and no more read from the socket while
+the inflated bytes wait), so the gate counts what comes out. Past the limit it stops: no more is
+read or inflated, the 413 goes out and the connection is closed (``http_front``), so a small body
+that inflates to gigabytes costs the gate about its limit, and other requests keep moving meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections import defaultdict
 from contextlib import asynccontextmanager
 
@@ -19,10 +18,6 @@ from aiohttp import http_exceptions, web_protocol
 
 from triton_gate.validate import GateError
 
-#: Most bytes one inflate step makes before the event loop runs again.
-INFLATE_STEP = 256 << 10
-#: zlib window bits per Content-Encoding: gzip's header, zlib's (HTTP's "deflate").
-WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 #: Budget of a model with none of its own, in bodies of its largest size.
 BODIES_IN_FLIGHT = 4
 
@@ -42,31 +37,20 @@ async def read_limited(request, limit: int, what: str) -> bytes:
         raise BodyRefused(
             413, f"request body of {request.content_length} bytes is over the {limit}-byte limit of {what}", 0, 0
         )
-    inflater = zlib.decompressobj(WBITS[encoding]) if encoding in WBITS else None
-    body, received = bytearray(), 0
+    stream, body = request.content, bytearray()
+
+    def received() -> int:  # bytes off the wire (aiohttp counts them as it inflates)
+        return stream.total_compressed_bytes or len(body)
+
     try:
-        async for chunk in request.content.iter_chunked(1 << 16):
-            received += len(chunk)
-            while chunk:
-                if inflater and inflater.eof:  # a gzip body may hold several members (RFC 1952)
-                    if encoding != "gzip":
-                        raise zlib.error("data after the end of the compressed stream")
-                    inflater = zlib.decompressobj(WBITS[encoding])
-                piece = inflater.decompress(chunk, INFLATE_STEP) if inflater else chunk
-                chunk = (inflater.unconsumed_tail or inflater.unused_data) if inflater else b""
-                body += piece
-                if len(body) > limit or received > limit:
-                    raise BodyRefused(413, f"request body over the {limit}-byte limit of {what}", received, len(body))
-                if chunk:
-                    await asyncio.sleep(0)  # a step done: let other requests run
+        async for chunk in stream.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > limit or received() > limit:
+                raise BodyRefused(413, f"request body over the {limit}-byte limit of {what}", received(), len(body))
     except (http_exceptions.HttpProcessingError, web_protocol.RequestPayloadError) as exc:
-        raise BodyRefused(
-            400, f"request body cannot be read: {str(exc).strip() or type(exc).__name__}", received, len(body)
-        ) from None
-    except zlib.error as exc:
-        raise BodyRefused(400, f"{encoding} request body does not inflate: {exc}", received, len(body)) from None
-    if inflater and not inflater.eof:
-        raise BodyRefused(400, f"{encoding} request body ends before its compressed stream does", received, len(body))
+        cause = exc.__cause__ or exc  # RequestPayloadError wraps the parser's error (e.g. a gzip that does not inflate)
+        reason = getattr(cause, "message", None) or str(exc).strip() or type(exc).__name__
+        raise BodyRefused(400, f"request body cannot be read: {reason}", received(), len(body)) from None
     return bytes(body)
 
 

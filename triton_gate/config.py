@@ -46,7 +46,6 @@ class GateConfig(BaseModel):
     #: Local launcher only: the inherited socket fds of each worker, whether to unshare namespaces.
     fds: list[dict[str, NonNegativeInt]] = []
     isolate: bool = False
-    raise_priority: bool = True
 
 
 def gate_config(

@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from triton_gate import log
-from triton_gate.auth import PROBE_METHODS, bearer_ok
+from triton_gate.auth import PROBE_METHODS
 from triton_gate.validate import GateError, check_binary, check_input
 
 SERVICE = "/inference.GRPCInferenceService/"
@@ -85,25 +85,16 @@ class ProxyHandler(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(self._unary(method, name))
 
     def _metadata(self, context) -> tuple[list, bool, bool]:
-        """(metadata to forward, admin?, authorized? (no API key set, a valid one, or admin))"""
-        gate = self.gate
-        admin = False
-        out = []
-        keys = (gate.cfg.admin_header, GRPC_PREFIX + gate.cfg.admin_header)
-        self_authorized = not gate.cfg.api_keys
-        for key, value in context.invocation_metadata() or ():
-            if key in keys:
-                admin = admin or value == gate.cfg.admin_token
-                continue
-            if key == "authorization":  # the API key (auth): checked here, not forwarded
-                self_authorized = self_authorized or bearer_ok(value, gate.cfg.api_keys)
-                continue
-            if key.startswith(":") or key in DROP_METADATA:
-                continue
-            out.append((key, value))
+        """(metadata to forward, admin?, authorized?): the HTTP side's checks (``HttpFront.authorized``)
+        on the call's metadata; the API key and the admin header are checked here, not forwarded."""
+        gate, received = self.gate, context.invocation_metadata() or ()
+        sent, admin_keys = dict(received), (gate.cfg.admin_header, GRPC_PREFIX + gate.cfg.admin_header)
+        admin = any(sent.get(key) == gate.cfg.admin_token for key in admin_keys)
+        drop = DROP_METADATA | {"authorization", *admin_keys}
+        out = [(key, value) for key, value in received if not key.startswith(":") and key not in drop]
         if admin:
             out.append((GRPC_PREFIX + gate.cfg.admin_header, gate.cfg.internal_token))
-        return out, admin, self_authorized or admin
+        return out, admin, admin or gate.authorized(sent, "")
 
     async def _check_infer(self, request_bytes: bytes, admin: bool) -> bytes:
         """The request re-serialized from what was checked (unknown fields dropped): a field sent

@@ -78,10 +78,11 @@ class HttpFront:
         return headers.get(self.cfg.admin_header) == self.cfg.admin_token
 
     def authorized(self, headers, path: str) -> bool:
-        """No API key set, a health probe, the admin header, or ``Authorization: Bearer <key>`` (``auth``)."""
+        """No API key set, a health probe, the admin header, or ``Authorization: Bearer <key>`` (``auth``);
+        ``headers``: HTTP headers, or a gRPC call's metadata (lower-case keys)."""
         if not self.cfg.api_keys or path in PROBE_PATHS or self.is_admin(headers):
             return True
-        return bearer_ok(headers.get("Authorization"), self.cfg.api_keys)
+        return bearer_ok(headers.get("authorization"), self.cfg.api_keys)
 
     async def handle(self, request):
         """Every request on the public HTTP port; a refusal is answered and logged (``refuse``)."""
@@ -122,7 +123,8 @@ class HttpFront:
         admin = self.is_admin(request.headers)
         self.check_load(bool(LOAD_PATH.match(path)))
         if path == "/v2/health/ready":
-            return await self.readiness_response()
+            reasons = await self.not_ready()
+            return web.json_response({"error": "; ".join(reasons)}, status=503) if reasons else web.Response()
         ready = READY_PATH.match(path)
         if ready and ready.group(1) in self.broken:
             return web.Response(status=400)
@@ -193,16 +195,10 @@ class HttpFront:
                 payload = await resp.read()
                 out_headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
                 return web.Response(status=resp.status, body=payload, headers=out_headers)
-        except Exception as exc:  # noqa: BLE001 - upstream gone (stopping, crashed)
-            return web.json_response({"error": f"tritonserver unavailable: {type(exc).__name__}"}, status=503)
+        except Exception as exc:  # noqa: BLE001 - upstream gone (stopping, crashed): 503 + Retry-After
+            raise GateError(503, f"tritonserver unavailable: {type(exc).__name__}") from None
         finally:
             self.in_flight -= 1
-
-    async def readiness_response(self):
-        reasons = await self.not_ready()
-        if reasons:
-            return web.json_response({"error": "; ".join(reasons)}, status=503)
-        return web.Response(status=200)
 
     async def handle_metrics(self, request):
         async with self.session.get(self.upstream_metrics + request.path_qs) as resp:

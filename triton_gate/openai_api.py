@@ -146,6 +146,10 @@ def _input_spec(config: ModelConfig, name: str) -> ModelInput:
     raise GateError(503, f"model '{config.name}' has no input '{name}' (the deployment's [openai] table)")
 
 
+def model_entry(name: str) -> dict:
+    return {"id": name, "object": "model", "created": CREATED, "owned_by": "triton"}
+
+
 def dump(answer: dict) -> bytes:
     """The response's JSON; ``float`` embeddings are float32 arrays (orjson writes each as the
     shortest digits that read back as the same float32)."""
@@ -173,12 +177,12 @@ class OpenAIFront:
         if path == "/v1/models":
             if request.method != "GET":
                 raise GateError(405, f"{request.method} {path}: use GET")
-            return web.json_response(self.models_list())
+            return web.json_response({"object": "list", "data": [model_entry(name) for name in self.openai.models]})
         if path.startswith("/v1/models/"):
             name = path[len("/v1/models/") :]
             if name not in self.openai.models:
                 raise GateError(404, f"The model '{name}' does not exist", "model")
-            return web.json_response(self.model_entry(name))
+            return web.json_response(model_entry(name))
         if path != "/v1/embeddings":
             raise GateError(404, f"{path}: this server answers /v1/embeddings and /v1/models only")
         if request.method != "POST":
@@ -199,12 +203,6 @@ class OpenAIFront:
             finally:
                 self.in_flight -= 1
         return web.Response(body=dump(answer), content_type="application/json")
-
-    def models_list(self) -> dict:
-        return {"object": "list", "data": [self.model_entry(name) for name in self.openai.models]}
-
-    def model_entry(self, name: str) -> dict:
-        return {"id": name, "object": "model", "created": CREATED, "owned_by": "triton"}
 
     # -- upstream ---------------------------------------------------------------------------
     async def _config(self, model: str) -> ModelConfig:

@@ -184,7 +184,6 @@ def serve_main(argv: list[str]) -> int:
     socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
     policy_text = args.policy_json or (Path(args.policy_file).read_text() if args.policy_file else "{}")
-    optional = {"max_body_bytes": args.max_body_bytes} if args.max_body_bytes else {}
     config = gate_config(
         command,
         work_dir=work_dir,
@@ -193,7 +192,6 @@ def serve_main(argv: list[str]) -> int:
         events_path=os.path.join(work_dir, "gate-events.jsonl"),
         policy=GatePolicy.model_validate_json(policy_text),
         api_keys=read_keys(args.api_key_file),
-        **optional,
     )
     log(
         f"serving {args.host}:{args.http_port} (HTTP)"
@@ -226,7 +224,6 @@ def serve_parser() -> argparse.ArgumentParser:
         help="API keys, one per line: every route but the health probes then needs 'Authorization: Bearer <key>' "
         "(triton_gate.auth; default: off)",
     )
-    parser.add_argument("--max-body-bytes", type=int, default=None, help="default body limit of inference requests")
     parser.add_argument(
         "--gate-workers",
         type=int,

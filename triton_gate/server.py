@@ -62,7 +62,6 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.seen_config_epoch = None
         self.draining = False
         self.in_flight = 0
-        self.events: list[dict] = []
 
     # -- upstream ---------------------------------------------------------------------------
     def start_triton(self) -> None:
@@ -110,25 +109,24 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         except Exception:  # noqa: BLE001 - not listening yet / gone
             return False
 
+    async def repository(self, path: str) -> bytes:
+        """POST to tritonserver's ``/v2/repository/<path>`` with its internal token; RuntimeError unless 200."""
+        url = f"{self.upstream_http}/v2/repository/{path}"
+        async with self.session.post(url, json={}, headers=self.internal_headers()) as resp:
+            text = await resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"{path}: HTTP {resp.status} {text[:200]!r}")
+            return text
+
     async def ready_models(self, strict: bool = False) -> set[str]:
         """Models tritonserver calls READY (an index error: empty, or RuntimeError when ``strict``)."""
-        async with self.session.post(
-            f"{self.upstream_http}/v2/repository/index", json={}, headers=self.internal_headers()
-        ) as resp:
-            text = await resp.read()
-            if resp.status != 200:
-                if strict:
-                    raise RuntimeError(f"repository index: HTTP {resp.status} {text[:200]!r}")
-                return set()
-            return {m["name"] for m in json.loads(text) if m.get("state") == "READY"}
-
-    async def repository_call(self, model: str, action: str) -> None:
-        async with self.session.post(
-            f"{self.upstream_http}/v2/repository/models/{model}/{action}", json={}, headers=self.internal_headers()
-        ) as resp:
-            text = await resp.read()
-            if resp.status != 200:
-                raise RuntimeError(f"{action} {model}: HTTP {resp.status} {text[:200]!r}")
+        try:
+            index = json.loads(await self.repository("index"))
+        except RuntimeError:
+            if strict:
+                raise
+            return set()
+        return {m["name"] for m in index if m.get("state") == "READY"}
 
     # -- access (HTTP and gRPC) ---------------------------------------------------------------
     async def check_inference(self, model: str, admin: bool, missing_status: int = 404) -> ModelConfig:
@@ -193,13 +191,12 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             self.policy.max_bytes_in_flight, self.cfg.max_bytes_in_flight, self.cfg.admission_wait_s
         )
         # aiohttp's low-level server: every path goes to ``handle``, no application or router per request.
-        # The gate inflates bodies itself (``body``); a refused body is never read on (no lingering).
-        handler = web.Server(self.handle, access_log=None, auto_decompress=False, lingering_time=0, logger=HTTP_LOGGER)
+        # aiohttp inflates bodies in bounded steps (``body``); a refused body is never read on (no lingering).
+        handler = web.Server(self.handle, access_log=None, lingering_time=0, logger=HTTP_LOGGER)
         runners = {"http": web.ServerRunner(handler, handle_signals=False, shutdown_timeout=self.cfg.exit_timeout_s)}
         if "metrics" in socks:
-            metrics_app = web.Application()
-            metrics_app.router.add_route("GET", "/{tail:.*}", self.handle_metrics)
-            runners["metrics"] = web.AppRunner(metrics_app, access_log=None, handle_signals=False, logger=HTTP_LOGGER)
+            metrics = web.Server(self.handle_metrics, access_log=None, logger=HTTP_LOGGER)
+            runners["metrics"] = web.ServerRunner(metrics, handle_signals=False)
         for name, runner in runners.items():
             await runner.setup()
             await web.SockSite(runner, socks[name]).start()
@@ -272,6 +269,5 @@ def main(argv: list[str] | None = None) -> int:
     config_path.unlink()  # holds the admin token: gone once read
     socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config.fds]
     log(isolate() if config.isolate else "not isolated (isolate=False)")
-    if config.raise_priority:
-        raise_priority()
+    raise_priority()
     return run_gate(config, socks)

@@ -3,7 +3,7 @@
 When a stub dies while Triton still calls its model READY, the model is marked ``broken`` (the
 gate's readiness and the model's ready endpoint answer not-ready), an event is recorded, and the
 model is unloaded + loaded again. ``StubWatch`` is a part of ``triton_gate.server.Gate``:
-it uses the gate's tritonserver child and its upstream calls (``ready_models``, ``repository_call``).
+it uses the gate's tritonserver child and its upstream calls (``ready_models``, ``repository``).
 """
 
 from __future__ import annotations
@@ -138,14 +138,14 @@ class StubWatch:
         old = (await loop.run_in_executor(None, self.stubs)).get(model, set())
         try:
             before = await self.ready_models(strict=True)
-            await self.repository_call(model, "unload")
+            await self.repository(f"models/{model}/unload")
             deadline = time.monotonic() + 60
             while await self.upstream_ready(f"/v2/models/{model}/ready") and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            await self.repository_call(model, "load")
+            await self.repository(f"models/{model}/load")
             after = await self.ready_models(strict=True)
             for other in sorted(before - after):  # e.g. an ensemble unloaded with its step
-                await self.repository_call(other, "load")
+                await self.repository(f"models/{other}/load")
             self.forget_configs()
             self.broken.pop(model, None)
             self.event(
@@ -165,8 +165,8 @@ class StubWatch:
             self.reloading.pop(model, None)
 
     def event(self, kind: str, **fields) -> None:
+        """One line of the events file (stub deaths, reloads) that the launcher reads."""
         record = {"event": kind, "time": time.time(), **fields}
-        self.events.append(record)
         path = self.cfg.events_path
         if path:
             with open(path, "a") as f:

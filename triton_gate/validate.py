@@ -129,13 +129,11 @@ def _is_uint64(value) -> bool:
 UINT64 = ("a non-negative integer", _is_uint64)
 BOOL = ("true or false", lambda value: isinstance(value, bool))
 STRING = ("a string", lambda value: isinstance(value, str))
+SEQUENCE_ID = ("a non-negative integer or a string", lambda value: _is_uint64(value) or isinstance(value, str))
 SHARED_MEMORY = {"shared_memory_region": STRING, "shared_memory_byte_size": UINT64, "shared_memory_offset": UINT64}
 TYPED_PARAMETERS = {
     "request": {
-        "sequence_id": (
-            "a non-negative integer or a string",
-            lambda value: _is_uint64(value) or isinstance(value, str),
-        ),
+        "sequence_id": SEQUENCE_ID,
         "sequence_start": BOOL,
         "sequence_end": BOOL,
         "binary_data_output": BOOL,
