@@ -111,14 +111,12 @@ def rename_python(source: str, renames: dict[str, str], protected: list[str], de
     return source
 
 
-def _rename_npz(path: Path, renames: dict[str, str], protected: list[str]) -> bool:
+def _rename_npz(path: Path, renames: dict[str, str], protected: list[str]) -> None:
     with np.load(path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files}
     renamed = {rename_text(key, renames, protected): value for key, value in arrays.items()}
-    if list(renamed) == list(arrays):
-        return False
-    np.savez(path, **renamed)
-    return True
+    if list(renamed) != list(arrays):
+        np.savez(path, **renamed)
 
 
 def skipped(name: str) -> bool:

@@ -11,6 +11,7 @@ is the pre-flight of every ``EXECUTION_ENV_PATH`` against the stub's Python.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
@@ -58,6 +59,9 @@ TARGET_PYTHON_PREFIX = {"cpu-image": "/usr"}
 
 #: Written into each sidecar; 2: venvs for a --python-prefix are made from ``<prefix>/bin/python`` (_venv_base).
 PACKER_VERSION = 2
+
+#: What building or running a local source folder leaves in it: never packed, never part of its digest.
+BUILD_OUTPUTS = ("build", "*.egg-info", "__pycache__", "*.pyc")
 
 #: Left out of venv-pack tarballs: not needed at run time.
 VENV_EXCLUDES = [
@@ -132,14 +136,8 @@ class Recipe:
 
 
 def _is_source(relative: Path) -> bool:
-    """A file of a source folder, not what building or running it left there."""
-    parts = relative.parts
-    return (
-        "__pycache__" not in parts
-        and relative.suffix != ".pyc"
-        and parts[0] != "build"
-        and not any(part.endswith(".egg-info") for part in parts)
-    )
+    """A file of a source folder, not what building or running it left there (``BUILD_OUTPUTS``)."""
+    return not any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in BUILD_OUTPUTS)
 
 
 def _resolve_requirement(entry: str, base: Path) -> str:
@@ -299,7 +297,7 @@ def _clean_copies(requirements: list[str], into: Path) -> list[str]:
             copies.append(entry)
             continue
         target = into / f"{index}-{source.name}"
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.pyc"))
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns(*BUILD_OUTPUTS))
         copies.append(str(target))
     return copies
 
@@ -346,14 +344,15 @@ def _pip_list(python: str) -> dict[str, str]:
         return {}
 
 
-def _check_numpy(packages: dict[str, str], where: str) -> None:
-    numpy = packages.get("numpy")
-    if numpy and int(numpy.split(".")[0]) >= 2:
-        raise PackEnvError(
-            f"{where} resolved numpy {numpy}; numpy 2 corrupts tensors inside the Triton 2.51 "
-            "Python stub. Pin `numpy<2` in the recipe (and check which package pulled numpy 2: "
-            "opencv-python>=4.12 requires it, pin opencv-python-headless<4.12)."
-        )
+def numpy_problem(numpy: str | None, where: str) -> str | None:
+    """Why an env whose numpy is version ``numpy`` cannot serve, or None (numpy 1, or none)."""
+    if not numpy or int(numpy.split(".")[0]) < 2:
+        return None
+    return (
+        f"{where} has numpy {numpy}; numpy 2 corrupts tensors inside the Triton 2.51 Python stub. "
+        "Pin `numpy<2` in environment.yml and repack (and check which package pulled numpy 2: "
+        "opencv-python>=4.12 requires it, pin opencv-python-headless<4.12)."
+    )
 
 
 def pack(
@@ -391,7 +390,9 @@ def pack(
             )
             python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
         packages = _pip_list(str(prefix / "bin" / "python"))
-        _check_numpy(packages, f"the env of {recipe.path}")
+        problem = numpy_problem(packages.get("numpy"), f"the env of {recipe.path}")
+        if problem:
+            raise PackEnvError(problem)
         if tool == "venv":
             log(f"  venv-pack -> {output}")
             _venv_pack(prefix, partial, python_prefix, compress_level)
@@ -660,11 +661,8 @@ def check_repository(
                 f"(otherwise the model fails with ModuleNotFoundError, or the stub never starts and the server "
                 f"waits in 'loading'). Pack the env with Python {stub_python}: `{how}` for this server's target."
             )
-        elif info.numpy and int(info.numpy.split(".")[0]) >= 2:
-            problems.append(
-                f"{where}: packed env {path.name} has numpy {info.numpy}; numpy 2 corrupts tensors in "
-                "the Triton 2.51 stub. Pin numpy<2 in environment.yml and repack."
-            )
+        elif numpy_problem(info.numpy, path.name):
+            problems.append(f"{where}: packed env {numpy_problem(info.numpy, path.name)}")
     return problems
 
 
