@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.provenance import replace_atomically
 from harness.repository import derive, effective_config_path, link_or_copy, parameter, read_config, set_parameter
 
 RECIPE = "environment.yml"
@@ -416,7 +417,9 @@ def pack(
         packer=PACKER_VERSION,
         sources_sha256=recipe.sources_digest() if recipe.sources else "",
     )
-    sidecar(output).write_text(json.dumps(asdict(result), indent=2) + "\n")
+    record = json.dumps(asdict(result), indent=2) + "\n"
+    # replaced, not written into: a hard-linked record (a worktree's) would describe another tarball
+    replace_atomically(sidecar(output), lambda temporary: temporary.write_text(record))
     log(
         f"packed {output} with {result.tool}: Python {version}, {result.size_bytes / 1e6:.1f} MB, {result.seconds:.0f} s"
     )
