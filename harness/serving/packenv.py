@@ -576,13 +576,11 @@ def inspect_env(tarball: str | Path) -> EnvInfo:
 # --------------------------------------------------------------------------- configs and repositories
 
 
-def packed_repository(
-    repository: str | Path, tarball: str | Path, dest: str | Path, models: list[str] | None = None
-) -> Path:
+def packed_repository(repository: str | Path, tarball: str | Path, dest: str | Path) -> Path:
     """Write ``dest/model_repository`` (a copy of ``repository``) and ``dest/envs/<tarball name>``.
 
     Files are hard links where possible (copies otherwise); every config of the Python-backend
-    models (``config.pbtxt`` and ``configs/*.pbtxt``; only ``models`` when given) is rewritten
+    models (``config.pbtxt`` and ``configs/*.pbtxt``) is rewritten
     as a new file with ``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/../../envs/<name>``.
     Models served by other backends (including the harness's Python-based onnxruntime
     backend) are left alone. Returns the copy's repository path.
@@ -591,7 +589,7 @@ def packed_repository(
     reference = ENV_REFERENCE.format(file=tarball.name)
 
     def use_packed_env(model: str, path: Path, config):
-        if config.backend != "python" or (models is not None and model not in models):
+        if config.backend != "python":
             return None
         return set_parameter(config, "EXECUTION_ENV_PATH", reference)
 
@@ -599,8 +597,7 @@ def packed_repository(
     envs = dest / ENVS_DIR
     envs.mkdir(parents=True, exist_ok=True)
     env_file = envs / tarball.name
-    if env_file.exists() or env_file.is_symlink():
-        env_file.unlink()
+    env_file.unlink(missing_ok=True)  # a file or a link, dangling or not
     link_or_copy(str(tarball), str(env_file))
     return copy
 
