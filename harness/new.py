@@ -272,13 +272,12 @@ def _make_own(
     return dropped, renamed
 
 
-def install_packages(packages: list[Path], python: str | None = None) -> None:
-    """``pip install --no-deps -e`` each package into ``python``'s environment (the running one);
-    with the interpreter's setuptools when it has one, so no index is needed."""
+def install_packages(packages: list[Path]) -> None:
+    """``pip install --no-deps -e`` each package into the running interpreter's environment;
+    with its setuptools when it has one, so no index is needed."""
     if not packages:
         return
-    python = python or sys.executable
-    command = [python, "-m", "pip", "install", "--quiet", "--no-deps"]
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
     if importlib.util.find_spec("setuptools") is not None:
         command.append("--no-build-isolation")
     for package in packages:
