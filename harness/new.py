@@ -39,15 +39,11 @@ from pathlib import Path
 from harness.copy_readme import write_readme
 from harness.deployments import MANIFEST, Deployment, ManifestError, deployments_root, get_deployment, load_deployment
 from harness.manifest import read_manifest
-from harness.rename import parse_renames, rename_models
+from harness.rename import MODEL_MIN_BYTES, parse_renames, rename_models, skipped, text_of
 from harness.subset import keep_models, set_manifest_key
 
 __all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
 
-SKIPPED_DIRS = frozenset({"envs", "__pycache__", "build", ".pytest_cache"})
-#: Files this large (exported models, weights) are copied as they are (cloned where the file
-#: system can), never rewritten; every tracked file is smaller.
-MODEL_MIN_BYTES = 1 << 20
 _WORD = r"[A-Za-z0-9_]"
 
 
@@ -63,10 +59,6 @@ class NewDeployment:
     #: model folders left out (``entry_models``) and renamed (``renames``)
     dropped_models: list[str] = field(default_factory=list)
     renamed_models: dict[str, str] = field(default_factory=dict)
-
-
-def _skipped(path: Path) -> bool:
-    return path.name in SKIPPED_DIRS or path.name.endswith(".egg-info")
 
 
 def _distribution_name(name: str) -> str:
@@ -89,7 +81,7 @@ def owned_names(source: Path, old: str, new: str) -> dict[str, str]:
             separator = "-" if "-" in distribution else "_"  # kept as the original spells it
             names[distribution] = new.replace("_", separator) + distribution[len(old) :]
     for test in sorted(source.rglob("test_*.py")):
-        if not any(_skipped(p) for p in test.relative_to(source).parents):
+        if not any(skipped(p.name) for p in test.relative_to(source).parents):
             own = test.stem.startswith(f"test_{old}")
             names[test.stem] = f"test_{new}" + (test.stem[len(f"test_{old}") :] if own else test.stem[len("test") :])
     return names
@@ -129,19 +121,6 @@ def _rewrite(text: str, rules) -> str:
     for pattern, replacement in rules:
         text = pattern.sub(replacement, text)
     return text
-
-
-def _text(path: Path) -> str | None:
-    """The file's text when it is a small UTF-8 text file, else None."""
-    if path.stat().st_size >= MODEL_MIN_BYTES:
-        return None
-    data = path.read_bytes()
-    if b"\0" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def _copy_model_file(source: Path, target: Path) -> None:
@@ -230,7 +209,7 @@ def _copy_tree(source: Path, staging: Path, rules, old: str, name: str) -> None:
     """``source`` into ``staging``: text files rewritten by ``rules``, model files cloned."""
     for folder, dirs, files in os.walk(source):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not _skipped(here / d))
+        dirs[:] = sorted(d for d in dirs if not skipped(d))
         relative = here.relative_to(source)
         into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
         into.mkdir(parents=True, exist_ok=True)
@@ -240,7 +219,7 @@ def _copy_tree(source: Path, staging: Path, rules, old: str, name: str) -> None:
             if path.is_symlink():
                 os.symlink(os.readlink(path), destination)
                 continue
-            text = _text(path)
+            text = text_of(path)
             if text is None:
                 _copy_model_file(path, destination)
                 continue
@@ -293,13 +272,12 @@ def _make_own(
     return dropped, renamed
 
 
-def install_packages(packages: list[Path], python: str | None = None) -> None:
-    """``pip install --no-deps -e`` each package into ``python``'s environment (the running one);
-    with the interpreter's setuptools when it has one, so no index is needed."""
+def install_packages(packages: list[Path]) -> None:
+    """``pip install --no-deps -e`` each package into the running interpreter's environment;
+    with its setuptools when it has one, so no index is needed."""
     if not packages:
         return
-    python = python or sys.executable
-    command = [python, "-m", "pip", "install", "--quiet", "--no-deps"]
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
     if importlib.util.find_spec("setuptools") is not None:
         command.append("--no-build-isolation")
     for package in packages:

@@ -34,19 +34,6 @@ from harness.serving.packenv import (
 )
 
 
-def run_checks(deployment, server, target: str) -> dict[str, str | None]:
-    """Run the deployment's ``check_*`` functions on ``server``; ``{name: None or the failure}``."""
-    ctx = DeploymentContext(deployment, server, server_target(deployment, target))
-    results = {}
-    for name, check in deployment.checks().items():
-        try:
-            check(ctx)
-            results[name] = None
-        except Exception as exc:  # noqa: BLE001 - reported per check
-            results[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return results
-
-
 def pack_command(args) -> int:
     """``python -m harness pack-env``: pack the deployment's env when stale, then serve it if asked."""
     try:
@@ -154,15 +141,20 @@ def serve(args, deployment, tarball: Path) -> int:
 
 def report_checks(deployment, server, target: str, models: list[str]) -> int:
     """Run the deployment's checks on the packed-env ``server`` and show which env each stub runs in."""
-    results = run_checks(deployment, server, target)
-    for name, failure in results.items():
-        print(f"  check {name:40} {'ok' if failure is None else 'FAILED ' + failure}")
+    ctx = DeploymentContext(deployment, server, server_target(deployment, target))
+    checks, failed = deployment.checks(), []
+    for name, check in checks.items():
+        try:
+            check(ctx)
+            print(f"  check {name:40} ok")
+        except Exception as exc:  # noqa: BLE001 - reported per check
+            failed.append(name)
+            print(f"  check {name:40} FAILED {type(exc).__name__}: {next(iter(str(exc).splitlines()), '')}")
     usage = {m: e for m, e in server.stub_envs().items() if any(f"/model_repository/{name}/" in m for name in models)}
     for model, envs in sorted(usage.items()):
         print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
-    failed = [n for n, f in results.items() if f] + [m for m, e in usage.items() if not e]
+    packed = [m for m, e in usage.items() if e]
     print(
-        f"{len(results) - len([f for f in results.values() if f])}/{len(results)} checks passed; "
-        f"{len([e for e in usage.values() if e])}/{len(usage)} Python stubs in the packed env"
+        f"{len(checks) - len(failed)}/{len(checks)} checks passed; {len(packed)}/{len(usage)} Python stubs in the packed env"
     )
-    return 1 if failed else 0
+    return 1 if failed or len(packed) < len(usage) else 0

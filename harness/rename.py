@@ -28,12 +28,13 @@ import numpy as np
 from harness.copy_readme import write_readme
 from harness.deployments import Deployment, get_deployment, load_deployment
 
-__all__ = ["add_arguments", "parse_renames", "rename_command", "rename_models", "rename_text"]
+__all__ = ["add_arguments", "parse_renames", "rename_command", "rename_models", "rename_text", "skipped", "text_of"]
 
 log = logging.getLogger(__name__)
 
-#: Files this large (exported models, weights) are never rewritten.
-TEXT_MAX_BYTES = 1 << 20
+#: Files this large (exported models, weights) are never rewritten; every tracked file is smaller.
+MODEL_MIN_BYTES = 1 << 20
+#: Folders a copy or a rename never touches (with ``*.egg-info``): packed envs and build outputs.
 SKIPPED_DIRS = frozenset({"envs", "__pycache__", "build", ".pytest_cache"})
 _ALNUM = "A-Za-z0-9"
 
@@ -110,29 +111,29 @@ def rename_python(source: str, renames: dict[str, str], protected: list[str], de
     return source
 
 
-def _rename_npz(path: Path, renames: dict[str, str], protected: list[str]) -> bool:
+def _rename_npz(path: Path, renames: dict[str, str], protected: list[str]) -> None:
     with np.load(path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files}
     renamed = {rename_text(key, renames, protected): value for key, value in arrays.items()}
-    if list(renamed) == list(arrays):
-        return False
-    np.savez(path, **renamed)
-    return True
+    if list(renamed) != list(arrays):
+        np.savez(path, **renamed)
+
+
+def skipped(name: str) -> bool:
+    """A folder of ``SKIPPED_DIRS`` or an ``*.egg-info``."""
+    return name in SKIPPED_DIRS or name.endswith(".egg-info")
 
 
 def _files(folder: Path):
     for path in sorted(folder.rglob("*")):
         parts = path.relative_to(folder).parts
-        if (
-            path.is_file()
-            and not path.is_symlink()
-            and not any(p in SKIPPED_DIRS or p.endswith(".egg-info") for p in parts)
-        ):
+        if path.is_file() and not path.is_symlink() and not any(skipped(p) for p in parts):
             yield path
 
 
-def _text(path: Path) -> str | None:
-    if path.stat().st_size >= TEXT_MAX_BYTES:
+def text_of(path: Path) -> str | None:
+    """The file's text when it is a small UTF-8 text file, else None (a model, a binary)."""
+    if path.stat().st_size >= MODEL_MIN_BYTES:
         return None
     try:
         text = path.read_bytes().decode("utf-8")
@@ -170,10 +171,10 @@ def rename_models(deployment: Deployment, renames: dict[str, str]) -> dict[str, 
         return folders
     protected = own_names(deployment)
     files = list(_files(deployment.path))
-    python = {p: _text(p) for p in files if p.suffix == ".py"}
+    python = {p: text_of(p) for p in files if p.suffix == ".py"}
     defined = _defined_names([t for t in python.values() if t is not None])
     for path in files:
-        text = python.get(path) if path.suffix == ".py" else _text(path)
+        text = python.get(path) if path.suffix == ".py" else text_of(path)
         if path.suffix == ".npz":
             _rename_npz(path, renames, protected)
         elif text is not None:
@@ -191,7 +192,7 @@ def rename_models(deployment: Deployment, renames: dict[str, str]) -> dict[str, 
 def _rename_paths(folder: Path, renames: dict[str, str], protected: list[str]) -> None:
     """Files and folders whose names hold a renamed model, deepest first."""
     for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if any(p in SKIPPED_DIRS for p in path.relative_to(folder).parts):
+        if any(skipped(p) for p in path.relative_to(folder).parts):
             continue
         name = rename_text(path.name, renames, protected)
         if name != path.name:

@@ -35,16 +35,20 @@ def _role(process: psutil.Process) -> str | None:
     return None
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and every process under it; none when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def process_memory(pid: int) -> dict[str, dict]:
     """RSS (MiB) of the process tree under ``pid``, keyed ``server``, ``gate`` and ``<label>#<pid>``
     (stubs: ``stub:<model>#<pid>``)."""
     out = {}
-    try:
-        root = psutil.Process(pid)
-        tree = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return out
-    for process in tree:
+    for process in _tree(pid):
         try:
             rss = round(process.memory_info().rss / 2**20, 1)
         except psutil.Error:
@@ -58,12 +62,7 @@ def process_memory(pid: int) -> dict[str, dict]:
 def served_processes(pid: int) -> dict[str, list[psutil.Process]]:
     """The tree under ``pid`` by role: ``server`` (tritonserver), ``stubs`` (Python-backend stubs), ``gate``."""
     out: dict[str, list[psutil.Process]] = {"server": [], "stubs": [], "gate": []}
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return out
-    for process in tree:
+    for process in _tree(pid):
         role = _role(process) or ("stubs" if _label(process).startswith("stub:") else None)
         if role:
             out[role].append(process)

@@ -1,5 +1,7 @@
 """The harness's pytest plugin (harness/conftest.py and lab/conftest.py load it): options, one server per
-deployment per session (started lazily), the `server` marker kept honest."""
+deployment per session (started lazily), the ``server`` marker kept honest: tests using a fixture of
+``SERVER_FIXTURES`` or marked themselves start a tritonserver; an unmarked test that starts one fails
+(``pytest -m "not server"`` stays fast)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,32 @@ import os
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.serving.launchers import MODES, default_mode
+from harness.serving.launchers import MODES, DockerTritonServer, LocalTritonServer, default_mode
 from harness.session import ServerPool
-from harness.testing import markers
 from harness.testing import outcomes as pytest_outcomes
 
 TEST_RUN_RESULTS = PROJECT_ROOT / "results" / "test-runs"
+#: Fixtures (conftest's and the test modules') whose value is a started server or a stack of them.
+SERVER_FIXTURES = frozenset(
+    {
+        "server_pool",
+        "server",
+        "running_server",
+        "explicit_server",
+        "default_server",
+        "echo_server",
+        "gated",
+        "gated_container",
+        "double_session",
+        "packed",
+        "embedding_limits_server",
+        "stack",
+    }
+)
+
+
+class UnmarkedServerStart(RuntimeError):
+    pass
 
 
 def pytest_addoption(parser):
@@ -99,12 +121,25 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests that start a tritonserver ``server`` (``pytest -m "not server"``: unit tests only)."""
-    markers.mark_server_tests(items)
+    """Mark the tests that start a tritonserver ``server`` (``pytest -m "not server"``: unit tests only):
+    those whose fixture closure holds one of ``SERVER_FIXTURES``."""
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
 
 
 @pytest.fixture(autouse=True)
 def _unmarked_tests_start_no_server(request, monkeypatch):
     """An unmarked test that starts a server fails, so that ``-m "not server"`` stays fast and honest."""
-    if request.node.get_closest_marker("server") is None:
-        markers.refuse_server_starts(monkeypatch, request.node.nodeid)
+    if request.node.get_closest_marker("server") is not None:
+        return
+    node_id = request.node.nodeid
+
+    def refuse(self, *args, **kwargs):
+        raise UnmarkedServerStart(
+            f"{node_id} starts a tritonserver but is not marked: add @pytest.mark.server (or use a fixture "
+            "listed in harness/testing/pytest_plugin.py SERVER_FIXTURES)"
+        )
+
+    for launcher in (LocalTritonServer, DockerTritonServer):
+        monkeypatch.setattr(launcher, "start", refuse)

@@ -9,17 +9,7 @@ import types
 from pathlib import Path
 
 import numpy as np
-
-_NUMPY = {
-    "TYPE_BOOL": np.bool_,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
+from tritonclient.utils import triton_to_np_dtype
 
 
 class Tensor:
@@ -84,7 +74,8 @@ def get_output_config_by_name(model_config: dict, name: str) -> dict | None:
 
 
 def triton_string_to_numpy(name: str):
-    return _NUMPY[name]
+    """The numpy type of a config's ``TYPE_*`` (``TYPE_STRING``: object, as the stub's)."""
+    return triton_to_np_dtype(name.removeprefix("TYPE_").replace("STRING", "BYTES"))
 
 
 def stand_in() -> types.ModuleType:

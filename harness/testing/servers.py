@@ -19,11 +19,9 @@ def deployment_server(
     *,
     overrides: dict[str, ConfigOverrides] | None = None,
     model_control_mode: str = "none",
-    target: str = "cpu",
     gate: bool = True,
-    gate_policy=None,
 ):
-    """A LocalTritonServer (not started) of ``deployment`` (a name or a Deployment): ``models`` and
+    """A LocalTritonServer (not started, target cpu) of ``deployment`` (a name or a Deployment): ``models`` and
     their dependencies (all models when None) with ``overrides`` (``harness.variants``) applied."""
     from harness.deployments import get_deployment
     from harness.serving.launchers import LocalTritonServer
@@ -33,11 +31,9 @@ def deployment_server(
     dep.export()
     served = dependencies(dep.model_repository, models) if models else ()
     repo = variant_repository(dep.model_repository, overrides or {}, models=served)
-    options = dep.server_options(target, model_repository=str(repo), model_control_mode=model_control_mode)
+    options = dep.server_options("cpu", model_repository=str(repo), model_control_mode=model_control_mode)
     if models:  # explicit mode loads only what is named: all of them
         options.required_models = sorted(p.name for p in repo.iterdir())
-    if gate_policy is not None:
-        options.gate_policy = gate_policy
     server = LocalTritonServer(options, gate=gate)
     server.cleanup_dirs = [repo.parent]  # type: ignore[attr-defined]
     return server

@@ -10,8 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
+
+from harness.repository import link_or_copy
 
 #: Runs ``client.py ARGS...`` as ``python client.py`` does (its folder first on sys.path), then fails
 #: (exit 3) if any module it loaded lies outside that folder and outside the Python installation.
@@ -34,40 +35,18 @@ finally:
 """
 
 
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)  # model files are large; a link is enough, nothing writes into them
-    except OSError:
-        shutil.copy2(source, target)
-
-
 def copy_outside(deployment, root: Path) -> Path:
-    """``deployment``'s folder copied to ``root/<name>`` (exported files linked), without caches
-    and packed environments."""
+    """``deployment``'s folder copied to ``root/<name>`` (files hard-linked: nothing writes into
+    them), without caches and packed environments."""
     target = Path(root) / deployment.name
     shutil.copytree(
         deployment.path,
         target,
-        copy_function=_link_or_copy,
+        copy_function=link_or_copy,
         ignore=shutil.ignore_patterns("__pycache__", "envs", ".pytest_cache"),
         symlinks=True,
     )
     return target
-
-
-@contextmanager
-def served_copy(deployment, root: Path, models: list[str]):
-    """The deployment copied under ``root`` and its ``models`` served from the copy's repository:
-    yields ``(copy folder, server)``."""
-    from harness.deployments import get_deployment
-    from harness.testing.servers import deployment_server, started, stop_server
-
-    folder = copy_outside(deployment, root)
-    server = started(deployment_server(get_deployment(deployment.name, Path(root)), models), 600)
-    try:
-        yield folder, server
-    finally:
-        stop_server(server)
 
 
 def run_client(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -97,8 +76,15 @@ def deployment_of(test_file: str):
 def client_outside(deployment, root: Path, models: list[str], *runs: list[str]) -> list[str]:
     """The standard output of ``client.py`` run outside the repository once per argument list in
     ``runs`` (``--url`` added), against ``models`` served from ``deployment``'s copy under ``root``."""
-    with served_copy(deployment, root, models) as (copy, server):
+    from harness.deployments import get_deployment
+    from harness.testing.servers import deployment_server, started, stop_server
+
+    copy = copy_outside(deployment, root)
+    server = started(deployment_server(get_deployment(deployment.name, Path(root)), models), 600)
+    try:
         return [run_client(copy, *args, "--url", server.http_url).stdout for args in runs]
+    finally:
+        stop_server(server)
 
 
 def assert_vector_summary(dim: str, norm: str, head: list[str], vector, context: str = "") -> None:

@@ -24,7 +24,7 @@ from harness.serving.launchers import (
 )
 from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
-from harness.serving.packenv.recipe import stub_python_of
+from harness.serving.packenv import stub_python_of
 from harness.tests.repositories import make_repository, ready_server
 
 

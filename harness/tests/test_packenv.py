@@ -26,7 +26,7 @@ from harness.serving import packenv
 from harness.serving.launchers import LocalTritonServer, ServerOptions
 from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
-from harness.serving.packenv.pack import choose_tool
+from harness.serving.packenv import choose_tool
 from harness.tests.repositories import ask_whoami, make_repository, write_whoami
 
 MARKER = "tinydb"
@@ -313,7 +313,7 @@ def test_cli_reports_a_target_whose_python_is_absent(capsys):
 def test_local_folders_are_installed_from_copies_without_build_outputs(tmp_path):
     """pip builds a local folder in place and setuptools packs an older build/lib too: the env
     must get the folder's current files only."""
-    from harness.serving.packenv.pack import _clean_copies
+    from harness.serving.packenv import _clean_copies
 
     source = tmp_path / "helpers"
     (source / "build" / "lib" / "helpers").mkdir(parents=True)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from harness.serving.launchers.base import ServerOptions
-from harness.serving.packenv.recipe import stub_python_of
+from harness.serving.packenv import stub_python_of
 
 #: The image ``make image`` builds (images/cpu); ``make ... IMAGE=`` exports TRITON_CPU_IMAGE.
 CPU_IMAGE = os.environ.get("TRITON_CPU_IMAGE", "triton-harness/tritonserver-cpu:2.51.0")
