@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.context import DeploymentContext
+from harness.context import DeploymentContext, run_checks
 from harness.deployments import get_deployment
 from harness.repository import python_models
 from harness.serving.launchers import LocalTritonServer
@@ -141,20 +141,14 @@ def serve(args, deployment, tarball: Path) -> int:
 
 def report_checks(deployment, server, target: str, models: list[str]) -> int:
     """Run the deployment's checks on the packed-env ``server`` and show which env each stub runs in."""
-    ctx = DeploymentContext(deployment, server, server_target(deployment, target))
-    checks, failed = deployment.checks(), []
-    for name, check in checks.items():
-        try:
-            check(ctx)
-            print(f"  check {name:40} ok")
-        except Exception as exc:  # noqa: BLE001 - reported per check
-            failed.append(name)
-            print(f"  check {name:40} FAILED {type(exc).__name__}: {next(iter(str(exc).splitlines()), '')}")
+    outcome = run_checks(DeploymentContext(deployment, server, server_target(deployment, target)))
+    for name in outcome.passed:
+        print(f"  check {name:40} ok")
+    for name, why in outcome.failed.items():
+        print(f"  check {name:40} FAILED {next(iter(why.splitlines()), '')}")
     usage = {m: e for m, e in server.stub_envs().items() if any(f"/model_repository/{name}/" in m for name in models)}
     for model, envs in sorted(usage.items()):
         print(f"  stub {model}: {'runs in ' + ', '.join(envs) if envs else 'NOT in a packed env'}")
     packed = [m for m, e in usage.items() if e]
-    print(
-        f"{len(checks) - len(failed)}/{len(checks)} checks passed; {len(packed)}/{len(usage)} Python stubs in the packed env"
-    )
-    return 1 if failed or len(packed) < len(usage) else 0
+    print(f"checks: {outcome.summary()}; {len(packed)}/{len(usage)} Python stubs in the packed env")
+    return 1 if outcome.failed or len(packed) < len(usage) else 0
