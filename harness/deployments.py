@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 
@@ -122,6 +121,20 @@ class Deployment:
             setattr(options, key, value)
         return options
 
+    def serving_options(self, mode: str, target: str = "cpu", image: str | None = None, **overrides) -> ServerOptions:
+        """``server_options`` for a server of ``mode``: exported first where the harness starts it
+        (local, docker), ``image`` over the target's, and in docker mode the packed env attached."""
+        if mode in ("local", "docker"):
+            self.export()
+        options = self.server_options(target, **overrides)
+        if image:
+            options.image = image
+        if mode == "docker":
+            from harness.serving.launchers.docker_envs import attach_packed_env
+
+            attach_packed_env(self, options)  # the launcher packs it when missing or stale
+        return options
+
     def gate_policy(self) -> GatePolicy:
         """What the front gate enforces for this deployment: clients call the entry models only
         (ensemble steps and BLS targets are internal), with the ``[gate]`` table's bounds and the
@@ -129,10 +142,15 @@ class Deployment:
         gate = self.manifest.gate
         return GatePolicy(public=self.entry_models, openai=self.manifest.openai, **dict(gate))
 
-    @cached_property
+    @property
     def checks_module(self) -> ModuleType | None:
+        """The ``[tests] module`` file, imported once."""
         module_file = self.manifest.tests.module
-        return load_module(self.path / module_file, f"deployment_{self.name}_checks") if module_file else None
+        return self._import(module_file) if module_file else None
+
+    def _import(self, file_name: str) -> ModuleType:
+        """A Python file of the deployment folder, imported once per process."""
+        return load_module(self.path / file_name, f"deployment_{self.name}_{Path(file_name).stem}")
 
     def checks(self) -> dict[str, Callable]:
         """``check_<name>`` functions of the checks module, by name without the prefix."""
@@ -148,12 +166,8 @@ class Deployment:
         file_name, _, attr = reference.partition(":")
         if not attr:
             raise ManifestError(f"{self.name}: {reference!r} must look like 'file.py:function'")
-        if self.manifest.tests.module == file_name and self.checks_module is not None:
-            module = self.checks_module
-        else:
-            module = load_module(self.path / file_name, f"deployment_{self.name}_{Path(file_name).stem}")
         try:
-            return getattr(module, attr)
+            return getattr(self._import(file_name), attr)
         except AttributeError:
             raise ManifestError(f"{self.name}: {file_name} has no function {attr!r}") from None
 

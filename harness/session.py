@@ -70,21 +70,15 @@ class ServerPool:
         mode = self.mode or default_mode()
         if config and mode == "external":
             raise ValueError("config variants need a server the harness starts (local or docker mode)")
-        if mode in ("local", "docker"):
-            deployment.export()
-        options = deployment.server_options(self.target)
-        if self.image:
-            options.image = self.image
+        overrides = {}
         if config:
+            deployment.export()  # before the variant links the exported files
             repository = variant_repository(deployment.model_repository, config, models=models)
             self._variant_dirs[key] = repository.parent
-            options.model_repository = str(repository)
+            overrides["model_repository"] = str(repository)
             if models:
-                options.required_models = [m for m in options.required_models if m in models]
-        if mode == "docker":
-            from harness.serving.launchers.docker_envs import attach_packed_env
-
-            attach_packed_env(deployment, options)  # the launcher packs it when missing or stale
+                overrides["required_models"] = [m for m in deployment.entry_models if m in models]
+        options = deployment.serving_options(mode, self.target, self.image, **overrides)
         server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
         began = time.monotonic()
         try:
