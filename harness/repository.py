@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -125,12 +124,11 @@ def link_or_copy(source: str, target: str) -> None:
 
 def derive(
     source: str | Path,
-    dest: str | Path | None = None,
+    dest: str | Path,
     *,
     models: Iterable[str] | None = None,
     edit: Callable[[str, Path, ModelConfig], ModelConfig | None] | None = None,
     link: str = "symlink",
-    prefix: str = "triton-derived-",
 ) -> Path:
     """A repository ``dest/model_repository`` of links to ``source``'s models (only ``models`` when
     given; ``link="hard"``: hard links, copies across devices); ``edit(model, path, config)`` may
@@ -140,8 +138,7 @@ def derive(
     missing = sorted(keep - {p.name for p in model_dirs(source)}) if keep is not None else []
     if missing:
         raise RepositoryError(f"{source} has no model(s) {missing}")
-    root = Path(dest or tempfile.mkdtemp(prefix=prefix))
-    copy = root / "model_repository"
+    copy = Path(dest) / "model_repository"
     if copy.exists():
         shutil.rmtree(copy)
     copy.mkdir(parents=True)

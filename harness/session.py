@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.context import DeploymentContext
@@ -14,34 +16,29 @@ from harness.deployments import Benchmark, Deployment, discover, get_deployment
 from harness.manifest import ConfigOverrides
 from harness.serving.launchers import create_server, default_mode
 from harness.serving.launchers.base import ServerStartError
-from harness.variants import describe, variant_repository
+from harness.variants import variant_repository
 
 
 def variant_key(deployment: Deployment, config: dict[str, ConfigOverrides] | None = None) -> str:
-    """Server key of a deployment, or of one config variant of it."""
-    return f"{deployment.name}{describe(config) if config else ''}"
+    """Server key of a deployment, or of one config variant of it (its fields as sorted JSON)."""
+    fields = {model: spec.fields() for model, spec in (config or {}).items()}
+    return deployment.name + (json.dumps(fields, sort_keys=True, separators=(",", ":")) if config else "")
 
 
+@dataclass(eq=False)
 class ServerPool:
     """One server per deployment, started lazily on first use and stopped by ``close``."""
 
-    def __init__(
-        self,
-        mode: str | None = None,
-        target: str = "cpu",
-        url: str | None = None,
-        grpc_url: str | None = None,
-        image: str | None = None,
-    ):
-        self.mode = mode
-        self.image = image
-        self.target = target
-        self.url = url
-        self.grpc_url = grpc_url
-        self._contexts: dict[str, DeploymentContext] = {}
-        self._variant_dirs: dict[str, Path] = {}
-        self._failures: dict[str, BaseException] = {}
-        self.start_times: dict[str, float] = {}
+    mode: str | None = None
+    target: str = "cpu"
+    url: str | None = None
+    grpc_url: str | None = None
+    image: str | None = None
+    #: Seconds each server took to become ready, by key.
+    start_times: dict[str, float] = field(default_factory=dict, init=False)
+    _contexts: dict[str, DeploymentContext] = field(default_factory=dict, init=False, repr=False)
+    _variant_dirs: dict[str, Path] = field(default_factory=dict, init=False, repr=False)
+    _failures: dict[str, BaseException] = field(default_factory=dict, init=False, repr=False)
 
     def context(
         self, deployment: Deployment, config: dict[str, ConfigOverrides] | None = None, models: tuple[str, ...] = ()

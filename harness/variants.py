@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import json
+import tempfile
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
@@ -65,10 +65,5 @@ def variant_repository(
             return apply_overrides(config, overrides[model])
         return None
 
-    return derive(source, dest, models=models or None, edit=override, prefix="triton-variant-")
-
-
-def describe(overrides: dict[str, ConfigOverrides]) -> str:
-    """A short stable label of a set of overrides, for records and server keys."""
-    fields = {model: spec.fields() for model, spec in overrides.items()}
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    dest = dest or Path(tempfile.mkdtemp(prefix="triton-variant-"))
+    return derive(source, dest, models=models or None, edit=override)
