@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -16,13 +15,12 @@ from harness.deployments import Benchmark, Deployment, discover, get_deployment
 from harness.manifest import ConfigOverrides
 from harness.serving.launchers import create_server, default_mode
 from harness.serving.launchers.base import ServerStartError
-from harness.variants import variant_repository
+from harness.variants import describe, variant_repository
 
 
 def variant_key(deployment: Deployment, config: dict[str, ConfigOverrides] | None = None) -> str:
-    """Server key of a deployment, or of one config variant of it (its fields as sorted JSON)."""
-    fields = {model: spec.fields() for model, spec in (config or {}).items()}
-    return deployment.name + (json.dumps(fields, sort_keys=True, separators=(",", ":")) if config else "")
+    """Server key of a deployment, or of one config variant of it."""
+    return f"{deployment.name}{describe(config) if config else ''}"
 
 
 @dataclass(eq=False)
@@ -114,9 +112,14 @@ def for_each_scenario(
     all) on ``target``, each on a server of ``pool`` (config variants on their own server, stopped
     after the scenario; a deployment's server stopped after its last scenario; a variant whose model
     file the export's gate did not write, skipped). One failing scenario does not stop the others:
-    returns ``"<deployment>/<benchmark>: <error>"`` for each that failed."""
+    returns ``"<deployment>/<benchmark>: <error>"`` for each that failed. An ``only`` id that none
+    of ``deployments`` has is refused before anything runs."""
     failed = []
     chosen = [get_deployment(name) for name in deployments] if deployments else discover()
+    known = {b.id for deployment in chosen for b in deployment.benchmarks}
+    unknown = sorted(set(only or ()) - known)
+    if unknown:
+        raise ValueError(f"--only: no benchmark {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     for deployment in chosen:
         if target not in deployment.targets:
             print(f"{deployment.name}: target {target} not supported, skipped", flush=True)

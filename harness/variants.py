@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -67,3 +68,9 @@ def variant_repository(
 
     dest = dest or Path(tempfile.mkdtemp(prefix="triton-variant-"))
     return derive(source, dest, models=models or None, edit=override)
+
+
+def describe(overrides: dict[str, ConfigOverrides]) -> str:
+    """A short stable label of a set of overrides, for records and server keys."""
+    fields = {model: spec.fields() for model, spec in overrides.items()}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
