@@ -3,12 +3,12 @@ alone says what it has, so a copied folder with an edited manifest needs no harn
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -25,7 +25,7 @@ MANIFEST = "deployment.toml"
 ENVS_MOUNT = "/envs"
 
 
-@dataclass
+@dataclasses.dataclass
 class Deployment:
     """A deployment folder and its typed manifest."""
 
@@ -98,28 +98,21 @@ class Deployment:
         return True
 
     def server_options(self, target: str = "cpu", **overrides) -> ServerOptions:
-        """Launcher options for this deployment on ``target`` (manifest's [targets.<t>] table)."""
+        """Launcher options for this deployment on ``target`` (the manifest's [target.<t>] table)."""
         if target not in self.targets:
             raise ManifestError(f"{self.name} does not support target {target!r} (it has {self.targets})")
         per_target = self.manifest.target.get(target) or TargetSettings()
         options = ServerOptions(
             model_repository=str(self.model_repository),
             target=target,
-            model_config_name=per_target.model_config_name,
-            backend_config=list(per_target.backend_config),
             required_models=self.entry_models,
-            image=per_target.image,
-            device_ids=per_target.device_ids,
             allow_grpc="grpc" in per_target.protocols,
-            stub_python=per_target.stub_python,
-            env=dict(per_target.env),
             gate_policy=self.gate_policy(),
+            **per_target.model_dump(exclude={"protocols"}),
         )
         if (self.path / "envs").is_dir():
             options.mounts[str(self.path / "envs")] = ENVS_MOUNT
-        for key, value in overrides.items():
-            setattr(options, key, value)
-        return options
+        return dataclasses.replace(options, **overrides)
 
     def serving_options(self, mode: str, target: str = "cpu", image: str | None = None, **overrides) -> ServerOptions:
         """``server_options`` for a server of ``mode``: exported first where the harness starts it
