@@ -220,17 +220,14 @@ def discover(root: Path | None = None) -> list[Deployment]:
 
 
 def get_deployment(name: str, root: Path | None = None) -> Deployment:
-    """The deployment called ``name``, with the list of known ones in the error."""
-    found, broken = discover_with_errors(root)
-    deployments = {d.name: d for d in found}
+    """The deployment called ``name`` (``-`` read as ``_``; a unique prefix will do), with the list
+    of known ones in the error."""
     normalised = name.replace("-", "_")
-    for folder, error in broken.items():
-        if folder.name in (name, normalised):
-            raise ManifestError(error)
-    for key in (name, normalised):
-        if key in deployments:
-            return deployments[key]
-    matches = [d for key, d in deployments.items() if key.startswith(normalised)]
+    folder = deployments_root(root) / normalised
+    if (folder / MANIFEST).exists():
+        return load_deployment(folder)  # a broken manifest says what is wrong with it
+    found, _ = discover_with_errors(root)
+    matches = [d for d in found if d.name.startswith(normalised)]
     if len(matches) == 1:
         return matches[0]
-    raise ManifestError(f"no deployment {name!r}; known: {sorted(deployments)}")
+    raise ManifestError(f"no deployment {name!r}; known: {sorted(d.name for d in found)}")
