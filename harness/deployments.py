@@ -148,10 +148,9 @@ class Deployment:
     def checks(self) -> dict[str, Callable]:
         """``check_<name>`` functions of the checks module, by name without the prefix."""
         module = self.checks_module
-        if module is None:
-            return {}
+        found = vars(module) if module else {}
         return {
-            name[len("check_") :]: fn for name, fn in vars(module).items() if name.startswith("check_") and callable(fn)
+            name.removeprefix("check_"): fn for name, fn in found.items() if name.startswith("check_") and callable(fn)
         }
 
     def resolve(self, reference: str) -> Callable:

@@ -56,8 +56,7 @@ def variant_repository(
 ) -> Path:
     """A repository of links to ``source``'s files (only ``models`` when given), each model named in
     ``overrides`` with a rewritten ``config.pbtxt``."""
-    names = {p.name for p in model_dirs(source)}
-    missing = [m for m in list(overrides) + list(models) if m not in names]
+    missing = sorted(set(overrides) - {p.name for p in model_dirs(source)})  # derive checks ``models``
     if missing:
         raise ValueError(f"config overrides name models that {Path(source).resolve()} does not have: {missing}")
 
