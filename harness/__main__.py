@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 from harness.deployments import ManifestError, discover, get_deployment
 from harness.serving.launchers import MODES, DockerTritonServer, LocalTritonServer, create_server, default_mode
 from harness.serving.launchers.base import ports_in_use, serve_in_foreground
+from triton_gate.auth import read_keys
 
 
 def _list(args) -> int:
@@ -32,13 +33,6 @@ def _export(args) -> int:
     return 0
 
 
-def api_keys(args) -> list[str]:
-    """``--api-key`` values, then the keys of ``--api-key-file`` (one per line; triton_gate.auth)."""
-    from triton_gate.auth import read_keys
-
-    return list(args.api_key or []) + read_keys(args.api_key_file)
-
-
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
     args.mode = args.mode or default_mode()
@@ -49,7 +43,7 @@ def _serve(args) -> int:
         print("python -m harness: error: " + "; ".join(busy), file=sys.stderr)
         return 1
     options = deployment.serving_options(args.mode, args.target, args.image)
-    options.api_keys = api_keys(args)
+    options.api_keys = list(args.api_key or []) + read_keys(args.api_key_file)  # the file: one key a line
     if args.mode in ("local", "docker"):
         launcher = LocalTritonServer if args.mode == "local" else DockerTritonServer
         server = launcher(options, ports=ports, host=args.host, gate_workers=args.gate_workers)
@@ -114,9 +108,6 @@ def _bench(args) -> int:
 #: (its options are its own); ``"module:runner"`` declares its options with ``module.add_arguments(parser)``
 #: and runs ``module.runner(args)``.
 CORE_TOOLS = {
-    "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
-    "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
-    "tune": ("harness.tuning.cli", "search a deployment's config levers (Optuna), each candidate checked first"),
     "pack-env": (
         "harness.packed_serving:pack_command",
         "pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
@@ -131,6 +122,9 @@ CORE_TOOLS = {
         "harness.refresh:refresh_command",
         "regenerate a deployment in order: export, fixtures from the reference, quantization gates",
     ),
+    "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
+    "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
+    "tune": ("harness.tuning.cli", "search a deployment's config levers (Optuna), each candidate checked first"),
 }
 #: Installed distributions add subcommands through this entry point group, each entry point a table like
 #: CORE_TOOLS (the lab's soak, faults, hostile, ...: lab/harness_lab/commands.py); the core never imports them.
