@@ -12,8 +12,9 @@ import sys
 from importlib.metadata import entry_points
 
 from harness.deployments import ManifestError, discover, get_deployment
-from harness.serving.launchers import MODES, LocalTritonServer, create_server, default_mode
+from harness.serving.launchers import MODES, DockerTritonServer, LocalTritonServer, create_server, default_mode
 from harness.serving.launchers.base import ports_in_use, serve_in_foreground
+from triton_gate.auth import read_keys
 
 
 def _list(args) -> int:
@@ -32,45 +33,20 @@ def _export(args) -> int:
     return 0
 
 
-def api_keys(args) -> list[str]:
-    """``--api-key`` values, then the keys of ``--api-key-file`` (one per line; triton_gate.auth)."""
-    from triton_gate.auth import read_keys
-
-    return list(args.api_key or []) + read_keys(args.api_key_file)
-
-
 def _serve(args) -> int:
     deployment = get_deployment(args.deployment)
     args.mode = args.mode or default_mode()
     deployment.server_options(args.target)  # an unsupported target is refused before anything starts
+    ports = (args.http_port, args.grpc_port, args.metrics_port)
+    busy = ports_in_use(args.host, ports) if args.mode in ("local", "docker") else []
+    if busy:
+        print("python -m harness: error: " + "; ".join(busy), file=sys.stderr)
+        return 1
+    options = deployment.serving_options(args.mode, args.target, args.image)
+    options.api_keys = list(args.api_key or []) + read_keys(args.api_key_file)  # the file: one key a line
     if args.mode in ("local", "docker"):
-        busy = ports_in_use(args.host, (args.http_port, args.grpc_port, args.metrics_port))
-        if busy:
-            print("python -m harness: error: " + "; ".join(busy), file=sys.stderr)
-            return 1
-        deployment.export()
-    options = deployment.server_options(args.target)
-    if args.image:
-        options.image = args.image
-    options.api_keys = api_keys(args)
-    if args.mode == "local":
-        server = LocalTritonServer(
-            options,
-            ports=(args.http_port, args.grpc_port, args.metrics_port),
-            host=args.host,
-            gate_workers=args.gate_workers,
-        )
-    elif args.mode == "docker":
-        from harness.serving.launchers.docker import DockerTritonServer
-        from harness.serving.launchers.docker_envs import attach_packed_env
-
-        attach_packed_env(deployment, options)  # the deployment's packed env for the image's stub
-        server = DockerTritonServer(
-            options,
-            ports=(args.http_port, args.grpc_port, args.metrics_port),
-            host=args.host,
-            gate_workers=args.gate_workers,
-        )
+        launcher = LocalTritonServer if args.mode == "local" else DockerTritonServer
+        server = launcher(options, ports=ports, host=args.host, gate_workers=args.gate_workers)
     else:
         server = create_server(args.mode, options, url=args.server_url)
 
@@ -115,11 +91,6 @@ def _bench(args) -> int:
             on_level=lambda level: _show_level(deployment.name, benchmark.id, level),
         )
 
-    if args.only:
-        known = {b.id for d in discover() if not args.deployment or d.name == args.deployment for b in d.benchmarks}
-        unknown = sorted(set(args.only) - known)
-        if unknown:
-            raise ValueError(f"--only: no benchmark {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     pool = ServerPool(mode=args.mode, target=args.target, url=args.server_url, image=args.image)
     try:
         failed = for_each_scenario(
@@ -133,8 +104,24 @@ def _bench(args) -> int:
     return 0
 
 
-#: The core's other tools, one subcommand each of this command tree (their options are theirs).
+#: The core's other subcommands: name -> (what runs it, summary). ``"module"`` runs ``module.main(argv)``
+#: (its options are its own); ``"module:runner"`` declares its options with ``module.add_arguments(parser)``
+#: and runs ``module.runner(args)``.
 CORE_TOOLS = {
+    "pack-env": (
+        "harness.packed_serving:pack_command",
+        "pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
+    ),
+    "new": ("harness.new:new_command", "copy a deployment as the template of a new one (NAME --from DEPLOYMENT)"),
+    "rename": (
+        "harness.rename:rename_command",
+        "give models of a deployment names of its own (DEPLOYMENT OLD=NEW ...), everywhere they stand",
+    ),
+    "readme": ("harness.copy_readme:readme_command", "write a copy's README.md from its README.md.j2 (after a swap)"),
+    "refresh": (
+        "harness.refresh:refresh_command",
+        "regenerate a deployment in order: export, fixtures from the reference, quantization gates",
+    ),
     "matrix": ("harness.measuring.matrix", "aggregate results/records.jsonl into docs/results.* and plots"),
     "pair-bench": ("harness.measuring.pair_bench", "entry model vs model-only path side by side"),
     "tune": ("harness.tuning.cli", "search a deployment's config levers (Optuna), each candidate checked first"),
@@ -145,37 +132,22 @@ COMMANDS_GROUP = "triton_harness.commands"
 
 
 def tools() -> dict[str, tuple[str, str]]:
-    """Subcommand -> (module whose ``main(argv)`` runs it, summary): CORE_TOOLS and every installed table."""
+    """Subcommand -> (what runs it, summary): CORE_TOOLS and every installed table."""
     found = dict(CORE_TOOLS)
     for entry_point in entry_points(group=COMMANDS_GROUP):
         found.update(entry_point.load())
     return found
 
 
-#: Subcommands whose module declares its own options (``add_arguments``) and runs them: module, runner, help.
-MODULE_COMMANDS = {
-    "pack-env": (
-        "harness.packed_serving",
-        "pack_command",
-        "pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
-    ),
-    "new": ("harness.new", "new_command", "copy a deployment as the template of a new one (NAME --from DEPLOYMENT)"),
-    "rename": (
-        "harness.rename",
-        "rename_command",
-        "give models of a deployment names of its own (DEPLOYMENT OLD=NEW ...), everywhere they stand",
-    ),
-    "readme": (
-        "harness.copy_readme",
-        "readme_command",
-        "write a copy's README.md from its README.md.j2 (after a swap)",
-    ),
-    "refresh": (
-        "harness.refresh",
-        "refresh_command",
-        "regenerate a deployment in order: export, fixtures from the reference, quantization gates",
-    ),
-}
+def _run_tool(name: str, runs: str, argv: list[str]) -> int:
+    """One tool of ``tools()`` on its own arguments."""
+    module_name, _, runner = runs.partition(":")
+    module = importlib.import_module(module_name)
+    if not runner:
+        return module.main(argv)
+    parser = argparse.ArgumentParser(prog=f"python -m harness {name}")
+    module.add_arguments(parser)
+    return _call(parser.prog, getattr(module, runner), parser.parse_args(argv))
 
 
 def _server_flags(p: argparse.ArgumentParser) -> None:
@@ -235,31 +207,31 @@ def _parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser:
     bench.add_argument("--only", nargs="+", metavar="BENCHMARK", help="benchmark ids to run (default: all)")
     bench.set_defaults(func=_bench)
 
-    for name, (module_name, runner, summary) in MODULE_COMMANDS.items():
-        module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=summary)
-        module.add_arguments(command)
-        command.set_defaults(func=getattr(module, runner))
     for name, (_, summary) in commands.items():
         sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")
     return parser
+
+
+def _call(prog: str, func, args) -> int:
+    """``func(args)``, with the errors a user causes as one line each."""
+    try:
+        return func(args)
+    except (ManifestError, FileNotFoundError, ValueError) as exc:
+        print(f"{prog}: error: {' '.join(str(exc).split()) if len(str(exc)) < 400 else exc}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"{prog}: error: {' '.join(map(str, exc.cmd))} failed (exit {exc.returncode})", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     commands = tools()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in commands:
-        return importlib.import_module(commands[argv[0]][0]).main(argv[1:])
+        return _run_tool(argv[0], commands[argv[0]][0], argv[1:])
     parser = _parser(commands)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (ManifestError, FileNotFoundError, ValueError) as exc:
-        print(f"{parser.prog}: error: {' '.join(str(exc).split()) if len(str(exc)) < 400 else exc}", file=sys.stderr)
-        return 2
-    except subprocess.CalledProcessError as exc:
-        print(f"{parser.prog}: error: {' '.join(map(str, exc.cmd))} failed (exit {exc.returncode})", file=sys.stderr)
-        return 1
+    return _call(parser.prog, args.func, args)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,13 +58,6 @@ class DeploymentContext:
                 model, make_inputs(protocol, inputs), outputs=make_outputs(protocol, outputs), parameters=parameters
             )
             return result_arrays(result, outputs)
-
-    def fixture(self, name: str) -> Path:
-        """``fixtures/<name>`` of the deployment (the reference's outputs, test images ...)."""
-        path = self.deployment.fixtures_path / name
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: run {self.deployment.path / 'make_fixtures.py'}")
-        return path
 
     def expect_error(
         self,

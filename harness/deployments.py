@@ -3,13 +3,12 @@ alone says what it has, so a copied folder with an edited manifest needs no harn
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 
@@ -26,7 +25,7 @@ MANIFEST = "deployment.toml"
 ENVS_MOUNT = "/envs"
 
 
-@dataclass
+@dataclasses.dataclass
 class Deployment:
     """A deployment folder and its typed manifest."""
 
@@ -99,27 +98,34 @@ class Deployment:
         return True
 
     def server_options(self, target: str = "cpu", **overrides) -> ServerOptions:
-        """Launcher options for this deployment on ``target`` (manifest's [targets.<t>] table)."""
+        """Launcher options for this deployment on ``target`` (the manifest's [target.<t>] table)."""
         if target not in self.targets:
             raise ManifestError(f"{self.name} does not support target {target!r} (it has {self.targets})")
         per_target = self.manifest.target.get(target) or TargetSettings()
         options = ServerOptions(
             model_repository=str(self.model_repository),
             target=target,
-            model_config_name=per_target.model_config_name,
-            backend_config=list(per_target.backend_config),
             required_models=self.entry_models,
-            image=per_target.image,
-            device_ids=per_target.device_ids,
             allow_grpc="grpc" in per_target.protocols,
-            stub_python=per_target.stub_python,
-            env=dict(per_target.env),
             gate_policy=self.gate_policy(),
+            **per_target.model_dump(exclude={"protocols"}),
         )
         if (self.path / "envs").is_dir():
             options.mounts[str(self.path / "envs")] = ENVS_MOUNT
-        for key, value in overrides.items():
-            setattr(options, key, value)
+        return dataclasses.replace(options, **overrides)
+
+    def serving_options(self, mode: str, target: str = "cpu", image: str | None = None, **overrides) -> ServerOptions:
+        """``server_options`` for a server of ``mode``: exported first where the harness starts it
+        (local, docker), ``image`` over the target's, and in docker mode the packed env attached."""
+        if mode in ("local", "docker"):
+            self.export()
+        options = self.server_options(target, **overrides)
+        if image:
+            options.image = image
+        if mode == "docker":
+            from harness.serving.launchers.docker_envs import attach_packed_env
+
+            attach_packed_env(self, options)  # the launcher packs it when missing or stale
         return options
 
     def gate_policy(self) -> GatePolicy:
@@ -129,18 +135,22 @@ class Deployment:
         gate = self.manifest.gate
         return GatePolicy(public=self.entry_models, openai=self.manifest.openai, **dict(gate))
 
-    @cached_property
+    @property
     def checks_module(self) -> ModuleType | None:
+        """The ``[tests] module`` file, imported once."""
         module_file = self.manifest.tests.module
-        return load_module(self.path / module_file, f"deployment_{self.name}_checks") if module_file else None
+        return self._import(module_file) if module_file else None
+
+    def _import(self, file_name: str) -> ModuleType:
+        """A Python file of the deployment folder, imported once per process."""
+        return load_module(self.path / file_name, f"deployment_{self.name}_{Path(file_name).stem}")
 
     def checks(self) -> dict[str, Callable]:
         """``check_<name>`` functions of the checks module, by name without the prefix."""
         module = self.checks_module
-        if module is None:
-            return {}
+        found = vars(module) if module else {}
         return {
-            name[len("check_") :]: fn for name, fn in vars(module).items() if name.startswith("check_") and callable(fn)
+            name.removeprefix("check_"): fn for name, fn in found.items() if name.startswith("check_") and callable(fn)
         }
 
     def resolve(self, reference: str) -> Callable:
@@ -148,12 +158,8 @@ class Deployment:
         file_name, _, attr = reference.partition(":")
         if not attr:
             raise ManifestError(f"{self.name}: {reference!r} must look like 'file.py:function'")
-        if self.manifest.tests.module == file_name and self.checks_module is not None:
-            module = self.checks_module
-        else:
-            module = load_module(self.path / file_name, f"deployment_{self.name}_{Path(file_name).stem}")
         try:
-            return getattr(module, attr)
+            return getattr(self._import(file_name), attr)
         except AttributeError:
             raise ManifestError(f"{self.name}: {file_name} has no function {attr!r}") from None
 
@@ -213,17 +219,14 @@ def discover(root: Path | None = None) -> list[Deployment]:
 
 
 def get_deployment(name: str, root: Path | None = None) -> Deployment:
-    """The deployment called ``name``, with the list of known ones in the error."""
-    found, broken = discover_with_errors(root)
-    deployments = {d.name: d for d in found}
+    """The deployment called ``name`` (``-`` read as ``_``; a unique prefix will do), with the list
+    of known ones in the error."""
     normalised = name.replace("-", "_")
-    for folder, error in broken.items():
-        if folder.name in (name, normalised):
-            raise ManifestError(error)
-    for key in (name, normalised):
-        if key in deployments:
-            return deployments[key]
-    matches = [d for key, d in deployments.items() if key.startswith(normalised)]
+    folder = deployments_root(root) / normalised
+    if (folder / MANIFEST).exists():
+        return load_deployment(folder)  # a broken manifest says what is wrong with it
+    found, _ = discover_with_errors(root)
+    matches = [d for d in found if d.name.startswith(normalised)]
     if len(matches) == 1:
         return matches[0]
-    raise ManifestError(f"no deployment {name!r}; known: {sorted(deployments)}")
+    raise ManifestError(f"no deployment {name!r}; known: {sorted(d.name for d in found)}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -125,23 +124,21 @@ def link_or_copy(source: str, target: str) -> None:
 
 def derive(
     source: str | Path,
-    dest: str | Path | None = None,
+    dest: str | Path,
     *,
     models: Iterable[str] | None = None,
     edit: Callable[[str, Path, ModelConfig], ModelConfig | None] | None = None,
     link: str = "symlink",
-    prefix: str = "triton-derived-",
 ) -> Path:
-    """A repository ``dest/model_repository`` of links to ``source``'s models (only ``models`` when
-    given; ``link="hard"``: hard links, copies across devices); ``edit(model, path, config)`` may
-    return a changed config, written as a new file."""
+    """A repository ``dest/model_repository``: ``source``'s model folders (only ``models`` when given)
+    as folders of links to each file (``link="hard"``: hard links, copies across devices);
+    ``edit(model, path, config)`` may return a changed config, written as a new file."""
     source = Path(source).resolve()
     keep = set(models) if models is not None else None
     missing = sorted(keep - {p.name for p in model_dirs(source)}) if keep is not None else []
     if missing:
         raise RepositoryError(f"{source} has no model(s) {missing}")
-    root = Path(dest or tempfile.mkdtemp(prefix=prefix))
-    copy = root / "model_repository"
+    copy = Path(dest) / "model_repository"
     if copy.exists():
         shutil.rmtree(copy)
     copy.mkdir(parents=True)
@@ -149,25 +146,13 @@ def derive(
         if keep is not None and model_dir.name not in keep:
             continue
         target = copy / model_dir.name
-        if link == "symlink":
-            target.mkdir()
-            for item in model_dir.iterdir():
-                if item.name not in ("__pycache__",):
-                    os.symlink(item, target / item.name)
-        else:
-            shutil.copytree(
-                model_dir, target, copy_function=link_or_copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-            )
-        if edit is None:
-            continue
-        for path in config_files(model_dir):
-            edited = edit(model_dir.name, path.relative_to(model_dir), read_config(path))
-            if edited is None:
-                continue
+        copy_function = os.symlink if link == "symlink" else link_or_copy
+        shutil.copytree(
+            model_dir, target, copy_function=copy_function, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+        for path in config_files(model_dir) if edit else []:
             relative = path.relative_to(model_dir)
-            if link == "symlink" and relative.parent != Path("."):
-                # configs/ is a link to the original folder: give the copy its own folder of links
-                (target / relative.parts[0]).unlink()
-                shutil.copytree(model_dir / relative.parts[0], target / relative.parts[0], copy_function=os.symlink)
-            write_config(edited, target / relative)
+            edited = edit(model_dir.name, relative, read_config(path))
+            if edited is not None:
+                write_config(edited, target / relative)
     return copy

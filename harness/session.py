@@ -7,6 +7,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.context import DeploymentContext
@@ -22,26 +23,20 @@ def variant_key(deployment: Deployment, config: dict[str, ConfigOverrides] | Non
     return f"{deployment.name}{describe(config) if config else ''}"
 
 
+@dataclass(eq=False)
 class ServerPool:
     """One server per deployment, started lazily on first use and stopped by ``close``."""
 
-    def __init__(
-        self,
-        mode: str | None = None,
-        target: str = "cpu",
-        url: str | None = None,
-        grpc_url: str | None = None,
-        image: str | None = None,
-    ):
-        self.mode = mode
-        self.image = image
-        self.target = target
-        self.url = url
-        self.grpc_url = grpc_url
-        self._contexts: dict[str, DeploymentContext] = {}
-        self._variant_dirs: dict[str, Path] = {}
-        self._failures: dict[str, BaseException] = {}
-        self.start_times: dict[str, float] = {}
+    mode: str | None = None
+    target: str = "cpu"
+    url: str | None = None
+    grpc_url: str | None = None
+    image: str | None = None
+    #: Seconds each server took to become ready, by key.
+    start_times: dict[str, float] = field(default_factory=dict, init=False)
+    _contexts: dict[str, DeploymentContext] = field(default_factory=dict, init=False, repr=False)
+    _variant_dirs: dict[str, Path] = field(default_factory=dict, init=False, repr=False)
+    _failures: dict[str, BaseException] = field(default_factory=dict, init=False, repr=False)
 
     def context(
         self, deployment: Deployment, config: dict[str, ConfigOverrides] | None = None, models: tuple[str, ...] = ()
@@ -70,21 +65,15 @@ class ServerPool:
         mode = self.mode or default_mode()
         if config and mode == "external":
             raise ValueError("config variants need a server the harness starts (local or docker mode)")
-        if mode in ("local", "docker"):
-            deployment.export()
-        options = deployment.server_options(self.target)
-        if self.image:
-            options.image = self.image
+        overrides = {}
         if config:
+            deployment.export()  # before the variant links the exported files
             repository = variant_repository(deployment.model_repository, config, models=models)
             self._variant_dirs[key] = repository.parent
-            options.model_repository = str(repository)
+            overrides["model_repository"] = str(repository)
             if models:
-                options.required_models = [m for m in options.required_models if m in models]
-        if mode == "docker":
-            from harness.serving.launchers.docker_envs import attach_packed_env
-
-            attach_packed_env(deployment, options)  # the launcher packs it when missing or stale
+                overrides["required_models"] = [m for m in deployment.entry_models if m in models]
+        options = deployment.serving_options(mode, self.target, self.image, **overrides)
         server = create_server(self.mode, options, url=self.url, grpc_url=self.grpc_url)
         began = time.monotonic()
         try:
@@ -123,9 +112,14 @@ def for_each_scenario(
     all) on ``target``, each on a server of ``pool`` (config variants on their own server, stopped
     after the scenario; a deployment's server stopped after its last scenario; a variant whose model
     file the export's gate did not write, skipped). One failing scenario does not stop the others:
-    returns ``"<deployment>/<benchmark>: <error>"`` for each that failed."""
+    returns ``"<deployment>/<benchmark>: <error>"`` for each that failed. An ``only`` id that none
+    of ``deployments`` has is refused before anything runs."""
     failed = []
     chosen = [get_deployment(name) for name in deployments] if deployments else discover()
+    known = {b.id for deployment in chosen for b in deployment.benchmarks}
+    unknown = sorted(set(only or ()) - known)
+    if unknown:
+        raise ValueError(f"--only: no benchmark {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     for deployment in chosen:
         if target not in deployment.targets:
             print(f"{deployment.name}: target {target} not supported, skipped", flush=True)

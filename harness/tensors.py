@@ -29,28 +29,22 @@ def as_triton_array(value) -> np.ndarray:
 
 
 def make_inputs(protocol: str, tensors: dict[str, np.ndarray]) -> list:
-    """InferInput objects (binary data) for ``{name: array}``."""
+    """InferInput objects (binary data: tritonclient.http's default) for ``{name: array}``."""
     module = client_module(protocol)
     inputs = []
     for name, value in tensors.items():
         array = as_triton_array(value)
         infer_input = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        if protocol == "http":
-            infer_input.set_data_from_numpy(array, binary_data=True)
-        else:
-            infer_input.set_data_from_numpy(array)
+        infer_input.set_data_from_numpy(array)
         inputs.append(infer_input)
     return inputs
 
 
 def make_outputs(protocol: str, names: list[str] | None) -> list | None:
-    """InferRequestedOutput objects (binary data), or None for all outputs."""
+    """InferRequestedOutput objects (binary data: tritonclient.http's default), or None for all outputs."""
     if not names:
         return None
-    module = client_module(protocol)
-    if protocol == "http":
-        return [module.InferRequestedOutput(n, binary_data=True) for n in names]
-    return [module.InferRequestedOutput(n) for n in names]
+    return [client_module(protocol).InferRequestedOutput(n) for n in names]
 
 
 def result_arrays(result, names: list[str] | None = None) -> dict[str, np.ndarray]:

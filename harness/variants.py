@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
@@ -55,8 +56,7 @@ def variant_repository(
 ) -> Path:
     """A repository of links to ``source``'s files (only ``models`` when given), each model named in
     ``overrides`` with a rewritten ``config.pbtxt``."""
-    names = {p.name for p in model_dirs(source)}
-    missing = [m for m in list(overrides) + list(models) if m not in names]
+    missing = sorted(set(overrides) - {p.name for p in model_dirs(source)})  # derive checks ``models``
     if missing:
         raise ValueError(f"config overrides name models that {Path(source).resolve()} does not have: {missing}")
 
@@ -65,7 +65,8 @@ def variant_repository(
             return apply_overrides(config, overrides[model])
         return None
 
-    return derive(source, dest, models=models or None, edit=override, prefix="triton-variant-")
+    dest = dest or Path(tempfile.mkdtemp(prefix="triton-variant-"))
+    return derive(source, dest, models=models or None, edit=override)
 
 
 def describe(overrides: dict[str, ConfigOverrides]) -> str:

@@ -104,7 +104,7 @@ def test_config_variant_of_links_is_served_in_the_container(tmp_path, image):
 
     repo = make_repository(tmp_path / "src", models=("double",))
     variant = variant_repository(repo, {"double": ConfigOverrides(instance_count=2)}, tmp_path / "variant")
-    assert (variant / "double" / "1").is_symlink()
+    assert (variant / "double" / "1" / "model.onnx").is_symlink()
     server = DockerTritonServer(ServerOptions(str(variant), required_models=["double"], image=image))
     server.start()
     try:

@@ -73,7 +73,7 @@ def test_derive_links_files_and_writes_only_edited_configs(repo, tmp_path):
 
     copy = repository.derive(repo, tmp_path / "out", models=["step_a", "step_c"], edit=bump)
     assert sorted(p.name for p in copy.iterdir()) == ["step_a", "step_c"]
-    assert (copy / "step_c" / "config.pbtxt").is_symlink() and (copy / "step_a" / "1").is_symlink()
+    assert (copy / "step_c" / "config.pbtxt").is_symlink() and (copy / "step_a" / "1" / "model.py").is_symlink()
     assert not (copy / "step_a" / "config.pbtxt").is_symlink()
     assert repository.parameter(repository.read_config(copy / "step_a" / "config.pbtxt"), "EXECUTION_ENV_PATH") == "x"
     assert "EXECUTION_ENV_PATH" not in (repo / "step_a" / "config.pbtxt").read_text(), "the source must not change"

@@ -58,7 +58,7 @@ def test_unknown_override_is_refused():
 
 def test_variant_repository_links_files_and_rewrites_configs(tmp_path):
     repo = variant_repository(REPOSITORY, {"embedding_py": ConfigOverrides(instance_count=1)}, tmp_path)
-    assert (repo / "embedding_py" / "1").is_symlink()
+    assert (repo / "embedding_py" / "1" / "model.py").is_symlink()
     assert not (repo / "embedding_py" / "config.pbtxt").is_symlink()
     assert read_config(repo / "embedding_py" / "config.pbtxt").instance_group[0].count == 1
     assert (repo / "embedding_onnx" / "config.pbtxt").is_symlink()
