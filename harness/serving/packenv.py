@@ -402,6 +402,12 @@ def pack(
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+    return _record(recipe, target, output, tool, built_from, python_prefix, packages, time.monotonic() - began, log)
+
+
+def _record(recipe: Recipe, target: str, output: Path, tool: str, built_from, python_prefix, packages, seconds, log):
+    """The packed tarball's record, written beside it (``sidecar``), and its one-line summary."""
+    version = recipe.python_for(target)
     result = PackResult(
         output=str(output),
         tool="conda-pack" if tool == "conda" else "venv-pack",
@@ -409,7 +415,7 @@ def pack(
         python=version,
         python_executable=built_from,
         python_prefix=python_prefix,
-        seconds=round(time.monotonic() - began, 1),
+        seconds=round(seconds, 1),
         size_bytes=output.stat().st_size,
         packages=packages,
         recipe=str(recipe.path),
