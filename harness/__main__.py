@@ -12,7 +12,7 @@ import sys
 from importlib.metadata import entry_points
 
 from harness.deployments import ManifestError, discover, get_deployment
-from harness.serving.launchers import MODES, DockerTritonServer, LocalTritonServer, create_server, default_mode
+from harness.serving.launchers import MODES, LocalTritonServer, create_server, default_mode
 from harness.serving.launchers.base import ports_in_use, serve_in_foreground
 from triton_gate.auth import read_keys
 
@@ -44,11 +44,10 @@ def _serve(args) -> int:
         return 1
     options = deployment.serving_options(args.mode, args.target, args.image)
     options.api_keys = list(args.api_key or []) + read_keys(args.api_key_file)  # the file: one key a line
-    if args.mode in ("local", "docker"):
-        launcher = LocalTritonServer if args.mode == "local" else DockerTritonServer
-        server = launcher(options, ports=ports, host=args.host, gate_workers=args.gate_workers)
-    else:
-        server = create_server(args.mode, options, url=args.server_url)
+    launch = (
+        dict(ports=ports, host=args.host, gate_workers=args.gate_workers) if args.mode in ("local", "docker") else {}
+    )
+    server = create_server(args.mode, options, url=args.server_url, **launch)
 
     def on_ready(server, seconds: float) -> None:
         print(f"{deployment.name} ready in {seconds:.1f} s ({server.mode} server, target {args.target})")

@@ -17,14 +17,15 @@ def default_mode() -> str:
 
 
 def create_server(
-    mode: str | None, options: ServerOptions, url: str | None = None, grpc_url: str | None = None
+    mode: str | None, options: ServerOptions, url: str | None = None, grpc_url: str | None = None, **launch
 ) -> TritonServer:
-    """A server of the given mode (default: $TRITON_SERVER_MODE, else ``local``)."""
+    """A server of the given mode (default: $TRITON_SERVER_MODE, else ``local``); ``launch``: the local
+    or docker launcher's own arguments (ports, host, gate workers)."""
     mode = mode or default_mode()
     if mode == "local":
-        return LocalTritonServer(options)
+        return LocalTritonServer(options, **launch)
     if mode == "docker":
-        return DockerTritonServer(options)
+        return DockerTritonServer(options, **launch)
     if mode == "external":
         url = url or os.environ.get("TRITON_SERVER_URL")
         if not url:
