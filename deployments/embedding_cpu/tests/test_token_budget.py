@@ -85,6 +85,7 @@ def test_a_burst_of_long_requests_stays_within_the_bound_and_memory_returns():
 
     from harness.deployments import get_deployment
     from harness.repository import parameter, read_config
+    from harness.testing.processes import process_memory
     from harness.testing.servers import deployment_server, stop_server
 
     deployment = get_deployment("embedding_cpu")
@@ -122,6 +123,9 @@ def test_a_burst_of_long_requests_stays_within_the_bound_and_memory_returns():
         deadline = time.monotonic() + 30
         while (after := sampler.now()) - idle > 256 * MIB and time.monotonic() < deadline:
             time.sleep(1)
-        assert after - idle <= 256 * MIB, f"RSS still {(after - idle) / MIB:.0f} MiB over idle 30 s after the burst"
+        held = process_memory(server.process.pid)  # which process holds it, when it fails
+        assert after - idle <= 256 * MIB, (
+            f"RSS still {(after - idle) / MIB:.0f} MiB over idle 30 s after the burst: {held}"
+        )
     finally:
         stop_server(server)
