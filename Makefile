@@ -51,8 +51,8 @@ test-variants: install ## The benchmark smokes of every config variant (OpenVINO
 test-tune-smoke: install ## Every tuning lever's values of each deployment served and checked through tune's gate, no measurement
 	HARNESS_TUNE_SMOKE=1 $(PY) -m pytest harness/tests/test_tune.py -m tune_smoke $(PYTEST_ARGS)
 
-test-unit: install kubectl ## Only the unit tests, no tritonserver started (pytest -m 'not server'; seconds, not minutes)
-	$(PY) -m pytest $(TEST_PATHS) -m 'not server' $(PYTEST_ARGS)
+test-unit: install kubectl ## Only the unit tests, no tritonserver started, no export (pytest -m 'not server and not exported'; seconds)
+	$(PY) -m pytest $(TEST_PATHS) -m 'not server and not exported' $(PYTEST_ARGS)
 
 TUNE_ARGS ?=
 tune: install ## Search DEPLOYMENT's config levers, each candidate checked first (TUNE_ARGS="--models M --concurrency 8 --budget-minutes 20 [--apply]")

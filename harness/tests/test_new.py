@@ -77,8 +77,10 @@ def _text_files(folder: Path):
                 continue
 
 
+@pytest.mark.exported
 @pytest.mark.parametrize("source", SOURCES)
 def test_copy_owns_its_names_and_copies_exported_files(tmp_path, source):
+    get_deployment(source).export()
     name = f"{source}_copy{os.getpid()}"
     made = copy_deployment(name, source, root=tmp_path)
     original, copy = made.source, made.deployment
@@ -514,9 +516,11 @@ def test_a_subset_copy_with_its_own_names_passes_its_checks_and_its_readme_runs(
     assert not _named(readme, _original_names(source)), _named(readme, _original_names(source))
 
 
+@pytest.mark.exported
 def test_rename_later_renames_a_model_everywhere_and_rewrites_the_readme(tmp_path, monkeypatch):
     """``python -m harness rename`` on a copy: no text file of the copy names the old model, every
     reference resolves, the README calls the new name; an original's hand-written README is kept."""
+    get_deployment(DEFAULT_SOURCE).export()
     copy_deployment("mine", DEFAULT_SOURCE, root=tmp_path)
     monkeypatch.setenv("HARNESS_DEPLOYMENTS_DIR", str(tmp_path))
     old = KEPT_MODEL[DEFAULT_SOURCE]

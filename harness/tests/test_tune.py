@@ -59,8 +59,10 @@ def test_one_lever_alone_is_tuned_with_the_others_as_shipped():
     }
 
 
+@pytest.mark.exported
 def test_engines_come_from_the_manifest_and_an_ensemble_is_refused():
     deployment = get_deployment("embedding_cpu")
+    deployment.export()  # an engine joins the space only where its files are exported
     engines = build_space(deployment, ["embedding_onnx"]).models[0].engines
     declared = {b.id for b in deployment.benchmarks if "embedding_onnx" in b.overrides}
     assert "shipped" in engines and set(engines) - {"shipped"} <= declared
