@@ -191,11 +191,6 @@ def lab_manifest(deployment: str | Deployment, folder: Path | None = None) -> La
     return read_lab_manifest(path, found.manifest)
 
 
-def lab_files(folder: Path | None = None) -> list[Path]:
-    """Every lab file, one per deployment that has lab tables."""
-    return sorted(lab_folder(folder).glob("*.toml"))
-
-
 def declaring(key: str, root: Path | None = None, folder: Path | None = None) -> Deployment:
     """The one deployment whose lab file sets ``key`` (a table such as ``reliability``, or a ``table.key``
     such as ``scaleout.model``): a tool's default when no ``--deployment`` is given."""

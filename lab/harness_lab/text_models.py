@@ -1,6 +1,5 @@
 """Text-in, vector-out models as the lab's loads drive them (the scale-out load, the peers' native
-requests): the tensor names come from the model's config.pbtxt, never from a fixed name; and
-whether bytes are text (``is_utf8``)."""
+requests): the tensor names come from the model's config.pbtxt, never from a fixed name."""
 
 from __future__ import annotations
 
@@ -25,14 +24,6 @@ def text_tensors(repository, model: str) -> tuple[str, str]:
             f"{[i.name for i in config.input]} and outputs {[o.name for o in config.output]}: not text in, vector out"
         )
     return texts[0], vectors[0]
-
-
-def is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def sentence_workload(model: str, tensors: tuple[str, str], sentence: str) -> Workload:

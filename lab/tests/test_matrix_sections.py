@@ -44,7 +44,7 @@ EXPECTED = {
     "60.00": "30.0 / 0.5 (naive-tensor at 100mbit)",
     "20.0": "19,900,000 + 100,000 B = 20.0 MB per naive-tensor request; tensor-in at 1gbit",
     "0.50": "naive-tensor at 100mbit",
-    "50.0": "jpeg-in on loopback (local bench row)",
+    "50.0": "jpeg-in on loopback (the namespace unshaped)",
     "25.0": "tensor-in on loopback",
     "6.25": "naive-tensor on loopback",
     "1": "1gbit link; c=1; 1 sentence per request",

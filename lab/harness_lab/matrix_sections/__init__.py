@@ -1,8 +1,7 @@
 """The lab's sections of the results matrix (entry point ``triton_harness.matrix_sections``,
 lab/pyproject.toml; the core's matrix finds them there and names none of them): the
 network-bound page and lesson (``network.py``), the side-by-side section and serving lesson
-(``side_by_side.py``), where one request's time goes (``stages.py``, records of a removed one-off tool), the front gate's row of the
-costs lesson (``make gate-cost``'s reports)."""
+(``side_by_side.py``), the front gate's row of the costs lesson (``make gate-cost``'s reports)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from pathlib import Path
 from harness.measuring.matrix.headlines import cost_row
 from harness.measuring.matrix.outputs import json_row
 from harness.measuring.matrix.sections import CostKind, Sections
-from harness_lab.matrix_sections import network, side_by_side, stages
-from harness_lab.matrix_sections.shared import latest_run
+from harness_lab.matrix_sections import network, side_by_side
 
 
 def gate_reports(results_dir: Path) -> list[dict]:
@@ -65,7 +63,7 @@ class LabSections(Sections):
         return network.network_label(record) is not None
 
     def markdown(self, records: list[dict]) -> list[str]:
-        return side_by_side.render(records) + stages.render(records)
+        return side_by_side.render(records)
 
     def pages(self, records: list[dict], deployments) -> dict[str, tuple[str, str]]:
         page = network.render_network(records, deployments)
@@ -75,7 +73,6 @@ class LabSections(Sections):
         run = side_by_side.latest_peers_run(records)
         return {
             "side_by_side": {"records": run, "ratios": side_by_side.ratios(run)},
-            "stages": latest_run(records, "stages"),
             "network": [json_row(r, False) for r in network.network_records(records)],
         }
 

@@ -58,35 +58,13 @@ def _speed_run(record: dict) -> bool:
     return bool((record.get("notes") or {}).get("speed_run"))
 
 
-def _bench_loopback(records: list[dict], deployment: str, paths: list[str]) -> list[dict]:
-    """The local bench rows of ``paths`` (default generator, oldest first): the loopback column when no
-    unshaped run in a namespace was made."""
-    plain = [
-        r
-        for r in records
-        if r.get("deployment") == deployment
-        and not r.get("network")
-        and not r.get("comparison")
-        and r.get("benchmark") in paths
-        and r.get("server_mode") == "local"
-        and generator_family(r) == "harness-asyncio"
-    ]
-    return sorted(plain, key=stamp)
-
-
-def _cells(records: list[dict], mine: list[dict], deployment: str, paths: list[str]) -> tuple[dict, dict, bool]:
-    """``{(path, link): {concurrency: record}}``, ``{link: bits/s}`` and whether loopback came from the bench."""
+def _cells(mine: list[dict]) -> tuple[dict, dict]:
+    """``{(path, link): {concurrency: record}}`` and ``{link: bits/s}`` (loopback: the namespace unshaped)."""
     links = {network_label(r): _link_bits(r) for r in mine}
     cells: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
     for r in mine:
         cells[(r["benchmark"], network_label(r))][int(r.get("concurrency") or 0)] = r
-    loopback_from_bench = "loopback" not in links
-    if loopback_from_bench:
-        for r in _bench_loopback(records, deployment, paths):
-            cells[(r["benchmark"], "loopback")][int(r.get("concurrency") or 0)] = r
-        if any((p, "loopback") in cells for p in paths):
-            links["loopback"] = float("inf")
-    return cells, links, loopback_from_bench
+    return cells, links
 
 
 def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -> dict:
@@ -99,7 +77,7 @@ def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -
     if any(_speed_run(r) for r in mine):  # the paths of a speed-run model: the link, not the CPU, bounds them
         mine = [r for r in mine if _speed_run(r)]
     paths = sorted({r["benchmark"] for r in mine})
-    cells, links, loopback_from_bench = _cells(records, mine, deployment, paths)
+    cells, links = _cells(mine)
     order = sorted(links, key=lambda name: -links[name])
     common = set.intersection(*(set(cells.get((p, link), {})) for p in paths for link in order))
     if not common:
@@ -117,7 +95,6 @@ def network_lesson(records: list[dict], model_only: dict[str, dict[str, str]]) -
         "links": order,
         "entry": entry,
         "paths": [entry, *others],
-        "loopback_from_bench": loopback_from_bench,
         "items_per_second": {p: {link: table[p][link]["items_per_second"] for link in order} for p in paths},
         "bytes_per_request": {p: wire(table[p][order[-1]]) for p in paths},
         "link_ceiling": {
@@ -149,10 +126,8 @@ def render_network_lesson(lesson: dict) -> list[str]:
     others = " and ".join(
         f"{link} " + " / ".join(rate(ips[p][link]) for p in lesson["paths"]) for link in lesson["links"][:-1]
     )
-    run = (
-        f"c={lesson['concurrency']}, {lesson['when']}, {lesson['machine']}, {lesson['load']}"
-        + (", loopback from `make bench`" if lesson["loopback_from_bench"] else "")
-        + (f"; speed-run (seeded weights): {', '.join(lesson['speed_run'])}" if lesson["speed_run"] else "")
+    run = f"c={lesson['concurrency']}, {lesson['when']}, {lesson['machine']}, {lesson['load']}" + (
+        f"; speed-run (seeded weights): {', '.join(lesson['speed_run'])}" if lesson["speed_run"] else ""
     )
     return lines + [
         f"At {slow}, `{entry}` ({size(size_of[entry])}/request) serves {rate(ips[entry][slow])} items/s: "
@@ -167,12 +142,9 @@ def plot_network_lesson(network: dict, plt, save) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     links = network["links"]
     label = {p: f"{p} ({size(network['bytes_per_request'][p])}/req)" for p in network["paths"]}
-    groups = [
-        f"{k}\n(make bench, unshaped)" if k == "loopback" and network["loopback_from_bench"] else k for k in links
-    ]
     series = {label[p]: [network["items_per_second"][p][k] for k in links] for p in network["paths"]}
     ceilings = {label[p]: [network["link_ceiling"][p].get(k) for k in links] for p in network["paths"]}
-    bars(ax, groups, series, ceilings, label_marks=True)
+    bars(ax, links, series, ceilings, label_marks=True)
     ax.set(
         xlabel="link between client and server",
         ylabel="items/s" + (" (log)" if ax.get_yscale() == "log" else ""),

@@ -135,13 +135,10 @@ def ratios(run: list[dict]) -> list[dict]:
 
 
 def _gate_phrase(run: list[dict]) -> str:
-    """How tritonserver was served in the run: behind the front gate, or not (records before the
-    ``gate`` field ran without it)."""
-    gates = {r.get("gate") for r in run if "peer" not in (r.get("server_mode"), r.get("path"))}
-    if gates == {True}:
+    """How tritonserver was served in the run (every server of a run alike): behind the front gate,
+    or not (records before the ``gate`` field ran without it)."""
+    if any(r.get("gate") for r in run if "peer" not in (r.get("server_mode"), r.get("path"))):
         return "tritonserver behind the front gate as users run it, native and OpenAI paths alike"
-    if True in gates:
-        return "tritonserver with and without the front gate (each record's `gate`)"
     return "tritonserver without the front gate"
 
 

@@ -49,18 +49,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    import signal
-
     from harness.deployments import ManifestError
+    from harness.serving.launchers.base import interrupt_on_sigterm
     from harness_lab.manifest import declaring
     from harness_lab.scaleout import ScaleoutError
     from harness_lab.scaleout.run import run as run_stack
 
-    def interrupted(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the run's teardown still removes the stack.
-    signal.signal(signal.SIGTERM, interrupted)
+    interrupt_on_sigterm()
     default = SCENARIOS[:-2] if args.nodes == 1 else ("throughput", "drain", "node-loss")
     try:
         run_stack(
