@@ -47,7 +47,6 @@ def pack_command(args) -> int:
                 recipe,
                 args.target,
                 tarball,
-                tool=args.tool,
                 python=args.python,
                 python_prefix=args.python_prefix,
                 compile_bytecode=not args.no_compile,
@@ -70,18 +69,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)")
     parser.add_argument("--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)")
     parser.add_argument(
-        "--tool",
-        default="auto",
-        choices=("auto", "conda", "venv"),
-        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)",
-    )
-    parser.add_argument(
         "--python", default=None, help="the Python to build a venv with (must match the target's version)"
     )
     parser.add_argument(
         "--python-prefix",
         default=None,
-        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)",
+        help="prefix of the base Python on the target server (e.g. /usr in the NGC image)",
     )
     parser.add_argument("--force", action="store_true", help="repack even when the tarball is current")
     parser.add_argument(
