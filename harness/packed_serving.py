@@ -24,10 +24,9 @@ from harness.serving.packenv import (
     PackedEnvError,
     PackEnvError,
     default_output,
-    is_stale,
     load_recipe,
     local_python,
-    pack,
+    pack_if_stale,
     packed_server_options,
     server_target,
     sidecar,
@@ -40,18 +39,17 @@ def pack_command(args) -> int:
         deployment = get_deployment(args.deployment)
         recipe = load_recipe(deployment.path)
         tarball = Path(args.output or default_output(deployment.path, args.target)).resolve()
-        reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
-        if reason:
-            print(f"{deployment.name}: packing for target {args.target} ({reason})")
-            pack(
-                recipe,
-                args.target,
-                tarball,
-                python=args.python,
-                python_prefix=args.python_prefix,
-                compile_bytecode=not args.no_compile,
-            )
-        else:
+        reason = pack_if_stale(
+            recipe,
+            args.target,
+            tarball,
+            force=args.force,
+            announce=lambda why: print(f"{deployment.name}: packing for target {args.target} ({why})"),
+            python=args.python,
+            python_prefix=args.python_prefix,
+            compile_bytecode=not args.no_compile,
+        )
+        if not reason:
             meta = json.loads(sidecar(tarball).read_text())
             print(
                 f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "

@@ -188,9 +188,8 @@ def load_recipe(path: str | Path) -> Recipe:
 def _probe(executable: str) -> dict | None:
     """Version, real executable and prefix of a Python, or None when it does not run."""
     code = (
-        "import json, sys, sysconfig; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
-        "'executable': sys.executable, 'base_prefix': sys.base_prefix, "
-        "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))}))"
+        "import json, sys; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+        "'executable': sys.executable, 'base_prefix': sys.base_prefix}))"
     )
     try:
         out = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -348,6 +347,18 @@ def pack(
         partial.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
     return _record(recipe, target, output, built_from, python_prefix, packages, time.monotonic() - began, log)
+
+
+def pack_if_stale(
+    recipe: Recipe, target: str, tarball: Path, force: bool = False, announce=print, **options
+) -> str | None:
+    """``pack`` into ``tarball`` when it is stale for ``target`` (or ``force``), after ``announce(reason)``;
+    returns that reason, None when the tarball is current. ``options``: ``pack``'s own."""
+    reason = "--force" if force else is_stale(tarball, recipe, target)
+    if reason:
+        announce(reason)
+        pack(recipe, target, tarball, **options)
+    return reason
 
 
 def _record(recipe: Recipe, target: str, output: Path, built_from, python_prefix, packages, seconds, log):

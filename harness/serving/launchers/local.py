@@ -28,7 +28,7 @@ import psutil
 from harness import PROJECT_ROOT
 from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
-from harness.serving.packenv import PackedEnvError, assert_repository
+from harness.serving.packenv import PackedEnvError, assert_repository, local_python
 from triton_gate.config import GateConfig, gate_config
 from triton_gate.isolation import sigterm_when_parent_dies
 from triton_gate.policy import GatePolicy
@@ -58,7 +58,7 @@ def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     """Lay out ``dest/python`` (backend + matching stub) and each harness backend's
     ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: backends/) beside the
     ``batched_runs.py`` they share."""
-    python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    python_version = python_version or local_python()
     source = pytriton_root() / "backends" / "python"
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,7 @@ class LocalTritonServer(StartedTritonServer):
 
     def start(self) -> None:
         """Check configs and packed envs against the stub's Python, assemble backends, start the process."""
-        stub_python = self.stub_python or f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub_python = self.stub_python or local_python()
         try:
             assert_repository(
                 self.options.model_repository, stub_python, model_config_name=self.options.model_config_name
