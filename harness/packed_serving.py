@@ -24,9 +24,10 @@ from harness.serving.packenv import (
     PackedEnvError,
     PackEnvError,
     default_output,
+    is_stale,
     load_recipe,
     local_python,
-    pack_if_stale,
+    pack,
     packed_server_options,
     server_target,
     sidecar,
@@ -39,17 +40,18 @@ def pack_command(args) -> int:
         deployment = get_deployment(args.deployment)
         recipe = load_recipe(deployment.path)
         tarball = Path(args.output or default_output(deployment.path, args.target)).resolve()
-        reason = pack_if_stale(
-            recipe,
-            args.target,
-            tarball,
-            force=args.force,
-            announce=lambda why: print(f"{deployment.name}: packing for target {args.target} ({why})"),
-            python=args.python,
-            python_prefix=args.python_prefix,
-            compile_bytecode=not args.no_compile,
-        )
-        if not reason:
+        reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
+        if reason:
+            print(f"{deployment.name}: packing for target {args.target} ({reason})")
+            pack(
+                recipe,
+                args.target,
+                tarball,
+                python=args.python,
+                python_prefix=args.python_prefix,
+                compile_bytecode=not args.no_compile,
+            )
+        else:
             meta = json.loads(sidecar(tarball).read_text())
             print(
                 f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "

@@ -349,18 +349,6 @@ def pack(
     return _record(recipe, target, output, built_from, python_prefix, packages, time.monotonic() - began, log)
 
 
-def pack_if_stale(
-    recipe: Recipe, target: str, tarball: Path, force: bool = False, announce=print, **options
-) -> str | None:
-    """``pack`` into ``tarball`` when it is stale for ``target`` (or ``force``), after ``announce(reason)``;
-    returns that reason, None when the tarball is current. ``options``: ``pack``'s own."""
-    reason = "--force" if force else is_stale(tarball, recipe, target)
-    if reason:
-        announce(reason)
-        pack(recipe, target, tarball, **options)
-    return reason
-
-
 def _record(recipe: Recipe, target: str, output: Path, built_from, python_prefix, packages, seconds, log):
     """The packed tarball's record, written beside it (``sidecar``), and its one-line summary."""
     version = recipe.python_for(target)

@@ -66,23 +66,23 @@ class MountedRepository:
 def checked_packed_env(tarball: Path, profile: ImageProfile) -> None:
     """The deployment's packed env (re)packed when missing or stale, as `make pack-env` would; then it
     must exist, else DockerStartError saying how to build it (its Python: ``mounted_repository``)."""
-    from harness.serving.packenv import RECIPE, PackEnvError, load_recipe, pack_if_stale
+    from harness.serving.packenv import RECIPE, PackEnvError, is_stale, load_recipe, pack
 
     stub, target = profile.stub_python, profile.pack_target
     deployment = tarball.parent.parent.name
     recipe_path = tarball.parent.parent / RECIPE
     if recipe_path.exists() and tarball.name == f"{target}.tar.gz":
-        why_packing = f"{deployment}: packing its Python env for {profile.image} (target {target}, Python {stub}"
-        try:
-            pack_if_stale(
-                load_recipe(recipe_path),
-                target,
-                tarball,
-                announce=lambda reason: print(f"{why_packing}: {reason})", flush=True),
-                log=lambda *_: None,
+        recipe = load_recipe(recipe_path)
+        reason = is_stale(tarball, recipe, target)
+        if reason:
+            print(
+                f"{deployment}: packing its Python env for {profile.image} (target {target}, Python {stub}: {reason})",
+                flush=True,
             )
-        except PackEnvError as exc:
-            raise DockerStartError(f"packing {tarball} failed: {one_line(exc)[:300]}") from None
+            try:
+                pack(recipe, target, tarball, log=lambda *_: None)
+            except PackEnvError as exc:
+                raise DockerStartError(f"packing {tarball} failed: {one_line(exc)[:300]}") from None
     if not tarball.exists():
         raise DockerStartError(
             f"packed env {tarball} does not exist: build it with `make pack-env DEPLOYMENT={deployment} TARGET={target}`"
