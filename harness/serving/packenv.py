@@ -603,37 +603,3 @@ def assert_repository(repository: str | Path, stub_python: str | None = None, **
     if problems:
         kind = PythonEnvMismatch if any("backend stub is Python" in p for p in problems) else PackedEnvError
         raise kind("packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems))
-
-
-# --------------------------------------------------------------------------- serving a deployment with its packed env
-
-
-def packed_server_options(deployment, target: str, tarball: str | Path, dest: str | Path, **overrides):
-    """ServerOptions of ``deployment`` on ``target`` over a generated copy that uses ``tarball``.
-
-    Checks the copy first (raises PackedEnvError / PythonEnvMismatch); the local launcher's
-    stub is the harness's own Python.
-    """
-    options = deployment.server_options(server_target(deployment, target))
-    repository = packed_repository(deployment.model_repository, tarball, dest)
-    options.model_repository = str(repository)
-    assert_repository(
-        repository,
-        local_python(),
-        model_config_name=options.model_config_name,
-        deployment=deployment.name,
-        target=target,
-    )
-    # The backend unpacks the env before the first stub starts: a torch env adds a minute or more.
-    options.startup_timeout_s = max(options.startup_timeout_s, 600.0)
-    for key, value in overrides.items():
-        setattr(options, key, value)
-    return options
-
-
-def server_target(deployment, target: str) -> str:
-    if target in deployment.targets:
-        return target
-    if target == "ngc" and "gpu" in deployment.targets:
-        return "gpu"
-    return "cpu"

@@ -23,7 +23,7 @@ from harness import repository
 from harness.deployments import Deployment, discover
 from harness.manifest import Manifest
 from harness.serving import packenv
-from harness.serving.launchers import LocalTritonServer, ServerOptions
+from harness.serving.launchers import LocalTritonServer
 from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
 from harness.tests.repositories import ask_whoami, make_repository, write_whoami
@@ -87,24 +87,22 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     deployment, result = packed
     assert importlib.util.find_spec(MARKER) is None, f"{MARKER} must not be in the harness's own venv"
     original = (deployment.model_repository / "whoami" / "config.pbtxt").read_text()
-    options = packenv.packed_server_options(
-        deployment, "cpu", result.output, tmp_path, required_models=["whoami", "double"]
-    )
-    copy = tmp_path / "model_repository"
-    assert options.model_repository == str(copy)
-    assert (
-        'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"'
-        in (copy / "whoami" / "config.pbtxt").read_text()
-    )
-    assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
-    assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
-    with LocalTritonServer(options) as server:
+    options = deployment.server_options("cpu", python_env=result.output, required_models=["whoami", "double"])
+    with LocalTritonServer(options, work_dir=tmp_path) as server:
+        copy = tmp_path / "packed" / "model_repository"
+        assert server.repository == copy
+        assert (
+            'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"'
+            in (copy / "whoami" / "config.pbtxt").read_text()
+        )
+        assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
         info = ask_whoami(server.http_url, MARKER)
         used = server.stub_envs()
         with httpclient.InferenceServerClient(server.http_url) as client:
             double_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
             double_input.set_data_from_numpy(np.ones((1, 4), np.float32))
             assert client.infer("double", [double_input]).as_numpy("OUTPUT").tolist() == [[2.0] * 4]
+    assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
     assert info["prefix"].startswith("/tmp/python_env_") and info["prefix"] != sys.prefix, info
     marker = info["modules"][MARKER]
     assert marker and marker.startswith(info["prefix"] + "/lib/"), info
@@ -135,20 +133,21 @@ def test_env_of_another_python_is_refused_before_start_with_a_clear_message(tmp_
     result = packenv.pack(deployment.path, "cpu", compress_level=1, compile_bytecode=False, log=lambda _: None)
     assert result.python == other
     began = time.monotonic()
-    with pytest.raises(packenv.PythonEnvMismatch) as refused:
-        packenv.packed_server_options(deployment, "cpu", result.output, tmp_path / "served")
-    assert time.monotonic() - began < 15
-    message = str(refused.value)
-    assert f"is Python {other}" in message and f"stub is Python {packenv.local_python()}" in message
-    assert "make pack-env DEPLOYMENT=mismatch" in message
-    # The local launcher runs the same check before it starts the process.
-    server = LocalTritonServer(ServerOptions(str(tmp_path / "served" / "model_repository"), required_models=["whoami"]))
+    options = deployment.server_options("cpu", python_env=result.output, required_models=["whoami"])
+    server = LocalTritonServer(options, work_dir=tmp_path / "served")
     try:
-        with pytest.raises(ServerStartError, match=f"stub is Python {packenv.local_python()}"):
+        with pytest.raises(ServerStartError) as refused:
             server.start()
         assert server.process is None
     finally:
         server.stop()
+    assert time.monotonic() - began < 15
+    message = str(refused.value)
+    assert f"is Python {other}" in message and f"stub is Python {packenv.local_python()}" in message
+    assert "make pack-env DEPLOYMENT=mismatch TARGET=cpu" in message
+    # The pre-flight alone says it is a version mismatch by its type.
+    with pytest.raises(packenv.PythonEnvMismatch):
+        packenv.assert_repository(server.repository, packenv.local_python())
     assert time.monotonic() - began < 60
 
 
