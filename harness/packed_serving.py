@@ -9,9 +9,7 @@ which env each stub really runs.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from harness.context import DeploymentContext, run_checks
@@ -21,15 +19,12 @@ from harness.serving.launchers import LocalTritonServer
 from harness.serving.launchers.base import serve_in_foreground
 from harness.serving.packenv import (
     TARGETS,
-    PackedEnvError,
     PackEnvError,
     default_output,
     is_stale,
     load_recipe,
     local_python,
     pack,
-    packed_server_options,
-    server_target,
     sidecar,
 )
 
@@ -47,7 +42,6 @@ def pack_command(args) -> int:
                 recipe,
                 args.target,
                 tarball,
-                tool=args.tool,
                 python=args.python,
                 python_prefix=args.python_prefix,
                 compile_bytecode=not args.no_compile,
@@ -70,18 +64,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)")
     parser.add_argument("--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)")
     parser.add_argument(
-        "--tool",
-        default="auto",
-        choices=("auto", "conda", "venv"),
-        help="conda + conda-pack, or venv + venv-pack (auto: conda when present)",
-    )
-    parser.add_argument(
         "--python", default=None, help="the Python to build a venv with (must match the target's version)"
     )
     parser.add_argument(
         "--python-prefix",
         default=None,
-        help="venv-pack: prefix of the base Python on the target server (e.g. /usr in the NGC image)",
+        help="prefix of the base Python on the target server (e.g. /usr in the NGC image)",
     )
     parser.add_argument("--force", action="store_true", help="repack even when the tarball is current")
     parser.add_argument(
@@ -114,29 +102,24 @@ def serve(args, deployment, tarball: Path) -> int:
         )
         return 2
     deployment.export()
-    work = Path(tempfile.mkdtemp(prefix=f"packed-{deployment.name}-"))
-    try:
-        options = packed_server_options(deployment, args.target, tarball, work)
-        server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
+    options = deployment.server_options(server_target(deployment, args.target), python_env=str(tarball))
+    # The backend unpacks the env before the first stub starts: a torch env adds a minute or more.
+    options.startup_timeout_s = max(options.startup_timeout_s, 600.0)
+    server = LocalTritonServer(options, ports=(args.http_port, args.grpc_port, args.metrics_port))
 
-        def on_ready(server, seconds: float) -> int | None:
-            models = python_models(options.model_repository, options.model_config_name)
-            print(
-                f"{deployment.name} ready in {seconds:.1f} s with packed env {tarball.name} "
-                f"(Python models {', '.join(models)})"
-            )
-            print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
-            print(f"  repository (generated copy) {options.model_repository}\n  log {server.log_path}")
-            if args.check:
-                return report_checks(deployment, server, args.target, models)
-            return 0 if args.once else None
+    def on_ready(server, seconds: float) -> int | None:
+        models = python_models(server.repository, options.model_config_name)
+        print(
+            f"{deployment.name} ready in {seconds:.1f} s with packed env {tarball.name} "
+            f"(Python models {', '.join(models)})"
+        )
+        print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}/metrics")
+        print(f"  repository (generated copy) {server.repository}\n  log {server.log_path}")
+        if args.check:
+            return report_checks(deployment, server, args.target, models)
+        return 0 if args.once else None
 
-        return serve_in_foreground(server, on_ready)
-    except PackedEnvError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return serve_in_foreground(server, on_ready)
 
 
 def report_checks(deployment, server, target: str, models: list[str]) -> int:
@@ -152,3 +135,12 @@ def report_checks(deployment, server, target: str, models: list[str]) -> int:
     packed = [m for m, e in usage.items() if e]
     print(f"checks: {outcome.summary()}; {len(packed)}/{len(usage)} Python stubs in the packed env")
     return 1 if outcome.failed or len(packed) < len(usage) else 0
+
+
+def server_target(deployment, target: str) -> str:
+    """The deployment's target whose server options fit a server for pack target ``target``."""
+    if target in deployment.targets:
+        return target
+    if target == "ngc" and "gpu" in deployment.targets:
+        return "gpu"
+    return "cpu"

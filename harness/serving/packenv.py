@@ -1,7 +1,7 @@
 """Packed Python environments for Triton's Python backend (``EXECUTION_ENV_PATH``; docs/python-environments.md).
 
 A deployment's ``environment.yml`` (the recipe: ``load_recipe``, its targets in ``TARGETS``) is packed
-into a tarball with conda + conda-pack, or venv + venv-pack (``pack``, current unless ``is_stale``);
+into a tarball with venv + venv-pack (``pack``, current unless ``is_stale``);
 ``packed_repository`` writes a repository copy whose Python configs use it, and ``check_repository``
 is the pre-flight of every ``EXECUTION_ENV_PATH`` against the stub's Python.
 
@@ -102,8 +102,6 @@ class Recipe:
 
     path: Path
     name: str
-    channels: list[str]
-    conda: list[str]  # conda dependencies other than python and pip
     pip: list[str]  # pip requirements (relative paths resolved)
     pip_no_deps: list[str]  # installed with ``pip install --no-deps``
     python_by_target: dict[str, str]
@@ -165,17 +163,18 @@ def load_recipe(path: str | Path) -> Recipe:
             "(see docs/python-environments.md)"
         )
     data = yaml.safe_load(path.read_text()) or {}
-    conda, pip = [], []
+    pip = []
     for dep in data.get("dependencies", []):
         if isinstance(dep, dict):
             pip += [_resolve_requirement(p, path.parent) for p in dep.get("pip", [])]
         elif not re.match(r"^(python|pip)([<>=!~ ].*)?$", str(dep)):
-            conda.append(str(dep))
+            raise PackEnvError(
+                f"{path}: conda dependency {dep!r} cannot go into a venv; list it under `pip:` "
+                "(see docs/python-environments.md)"
+            )
     return Recipe(
         path=path.resolve(),
         name=str(data.get("name", path.parent.name)),
-        channels=list(data.get("channels", [])),
-        conda=conda,
         pip=pip,
         pip_no_deps=[_resolve_requirement(p, path.parent) for p in data.get("pip_no_deps", [])],
         python_by_target={str(k): str(v) for k, v in (data.get("python_by_target") or {}).items()},
@@ -189,9 +188,8 @@ def load_recipe(path: str | Path) -> Recipe:
 def _probe(executable: str) -> dict | None:
     """Version, real executable and prefix of a Python, or None when it does not run."""
     code = (
-        "import json, sys, sysconfig; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
-        "'executable': sys.executable, 'base_prefix': sys.base_prefix, "
-        "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))}))"
+        "import json, sys; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+        "'executable': sys.executable, 'base_prefix': sys.base_prefix}))"
     )
     try:
         out = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -233,8 +231,7 @@ def find_python(version: str, explicit: str | None = None, why: str = "") -> dic
         f"Python {version} is needed{reason}: the packed env's Python must have the same minor version "
         f"as the Triton stub that loads it. None found; tried: {', '.join(tried) or 'nothing'}.\n"
         f"Install it (`pyenv install {version}`, or `apt-get install python{version}-venv` where the "
-        f"distribution has it), pass --python /path/to/python{version}, or pack on a machine with conda "
-        f"(conda-pack brings its own Python)."
+        f"distribution has it), or pass --python /path/to/python{version}."
     )
 
 
@@ -246,7 +243,7 @@ class PackResult:
     """What ``pack`` produced; also written next to the tarball as ``<tarball>.json``."""
 
     output: str
-    tool: str  # "conda-pack" or "venv-pack"
+    tool: str  # "venv-pack"
     target: str
     python: str  # X.Y inside the env
     python_executable: str  # the interpreter it was built from (venv-pack)
@@ -262,21 +259,6 @@ class PackResult:
 
 def default_output(deployment_path: Path, target: str) -> Path:
     return Path(deployment_path) / ENVS_DIR / f"{target}.tar.gz"
-
-
-def choose_tool(tool: str = "auto") -> str:
-    """``conda`` when conda and conda-pack are present (or asked for), else ``venv``."""
-    has_conda = bool(shutil.which("conda")) and bool(shutil.which("conda-pack"))
-    if tool == "auto":
-        return "conda" if has_conda else "venv"
-    if tool == "conda" and not has_conda:
-        raise PackEnvError(
-            "--tool conda: `conda` and `conda-pack` must both be on PATH "
-            "(conda cannot be installed on the machines this project is developed on; use --tool venv)"
-        )
-    if tool not in ("conda", "venv"):
-        raise PackEnvError(f"unknown tool {tool!r}: auto, conda or venv")
-    return tool
 
 
 def _run(command: list[str], log, **kwargs) -> None:
@@ -301,36 +283,6 @@ def _clean_copies(requirements: list[str], into: Path) -> list[str]:
         shutil.copytree(source, target, ignore=shutil.ignore_patterns(*BUILD_OUTPUTS))
         copies.append(str(target))
     return copies
-
-
-def conda_plan(recipe: Recipe, version: str, prefix: Path, output: Path, env_file: Path) -> list[list[str]]:
-    """The commands of the conda path (``env_file``: the rendered recipe for ``version``)."""
-    python = str(prefix / "bin" / "python")
-    plan = [["conda", "env", "create", "--quiet", "--prefix", str(prefix), "--file", str(env_file)]]
-    if recipe.pip_no_deps:
-        plan.append([python, "-m", "pip", "install", "--no-deps", *recipe.pip_no_deps])
-    plan.append(
-        [
-            "conda-pack",
-            "--prefix",
-            str(prefix),
-            "--output",
-            str(output),
-            "--force",
-            "--ignore-missing-files",
-            "--exclude",
-            "lib/python*/site-packages/pip/*",
-        ]
-    )
-    return plan
-
-
-def render_conda_file(recipe: Recipe, version: str) -> dict:
-    """The recipe as a plain conda environment file for Python ``version`` (our keys dropped)."""
-    deps: list = [f"python={version}", "pip", *recipe.conda]
-    if recipe.pip:
-        deps.append({"pip": list(recipe.pip)})
-    return {"name": recipe.name, "channels": recipe.channels or ["conda-forge"], "dependencies": deps}
 
 
 def _pip_list(python: str) -> dict[str, str]:
@@ -360,7 +312,6 @@ def pack(
     recipe: Recipe | str | Path,
     target: str = "cpu",
     output: str | Path | None = None,
-    tool: str = "auto",
     python: str | None = None,
     python_prefix: str | None = None,
     compress_level: int = 4,
@@ -376,41 +327,34 @@ def pack(
     version = recipe.python_for(target)
     output = Path(output or default_output(recipe.path.parent, target)).resolve()
     _make_envs_dir(output.parent)
-    requested, tool = tool, choose_tool(tool)
     began = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"packenv-{recipe.name}-{target}-"))
     prefix = work / "env"
     partial = output.with_name(output.name + ".partial.tar.gz")
     try:
         recipe = replace(recipe, pip_no_deps=_clean_copies(recipe.pip_no_deps, work / "sources"))
-        if tool == "conda":
-            built_from, python_prefix = _build_conda(recipe, target, version, work, prefix, partial, log), None
-        else:
-            built_from = _build_venv(
-                recipe, target, version, prefix, python, python_prefix, requested, compile_bytecode, log
-            )
-            python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
+        built_from = _build_venv(recipe, target, version, prefix, python, python_prefix, compile_bytecode, log)
+        python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
         packages = _pip_list(str(prefix / "bin" / "python"))
         problem = numpy_problem(packages.get("numpy"), f"the env of {recipe.path}")
         if problem:
             raise PackEnvError(problem)
-        if tool == "venv":
-            log(f"  venv-pack -> {output}")
-            _venv_pack(prefix, partial, python_prefix, compress_level)
+        log(f"  venv-pack -> {output}")
+        _venv_pack(prefix, partial, python_prefix, compress_level)
         partial.chmod(0o644)  # readable by a container's non-root user too
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
-    return _record(recipe, target, output, tool, built_from, python_prefix, packages, time.monotonic() - began, log)
+    return _record(recipe, target, output, built_from, python_prefix, packages, time.monotonic() - began, log)
 
 
-def _record(recipe: Recipe, target: str, output: Path, tool: str, built_from, python_prefix, packages, seconds, log):
+def _record(recipe: Recipe, target: str, output: Path, built_from, python_prefix, packages, seconds, log):
     """The packed tarball's record, written beside it (``sidecar``), and its one-line summary."""
     version = recipe.python_for(target)
     result = PackResult(
         output=str(output),
-        tool="conda-pack" if tool == "conda" else "venv-pack",
+        tool="venv-pack",
         target=target,
         python=version,
         python_executable=built_from,
@@ -432,31 +376,17 @@ def _record(recipe: Recipe, target: str, output: Path, tool: str, built_from, py
     return result
 
 
-def _build_conda(recipe: Recipe, target: str, version: str, work: Path, prefix: Path, partial: Path, log) -> str:
-    """conda + conda-pack: create the env from the recipe's environment.yml and pack it into ``partial``."""
-    log(f"packing {recipe.path} for target {target} with conda + conda-pack (Python {version})")
-    env_file = work / "environment.yml"
-    env_file.write_text(yaml.safe_dump(render_conda_file(recipe, version), sort_keys=False))
-    for command in conda_plan(recipe, version, prefix, partial, env_file):
-        _run(command, log)
-    return "conda"
-
-
-def _build_venv(recipe, target, version, prefix, python, python_prefix, requested, compile_bytecode, log) -> str:
+def _build_venv(recipe, target, version, prefix, python, python_prefix, compile_bytecode, log) -> str:
     """A venv of the target's Python at ``prefix`` with the recipe's packages; returns that interpreter."""
     why = TARGETS.get(target, (f"target {target}",))[0]
     info = find_python(version, python, why=f"target {target}: {why}")
     python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
-    because = "asked for" if requested == "venv" else "no conda + conda-pack on PATH"
-    log(
-        f"packing {recipe.path} for target {target} with venv + venv-pack ({because}): "
-        f"Python {version} from {info['executable']}"
-    )
+    log(f"packing {recipe.path} for target {target} with venv + venv-pack: Python {version} from {info['executable']}")
     if target != "cpu" and python_prefix is None:
         log(
             f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
             f"the {target} server must have Python {version} at that prefix, or pass --python-prefix "
-            "(e.g. /usr for the NGC image). conda-pack avoids this."
+            "(e.g. /usr for the NGC image)."
         )
     # No pip inside the env: the harness's own pip installs into it (pip --python), which
     # saves bootstrapping pip per env and keeps pip out of the tarball.
@@ -543,7 +473,6 @@ class EnvInfo:
 
     python: str | None
     numpy: str | None
-    tool: str | None
 
 
 _LIB_RE = re.compile(r"(?:^|/)lib/python(3\.\d+)/")
@@ -558,10 +487,10 @@ def inspect_env(tarball: str | Path) -> EnvInfo:
         try:
             meta = json.loads(side.read_text())
             if meta.get("size_bytes") == tarball.stat().st_size:
-                return EnvInfo(meta.get("python"), meta.get("packages", {}).get("numpy"), meta.get("tool"))
+                return EnvInfo(meta.get("python"), meta.get("packages", {}).get("numpy"))
         except ValueError:
             pass
-    pythons, numpy, tool = set(), None, None
+    pythons, numpy = set(), None
     with tarfile.open(tarball, "r:*") as archive:
         for member in archive:
             name = member.name.lstrip("./")
@@ -571,12 +500,8 @@ def inspect_env(tarball: str | Path) -> EnvInfo:
             hit = _NUMPY_RE.search(name)
             if hit:
                 numpy = hit.group(1)
-            if name == "pyvenv.cfg":
-                tool = "venv-pack"
-            elif name.startswith("conda-meta/"):
-                tool = "conda-pack"
     python = sorted(pythons)[0] if len(pythons) == 1 else (",".join(sorted(pythons)) or None)
-    return EnvInfo(python, numpy, tool)
+    return EnvInfo(python, numpy)
 
 
 # --------------------------------------------------------------------------- configs and repositories
@@ -678,37 +603,3 @@ def assert_repository(repository: str | Path, stub_python: str | None = None, **
     if problems:
         kind = PythonEnvMismatch if any("backend stub is Python" in p for p in problems) else PackedEnvError
         raise kind("packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems))
-
-
-# --------------------------------------------------------------------------- serving a deployment with its packed env
-
-
-def packed_server_options(deployment, target: str, tarball: str | Path, dest: str | Path, **overrides):
-    """ServerOptions of ``deployment`` on ``target`` over a generated copy that uses ``tarball``.
-
-    Checks the copy first (raises PackedEnvError / PythonEnvMismatch); the local launcher's
-    stub is the harness's own Python.
-    """
-    options = deployment.server_options(server_target(deployment, target))
-    repository = packed_repository(deployment.model_repository, tarball, dest)
-    options.model_repository = str(repository)
-    assert_repository(
-        repository,
-        local_python(),
-        model_config_name=options.model_config_name,
-        deployment=deployment.name,
-        target=target,
-    )
-    # The backend unpacks the env before the first stub starts: a torch env adds a minute or more.
-    options.startup_timeout_s = max(options.startup_timeout_s, 600.0)
-    for key, value in overrides.items():
-        setattr(options, key, value)
-    return options
-
-
-def server_target(deployment, target: str) -> str:
-    if target in deployment.targets:
-        return target
-    if target == "ngc" and "gpu" in deployment.targets:
-        return "gpu"
-    return "cpu"

@@ -59,6 +59,7 @@ SKIPPED = [
         re.compile(r"TARGET=(npu|ngc)|perf_analyzer|npu-host|--serve\b"),
         "needs other hardware or interpreters (Ascend host, Python 3.10/3.12, glibc 2.38), or serves until Ctrl-C",
     ),
+    (re.compile(r"^conda[ -]|^/tmp/yolo11-env/"), "a hand-built conda-pack env: conda cannot be installed here"),
     (re.compile(r"^make install$|^cd deployments/resnet_npu && "), "set-up/export steps the suite's own start-up runs"),
     (
         re.compile(r"^cp -r deployments/\w+ /tmp/|^tritonserver --model-repository|^python client\.py"),

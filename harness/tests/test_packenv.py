@@ -1,7 +1,7 @@
 """Packed Python-backend environments: pack a tiny env, serve a model from it, refuse mismatches.
 
 The packing tests build a real env (numpy<2 + tinydb, a small pure-Python package the
-project venv does not have) with the tool ``harness.serving.packenv`` picks here, and serve a model
+project venv does not have) with venv + venv-pack, and serve a model
 from it on the real local tritonserver.
 """
 
@@ -23,10 +23,9 @@ from harness import repository
 from harness.deployments import Deployment, discover
 from harness.manifest import Manifest
 from harness.serving import packenv
-from harness.serving.launchers import LocalTritonServer, ServerOptions
+from harness.serving.launchers import LocalTritonServer
 from harness.serving.launchers.base import ServerStartError
 from harness.serving.launchers.docker_images import ascend_profile, ngc_profile
-from harness.serving.packenv import choose_tool
 from harness.tests.repositories import ask_whoami, make_repository, write_whoami
 
 MARKER = "tinydb"
@@ -70,7 +69,7 @@ def test_pack_builds_a_tarball_with_the_stubs_python_and_numpy_below_2(packed):
     deployment, result = packed
     tarball = deployment.path / "envs" / "cpu.tar.gz"
     assert result.output == str(tarball) and tarball.stat().st_size == result.size_bytes > 0
-    assert result.tool == ("conda-pack" if choose_tool() == "conda" else "venv-pack")
+    assert result.tool == "venv-pack"
     assert result.python == packenv.local_python()
     assert MARKER in result.packages and int(result.packages["numpy"].split(".")[0]) < 2
     assert json.loads(packenv.sidecar(tarball).read_text())["tool"] == result.tool
@@ -88,24 +87,22 @@ def test_model_runs_inside_the_packed_env(packed, tmp_path):
     deployment, result = packed
     assert importlib.util.find_spec(MARKER) is None, f"{MARKER} must not be in the harness's own venv"
     original = (deployment.model_repository / "whoami" / "config.pbtxt").read_text()
-    options = packenv.packed_server_options(
-        deployment, "cpu", result.output, tmp_path, required_models=["whoami", "double"]
-    )
-    copy = tmp_path / "model_repository"
-    assert options.model_repository == str(copy)
-    assert (
-        'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"'
-        in (copy / "whoami" / "config.pbtxt").read_text()
-    )
-    assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
-    assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
-    with LocalTritonServer(options) as server:
+    options = deployment.server_options("cpu", python_env=result.output, required_models=["whoami", "double"])
+    with LocalTritonServer(options, work_dir=tmp_path) as server:
+        copy = tmp_path / "packed" / "model_repository"
+        assert server.repository == copy
+        assert (
+            'string_value: "$$TRITON_MODEL_DIRECTORY/../../envs/cpu.tar.gz"'
+            in (copy / "whoami" / "config.pbtxt").read_text()
+        )
+        assert "EXECUTION_ENV_PATH" not in (copy / "double" / "config.pbtxt").read_text()
         info = ask_whoami(server.http_url, MARKER)
         used = server.stub_envs()
         with httpclient.InferenceServerClient(server.http_url) as client:
             double_input = httpclient.InferInput("INPUT", [1, 4], "FP32")
             double_input.set_data_from_numpy(np.ones((1, 4), np.float32))
             assert client.infer("double", [double_input]).as_numpy("OUTPUT").tolist() == [[2.0] * 4]
+    assert (deployment.model_repository / "whoami" / "config.pbtxt").read_text() == original
     assert info["prefix"].startswith("/tmp/python_env_") and info["prefix"] != sys.prefix, info
     marker = info["modules"][MARKER]
     assert marker and marker.startswith(info["prefix"] + "/lib/"), info
@@ -133,25 +130,24 @@ def test_env_of_another_python_is_refused_before_start_with_a_clear_message(tmp_
     if other is None:
         pytest.skip("no second Python version on this machine to pack a mismatched env with")
     deployment = write_deployment(tmp_path / "mismatch", pip=(MARKER,), python_cpu=f'"{other}"')
-    result = packenv.pack(
-        deployment.path, "cpu", tool="venv", compress_level=1, compile_bytecode=False, log=lambda _: None
-    )
+    result = packenv.pack(deployment.path, "cpu", compress_level=1, compile_bytecode=False, log=lambda _: None)
     assert result.python == other
     began = time.monotonic()
-    with pytest.raises(packenv.PythonEnvMismatch) as refused:
-        packenv.packed_server_options(deployment, "cpu", result.output, tmp_path / "served")
-    assert time.monotonic() - began < 15
-    message = str(refused.value)
-    assert f"is Python {other}" in message and f"stub is Python {packenv.local_python()}" in message
-    assert "make pack-env DEPLOYMENT=mismatch" in message
-    # The local launcher runs the same check before it starts the process.
-    server = LocalTritonServer(ServerOptions(str(tmp_path / "served" / "model_repository"), required_models=["whoami"]))
+    options = deployment.server_options("cpu", python_env=result.output, required_models=["whoami"])
+    server = LocalTritonServer(options, work_dir=tmp_path / "served")
     try:
-        with pytest.raises(ServerStartError, match=f"stub is Python {packenv.local_python()}"):
+        with pytest.raises(ServerStartError) as refused:
             server.start()
         assert server.process is None
     finally:
         server.stop()
+    assert time.monotonic() - began < 15
+    message = str(refused.value)
+    assert f"is Python {other}" in message and f"stub is Python {packenv.local_python()}" in message
+    assert "make pack-env DEPLOYMENT=mismatch TARGET=cpu" in message
+    # The pre-flight alone says it is a version mismatch by its type.
+    with pytest.raises(packenv.PythonEnvMismatch):
+        packenv.assert_repository(server.repository, packenv.local_python())
     assert time.monotonic() - began < 60
 
 
@@ -159,7 +155,7 @@ def test_missing_python_is_a_clear_error_before_anything_is_built(tmp_path):
     deployment = write_deployment(tmp_path / "nopython", python_cpu='"3.99"')
     began = time.monotonic()
     with pytest.raises(packenv.PackEnvError, match=r"(?s)Python 3\.99 is needed .*pyenv install 3\.99"):
-        packenv.pack(deployment.path, "cpu", tool="venv", log=lambda _: None)
+        packenv.pack(deployment.path, "cpu", log=lambda _: None)
     assert time.monotonic() - began < 30
     assert not (deployment.path / "envs" / "cpu.tar.gz").exists()
 
@@ -240,17 +236,13 @@ def test_packed_repository_touches_only_python_backend_configs(tmp_path):
     assert packenv.check_repository(copy, "3.10", model_config_name="npu") == []
 
 
-def test_conda_path_renders_a_plain_environment_file_and_packs_with_conda_pack(tmp_path):
-    deployment = write_deployment(tmp_path / "condaplan")
-    recipe = packenv.load_recipe(deployment.path)
-    recipe.pip_no_deps = ["/repo"]
-    rendered = packenv.render_conda_file(recipe, "3.10")
-    assert set(rendered) == {"name", "channels", "dependencies"}
-    assert rendered["dependencies"][:2] == ["python=3.10", "pip"]
-    assert rendered["dependencies"][-1] == {"pip": ["numpy<2", MARKER]}
-    plan = packenv.conda_plan(recipe, "3.10", tmp_path / "env", tmp_path / "out.tar.gz", tmp_path / "env.yml")
-    assert plan[0][:3] == ["conda", "env", "create"] and plan[-1][0] == "conda-pack"
-    assert "--no-deps" in plan[1] and plan[1][-1] == "/repo"
+def test_a_conda_only_dependency_is_refused_with_where_to_list_it(tmp_path):
+    """venv-pack is the one tool: a dependency outside ``pip:`` could never reach the env."""
+    deployment = write_deployment(tmp_path / "condadep")
+    recipe_path = deployment.path / "environment.yml"
+    recipe_path.write_text(recipe_path.read_text().replace("  - pip\n", "  - pip\n  - libstdcxx-ng\n", 1))
+    with pytest.raises(packenv.PackEnvError, match="libstdcxx-ng.*under `pip:`"):
+        packenv.load_recipe(deployment.path)
 
 
 DEPLOYMENTS = [d for d in discover() if (d.path / "environment.yml").exists()]

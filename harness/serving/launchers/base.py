@@ -88,7 +88,8 @@ class ServerOptions:
     image: str | None = None
     device_ids: list[int] | None = None
     mounts: dict[str, str] = field(default_factory=dict)
-    #: Packed env tarball for the Python-backend models (docker mode: see docker.attach_packed_env).
+    #: Packed env tarball for the Python-backend models: served from a repository copy whose Python
+    #: configs name it (docker mode: ``docker_envs.attach_packed_env``; local: ``pack-env --serve``).
     python_env: str | None = None
     #: Python of the image's backend stub as the deployment's manifest states it (docker mode; an
     #: image label saying otherwise wins).

@@ -28,7 +28,7 @@ import psutil
 from harness import PROJECT_ROOT
 from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
-from harness.serving.packenv import PackedEnvError, assert_repository
+from harness.serving.packenv import PackedEnvError, assert_repository, local_python, packed_repository
 from triton_gate.config import GateConfig, gate_config
 from triton_gate.isolation import sigterm_when_parent_dies
 from triton_gate.policy import GatePolicy
@@ -58,7 +58,7 @@ def assemble_backend_dir(dest: Path, python_version: str | None = None) -> Path:
     """Lay out ``dest/python`` (backend + matching stub) and each harness backend's
     ``dest/<name>/model.py`` (``onnxruntime``, ``openvino``: backends/) beside the
     ``batched_runs.py`` they share."""
-    python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    python_version = python_version or local_python()
     source = pytriton_root() / "backends" / "python"
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +116,8 @@ class LocalTritonServer(StartedTritonServer):
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
         self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.log_path = self.work_dir / "tritonserver.log"
+        #: The repository served: ``options.model_repository``, or its packed-env copy (``start``).
+        self.repository = Path(options.model_repository)
         self.process: subprocess.Popen | None = None
         self._log_file = None
         self._final_logs = ""
@@ -129,7 +131,7 @@ class LocalTritonServer(StartedTritonServer):
         """tritonserver's own command line on this machine, before the gate (if any) moves it onto private ports."""
         return self.triton_command(
             str(pytriton_root() / "bin" / "tritonserver"),
-            str(Path(self.options.model_repository).resolve()),
+            str(self.repository.resolve()),
             f"--backend-directory={self.work_dir / 'backends'}",
             "--allow-gpu-metrics=false",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
@@ -190,11 +192,18 @@ class LocalTritonServer(StartedTritonServer):
         return env
 
     def start(self) -> None:
-        """Check configs and packed envs against the stub's Python, assemble backends, start the process."""
-        stub_python = self.stub_python or f"{sys.version_info.major}.{sys.version_info.minor}"
+        """Write the packed-env copy (``options.python_env``: its Python models run in that env, as in
+        docker mode), check configs and packed envs against the stub's Python, assemble backends, start."""
+        env = self.options.python_env
         try:
+            if env:
+                self.repository = packed_repository(self.options.model_repository, env, self.work_dir / "packed")
             assert_repository(
-                self.options.model_repository, stub_python, model_config_name=self.options.model_config_name
+                self.repository,
+                self.stub_python or local_python(),
+                model_config_name=self.options.model_config_name,
+                deployment=Path(env).parent.parent.name if env else None,
+                target=Path(env).name.removesuffix(".tar.gz") if env else None,
             )
         except (PackedEnvError, RepositoryError) as exc:
             raise ServerStartError(str(exc)) from None
