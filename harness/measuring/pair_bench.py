@@ -142,15 +142,11 @@ def run_pair(ctx, name: str, pair: tuple[Benchmark, Benchmark], concurrency: int
 
 def manifest_pairs(deployment, target: str, only: list[str] | None = None) -> list[tuple[Benchmark, Benchmark]]:
     """``(model_only, entry)`` benchmarks of a manifest: every benchmark on ``target`` naming a ``model_only``."""
-    by_id = {b.id: b for b in deployment.benchmarks}
-    pairs = []
-    for entry in deployment.benchmarks:
-        if not entry.model_only or (entry.targets and target not in entry.targets) or (only and entry.id not in only):
-            continue
-        if entry.model_only not in by_id:
-            raise ValueError(f"{deployment.name}/{entry.id}: model_only {entry.model_only!r} is not a benchmark")
-        pairs.append((by_id[entry.model_only], entry))
-    return pairs
+    return [  # the manifest's validation makes sure each model_only names a benchmark
+        (deployment.benchmark(entry.model_only), entry)
+        for entry in deployment.benchmarks
+        if entry.model_only and (not entry.targets or target in entry.targets) and (not only or entry.id in only)
+    ]
 
 
 def pair_record(
