@@ -18,7 +18,7 @@ import uuid
 from harness.deployments import discover, get_deployment
 from harness.manifest import Benchmark
 from harness.measuring.alternate import in_turn
-from harness.measuring.loadgen import GENERATOR, _stats, run_load
+from harness.measuring.loadgen import GENERATOR, _stats, endpoint, run_load
 from harness.measuring.pinning import container_pids
 from harness.measuring.records import append_record
 from harness.session import ServerPool, variant_key
@@ -69,22 +69,15 @@ def triton_cpu_ms(level: dict) -> float:
 
 def measure(ctx, workload, concurrency: int, duration: float, protocol: str = "grpc") -> dict:
     """One level: throughput, p50 and CPU-ms per request by process."""
-    http = ctx.server.http_url
-    protocol = protocol if protocol == "http" or ctx.server.grpc_url else "http"
-    before = _stats(http, workload.model)
+    protocol, _ = endpoint(ctx.server, protocol)
+    before = _stats(ctx.server.http_url, workload.model)
     root = server_root_pid(ctx.server)
     cpu0 = cpu_seconds(root)
     level = run_load(
-        workload,
-        protocol=protocol,
-        url=ctx.server.grpc_url if protocol == "grpc" else http,
-        http_url=http,
-        concurrency=concurrency,
-        duration_s=duration,
-        warmup_s=1.0,
+        workload, ctx.server, protocol=protocol, concurrency=concurrency, duration_s=duration, warmup_s=1.0
     )
     cpu1 = cpu_seconds(root)
-    done = max(_stats(http, workload.model)["success_count"] - before["success_count"], 1)
+    done = max(_stats(ctx.server.http_url, workload.model)["success_count"] - before["success_count"], 1)
     cpu_ms = {k: round((cpu1[k] - cpu0.get(k, 0.0)) / done * 1e3, 2) for k in cpu1}
     metrics = level.metrics(workload.items_per_request)
     return {
