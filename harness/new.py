@@ -243,13 +243,9 @@ def _make_own(
     """The staged copy reduced to ``entry_models``, its models renamed, its README its own;
     returns the model folders dropped and ``{old: new}`` of those renamed."""
     staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
-    before = {p.name for p in staged.model_repository.iterdir() if p.is_dir()}
-    if entry_models:
-        staged = keep_models(staged, entry_models)
-    dropped = sorted(before - {p.name for p in staged.model_repository.iterdir() if p.is_dir()})
-    renamed = rename_models(staged, renames) if renames else {}
-    if renamed:
-        staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    dropped = keep_models(staged, entry_models) if entry_models else []
+    renamed = rename_models(staged, renames) if renames else {}  # by folders and files: the manifest as read will do
+    staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))  # as edited
     readme = write_readme(staged, replace=True)
     if readme is not None:  # the manifest's summary: the README's title, not the original's claims
         title = readme.read_text().partition("\n")[0]
