@@ -60,6 +60,13 @@ class Deployment:
     def benchmarks(self) -> list[Benchmark]:
         return list(self.manifest.benchmarks)
 
+    def benchmark(self, benchmark_id: str) -> Benchmark:
+        """The benchmark ``benchmark_id`` of the manifest; ValueError naming the known ids if none."""
+        by_id = {b.id: b for b in self.manifest.benchmarks}
+        if benchmark_id not in by_id:
+            raise ValueError(f"{self.name} has no benchmark {benchmark_id!r} (it has {sorted(by_id)})")
+        return by_id[benchmark_id]
+
     def export_outputs(self) -> list[Path]:
         return [self.path / p for p in self.manifest.export.outputs] if self.manifest.export else []
 

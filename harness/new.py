@@ -39,7 +39,7 @@ from pathlib import Path
 from harness.copy_readme import write_readme
 from harness.deployments import MANIFEST, Deployment, ManifestError, deployments_root, get_deployment, load_deployment
 from harness.manifest import read_manifest
-from harness.rename import MODEL_MIN_BYTES, parse_renames, rename_models, skipped, text_of
+from harness.rename import MODEL_MIN_BYTES, SKIPPED_DIRS, parse_renames, rename_models, rewrite_tree, skipped
 from harness.subset import keep_models, set_manifest_key
 
 __all__ = ["NewDeployment", "add_arguments", "copy_deployment", "new_command"]
@@ -123,11 +123,13 @@ def _rewrite(text: str, rules) -> str:
     return text
 
 
-def _copy_model_file(source: Path, target: Path) -> None:
-    """A copy-on-write clone of ``source`` where the file system has them (``cp --reflink=auto``),
-    else a plain copy: never a hard link, whose target an export would write into."""
+def _copy_file(source: str, target: str) -> None:
+    """A model file (``MODEL_MIN_BYTES`` or more): a copy-on-write clone where the file system has them
+    (``cp --reflink=auto``), else a plain copy, as any other file: never a hard link, whose target an
+    export would write into."""
     if (
-        shutil.which("cp")
+        os.path.getsize(source) >= MODEL_MIN_BYTES
+        and shutil.which("cp")
         and subprocess.run(
             ["cp", "--reflink=auto", "--preserve=mode,timestamps", str(source), str(target)], capture_output=True
         ).returncode
@@ -206,31 +208,16 @@ def copy_deployment(
 
 
 def _copy_tree(source: Path, staging: Path, rules, old: str, name: str) -> None:
-    """``source`` into ``staging``: text files rewritten by ``rules``, model files cloned."""
-    for folder, dirs, files in os.walk(source):
-        here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not skipped(d))
-        relative = here.relative_to(source)
-        into = staging.joinpath(*(_rewrite(part, rules) for part in relative.parts))
-        into.mkdir(parents=True, exist_ok=True)
-        for file_name in sorted(files):
-            path = here / file_name
-            destination = into / _rewrite(file_name, rules)
-            if path.is_symlink():
-                os.symlink(os.readlink(path), destination)
-                continue
-            text = text_of(path)
-            if text is None:
-                _copy_model_file(path, destination)
-                continue
-            rewritten = _rewrite(text, rules)
-            if relative == Path("."):
-                rewritten = _own_top_file(path, rewritten, old, name)
-            if rewritten == text:
-                shutil.copy2(path, destination)
-            else:
-                destination.write_text(rewritten)
-                shutil.copystat(path, destination)
+    """``source`` into ``staging`` (model files cloned), then its text files and names rewritten by
+    ``rules``, the top-level files made the copy's own."""
+    ignored = shutil.ignore_patterns(*SKIPPED_DIRS, "*.egg-info")
+    shutil.copytree(source, staging, symlinks=True, ignore=ignored, copy_function=_copy_file)
+
+    def rewrite(path: Path, text: str) -> str:
+        text = _rewrite(text, rules)
+        return _own_top_file(path, text, old, name) if path.parent == staging else text
+
+    rewrite_tree(staging, rewrite, lambda part: _rewrite(part, rules))
 
 
 def _own_top_file(path: Path, text: str, old: str, name: str) -> str:
@@ -256,13 +243,9 @@ def _make_own(
     """The staged copy reduced to ``entry_models``, its models renamed, its README its own;
     returns the model folders dropped and ``{old: new}`` of those renamed."""
     staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
-    before = {p.name for p in staged.model_repository.iterdir() if p.is_dir()}
-    if entry_models:
-        staged = keep_models(staged, entry_models)
-    dropped = sorted(before - {p.name for p in staged.model_repository.iterdir() if p.is_dir()})
-    renamed = rename_models(staged, renames) if renames else {}
-    if renamed:
-        staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
+    dropped = keep_models(staged, entry_models) if entry_models else []
+    renamed = rename_models(staged, renames) if renames else {}  # by folders and files: the manifest as read will do
+    staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))  # as edited
     readme = write_readme(staged, replace=True)
     if readme is not None:  # the manifest's summary: the README's title, not the original's claims
         title = readme.read_text().partition("\n")[0]

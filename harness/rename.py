@@ -21,6 +21,7 @@ import logging
 import re
 import shutil
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -171,32 +172,32 @@ def rename_models(deployment: Deployment, renames: dict[str, str]) -> dict[str, 
         return folders
     protected = own_names(deployment)
     files = list(_files(deployment.path))
-    python = {p: text_of(p) for p in files if p.suffix == ".py"}
-    defined = _defined_names([t for t in python.values() if t is not None])
+    python = [text_of(p) for p in files if p.suffix == ".py"]
+    defined = _defined_names([t for t in python if t is not None])
     for path in files:
-        text = python.get(path) if path.suffix == ".py" else text_of(path)
         if path.suffix == ".npz":
             _rename_npz(path, renames, protected)
-        elif text is not None:
-            new = (
-                rename_python(text, renames, protected, defined)
-                if path.suffix == ".py"
-                else rename_text(text, renames, protected)
-            )
-            if new != text:
-                path.write_text(new)
-    _rename_paths(deployment.path, renames, protected)
+
+    def rewrite(path: Path, text: str) -> str:
+        if path.suffix == ".py":
+            return rename_python(text, renames, protected, defined)
+        return rename_text(text, renames, protected)
+
+    rewrite_tree(deployment.path, rewrite, lambda name: rename_text(name, renames, protected))
     return folders
 
 
-def _rename_paths(folder: Path, renames: dict[str, str], protected: list[str]) -> None:
-    """Files and folders whose names hold a renamed model, deepest first."""
+def rewrite_tree(folder: Path, rewrite: Callable[[Path, str], str], rename: Callable[[str], str]) -> None:
+    """Each small text file of ``folder`` as ``rewrite(path, text)`` gives it, then the files and
+    folders renamed as ``rename(name)`` gives it, deepest first (``SKIPPED_DIRS`` left as they are)."""
+    for path in _files(folder):
+        text = text_of(path)
+        new = text if text is None else rewrite(path, text)
+        if new != text:
+            path.write_text(new)
     for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if any(skipped(p) for p in path.relative_to(folder).parts):
-            continue
-        name = rename_text(path.name, renames, protected)
-        if name != path.name:
-            shutil.move(path, path.with_name(name))
+        if not any(skipped(p) for p in path.relative_to(folder).parts) and rename(path.name) != path.name:
+            shutil.move(path, path.with_name(rename(path.name)))
 
 
 def add_arguments(parser) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 import yaml
 
 from harness.deployments import MANIFEST, Deployment
-from harness.manifest import read_manifest
 from harness.repository import config_files, read_config
 
 __all__ = ["keep_models", "needed_models", "set_manifest_key"]
@@ -318,8 +317,9 @@ def _prune_openai(text: str, openai: dict | None, dropped: set[str], entries: li
     return text
 
 
-def keep_models(deployment: Deployment, entries: list[str]) -> Deployment:
-    """Reduce ``deployment`` (a copy, edited in place) to ``entries`` and what they need."""
+def keep_models(deployment: Deployment, entries: list[str]) -> list[str]:
+    """Reduce ``deployment`` (a copy, edited in place) to ``entries`` and what they need; returns the
+    model folders dropped."""
     not_entries = sorted(set(entries) - set(deployment.entry_models))
     if not_entries:
         raise ValueError(
@@ -328,7 +328,7 @@ def keep_models(deployment: Deployment, entries: list[str]) -> Deployment:
     needed = needed_models(deployment.model_repository, entries)
     dropped = {p.name for p in deployment.model_repository.iterdir() if p.is_dir()} - needed
     if not dropped:
-        return deployment
+        return []
     prune_manifest(deployment, [m for m in deployment.entry_models if m in entries], dropped)
     dropped_code = "".join(f.read_text() for m in dropped for f in (deployment.model_repository / m).rglob("*.py"))
     for folder in sorted(dropped):
@@ -344,7 +344,7 @@ def keep_models(deployment: Deployment, entries: list[str]) -> Deployment:
     for path in sources:
         if path.is_file():
             prune_python(path, dropped)
-    return Deployment(path=deployment.path, manifest=read_manifest(deployment.path / MANIFEST))
+    return sorted(dropped)
 
 
 def _imports(code: str, module: str) -> bool:

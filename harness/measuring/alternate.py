@@ -36,11 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default=None)
     args = parser.parse_args(argv)
     deployment = get_deployment(args.deployment)
-    by_id = {b.id: b for b in deployment.benchmarks}
-    missing = [b for b in args.benchmarks if b not in by_id]
-    if missing:
-        parser.error(f"{deployment.name} has no benchmark {missing} (it has {sorted(by_id)})")
-    chosen = [by_id[b] for b in args.benchmarks]
+    try:
+        chosen = [deployment.benchmark(b) for b in args.benchmarks]
+    except ValueError as exc:
+        parser.error(str(exc))
     pool = ServerPool(mode=args.mode)
     rates: dict[tuple[str, int], list[float]] = {}
     backends: dict[str, dict] = {}

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from harness.context import DeploymentContext
 from harness.deployments import Benchmark
-from harness.measuring.loadgen import GENERATOR, LoadResult, Workload, measure_in_process, run_load
+from harness.measuring.loadgen import GENERATOR, LoadResult, Workload, endpoint, measure_in_process, run_load
 from harness.measuring.records import append_record, scenario_fields
 
 #: What the harness's openvino backend logs at load: the precision that ran and the CPU's flags.
@@ -75,10 +75,7 @@ def run_benchmark(
     e.g. a comparison run's ``comparison``; the backends of ``backends_of`` too; the in-process
     ceiling unless ``ceiling`` is False); returns them."""
     workload: Workload = ctx.deployment.resolve(benchmark.workload)(ctx)
-    protocol = protocol or benchmark.protocol
-    if protocol == "grpc" and not ctx.server.grpc_url:
-        protocol = "http"
-    url = ctx.server.grpc_url if protocol == "grpc" else ctx.server.http_url
+    protocol, _ = endpoint(ctx.server, protocol or benchmark.protocol)
     scenario = scenario_fields(
         ctx,
         benchmark,
@@ -94,13 +91,7 @@ def run_benchmark(
     records = []
     for concurrency in concurrencies or benchmark.concurrency:
         level = run_load(
-            workload,
-            protocol=protocol,
-            url=url,
-            http_url=ctx.server.http_url,
-            concurrency=concurrency,
-            duration_s=duration_s,
-            warmup_s=warmup_s,
+            workload, ctx.server, protocol=protocol, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s
         )
         limit = ceiling_fields(workload, level, duration_s) if ceiling else {}
         records.append({**scenario, **level.metrics(workload.items_per_request), **limit, **(record_fields or {})})

@@ -464,19 +464,21 @@ async def _run_level(
     )
 
 
+def endpoint(server, protocol: str) -> tuple[str, str]:
+    """``(protocol, url)`` of ``server`` for ``protocol``: gRPC falls back to HTTP on a server without it."""
+    if protocol == "grpc" and server.grpc_url:
+        return protocol, server.grpc_url
+    return "http", server.http_url
+
+
 def run_load(
-    workload: Workload,
-    *,
-    protocol: str,
-    url: str,
-    http_url: str,
-    concurrency: int,
-    duration_s: float = 5.0,
-    warmup_s: float = 1.0,
+    workload: Workload, server, *, protocol: str, concurrency: int, duration_s: float = 5.0, warmup_s: float = 1.0
 ) -> LoadResult:
-    """Hold ``concurrency`` requests in flight for ``duration_s`` after ``warmup_s``."""
+    """Hold ``concurrency`` requests in flight on ``server`` for ``duration_s`` after ``warmup_s``
+    (``protocol`` as :func:`endpoint` resolves it)."""
+    protocol, url = endpoint(server, protocol)
     pinning = apply_pinning(url)
-    result = asyncio.run(_run_level(workload, protocol, url, http_url, concurrency, duration_s, warmup_s))
+    result = asyncio.run(_run_level(workload, protocol, url, server.http_url, concurrency, duration_s, warmup_s))
     result.pinning = pinning
     return result
 

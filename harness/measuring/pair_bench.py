@@ -1,15 +1,14 @@
 """Side-by-side ratios: an entry model vs its model-only path, per server variant, rounds alternating.
 
 Each level reports infer/s and, per request, the CPU ms of each process (generator, front gate,
-tritonserver, each model's stubs) read from /proc. ``--manifest`` takes the pairs from the manifests
-(``model_only``); ``--record-results`` appends one ``processing-pair`` record per pair and concurrency
-(``make bench-pairs``). Usage and findings: docs/tuning.md.
+tritonserver, each model's stubs) read from /proc. The pairs are the manifests' (each benchmark naming
+a ``model_only`` one); ``--record-results`` appends one ``processing-pair`` record per pair and
+concurrency (``make bench-pairs``). Usage and findings: docs/tuning.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -17,9 +16,9 @@ import sys
 import uuid
 
 from harness.deployments import discover, get_deployment
-from harness.manifest import Benchmark, overrides_table
+from harness.manifest import Benchmark
 from harness.measuring.alternate import in_turn
-from harness.measuring.loadgen import GENERATOR, _stats, run_load, server_split
+from harness.measuring.loadgen import GENERATOR, _stats, endpoint, run_load
 from harness.measuring.pinning import container_pids
 from harness.measuring.records import append_record
 from harness.session import ServerPool, variant_key
@@ -68,26 +67,17 @@ def triton_cpu_ms(level: dict) -> float:
     return sum(v for k, v in level["cpu_ms_per_request"].items() if k == "tritonserver" or k.startswith("stub:"))
 
 
-def measure(ctx, workload, concurrency: int, duration: float, steps: list[str], protocol: str = "grpc") -> dict:
-    """One level: throughput, p50, per-step Triton stats and CPU-ms per request by process."""
-    http = ctx.server.http_url
-    protocol = protocol if protocol == "http" or ctx.server.grpc_url else "http"
-    models = [workload.model] + [s for s in steps if s != workload.model]
-    before = {m: _stats(http, m) for m in models}
+def measure(ctx, workload, concurrency: int, duration: float, protocol: str = "grpc") -> dict:
+    """One level: throughput, p50 and CPU-ms per request by process."""
+    protocol, _ = endpoint(ctx.server, protocol)
+    before = _stats(ctx.server.http_url, workload.model)
     root = server_root_pid(ctx.server)
     cpu0 = cpu_seconds(root)
     level = run_load(
-        workload,
-        protocol=protocol,
-        url=ctx.server.grpc_url if protocol == "grpc" else http,
-        http_url=http,
-        concurrency=concurrency,
-        duration_s=duration,
-        warmup_s=1.0,
+        workload, ctx.server, protocol=protocol, concurrency=concurrency, duration_s=duration, warmup_s=1.0
     )
     cpu1 = cpu_seconds(root)
-    after = {m: _stats(http, m) for m in models}
-    done = max(after[workload.model]["success_count"] - before[workload.model]["success_count"], 1)
+    done = max(_stats(ctx.server.http_url, workload.model)["success_count"] - before["success_count"], 1)
     cpu_ms = {k: round((cpu1[k] - cpu0.get(k, 0.0)) / done * 1e3, 2) for k in cpu1}
     metrics = level.metrics(workload.items_per_request)
     return {
@@ -100,7 +90,6 @@ def measure(ctx, workload, concurrency: int, duration: float, steps: list[str], 
         "errors": metrics["errors"],
         "cpu_ms_per_request": cpu_ms,
         "cpu_ms_total": round(sum(cpu_ms.values()), 2),
-        "steps": {m: server_split(before[m], after[m]) for m in models},
     }
 
 
@@ -113,13 +102,14 @@ def _show(round_index: int, concurrency: int, name: str, role: str, model: str, 
     )
 
 
-def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: int, args, protocols=None) -> dict:
-    """Both workloads of a pair back to back, in turn (model-only first in even rounds)."""
+def run_pair(ctx, name: str, pair: tuple[Benchmark, Benchmark], concurrency: int, round_index: int, args) -> dict:
+    """Both benchmarks of a ``(model_only, entry)`` pair back to back, in turn (model-only first in
+    even rounds)."""
+    roles = dict(zip(["model-only", "entry"], pair))
     got = {}
-    for role in in_turn(["model-only", "entry"], round_index):
-        workload = ctx.deployment.resolve(references[role])(ctx)
-        protocol = (protocols or {}).get(role, "grpc")
-        got[role] = measure(ctx, workload, concurrency, args.duration, args.steps, protocol)
+    for role in in_turn(list(roles), round_index):
+        workload = ctx.deployment.resolve(roles[role].workload)(ctx)
+        got[role] = measure(ctx, workload, concurrency, args.duration, roles[role].protocol)
         got[role]["model"] = workload.model
         got[role]["variant"] = workload.variant
         got[role]["items_per_request"] = workload.items_per_request
@@ -128,7 +118,7 @@ def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: in
     cpu_ratio = got["model-only"]["cpu_ms_total"] / max(got["entry"]["cpu_ms_total"], 1e-9)
     triton_ratio = triton_cpu_ms(got["model-only"]) / max(triton_cpu_ms(got["entry"]), 1e-9)
     print(
-        f"RATIO r{round_index} c={concurrency} {name:12} {references['entry']}: items/s {ratio:.3f}, "
+        f"RATIO r{round_index} c={concurrency} {name:12} {roles['entry'].workload}: items/s {ratio:.3f}, "
         f"CPU per request (model-only / entry) {cpu_ratio:.3f}",
         flush=True,
     )
@@ -145,15 +135,11 @@ def run_pair(ctx, name: str, references: dict, concurrency: int, round_index: in
 
 def manifest_pairs(deployment, target: str, only: list[str] | None = None) -> list[tuple[Benchmark, Benchmark]]:
     """``(model_only, entry)`` benchmarks of a manifest: every benchmark on ``target`` naming a ``model_only``."""
-    by_id = {b.id: b for b in deployment.benchmarks}
-    pairs = []
-    for entry in deployment.benchmarks:
-        if not entry.model_only or (entry.targets and target not in entry.targets) or (only and entry.id not in only):
-            continue
-        if entry.model_only not in by_id:
-            raise ValueError(f"{deployment.name}/{entry.id}: model_only {entry.model_only!r} is not a benchmark")
-        pairs.append((by_id[entry.model_only], entry))
-    return pairs
+    return [  # the manifest's validation makes sure each model_only names a benchmark
+        (deployment.benchmark(entry.model_only), entry)
+        for entry in deployment.benchmarks
+        if entry.model_only and (not entry.targets or target in entry.targets) and (not only or entry.id in only)
+    ]
 
 
 def pair_record(
@@ -222,11 +208,9 @@ def run_manifest(args) -> int:
                     server = {"target": args.target, **ctx.server.describe()}
                     levels: dict[tuple[int, int], list] = {}
                     for round_index in range(args.rounds):
-                        for index, (alone, entry) in enumerate(group):
-                            refs = {"model-only": alone.workload, "entry": entry.workload}
-                            protocols = {"model-only": alone.protocol, "entry": entry.protocol}
-                            for concurrency in args.concurrency or entry.concurrency:
-                                level = run_pair(ctx, key, refs, concurrency, round_index, args, protocols)
+                        for index, pair in enumerate(group):
+                            for concurrency in args.concurrency or pair[1].concurrency:
+                                level = run_pair(ctx, key, pair, concurrency, round_index, args)
                                 levels.setdefault((index, concurrency), []).append(level)
                     for (index, concurrency), found in levels.items():
                         record = pair_record(deployment, group[index], concurrency, found, server, run_id)
@@ -253,52 +237,15 @@ def run_manifest(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness pair-bench", description=__doc__.splitlines()[0])
-    parser.add_argument("deployment", nargs="?", help="a deployment (with --manifest: all when omitted)")
-    parser.add_argument(
-        "--pair",
-        nargs=2,
-        action="append",
-        metavar=("MODEL_ONLY", "ENTRY"),
-        help="two workloads ('file.py:function' of the deployment); repeatable",
-    )
-    parser.add_argument("--manifest", action="store_true", help="the pairs of the manifest(s) (model_only keys)")
-    parser.add_argument("--record-results", action="store_true", help="with --manifest: append records")
+    parser.add_argument("deployment", nargs="?", help="a deployment (all when omitted)")
+    parser.add_argument("--manifest", action="store_true", help="the manifests' pairs: the only mode (kept as a flag)")
+    parser.add_argument("--record-results", action="store_true", help="append one record per pair and concurrency")
     parser.add_argument("--mode", help="server mode (local, docker; default TRITON_SERVER_MODE or local)")
     parser.add_argument("--target", default="cpu")
-    parser.add_argument(
-        "--variant",
-        nargs=2,
-        action="append",
-        metavar=("NAME", "OVERRIDES_JSON"),
-        help="a server variant: config overrides as JSON ({} = the repository as it is)",
-    )
-    parser.add_argument("--concurrency", type=int, nargs="+", help="default: 1 4 (--manifest: each benchmark's)")
+    parser.add_argument("--concurrency", type=int, nargs="+", help="default: each benchmark's")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", nargs="*", default=[], help="more models whose Triton stats to print")
-    args = parser.parse_args(argv)
-    if args.manifest:
-        if args.pair or args.variant:
-            parser.error("--manifest takes its pairs and variants from the manifest: drop --pair/--variant")
-        return run_manifest(args)
-    if not args.deployment or not args.pair:
-        parser.error("a deployment and at least one --pair are needed (or --manifest)")
-    if args.record_results:
-        parser.error("--record-results goes with --manifest")
-    deployment = get_deployment(args.deployment)
-    variants = {name: overrides_table(json.loads(text)) or None for name, text in (args.variant or [["as-is", "{}"]])}
-    pool = ServerPool(mode=args.mode, target=args.target)
-    try:
-        contexts = {name: pool.context(deployment, config) for name, config in variants.items()}
-        for round_index in range(args.rounds):
-            for concurrency in args.concurrency or [1, 4]:
-                for name, ctx in contexts.items():
-                    for model_only, entry in args.pair:
-                        refs = {"model-only": model_only, "entry": entry}
-                        run_pair(ctx, name, refs, concurrency, round_index, args)
-    finally:
-        pool.close()
-    return 0
+    return run_manifest(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -59,10 +59,7 @@ def _meeting_workload(where: str) -> tuple[Workload, dict]:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_client_side_work_runs_off_the_event_loop(echo_server, where, protocol):
     workload, seen = _meeting_workload(where)
-    url = echo_server.grpc_url if protocol == "grpc" else echo_server.http_url
-    result = run_load(
-        workload, protocol=protocol, url=url, http_url=echo_server.http_url, concurrency=2, duration_s=1.0, warmup_s=0.2
-    )
+    result = run_load(workload, echo_server, protocol=protocol, concurrency=2, duration_s=1.0, warmup_s=0.2)
     assert result.errors == 0 and result.requests >= 2, (
         f"{where}() of two requests in flight never ran at the same time "
         f"(errors {result.errors}, first: {result.first_error})"
@@ -74,15 +71,7 @@ def test_client_side_work_runs_off_the_event_loop(echo_server, where, protocol):
 def _static_echo_load(echo_server):
     """Half a second of load over gRPC, two requests in flight, of one fixed echo request."""
     workload = Workload(model="echo", inputs={"TEXT": np.array([[b"x"]], dtype=object)}, outputs=["TEXT_OUT"])
-    return run_load(
-        workload,
-        protocol="grpc",
-        url=echo_server.grpc_url,
-        http_url=echo_server.http_url,
-        concurrency=2,
-        duration_s=0.5,
-        warmup_s=0.1,
-    )
+    return run_load(workload, echo_server, protocol="grpc", concurrency=2, duration_s=0.5, warmup_s=0.1)
 
 
 @pytest.mark.timeout(60)

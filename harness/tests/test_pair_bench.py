@@ -71,8 +71,9 @@ def test_the_triton_only_cpu_leaves_out_the_front_gate_and_the_generator():
     assert abs(triton_cpu_ms(level) - 12.5) < 1e-9
 
 
-def test_manifest_mode_refuses_hand_made_pairs():
+def test_hand_made_pairs_and_variants_are_refused():
+    """The manifests' pairs are the only ones: ``--pair`` and ``--variant`` are not options."""
     with pytest.raises(SystemExit):
         main(["resnet_npu", "--manifest", "--pair", "a.py:x", "a.py:y"])
     with pytest.raises(SystemExit):
-        main(["resnet_npu", "--pair", "a.py:x", "a.py:y", "--record-results"])
+        main(["resnet_npu", "--variant", "now", "{}", "--record-results"])

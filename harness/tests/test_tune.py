@@ -23,8 +23,7 @@ from harness.new import copy_deployment, install_packages
 from harness.repository import read_config
 from harness.session import ServerPool
 from harness.tests.test_new import _project_layout
-from harness.tuning.cli import against, default_models, parse
-from harness.tuning.report import anomalies
+from harness.tuning.cli import against, anomalies, default_models, parse
 from harness.tuning.search import CandidateRejected, Tuner, describe, verdict
 from harness.tuning.space import build_space
 from harness.variants import apply_overrides

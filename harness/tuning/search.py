@@ -98,17 +98,11 @@ class Tuner:
         self.study.enqueue_trial(self.space.shipped_params(), skip_if_exists=True)
         return self.study
 
-    def named_benchmark(self, wanted: str) -> Benchmark:
-        by_id = {b.id: b for b in self.deployment.benchmarks}
-        if wanted not in by_id:
-            raise ValueError(f"{self.deployment.name} has no benchmark {wanted!r}")
-        return by_id[wanted]
-
     def benchmark(self, ctx, loaded: list[str]) -> Benchmark:
         """The benchmark measured (``--benchmark``, else the first whose workload this server serves),
         kept in the study so a resumed run measures the same."""
         wanted = self.settings.benchmark or self.study.user_attrs.get("benchmark")
-        found = self.named_benchmark(wanted) if wanted else benchmark_for(ctx, loaded, self.settings.target)
+        found = self.deployment.benchmark(wanted) if wanted else benchmark_for(ctx, loaded, self.settings.target)
         if found is None:
             raise ValueError(f"no benchmark of {self.deployment.name} calls {', '.join(loaded)}: pass --benchmark")
         self.study.set_user_attr("benchmark", found.id)
@@ -129,7 +123,7 @@ class Tuner:
         named = {v for o in overrides.values() for v in (o.get("parameters") or {}).values()}
         models = [*self.models, *sorted(named & {p.name for p in model_dirs(self.deployment.model_repository)})]
         if self.settings.benchmark:
-            models += self.named_benchmark(self.settings.benchmark).models
+            models += self.deployment.benchmark(self.settings.benchmark).models
         loaded = dependencies(self.deployment.model_repository, models)
         with ExitStack() as stack:
             stack.callback(self.pool.release, variant_key(self.deployment, overrides_table(overrides)))
@@ -194,9 +188,9 @@ class Tuner:
         overrides = self.space.suggest(trial)
         trial.set_user_attr("config", overrides)
         trial.set_user_attr("key", describe(overrides))
-        earlier = self.earlier(describe(overrides))
-        if earlier is not None:
-            return self.repeat(trial, earlier)
+        earlier = [t for t in self.tried() if t.state.is_finished() and t.user_attrs.get("key") == describe(overrides)]
+        if earlier:  # the first finished trial of this config
+            return self.repeat(trial, earlier[0])
         self.repeats_in_a_row = 0
         try:
             with self.served(overrides) as (ctx, loaded):
@@ -206,11 +200,6 @@ class Tuner:
             trial.set_user_attr("reason", str(exc))
             print(f"trial {trial.number}: rejected: {exc}", flush=True)
             raise
-
-    def earlier(self, key: str) -> FrozenTrial | None:
-        """The first finished trial of the config ``key``, if any."""
-        tried = (t for t in self.tried() if t.state.is_finished() and t.user_attrs.get("key") == key)
-        return next(tried, None)
 
     def tried(self, *states: TrialState) -> list[FrozenTrial]:
         """The study's trials (``states``: in those only), less the repeats of earlier ones."""
@@ -259,7 +248,10 @@ class Tuner:
     def final_rounds(self, shipped, finalists) -> dict[int, dict]:
         """Shipped and finalists on servers up at once, measured in alternating rounds; per trial
         number: items/s, p99 and ratio to shipped (>1: better) of each round."""
-        entries = [shipped, *finalists, *self.hand_made()]
+        # ``--against``: benchmark variants of the manifest, entrants under their ids
+        against = [self.deployment.benchmark(b) for b in self.settings.against or []]
+        hand_made = [SimpleNamespace(number=b.id, user_attrs={"config": b.overrides}) for b in against]
+        entries = [shipped, *finalists, *hand_made]
         with ExitStack() as servers:
             contexts = {}
             for t in entries:
@@ -285,13 +277,6 @@ class Tuner:
             pairs = zip(series[key], rounds[shipped.number][key])
             series["ratio"] = [over_shipped(value, base, self.settings.objective) for value, base in pairs]
         return rounds
-
-    def hand_made(self) -> list[SimpleNamespace]:
-        """``--against``: benchmark variants of the manifest, entrants of the final rounds under their ids."""
-        return [
-            SimpleNamespace(number=b, user_attrs={"config": self.named_benchmark(b).overrides})
-            for b in self.settings.against or []
-        ]
 
 
 @dataclass

@@ -3,20 +3,9 @@ summary of a deployment's checks for one row."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from pathlib import Path
 
 from harness.measuring.matrix.cells import stamp
-from harness.measuring.records import OUTCOMES_FILE
-
-
-def read_outcomes(folder: Path) -> list[dict]:
-    """Check outcomes: the JSON lines the pytest plugin (``-p harness.testing.outcomes``) wrote."""
-    path = folder / OUTCOMES_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def correctness_by_deployment(outcomes: list[dict], names: list[str]) -> dict[str, dict]:

@@ -10,13 +10,12 @@ from pathlib import Path
 from harness import PROJECT_ROOT
 from harness.measuring.matrix import sections as installed_sections
 from harness.measuring.matrix.cells import ceiling, compute_ms, generator_family
-from harness.measuring.matrix.correctness import read_outcomes
 from harness.measuring.matrix.headlines import build_headlines, headlines_json, render_headlines
 from harness.measuring.matrix.pairs import container_cost
 from harness.measuring.matrix.plots import PLOT_KINDS, plot, plot_headlines
 from harness.measuring.matrix.render import render_markdown
 from harness.measuring.matrix.rows import NOT_MEASURED, build
-from harness.measuring.records import read_records, records_path
+from harness.measuring.records import OUTCOMES_FILE, read_records, records_path
 
 DOCS = PROJECT_ROOT / "docs"
 #: results.csv's columns: the scenario, the measured numbers, the machine (every field: results.json)
@@ -104,7 +103,7 @@ def generate(
     records = read_records(records_file)
     sections = installed_sections.installed() if sections is None else sections
     deployments = discover(deployments_root)
-    outcomes = read_outcomes(records_file.parent)
+    outcomes = read_records(records_file.parent / OUTCOMES_FILE)  # the pytest plugin's check outcomes
     matrix = build([r for r in records if not any(s.claims(r) for s in sections)], deployments, outcomes)
     _clear_plots(docs / "plots")
     for name, data in matrix.items():
