@@ -163,7 +163,6 @@ def serve_main(argv: list[str]) -> int:
     from triton_gate import log
     from triton_gate.auth import read_keys
     from triton_gate.config import gate_config
-    from triton_gate.isolation import raise_priority
     from triton_gate.policy import GatePolicy
     from triton_gate.server import run_gate
     from triton_gate.workers import default_workers
@@ -183,7 +182,7 @@ def serve_main(argv: list[str]) -> int:
     workers = args.gate_workers or default_workers()
     socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
-    policy_text = args.policy_json or (Path(args.policy_file).read_text() if args.policy_file else "{}")
+    policy_text = Path(args.policy_file).read_text() if args.policy_file else "{}"
     config = gate_config(
         command,
         work_dir=work_dir,
@@ -202,7 +201,6 @@ def serve_main(argv: list[str]) -> int:
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
-    raise_priority()
     return run_gate(config, socks)
 
 
@@ -213,11 +211,6 @@ def serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
-    parser.add_argument(
-        "--policy-json",
-        default=os.environ.get("TRITON_GATE_POLICY"),
-        help="the gate policy inline (JSON text; e.g. a Kubernetes pod's argument), instead of --policy-file",
-    )
     parser.add_argument(
         "--api-key-file",
         default=os.environ.get("TRITON_GATE_API_KEY_FILE"),

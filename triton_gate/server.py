@@ -245,6 +245,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
 def run_gate(config: GateConfig, socks: list[dict[str, socket.socket]]) -> int:
     """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM:
     one worker process per entry (``workers``), each serving its own sockets."""
+    raise_priority()
     gate = Gate(config, workers=len(socks))
     gate.start_triton()
 
@@ -269,5 +270,4 @@ def main(argv: list[str] | None = None) -> int:
     config_path.unlink()  # holds the admin token: gone once read
     socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config.fds]
     log(isolate() if config.isolate else "not isolated (isolate=False)")
-    raise_priority()
     return run_gate(config, socks)

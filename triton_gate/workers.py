@@ -70,8 +70,7 @@ class SharedDict(MutableMapping):
         self._write(lambda data: data.__setitem__(key, value))
 
     def __delitem__(self, key: str) -> None:
-        if key not in self:
-            raise KeyError(key)
+        """Gone afterwards, also when another worker removed it first."""
         self._write(lambda data: data.pop(key, None))
 
 
