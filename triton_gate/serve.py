@@ -13,7 +13,6 @@ import argparse
 import os
 import secrets
 import socket
-import sys
 import tempfile
 from pathlib import Path
 
@@ -167,14 +166,8 @@ def serve_main(argv: list[str]) -> int:
     from triton_gate.server import run_gate
     from triton_gate.workers import default_workers
 
-    if "--" not in argv:
-        print("usage: python -m triton_gate serve [options] -- tritonserver --model-repository=...", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    args = serve_parser().parse_args(argv[:split])
-    command = argv[split + 1 :]
-    if not command:
-        serve_parser().error("no tritonserver command after --")
+    args = serve_parser().parse_args(argv)
+    command = args.command
     flags, _ = read_flags(command)
     grpc = (flags.allow_grpc or "true").lower() not in ("false", "0", "no")
     metrics = (flags.allow_metrics or "true").lower() not in ("false", "0", "no")
@@ -205,7 +198,12 @@ def serve_main(argv: list[str]) -> int:
 
 
 def serve_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m triton_gate serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m triton_gate serve",
+        usage="%(prog)s [options] -- tritonserver --model-repository=...",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("command", nargs="+", help="the tritonserver command line, after --")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
