@@ -3,6 +3,8 @@
 The primary owns tritonserver, the stub watch, the reloads and the shutdown; the others are forked
 from it before any event loop runs. What every worker must see alike (models whose stub died or
 that are being reloaded, client (un)loads in flight, stale configs) lives in ``SharedDict``.
+Not gunicorn's prefork: its arbiter restarts a dead worker (here one stops the whole gate), its
+aiohttp worker serves an ``Application`` on one socket kind, and owns neither tritonserver nor gRPC.
 """
 
 from __future__ import annotations
