@@ -76,10 +76,9 @@ class SharedDict(MutableMapping):
         self._write(lambda data: data.pop(key, None))
 
 
-def shared_state(workers: int) -> dict[str, MutableMapping]:
-    """The state every worker reads alike: plain dicts for one worker, ``SharedDict`` for more."""
-    names = ("broken", "reloading", "changing", "config_epoch")
-    return {name: SharedDict() if workers > 1 else {} for name in names}
+def shared_state(workers: int, count: int) -> list[MutableMapping]:
+    """``count`` mappings every worker reads alike: plain dicts for one worker, ``SharedDict`` for more."""
+    return [SharedDict() if workers > 1 else {} for _ in range(count)]
 
 
 def fork_workers(count: int, serve: Callable[[int], int]) -> list[BaseProcess]:
