@@ -108,7 +108,7 @@ class HttpFront:
         may be left unread (``body.read_limited`` stopped, or never started)."""
         read = f" read={exc.received} inflated={exc.inflated}" if isinstance(exc, BodyRefused) else ""
         log(f"refused {exc.status} model={exc.model or '-'} client={request.remote}{read}: {exc.message}")
-        body = openai_error(exc.status, exc.message, exc.param, exc.code) if openai else {"error": exc.message}
+        body = openai_error(exc.status, exc.message, exc.param) if openai else {"error": exc.message}
         headers = {"WWW-Authenticate": 'Bearer realm="triton"'} if exc.status == 401 else {}
         if exc.status == 503:
             headers["Retry-After"] = str(RETRY_AFTER_S)

@@ -34,10 +34,10 @@ ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 413: "request_too
 CREATED = int(time.time())
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+def error_body(status: int, message: str, param: str | None = None) -> dict:
     """OpenAI's error object."""
     kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code or ERROR_CODES.get(status)}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": ERROR_CODES.get(status)}}
 
 
 #: The message of a request field of the wrong type (OpenAI's wording: what the field must be).

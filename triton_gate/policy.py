@@ -3,7 +3,7 @@
 A policy is a ``GatePolicy``, derived once per deployment (``harness.deployments.Deployment.gate_policy``:
 the manifest's entry models, ``[gate]`` and ``[openai]`` tables) and handed to the gate wherever it
 runs as its JSON (``model_dump_json`` / ``model_validate_json``): inline in the local gate's
-start-up file, as ``--policy-file`` or ``--policy-json`` to ``python -m triton_gate serve``
+start-up file, as ``--policy-file`` to ``python -m triton_gate serve``
 (the CPU image, Compose and swarm replicas, Kubernetes pods). ::
 
     {"public": ["classify", "classifier"],                  # every other model is internal

@@ -13,7 +13,6 @@ import argparse
 import os
 import secrets
 import socket
-import sys
 import tempfile
 from pathlib import Path
 
@@ -163,19 +162,12 @@ def serve_main(argv: list[str]) -> int:
     from triton_gate import log
     from triton_gate.auth import read_keys
     from triton_gate.config import gate_config
-    from triton_gate.isolation import raise_priority
     from triton_gate.policy import GatePolicy
     from triton_gate.server import run_gate
     from triton_gate.workers import default_workers
 
-    if "--" not in argv:
-        print("usage: python -m triton_gate serve [options] -- tritonserver --model-repository=...", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    args = serve_parser().parse_args(argv[:split])
-    command = argv[split + 1 :]
-    if not command:
-        serve_parser().error("no tritonserver command after --")
+    args = serve_parser().parse_args(argv)
+    command = args.command
     flags, _ = read_flags(command)
     grpc = (flags.allow_grpc or "true").lower() not in ("false", "0", "no")
     metrics = (flags.allow_metrics or "true").lower() not in ("false", "0", "no")
@@ -183,7 +175,7 @@ def serve_main(argv: list[str]) -> int:
     workers = args.gate_workers or default_workers()
     socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
-    policy_text = args.policy_json or (Path(args.policy_file).read_text() if args.policy_file else "{}")
+    policy_text = Path(args.policy_file).read_text() if args.policy_file else "{}"
     config = gate_config(
         command,
         work_dir=work_dir,
@@ -202,22 +194,21 @@ def serve_main(argv: list[str]) -> int:
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
-    raise_priority()
     return run_gate(config, socks)
 
 
 def serve_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m triton_gate serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m triton_gate serve",
+        usage="%(prog)s [options] -- tritonserver --model-repository=...",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("command", nargs="+", help="the tritonserver command line, after --")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--admin-token-file", default=os.environ.get("TRITON_GATE_ADMIN_TOKEN_FILE"))
-    parser.add_argument(
-        "--policy-json",
-        default=os.environ.get("TRITON_GATE_POLICY"),
-        help="the gate policy inline (JSON text; e.g. a Kubernetes pod's argument), instead of --policy-file",
-    )
     parser.add_argument(
         "--api-key-file",
         default=os.environ.get("TRITON_GATE_API_KEY_FILE"),

@@ -54,11 +54,9 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         #: Worker processes serving the public sockets (``workers``): 0 is the primary.
         self.workers = workers
         self.worker, self.worker_processes = 0, []
-        state = shared_state(self.workers)
-        self.broken = state["broken"]  # model -> when its stub was seen dead
-        self.reloading = state["reloading"]  # model -> True while the gate reloads it
-        self.changing = state["changing"]  # model -> until when a client (un)load is in flight
-        self.config_epoch = state["config_epoch"]  # changes when cached configs are stale
+        # Alike in every worker: model -> when its stub was seen dead; model -> True while the gate
+        # reloads it; model -> until when a client (un)load is in flight; the configs' epoch.
+        self.broken, self.reloading, self.changing, self.config_epoch = shared_state(self.workers, 4)
         self.seen_config_epoch = None
         self.draining = False
         self.in_flight = 0
@@ -245,6 +243,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
 def run_gate(config: GateConfig, socks: list[dict[str, socket.socket]]) -> int:
     """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM:
     one worker process per entry (``workers``), each serving its own sockets."""
+    raise_priority()
     gate = Gate(config, workers=len(socks))
     gate.start_triton()
 
@@ -269,5 +268,4 @@ def main(argv: list[str] | None = None) -> int:
     config_path.unlink()  # holds the admin token: gone once read
     socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config.fds]
     log(isolate() if config.isolate else "not isolated (isolate=False)")
-    raise_priority()
     return run_gate(config, socks)

@@ -31,14 +31,13 @@ SCALAR = (str, int, float, bool)
 
 class GateError(Exception):
     """A request refused by the gate: HTTP status, a message for the client and, on the OpenAI
-    routes (``openai_api``), the request field it is about and OpenAI's error code."""
+    routes (``openai_api``), the request field it is about."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
-        self.code = code
         self.model: str | None = None  # the model it is about, for the log line
 
 

@@ -3,6 +3,8 @@
 The primary owns tritonserver, the stub watch, the reloads and the shutdown; the others are forked
 from it before any event loop runs. What every worker must see alike (models whose stub died or
 that are being reloaded, client (un)loads in flight, stale configs) lives in ``SharedDict``.
+Not gunicorn's prefork: its arbiter restarts a dead worker (here one stops the whole gate), its
+aiohttp worker serves an ``Application`` on one socket kind, and owns neither tritonserver nor gRPC.
 """
 
 from __future__ import annotations
@@ -70,15 +72,13 @@ class SharedDict(MutableMapping):
         self._write(lambda data: data.__setitem__(key, value))
 
     def __delitem__(self, key: str) -> None:
-        if key not in self:
-            raise KeyError(key)
+        """Gone afterwards, also when another worker removed it first."""
         self._write(lambda data: data.pop(key, None))
 
 
-def shared_state(workers: int) -> dict[str, MutableMapping]:
-    """The state every worker reads alike: plain dicts for one worker, ``SharedDict`` for more."""
-    names = ("broken", "reloading", "changing", "config_epoch")
-    return {name: SharedDict() if workers > 1 else {} for name in names}
+def shared_state(workers: int, count: int) -> list[MutableMapping]:
+    """``count`` mappings every worker reads alike: plain dicts for one worker, ``SharedDict`` for more."""
+    return [SharedDict() if workers > 1 else {} for _ in range(count)]
 
 
 def fork_workers(count: int, serve: Callable[[int], int]) -> list[BaseProcess]:
