@@ -244,8 +244,8 @@ def _make_own(
     returns the model folders dropped and ``{old: new}`` of those renamed."""
     staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))
     dropped = keep_models(staged, entry_models) if entry_models else []
-    renamed = rename_models(staged, renames) if renames else {}  # by folders and files: the manifest as read will do
-    staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))  # as edited
+    renamed = rename_models(staged, renames) if renames else {}
+    staged = Deployment(path=staging.resolve(), manifest=read_manifest(staging / MANIFEST))  # as both edited it
     readme = write_readme(staged, replace=True)
     if readme is not None:  # the manifest's summary: the README's title, not the original's claims
         title = readme.read_text().partition("\n")[0]

@@ -196,8 +196,9 @@ def rewrite_tree(folder: Path, rewrite: Callable[[Path, str], str], rename: Call
         if new != text:
             path.write_text(new)
     for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if not any(skipped(p) for p in path.relative_to(folder).parts) and rename(path.name) != path.name:
-            shutil.move(path, path.with_name(rename(path.name)))
+        name = rename(path.name)
+        if name != path.name and not any(skipped(p) for p in path.relative_to(folder).parts):
+            shutil.move(path, path.with_name(name))
 
 
 def add_arguments(parser) -> None:
