@@ -24,7 +24,7 @@ help: ## Show this help
 
 # Local distributions installed editable beside the project: triton_helpers (what the deployments'
 # Python models share), triton_gate (the front gate in front of tritonserver) and each deployment's own package (a folder with a pyproject.toml one level down).
-# The lab (lab/: soak, faults, hostile, peers, scaleout, netem) with LAB_EXTRAS (peers: the naive
+# The lab (lab/: soak, faults, hostile, peers, scaleout) with LAB_EXTRAS (peers: the naive
 # FastAPI peer's packages) is installed editable beside them too.
 LAB_EXTRAS ?= peers
 LOCAL_PACKAGES := triton_helpers triton_gate $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
@@ -90,7 +90,7 @@ refresh: install ## Regenerate deployment NAME in order: export, fixtures from t
 
 # The deployment make bench-peers measures: its lab/deployments/<d>.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: bench-network, gate-cost
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: gate-cost
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
 	$(MAKE) --no-print-directory bench-pairs
@@ -99,7 +99,6 @@ ifeq ($(MODE)$(TARGET)$(filter-out $(PEERS_DEPLOYMENT),$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
 endif
 ifeq ($(BENCH_ONLY)$(DEPLOYMENT)$(MODE)$(TARGET),localcpu)
-	$(MAKE) --no-print-directory bench-network
 	$(MAKE) --no-print-directory gate-cost
 endif
 
@@ -110,17 +109,11 @@ clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
-# --- results matrix and network-bound runs (harness/measuring/matrix/, lab/harness_lab/netem.py) ---
-# loopback: the same namespace unshaped (the serving path, no link limit); one run per rate
-NETWORK_RATE ?= loopback 1gbit 100mbit
-NETWORK_RTT_MS ?= 0
-.PHONY: matrix bench-network
+# --- results matrix (harness/measuring/matrix/) ---
+.PHONY: matrix
 
 matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv, docs/plots/ and each deployment README's results block
 	$(PY) -m harness matrix
-
-bench-network: install ## The benchmarks marked network = true (or DEPLOYMENT's, BENCH_ONLY=...) through each link of NETWORK_RATE (loopback 1gbit 100mbit), NETWORK_RTT_MS=0 (root)
-	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--benchmark $(BENCH_ONLY))
 
 .PHONY: lint
 lint: install ## Lint, format check (ruff) and import directions (lint-imports), settings in pyproject.toml; `make format` fixes what it can
