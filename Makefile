@@ -24,15 +24,13 @@ help: ## Show this help
 
 # Local distributions installed editable beside the project: triton_helpers (what the deployments'
 # Python models share), triton_gate (the front gate in front of tritonserver) and each deployment's own package (a folder with a pyproject.toml one level down).
-# The lab (lab/: soak, faults, hostile, peers, scaleout) with LAB_EXTRAS (peers: the naive
-# FastAPI peer's packages) is installed editable beside them too.
-LAB_EXTRAS ?= peers
+# The lab (lab/: soak, faults, hostile, peers, scaleout) is installed editable beside them too.
 LOCAL_PACKAGES := triton_helpers triton_gate $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
 
 $(VENV)/.installed: requirements/no-deps.txt pyproject.toml lab/pyproject.toml $(foreach p,$(LOCAL_PACKAGES),$(p)/pyproject.toml) $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip wheel
-	$(PIP) install -e '.[$(EXTRAS)]' -e './lab[$(LAB_EXTRAS)]' $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
+	$(PIP) install -e '.[$(EXTRAS)]' -e ./lab $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
 	$(PIP) install --no-deps -r requirements/no-deps.txt
 	touch $@
 
@@ -237,5 +235,5 @@ $(INFINITY_VENV)/.installed: requirements/peers-infinity.txt
 
 peer-infinity: $(INFINITY_VENV)/.installed ## Create .venv-infinity: infinity-emb 0.0.78 with the pins that import (requirements/peers-infinity.txt)
 
-bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu), native and /v1/embeddings behind the gate, vs its in-process ceiling, infinity-emb and a naive FastAPI server: wrk, pinned cores, servers alternating (PEERS_ARGS='--no-gate ...')
+bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu), native and /v1/embeddings behind the gate, vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating (PEERS_ARGS='--no-gate ...')
 	$(PY) -m harness peers --deployment $(PEERS_DEPLOYMENT) --duration $(BENCH_DURATION) $(PEERS_ARGS)
