@@ -146,7 +146,7 @@ faults: install ## Kill a stub, unload+reload, restart the server under verified
 fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py $(PYTEST_ARGS)
 
-reliability: install ## Run soak, faults and fuzz, then regenerate the figures in lab/docs/reliability.md
+reliability: install ## Run soak, faults and fuzz, then regenerate the results section of lab/docs/reliability.md
 	$(PY) -m harness soak --deployment $(RELIABILITY_DEPLOYMENT) --duration $(SOAK_DURATION) $(SOAK_ARGS)
 	$(PY) -m harness faults --deployment $(RELIABILITY_DEPLOYMENT) $(FAULTS_ARGS)
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py -q $(PYTEST_ARGS)
