@@ -24,15 +24,13 @@ help: ## Show this help
 
 # Local distributions installed editable beside the project: triton_helpers (what the deployments'
 # Python models share), triton_gate (the front gate in front of tritonserver) and each deployment's own package (a folder with a pyproject.toml one level down).
-# The lab (lab/: soak, faults, hostile, peers, scaleout, netem) with LAB_EXTRAS (peers: the naive
-# FastAPI peer's packages) is installed editable beside them too.
-LAB_EXTRAS ?= peers
+# The lab (lab/: soak, faults, hostile, peers, scaleout) is installed editable beside them too.
 LOCAL_PACKAGES := triton_helpers triton_gate $(patsubst %/pyproject.toml,%,$(wildcard deployments/*/*/pyproject.toml))
 
 $(VENV)/.installed: requirements/no-deps.txt pyproject.toml lab/pyproject.toml $(foreach p,$(LOCAL_PACKAGES),$(p)/pyproject.toml) $(wildcard deployments/*/requirements.txt)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip wheel
-	$(PIP) install -e '.[$(EXTRAS)]' -e './lab[$(LAB_EXTRAS)]' $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
+	$(PIP) install -e '.[$(EXTRAS)]' -e ./lab $(foreach p,$(LOCAL_PACKAGES),-e ./$(p)) $(DEPLOYMENT_REQUIREMENTS)
 	$(PIP) install --no-deps -r requirements/no-deps.txt
 	touch $@
 
@@ -90,7 +88,7 @@ refresh: install ## Regenerate deployment NAME in order: export, fixtures from t
 
 # The deployment make bench-peers measures: its lab/deployments/<d>.toml's [peers] names the models, ceilings and ratios.
 PEERS_DEPLOYMENT ?= embedding_cpu
-bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: bench-network, gate-cost
+bench: install ## Run benchmark scenarios (all deployments, or DEPLOYMENT=...) into results/records.jsonl, then bench-pairs; locally with PEERS_DEPLOYMENT (embedding_cpu), also bench-peers; locally, all deployments: gate-cost
 	$(PY) -m harness bench $(DEPLOYMENT) --mode $(MODE) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 ifeq ($(BENCH_ONLY)$(filter-out local docker,$(MODE)),)
 	$(MAKE) --no-print-directory bench-pairs
@@ -99,7 +97,6 @@ ifeq ($(MODE)$(TARGET)$(filter-out $(PEERS_DEPLOYMENT),$(DEPLOYMENT)),localcpu)
 	$(MAKE) --no-print-directory bench-peers
 endif
 ifeq ($(BENCH_ONLY)$(DEPLOYMENT)$(MODE)$(TARGET),localcpu)
-	$(MAKE) --no-print-directory bench-network
 	$(MAKE) --no-print-directory gate-cost
 endif
 
@@ -110,17 +107,11 @@ clean: ## Remove exported model files and results (keeps .venv)
 	rm -rf results
 	find deployments -name '*.onnx' -path '*/model_repository/*' -delete
 
-# --- results matrix and network-bound runs (harness/measuring/matrix/, lab/harness_lab/netem.py) ---
-# loopback: the same namespace unshaped (the serving path, no link limit); one run per rate
-NETWORK_RATE ?= loopback 1gbit 100mbit
-NETWORK_RTT_MS ?= 0
-.PHONY: matrix bench-network
+# --- results matrix (harness/measuring/matrix/) ---
+.PHONY: matrix
 
 matrix: install ## Aggregate results/records.jsonl into docs/results.md, results.json, results.csv, docs/plots/ and each deployment README's results block
 	$(PY) -m harness matrix
-
-bench-network: install ## The benchmarks marked network = true (or DEPLOYMENT's, BENCH_ONLY=...) through each link of NETWORK_RATE (loopback 1gbit 100mbit), NETWORK_RTT_MS=0 (root)
-	$(PY) -m harness bench-network bench $(DEPLOYMENT) --rate $(NETWORK_RATE) --rtt-ms $(NETWORK_RTT_MS) --target $(TARGET) --duration $(BENCH_DURATION) $(if $(BENCH_ONLY),--benchmark $(BENCH_ONLY))
 
 .PHONY: lint
 lint: install ## Lint, format check (ruff) and import directions (lint-imports), settings in pyproject.toml; `make format` fixes what it can
@@ -155,7 +146,7 @@ faults: install ## Kill a stub, unload+reload, restart the server under verified
 fuzz: install ## Property-based hostile-input tests of every pre-processing function and served entry model
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py $(PYTEST_ARGS)
 
-reliability: install ## Run soak, faults and fuzz, then regenerate the figures in lab/docs/reliability.md
+reliability: install ## Run soak, faults and fuzz, then regenerate the results section of lab/docs/reliability.md
 	$(PY) -m harness soak --deployment $(RELIABILITY_DEPLOYMENT) --duration $(SOAK_DURATION) $(SOAK_ARGS)
 	$(PY) -m harness faults --deployment $(RELIABILITY_DEPLOYMENT) $(FAULTS_ARGS)
 	$(PY) -m pytest harness/tests/test_fuzz_preprocessing_*.py -q $(PYTEST_ARGS)
@@ -244,5 +235,5 @@ $(INFINITY_VENV)/.installed: requirements/peers-infinity.txt
 
 peer-infinity: $(INFINITY_VENV)/.installed ## Create .venv-infinity: infinity-emb 0.0.78 with the pins that import (requirements/peers-infinity.txt)
 
-bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu), native and /v1/embeddings behind the gate, vs its in-process ceiling, infinity-emb and a naive FastAPI server: wrk, pinned cores, servers alternating (PEERS_ARGS='--no-gate ...')
+bench-peers: install wrk peer-infinity ## PEERS_DEPLOYMENT (embedding_cpu), native and /v1/embeddings behind the gate, vs its in-process ceiling and infinity-emb: wrk, pinned cores, servers alternating (PEERS_ARGS='--no-gate ...')
 	$(PY) -m harness peers --deployment $(PEERS_DEPLOYMENT) --duration $(BENCH_DURATION) $(PEERS_ARGS)

@@ -103,8 +103,6 @@ class Benchmark(Strict):
     #: The id of the benchmark that serves this one's model alone on client-made tensors: the matrix
     #: shows this (server-side processing) / that (model-only) throughput at each concurrency.
     model_only: str = ""
-    #: Run by ``make bench-network`` (through each shaped link) unless it is given benchmark ids.
-    network: bool = False
 
     @property
     def overrides(self) -> dict[str, dict]:

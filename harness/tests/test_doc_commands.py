@@ -40,7 +40,7 @@ SKIPPED = [
     ),
     (
         re.compile(
-            r"^make (bench|matrix|reliability|soak|faults|bench-network|gate-cost)\b|harness (bench|matrix|bench-network|"
+            r"^make (bench|matrix|reliability|soak|faults|gate-cost)\b|harness (bench|matrix|"
             r"faults|gate-cost|soak|peers|pair-bench)\b|harness\.measuring\.alternate\b|"
             r"^mkdir -p /tmp/tune|^HARNESS_DEPLOYMENTS_DIR="
         ),

@@ -1,3 +1,2 @@
-"""Tools built on the harness core: reliability (soak, faults, hostile), scale-out, peers,
-network shaping. Each takes every deployment-specific value from its arguments
-or the deployment's manifest."""
+"""Tools built on the harness core: reliability (soak, faults, hostile), scale-out, peers. Each
+takes every deployment-specific value from its arguments or the deployment's manifest."""

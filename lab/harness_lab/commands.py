@@ -3,7 +3,6 @@ group ``triton_harness.commands``, lab/pyproject.toml): name -> (module whose ``
 one-line summary). Each module also runs alone: ``python -m harness_lab.<module>``."""
 
 COMMANDS = {
-    "bench-network": ("harness_lab.netem", "benchmarks through a shaped link (root)"),
     "peers": ("harness_lab.peers.__main__", "our embedding servers vs peer servers, same generator and bodies"),
     "soak": ("harness_lab.reliability.soak", "hold a load: errors, latency drift, memory"),
     "faults": ("harness_lab.reliability.faults", "kill a stub, reload, restart under verified load"),

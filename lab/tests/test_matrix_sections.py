@@ -3,11 +3,10 @@ The headline screen of docs/results.md, rendered from a small hand-made records 
 (lab/tests/fixtures/headline_results/: records.jsonl and a gate-cost report, with round values
 chosen so that every number on the screen is known): every number it shows is one of those the
 records give, and every command it names is a Makefile target or a harness subcommand. Then the
-network-bound page and the headline figures' ceiling marks."""
+headline figures' ceiling marks."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -17,7 +16,6 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.measuring import matrix
-from harness.tests.matrix_cases import measured_record
 
 FIXTURE = PROJECT_ROOT / "lab" / "tests" / "fixtures" / "headline_results"
 BENCHMARK = """
@@ -35,21 +33,8 @@ MANIFEST = (
 
 #: Every number the screen may show, and where it comes from in the fixture.
 EXPECTED = {
-    # network lesson, c=1, bytes per request at the slowest link
-    "100": "100mbit link / 99,500 + 500 B = 100 kB per JPEG request",
-    "30.0": "jpeg-in at 100mbit",
-    "15.00": "30.0 / 2.0 (tensor-in at 100mbit)",
-    "5.0": "4,900,000 + 100,000 B = 5.0 MB per tensor-in request",
-    "2.00": "tensor-in at 100mbit; processing pair rounds 1.8, 2.0, 2.2 -> median 2.00",
-    "60.00": "30.0 / 0.5 (naive-tensor at 100mbit)",
-    "20.0": "19,900,000 + 100,000 B = 20.0 MB per naive-tensor request; tensor-in at 1gbit",
-    "0.50": "naive-tensor at 100mbit",
-    "50.0": "jpeg-in on loopback (the namespace unshaped)",
-    "25.0": "tensor-in on loopback",
-    "6.25": "naive-tensor on loopback",
-    "1": "1gbit link; c=1; 1 sentence per request",
-    "40.0": "jpeg-in at 1gbit",
-    "5.00": "naive-tensor at 1gbit",
+    "2.00": "processing pair rounds 1.8, 2.0, 2.2 -> median 2.00",
+    "1": "c=1; 1 sentence per request",
     "2026-12-01": "the records' date",
     "2": "2 cores",
     "1.0-1.5": "load_average_1m of the records",
@@ -98,9 +83,6 @@ def test_every_number_on_the_headline_screen_comes_from_the_records(rendered):
     assert found <= set(EXPECTED), f"numbers on the screen that the records do not give: {found - set(EXPECTED)}"
     assert set(EXPECTED) <= found, f"numbers of the records missing from the screen: {set(EXPECTED) - found}"
     for sentence in (
-        "At 100mbit, `jpeg-in` (100 kB/request) serves 30.0 items/s: 15.00x `tensor-in` (5.0 MB/request, 2.00/s), "
-        "60.00x `naive-tensor` (20.0 MB/request, 0.50/s)",
-        "loopback 50.0 / 25.0 / 6.25 and 1gbit 40.0 / 20.0 / 5.00",
         "`served_tokens` is fastest at every c (150 / 315 / 320 sentences/s at c=1/8/32); at c=8 `served_tokens` "
         "serves 1.50x (1.50-1.50) `served_text`, 3.15x (3.00-3.30) `peer_a` (peer).",
         "toy_detect: jpeg-in / tensor-in (local) 2.00x (1.80-2.20, 3 rounds at c=1)",
@@ -110,10 +92,10 @@ def test_every_number_on_the_headline_screen_comes_from_the_records(rendered):
         assert sentence in screen, sentence
 
 
-def test_the_screen_fits_the_first_forty_lines_and_shows_its_three_figures(rendered):
+def test_the_screen_fits_the_first_forty_lines_and_shows_its_two_figures(rendered):
     screen, written = rendered
     assert len(screen.splitlines()) <= 42
-    for kind in ("network", "serving", "costs"):
+    for kind in ("serving", "costs"):
         assert f"plots/headline-{kind}.png" in screen
         assert written[f"plot headline {kind}"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -156,31 +138,11 @@ def test_a_lesson_without_records_says_not_measured_and_its_command(tmp_path):
     written = matrix.generate(tmp_path / "results" / "records.jsonl", tmp_path / "docs", root)
     screen = written["markdown"].read_text().split("## Tables", 1)[0]
     from harness.measuring.matrix.headlines import COSTS
-    from harness_lab.matrix_sections import GATE, network, side_by_side
+    from harness_lab.matrix_sections import GATE, side_by_side
 
-    for command in [network.COMMAND, side_by_side.COMMAND, *(k.command for k in (*COSTS, GATE))]:
+    for command in [side_by_side.COMMAND, *(k.command for k in (*COSTS, GATE))]:
         assert f"{matrix.NOT_MEASURED}: `{command}`" in screen
     assert not any(k.startswith("plot headline") for k in written)
-
-
-def test_the_network_lesson_shows_the_speed_run_paths_when_their_records_exist():
-    from harness_lab.matrix_sections.network import network_lesson
-
-    records = [json.loads(line) for line in (FIXTURE / "records.jsonl").read_text().splitlines()]
-    shaped = [r for r in records if r.get("network")]
-    fast = [
-        {**r, "benchmark": "fast-" + r["benchmark"], "notes": {"speed_run": "seeded weights"}, "items_per_second": 9.0}
-        for r in shaped
-    ]
-    model_only = {"toy_detect": {"jpeg-in": "tensor-in", "fast-jpeg-in": "fast-tensor-in"}}
-    lesson = network_lesson(records + fast, model_only)
-    assert lesson["entry"] == "fast-jpeg-in" and sorted(lesson["paths"]) == [
-        "fast-jpeg-in",
-        "fast-naive-tensor",
-        "fast-tensor-in",
-    ]
-    assert lesson["speed_run"] == sorted(lesson["paths"])
-    assert network_lesson(records, model_only)["speed_run"] == [], "the real model's records say nothing"
 
 
 def test_the_lab_sections_are_found_through_the_entry_point():
@@ -190,63 +152,8 @@ def test_the_lab_sections_are_found_through_the_entry_point():
     assert SECTIONS in installed()
 
 
-def test_network_records_go_to_their_own_page_not_the_tables(tmp_path):
-    record = {
-        "timestamp": "2026-11-30T10:00:00+00:00",
-        "machine": {"cpu_model": "Test CPU", "cpu_cores": 2},
-        "deployment": "toy_detect",
-        "benchmark": "tensor-in",
-        "model": "detector",
-        "target": "cpu",
-        "server_mode": "local",
-        "concurrency": 1,
-        "items_per_second": 7.0,
-        "perf_throughput": 7.0,
-    }
-    root = tmp_path / "deployments"
-    for model in ("pipeline", "detector"):
-        (root / "toy_detect" / "model_repository" / model).mkdir(parents=True)
-    (root / "toy_detect" / "deployment.toml").write_text(MANIFEST)
-    (tmp_path / "results").mkdir()
-    records = tmp_path / "results" / "records.jsonl"
-    shaped = {
-        **record,
-        "network": {"rate": "1mbit", "rtt_ms": 0, "rate_bits_per_s": 1e6},
-        "link_ceiling_infer_per_s": 74.85,
-    }
-    records.write_text(json.dumps(shaped) + "\n")
-    written = matrix.generate(records, tmp_path / "docs", root)
-    assert "| 7.0 " not in written["markdown"].read_text(), "network-bound records stay out of results.md"
-    network = written["network"].read_text()
-    assert "1mbit" in network and "74.8" in network and "7.0" in network
-
-
-def test_network_rows_say_link_ceiling_latency_bytes_and_server_times_in_order():
-    from harness_lab.matrix_sections.network import render_network
-
-    record = measured_record()
-    text = render_network([{**record, "network": {"rate": "100mbit", "rtt_ms": 20}, "link_ceiling_infer_per_s": 2.4}])
-    row = next(line for line in text.splitlines() if line.startswith("| toy "))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2:] == [
-        "100mbit, +20 ms RTT",
-        "local / cpu",
-        "1",
-        "50.0",
-        "2.4",
-        "19.5",
-        "30.2",
-        "90",
-        "1,580",
-        "1.50",
-        "15.50",
-        "2026-11-30",
-    ]
-    assert render_network([record]) is None, "no network-bound record: no page"
-
-
 def test_each_ceiling_sits_over_its_own_bar_and_an_off_scale_one_says_so():
-    """The network figure's case: per link a JPEG, a tensor and a naive tensor bar, the JPEG's ceiling
+    """A figure with ceilings (as the removed network figure had): per link a JPEG, a tensor and a naive tensor bar, the JPEG's ceiling
     far off the axis, the tensor's above both bars of its group, the naive one's just above its bar."""
     import matplotlib
 

@@ -98,8 +98,8 @@ def test_short_and_long_texts_do_not_share_a_bucket():
     assert sorted(map(sorted, batches)) == [[0, 1, 2], [3, 4]]
 
 
-def _path_run(native, openai, optimum, torch, naive, batch=1, concurrency=8):
-    """One workload of native, OpenAI-path, infinity and naive records (what ``harness peers`` writes)."""
+def _path_run(native, openai, optimum, torch, batch=1, concurrency=8):
+    """One workload of native, OpenAI-path and infinity records (what ``harness peers`` writes)."""
     fields = {"batch": batch, "concurrency": concurrency}
     return [
         dict(_record("embedding_onnx_text", native, [200] * len(native), **fields), path="native", gate=True),
@@ -110,52 +110,44 @@ def _path_run(native, openai, optimum, torch, naive, batch=1, concurrency=8):
             path="peer",
             peer="infinity-emb",
         ),
-        dict(
-            _record("naive-fastapi", naive, [10] * len(naive), kind="sentence-transformers", **fields),
-            path="peer",
-            peer="naive",
-        ),
     ]
 
 
 OPENAI_OVER_NATIVE = "OpenAI path / native (openai:embedding_onnx_text / embedding_onnx_text)"
 OPENAI_OVER_INFINITY = "OpenAI path / best infinity-emb (openai:embedding_onnx_text / max peer)"
-OPENAI_OVER_NAIVE = "OpenAI path / naive FastAPI (openai:embedding_onnx_text / naive-fastapi)"
 
 
 def test_openai_path_ratios_are_per_round_and_the_infinity_goal_holds_only_where_native_is_ahead():
-    ahead = _path_run([100, 100], [95, 125], [80, 120], [50, 50], [20, 30], batch=1)
-    behind = _path_run([100, 100], [90, 90], [150, 160], [50, 50], [20, 30], batch=32)
+    ahead = _path_run([100, 100], [95, 125], [80, 120], [50, 50], batch=1)
+    behind = _path_run([100, 100], [90, 90], [150, 160], [50, 50], batch=32)
     found = {(r["batch"], r["ratio"]): r for r in ratios.ratios(ahead + behind)}
     assert found[1, OPENAI_OVER_NATIVE]["rounds"] == [0.95, 1.25]
     assert found[1, OPENAI_OVER_NATIVE]["value"] == pytest.approx(1.1)
     assert ratios._verdict(found[1, OPENAI_OVER_NATIVE]) == "met"
     assert ratios._verdict(found[32, OPENAI_OVER_NATIVE]) == "NOT met"
     infinity = found[1, OPENAI_OVER_INFINITY]
-    assert infinity["rounds"] == [95 / 80, 125 / 120]  # the faster engine of each round; naive is no infinity
+    assert infinity["rounds"] == [95 / 80, 125 / 120]  # the faster engine of each round
     assert infinity["applies"] and infinity["condition"] == pytest.approx((100 / 80 + 100 / 120) / 2)
     assert ratios._verdict(infinity) == "met"
     behind_row = found[32, OPENAI_OVER_INFINITY]
     assert not behind_row["applies"] and ratios._verdict(behind_row).startswith("n/a (embedding_onnx_text behind")
-    assert found[1, OPENAI_OVER_NAIVE]["rounds"] == [95 / 20, 125 / 30]
 
 
 def test_the_serving_paths_are_ratios_taken_round_by_round_against_the_best_infinity_engine():
-    run = _path_run([100, 120], [95, 110], [80, 130], [50, 50], [20, 30])
+    run = _path_run([100, 120], [95, 110], [80, 130], [50, 50])
     found = {r["ratio"]: r for r in ratios.ratios(run)}
     assert found[OPENAI_OVER_NATIVE]["value"] == pytest.approx((0.95 + 110 / 120) / 2)
     assert found[OPENAI_OVER_INFINITY]["value"] == pytest.approx((95 / 80 + 110 / 130) / 2)
-    assert found[OPENAI_OVER_NAIVE]["rounds"] == [95 / 20, 110 / 30]
     text = "\n".join(ratios.render(run))
     assert "behind the front gate" in text and "without the front gate" not in text
     line = next(l for l in text.splitlines() if l.startswith("| 1 ") and OPENAI_OVER_NATIVE in l)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[3] == f"{found[OPENAI_OVER_NATIVE]['value']:.2f}", cells
-    assert re.search(r"^\| 1 +\| 8 +\| naive-fastapi +\| 25\.0 +\| 20, 30 ", text, re.M)
+    assert re.search(r"^\| 1 +\| 8 +\| infinity-torch +\| 50\.0 +\| 50, 50 ", text, re.M)
 
 
 def test_a_run_without_the_gate_or_the_openai_path_says_so():
-    run = [dict(r, gate=False) for r in _path_run([100], [95], [80], [50], [20]) if r["path"] != "openai"]
+    run = [dict(r, gate=False) for r in _path_run([100], [95], [80], [50]) if r["path"] != "openai"]
     text = "\n".join(ratios.render(run))
     assert "tritonserver without the front gate" in text
     assert not any(r["ratio"] == OPENAI_OVER_NATIVE for r in ratios.ratios(run))
@@ -190,16 +182,16 @@ def test_every_openai_style_target_gets_the_same_body_shape(tmp_path):
     import json
 
     from harness_lab.peers import workloads
-    from harness_lab.peers.naive import NaiveServer
+    from harness_lab.peers.processes import PeerServer
 
     ours = json.loads(workloads.openai_body(["a", "b"], "m"))
-    naive = NaiveServer(tmp_path)
+    peer = PeerServer(cores=None, threads=1)
     try:
-        theirs = json.loads(naive.body(["a", "b"]))
+        theirs = json.loads(peer.body(["a", "b"]))
         assert set(ours) == set(theirs) == {"input", "model"} and ours["input"] == theirs["input"] == ["a", "b"]
-        assert json.loads(naive.body(["a"], "base64"))["encoding_format"] == "base64"
+        assert json.loads(peer.body(["a"], "base64"))["encoding_format"] == "base64"
     finally:
-        naive.work_dir.rmdir()
+        peer.work_dir.rmdir()
 
 
 def test_openai_models_must_be_peers_models(tmp_path):
@@ -212,31 +204,6 @@ def test_openai_models_must_be_peers_models(tmp_path):
     (tmp_path / "embedding_cpu.toml").write_text(bad)
     with pytest.raises(ManifestError, match="openai_models: 'no_such_model' is not in"):
         lab_manifest("embedding_cpu", folder=tmp_path)
-
-
-def test_naive_peer_answers_the_openai_client_with_sentence_transformers_vectors():
-    """The naive server is a real OpenAI-compatible peer: the official client (asking for base64
-    and decoding it by default; floats on request) gets sentence-transformers' own vectors, in order; empty input is a 400."""
-    import numpy as np
-    import openai
-    from sentence_transformers import SentenceTransformer
-
-    from harness_lab.manifest import lab_manifest, resolve
-    from harness_lab.peers import workloads
-    from harness_lab.peers.naive import SERVED_NAME, NaiveServer
-
-    pieces = resolve("embedding_cpu", lab_manifest("embedding_cpu").peers.embedding)()
-    model_dir, texts = pieces.model_dir, workloads.sentences(pieces.sentences, 5)
-    expected = SentenceTransformer(str(model_dir), device="cpu").encode(texts)
-    with NaiveServer(model_dir, threads=1) as server:
-        client = openai.OpenAI(base_url=server.url.removesuffix("/embeddings"), api_key="unused", max_retries=0)
-        for encoding in (openai.NOT_GIVEN, "float"):
-            reply = client.embeddings.create(model=SERVED_NAME, input=texts, encoding_format=encoding)
-            got = np.array([d.embedding for d in sorted(reply.data, key=lambda d: d.index)])
-            cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-            assert cosine.min() >= 0.9999, (encoding, cosine)
-        with pytest.raises(openai.BadRequestError):
-            client.embeddings.create(model=SERVED_NAME, input=[])
 
 
 def test_declared_variants_are_served_where_the_cpu_has_their_flags_and_say_what_runs():
@@ -300,11 +267,11 @@ def test_a_declared_variant_names_a_config_benchmark_and_peers_models(tmp_path, 
 
 
 @pytest.mark.server
-def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate(tmp_path, monkeypatch):
+def test_a_short_peers_run_records_native_and_openai_paths_behind_the_gate(tmp_path, monkeypatch):
     """``harness peers`` end to end, as small as it goes: one workload, one round, our native and
-    OpenAI paths on one gated tritonserver and the naive peer (and, on a CPU with BF16, the text
-    model on OpenVINO BF16 on a server of its own); every target answered without errors and each
-    record names its path; the matrix section shows the three side by side."""
+    OpenAI paths on one gated tritonserver, no peer (and, on a CPU with BF16, the text model on
+    OpenVINO BF16 on a server of its own); every target answered without errors and each record
+    names its path; the matrix section shows them side by side."""
     import json
     import shutil
 
@@ -314,7 +281,7 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     if not shutil.which("wrk"):
         pytest.skip("wrk is not installed (make wrk)")
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
-    argv = ["--deployment", "embedding_cpu", "--models", "embedding_onnx_text", "--peers", "naive"]
+    argv = ["--deployment", "embedding_cpu", "--models", "embedding_onnx_text", "--peers", ""]
     assert main(argv + ["--batch", "2,mixed", "--concurrency", "2", "--rounds", "1", "--duration", "1"]) == 0
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     for record in records:
@@ -327,11 +294,9 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
         assert (record["ceiling_kind"], record["ceiling_precision"]) == ("onnx-fp32@openvino", "bf16")
     records = [r for r in records if r not in bf16]
     by_target = {r["model"]: r for r in records}
-    assert set(by_target) == {"embedding_onnx_text", "openai:embedding_onnx_text", "naive-fastapi"}
     assert {n: (r["path"], r["gate"]) for n, r in by_target.items()} == {
         "embedding_onnx_text": ("native", True),
         "openai:embedding_onnx_text": ("openai", True),
-        "naive-fastapi": ("peer", None),
     }
     assert by_target["openai:embedding_onnx_text"]["endpoint"] == "/v1/embeddings"
     assert by_target["embedding_onnx_text"]["reply"] == "binary"  # as tritonclient asks
@@ -340,8 +305,6 @@ def test_a_short_peers_run_records_native_openai_and_naive_paths_behind_the_gate
     text = "\n".join(ratios.render(records))
     assert "behind the front gate" in text and OPENAI_OVER_NATIVE in text
     assert {r.get("workload") for r in records} == {"uniform", "mixed"}
-    for row in ratios.paths(records):  # b=2, then mixed
-        assert row["native"] and row["openai"] and row["naive"] and row["infinity"] is None
 
 
 def test_native_text_replies_are_checked_on_the_output_the_config_names():
@@ -410,7 +373,7 @@ def test_a_run_plan_takes_the_table_s_defaults_and_refuses_unknown_models():
     assert run.models == ["embedding_onnx_text", "embedding_py", "embedding_onnx", "embedding_onnx_int8"]
     assert run.openai_models == ["embedding_onnx_text"] and run.variants == []
     assert run.batches == [("uniform", 1), ("uniform", 8), ("uniform", 32), ("mixed", 1)]
-    assert (run.engines, run.naive) == (["optimum", "torch"], True)
+    assert run.engines == ["optimum", "torch"]
     assert not run.server_cores & run.generator_cores or run.server_cores == run.generator_cores
     no_gate = plan(arguments, arguments.parse_args(["--deployment", "embedding_cpu", "--no-gate"]))
     assert no_gate.openai_models == [], "no /v1 without the gate"

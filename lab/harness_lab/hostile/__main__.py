@@ -1,11 +1,9 @@
-"""``python -m harness hostile``: the project's hostile inputs against a server, one at a time,
-readiness checked after each; per class: refused cleanly / accepted / server error / hung /
-server died.
+"""``python -m harness hostile``: the project's hostile inputs against a server you run (e.g.
+``python -m harness serve DEPLOYMENT``), one at a time, readiness checked after each; per class:
+refused cleanly / accepted / server error / hung / server died.
 
     python -m harness hostile --mode external --url 127.0.0.1:8000 --grpc-url 127.0.0.1:8001
     python -m harness hostile --mode external --url 10.0.0.5:8000 --allow-remote --model my_model
-    python -m harness hostile --mode local --repository path/to/model_repository --no-gate
-    python -m harness hostile --mode local DEPLOYMENT
 
 Exit status: 0 every class refused cleanly, 1 some class was not, 3 stopped early (the server
 did not come back, or the time budget ran out), 2 bad arguments or no model to try.
@@ -22,7 +20,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.testing.servers import deployment_server, repository_server, restarted, started, stop_server
 from triton_gate.tests.hostile_cases import CLASSES, all_cases, declared_bytes, overcommit_always
 from triton_gate.tests.hostile_runner import NOT_RUN, REFUSED, SEVERITY, Endpoint, by_class, choose_target, run_cases
 
@@ -41,9 +38,8 @@ def parse_args(argv):
         prog="python -m harness hostile",
         description="Send the project's hostile inputs to a server, one at a time; report per class.",
     )
-    parser.add_argument("deployment", nargs="?", help="local mode: the deployment to serve (or --repository)")
-    parser.add_argument("--mode", choices=("external", "local"), default="external")
-    parser.add_argument("--url", help="external: HTTP host:port of the server")
+    parser.add_argument("--mode", choices=("external",), default="external", help="a server you run (the only mode)")
+    parser.add_argument("--url", help="HTTP host:port of the server")
     parser.add_argument("--grpc-url", help="gRPC host:port (gRPC classes are skipped without it)")
     parser.add_argument("--allow-remote", action="store_true", help="allow a host other than loopback")
     parser.add_argument("--model", help="model to target (default: the first with inputs that clients may call)")
@@ -51,34 +47,9 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request before 'hung'")
     parser.add_argument("--wait-back", type=float, default=60.0, help="seconds to wait for a dead server to return")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run")
-    parser.add_argument("--repository", help="local mode: a model repository folder to serve")
-    parser.add_argument("--no-gate", action="store_true", help="local mode: tritonserver without the front gate")
     parser.add_argument("--json", help="write every outcome to this file")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per request too")
     return parser.parse_args(argv)
-
-
-class LocalServer:
-    """Local mode: a server the command starts, and starts again on the same ports after a death."""
-
-    def __init__(self, args):
-        if args.repository:
-            self.server = repository_server(args.repository, gate=not args.no_gate)
-        else:
-            self.server = deployment_server(args.deployment, gate=not args.no_gate)
-        self.restarts = 0
-
-    def start(self):
-        started(self.server, 180)
-
-    def restart(self):
-        self.server.stop()
-        self.server = restarted(self.server)
-        self.restarts += 1
-        self.start()
-
-    def stop(self):
-        stop_server(self.server)
 
 
 def report_line(klass: str, verdict: str, outcomes) -> str:
@@ -93,22 +64,10 @@ def report_line(klass: str, verdict: str, outcomes) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    local = None
-    if args.mode == "local":
-        if not (args.deployment or args.repository):
-            print("hostile: local mode needs a DEPLOYMENT or --repository", file=sys.stderr)
-            return 2
-        local = LocalServer(args)
-        local.start()
-        args.url, args.grpc_url = local.server.http_url, local.server.grpc_url
-    elif not args.url:
-        print("hostile: external mode needs --url HOST:PORT", file=sys.stderr)
+    if not args.url:
+        print("hostile: it needs --url HOST:PORT of a server you run (python -m harness serve)", file=sys.stderr)
         return 2
-    try:
-        return run(args, local)
-    finally:
-        if local:
-            local.stop()
+    return run(args)
 
 
 def remote_url(args) -> str | None:
@@ -145,7 +104,7 @@ def print_classes(args, classes: dict, seconds: float, stopped: str | None) -> N
         print(stopped)
 
 
-def write_outcomes(args, target, nbytes: int, classes: dict, outcomes, stopped, local) -> None:
+def write_outcomes(args, target, nbytes: int, classes: dict, outcomes, stopped) -> None:
     """``--json``: every outcome, the verdict per class, and how the run ended."""
     report = {
         "url": args.url,
@@ -156,13 +115,12 @@ def write_outcomes(args, target, nbytes: int, classes: dict, outcomes, stopped, 
         "classes": {k: v for k, (v, _) in classes.items()},
         "outcomes": [o.as_dict() for o in outcomes],
         "stopped": stopped,
-        "restarts": local.restarts if local else None,
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1))
 
 
-def run(args, local) -> int:
+def run(args) -> int:
     args.url, args.grpc_url = (u.removeprefix("http://").rstrip("/") if u else u for u in (args.url, args.grpc_url))
     remote = remote_url(args)
     if remote:
@@ -200,14 +158,11 @@ def run(args, local) -> int:
             )
 
     began = time.monotonic()
-    restart = local.restart if local else None
-    outcomes, stopped = run_cases(
-        endpoint, cases, wait_back_s=args.wait_back, budget_s=args.budget, restart=restart, on_outcome=show
-    )
+    outcomes, stopped = run_cases(endpoint, cases, wait_back_s=args.wait_back, budget_s=args.budget, on_outcome=show)
     classes = by_class(outcomes)
     print_classes(args, classes, time.monotonic() - began, stopped)
     if args.json:
-        write_outcomes(args, target, nbytes, classes, outcomes, stopped, local)
+        write_outcomes(args, target, nbytes, classes, outcomes, stopped)
     if stopped:
         return 3
     return 0 if all(v in (REFUSED, NOT_RUN) for v, _ in classes.values()) else 1

@@ -1,7 +1,7 @@
 """The lab's sections of the results matrix (entry point ``triton_harness.matrix_sections``,
-lab/pyproject.toml; the core's matrix finds them there and names none of them): the
-network-bound page and lesson (``network.py``), the side-by-side section and serving lesson
-(``side_by_side.py``), the front gate's row of the costs lesson (``make gate-cost``'s reports)."""
+lab/pyproject.toml; the core's matrix finds them there and names none of them): the side-by-side
+section and serving lesson (``side_by_side.py``), the front gate's row of the costs lesson
+(``make gate-cost``'s reports)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from harness.measuring.matrix.headlines import cost_row
-from harness.measuring.matrix.outputs import json_row
 from harness.measuring.matrix.sections import CostKind, Sections
-from harness_lab.matrix_sections import network, side_by_side
+from harness_lab.matrix_sections import side_by_side
 
 
 def gate_reports(results_dir: Path) -> list[dict]:
@@ -56,25 +55,15 @@ GATE = CostKind(
 
 
 class LabSections(Sections):
-    lessons = (network.LESSON, side_by_side.LESSON)
+    lessons = (side_by_side.LESSON,)
     costs = (GATE,)
-
-    def claims(self, record: dict) -> bool:
-        return network.network_label(record) is not None
 
     def markdown(self, records: list[dict]) -> list[str]:
         return side_by_side.render(records)
 
-    def pages(self, records: list[dict], deployments) -> dict[str, tuple[str, str]]:
-        page = network.render_network(records, deployments)
-        return {"network": ("results-network.md", page)} if page else {}
-
     def json(self, records: list[dict]) -> dict:
         run = side_by_side.latest_peers_run(records)
-        return {
-            "side_by_side": {"records": run, "ratios": side_by_side.ratios(run)},
-            "network": [json_row(r, False) for r in network.network_records(records)],
-        }
+        return {"side_by_side": {"records": run, "ratios": side_by_side.ratios(run)}}
 
 
 SECTIONS = LabSections()

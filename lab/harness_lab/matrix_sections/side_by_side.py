@@ -6,8 +6,8 @@ same rounds, alternating, so a ratio is the median over rounds of the per-round 
 (``served / ceiling`` likewise, against the ceiling worker's measurement of that round). Which
 ratios, and their goals, are the measured deployment's ``[[peers.ratios]]`` (lab/deployments/<d>.toml).
 Records since the OpenAI path name their ``path`` (``native``, ``openai``, ``peer``) and ``gate``;
-the OpenAI path against the native one, infinity-emb and the naive FastAPI server are ratios of
-the deployment's ``[[peers.ratios]]`` like any other.
+the OpenAI path against the native one and infinity-emb are ratios of the deployment's
+``[[peers.ratios]]`` like any other.
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def serving_lesson(records: list[dict]) -> dict:
         "deployment": first.get("deployment"),
         "run_id": first.get("run_id"),
         "targets": targets,
-        # peer servers (server_mode "peer"): the kind of peer their records name (infinity-emb, naive)
+        # peer servers (server_mode "peer"): the kind of peer their records name (infinity-emb)
         "peers": {r["model"]: r.get("peer") or "" for r in run if r.get("server_mode") == "peer"},
         "workloads": result,
         "when": dates(run),
@@ -296,7 +296,7 @@ def serving_lesson(records: list[dict]) -> dict:
 
 
 def peer_suffix(lesson: dict, model: str) -> str:
-    """`` (peer)`` / `` (naive peer)`` after a peer server's name, "" after ours."""
+    """`` (peer)`` / `` (<kind> peer)`` after a peer server's name, "" after ours."""
     if model not in lesson["peers"]:
         return ""
     kind = lesson["peers"][model]

@@ -1,10 +1,10 @@
 """Side-by-side embedding run: Triton's embedding models (native and OpenAI-style requests), their
-in-process ceilings, infinity-emb and a naive FastAPI server, one workload at a time, the servers
-alternating within it, one wrk generator.
+in-process ceilings and infinity-emb, one workload at a time, the servers alternating within it,
+one wrk generator.
 
 What is served, and compared with which ceiling: the deployment's ``[peers]`` table (docs/harness.md).
 Each record's ``path``: ``native`` (``/v2/models/<m>/infer``), ``openai`` (``/v1/embeddings`` through
-the front gate, which tritonserver runs behind unless ``--no-gate``) or ``peer`` (infinity-emb, naive).
+the front gate, which tritonserver runs behind unless ``--no-gate``) or ``peer`` (infinity-emb).
 Servers and ceiling workers run on ``--server-cores``, wrk on ``--generator-cores``; every (batch,
 concurrency) workload (``--batch``: sentences per request, or ``mixed``: one text a request of
 the deployment's mixed lengths) runs ``--rounds`` rounds of ``--duration`` s per target, each round's ceiling
@@ -15,7 +15,7 @@ its own, where the CPU has the flags they need (``--declared-variants`` chooses)
 
     make bench-peers BENCH_DURATION=5 PEERS_ARGS="--rounds 2"
     python -m harness peers --deployment <d> --models <m1>,<m2> --batch 1,8 --concurrency 1,8
-    python -m harness peers --models <m> --peers optimum,naive --encoding-format base64
+    python -m harness peers --models <m> --peers optimum --encoding-format base64
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from harness_lab.manifest import PeersSpec, chosen, resolve
 from harness_lab.peers import workloads
 from harness_lab.peers.infinity import InfinityServer
 from harness_lab.peers.measure import CeilingWorker, Cell, measure_cell, side_by_side_record
-from harness_lab.peers.naive import NaiveServer
 from harness_lab.peers.targets import (
     ServedVariant,
     Target,
@@ -62,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
     add("--batch", default="1,8,32,mixed", help="sentences per request; mixed: one text a request, mixed lengths")
     add("--concurrency", default="1,8,32")
     add("--models", default=None, help="comma-separated (default: [peers] default_models)")
-    add("--peers", default="optimum,torch,naive", help="infinity-emb engines and/or naive (FastAPI; '' for none)")
+    add("--peers", default="optimum,torch", help="infinity-emb engines ('' for none)")
     add("--openai-models", default=None, help="served through /v1/embeddings too (default: [peers] openai_models)")
     add(
         "--gate",
@@ -111,8 +110,8 @@ class RunPlan:
     models: list[str]
     openai_models: list[str]
     variants: list[ServedVariant]
+    #: infinity-emb engines served as peers
     engines: list[str]
-    naive: bool
     #: (workload, texts per request) in the order given
     batches: list[tuple[str, int]]
     concurrencies: list[int]
@@ -177,15 +176,13 @@ def plan(parser, args) -> RunPlan:
         parser.error(f"{unknown[0]!r} is not in {deployment.name}'s [peers.models] ({', '.join(spec.models)})")
     flags = cpu_flags()
     server_cores, generator_cores = _cores(args)
-    peers = [p for p in args.peers.split(",") if p]
     return RunPlan(
         deployment,
         spec,
         models,
         openai_models,
         _variants(parser, args, deployment, spec, models, flags),
-        engines=[p for p in peers if p != "naive"],
-        naive="naive" in peers,
+        engines=[p for p in args.peers.split(",") if p],
         batches=[
             (workloads.MIXED, 1) if b == workloads.MIXED else (workloads.UNIFORM, int(b)) for b in args.batch.split(",")
         ],
@@ -245,7 +242,7 @@ def start_servers(run: RunPlan, pieces, stack: ExitStack) -> list[Target]:
         targets += native_targets(deployment, spec, variant.server, variant.models, pieces, run.options, variant)
     peer_onnx = deployment.path / spec.ceiling_onnx[spec.peer_onnx]
     peers = [InfinityServer(e, pieces.model_dir, peer_onnx, cores=cores, threads=run.threads) for e in run.engines]
-    for peer in peers + ([NaiveServer(pieces.model_dir, cores=cores, threads=run.threads)] if run.naive else []):
+    for peer in peers:
         peer.start()
         stack.callback(peer.stop)
         targets.append(peer_target(peer, spec, pieces, run.options))

@@ -200,13 +200,12 @@ def openai_target(spec: PeersSpec, server, model: str, pieces, options: TargetOp
     )
 
 
-def peer_target(peer, spec: PeersSpec, pieces, options: TargetOptions) -> Target:
-    """A peer server (an infinity-emb engine, compared with the ceiling its engine runs, or the naive one)."""
-    infinity = isinstance(peer, InfinityServer)
+def peer_target(peer: InfinityServer, spec: PeersSpec, pieces, options: TargetOptions) -> Target:
+    """A peer server: an infinity-emb engine, compared with the ceiling its engine runs."""
     #: infinity's optimum engine runs the ONNX file of ``peer_onnx``, its torch engine sentence-transformers.
-    ceiling = {"optimum": spec.peer_onnx}.get(peer.engine, TORCH_KIND) if infinity else TORCH_KIND
-    record = {"server_mode": "peer", "server_version": infinity_version() if infinity else peer.describe()}
-    record |= {"gate": None, "path": "peer", "peer": "infinity-emb" if infinity else "naive", "endpoint": peer.route}
+    ceiling = {"optimum": spec.peer_onnx}.get(peer.engine, TORCH_KIND)
+    record = {"server_mode": "peer", "server_version": infinity_version()}
+    record |= {"gate": None, "path": "peer", "peer": "infinity-emb", "endpoint": peer.route}
     return Target(
         peer.name,
         peer.url,

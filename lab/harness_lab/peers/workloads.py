@@ -48,7 +48,7 @@ def triton_tokens_body(texts: list[str], tokenize) -> bytes:
 
 def openai_body(texts: list[str], model: str, encoding_format: str | None = None) -> bytes:
     """OpenAI's embeddings body, ``{"input": [...], "model": ...}`` (+ ``encoding_format``): what our
-    ``/v1/embeddings``, infinity's ``/embeddings`` and the naive server take alike."""
+    ``/v1/embeddings`` and infinity's ``/embeddings`` take alike."""
     body = {"input": texts, "model": model} | ({"encoding_format": encoding_format} if encoding_format else {})
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 

@@ -1,6 +1,6 @@
 """Where the reliability reports go (``results/reliability/*.json``) and how the results section
 of lab/docs/reliability.md is written from them: tables of the soaks, the faults and the hostile
-inputs, and a figure of each long soak's memory over time (lab/docs/plots/)."""
+inputs, and each long soak's memory over time."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def write_docs(results_dir: Path = RESULTS_DIR, docs: Path = DOCS) -> str:
     if soak:
         lines += soak_section(soak)
     for long_soak in long_soaks:
-        lines += render_long_soak(long_soak, docs.parent / "plots")
+        lines += render_long_soak(long_soak)
     if faults:
         lines += faults_section(faults)
     if fuzz:
@@ -161,8 +161,8 @@ def _stubs_mib(sample: dict) -> float:
     return round(sum(v for k, v in sample["rss_mib"].items() if k.startswith("stub:")), 1)
 
 
-def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
-    """A long soak's memory over time: a table of RSS samples, the growth per third and a figure."""
+def render_long_soak(soak: dict, rows: int = 11) -> list[str]:
+    """A long soak's memory over time: a table of RSS samples and the growth per third."""
     series = soak.get("memory_series") or []
     if len(series) < 4:
         return []
@@ -203,38 +203,4 @@ def render_long_soak(soak: dict, plots: Path, rows: int = 11) -> list[str]:
             )
     if verdicts:
         lines += ["; ".join(verdicts) + " (levels off: the last third grew < 2 MiB or < 1/4 of the first third).", ""]
-    figure = plot_long_soak(soak, plots)
-    if figure:
-        lines += [f"![RSS over the soak ({soak.get('report_name', name)})](plots/{figure.name})", ""]
     return lines
-
-
-def plot_long_soak(soak: dict, plots: Path) -> Path | None:
-    """lab/docs/plots/soak-<deployment>-rss.png: RSS of tritonserver, the gate and the stubs over time."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    series = soak["memory_series"]
-    minutes = [s["t_s"] / 60 for s in series]
-    figure, axis = plt.subplots(figsize=(7, 3.2))
-    axis.plot(minutes, [s["rss_mib"].get("server") for s in series], label="tritonserver")
-    if any("gate" in s["rss_mib"] for s in series):
-        axis.plot(minutes, [s["rss_mib"].get("gate") for s in series], label="gate")
-    axis.plot(minutes, [_stubs_mib(s) for s in series], label="Python stubs (sum)")
-    axis.plot(minutes, [s["total_mib"] for s in series], label="total", linestyle="--")
-    axis.set_xlabel("minutes after warm-up")
-    axis.set_ylabel("RSS MiB")
-    axis.set_ylim(bottom=0)
-    axis.set_title(f"{soak.get('deployment')}/{soak['model']}, c={soak['concurrency']}: RSS over the soak")
-    axis.legend(loc="lower right", fontsize=8)
-    axis.grid(alpha=0.3)
-    plots.mkdir(parents=True, exist_ok=True)
-    path = plots / f"{soak.get('report_name') or 'soak-' + str(soak.get('deployment'))}-rss.png"
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
