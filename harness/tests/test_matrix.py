@@ -415,19 +415,18 @@ def test_without_a_records_file_the_command_says_so_and_writes_nothing(tmp_path,
 
 
 def test_without_installed_sections_the_core_renders_its_own_and_names_none_of_theirs(toy):
-    """The lab's sections (side-by-side, network-bound, gate cost, perf_analyzer) come from its entry
+    """The lab's sections (side-by-side, gate cost, perf_analyzer) come from its entry
     points: without them the pages hold the core's tables and costs lesson, and no word of theirs."""
     local = measured_record(timestamp="2026-11-30T10:00:00+00:00")
     docker = measured_record(timestamp="2026-11-30T10:10:00+00:00", server_mode="docker", items_per_second=45.0)
-    shaped = measured_record(network={"rate": "1mbit", "rtt_ms": 0}, concurrency=4)
-    written = _generate(toy, [local, docker, shaped], sections=[])
+    written = _generate(toy, [local, docker], sections=[])
     text = written["markdown"].read_text()
     assert "## Headlines\n\n### What processing on the server and the container cost (1.00 = nothing)" in text
     assert "toy: docker / local 0.90x" in text
     assert "Load generators: harness-asyncio (tritonclient asyncio, `python -m harness bench`).\n" in text
-    for word in ("perf_analyzer", "network", "side by side", "gate-cost", "peers"):
+    for word in ("perf_analyzer", "side by side", "gate-cost", "peers"):
         assert word not in text.lower(), word
-    assert "network" not in written and sorted(json.loads(written["json"].read_text())) == [
+    assert sorted(json.loads(written["json"].read_text())) == [
         "deployments",
         "headlines",
         "not_measured",

@@ -215,12 +215,11 @@ def run_cases(
     budget_s: float = 300.0,
     grace_s: float = 2.0,
     settle_s: float = 1.8,
-    restart: Callable[[], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> tuple[list[Outcome], str | None]:
     """Every case in turn; (outcomes, why it stopped early or None). After a case the server must
-    be ready within ``grace_s``, else the case killed it: ``restart()`` (if given) runs, then up
-    to ``wait_back_s`` for readiness; not back means stop."""
+    be ready within ``grace_s``, else the case killed it: up to ``wait_back_s`` for readiness
+    (a supervisor's restart); not back means stop."""
     outcomes: list[Outcome] = []
     began = time.monotonic()
     stopped = None
@@ -244,8 +243,6 @@ def run_cases(
         if restarted or endpoint.wait_ready(grace_s) is None:
             outcome.verdict = DIED
             down = time.monotonic()
-            if restart is not None:
-                restart()
             back = endpoint.wait_ready(wait_back_s)
             outcome.back_after_s = None if back is None else time.monotonic() - down
             if back is None:

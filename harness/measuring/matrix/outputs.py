@@ -20,7 +20,7 @@ from harness.measuring.records import OUTCOMES_FILE, read_records, records_path
 DOCS = PROJECT_ROOT / "docs"
 #: results.csv's columns: the scenario, the measured numbers, the machine (every field: results.json)
 CSV_FIELDS = (
-    "deployment benchmark variant model target server_mode server_version gate protocol generator network "
+    "deployment benchmark variant model target server_mode server_version gate protocol generator "
     "concurrency perf_throughput items_per_second perf_latency_p50 perf_latency_p95 perf_latency_p99 "
     "bytes_sent_per_request bytes_received_per_request perf_server_queue server_compute_ms server_avg_batch_size "
     "ceiling_items_per_second errors requests duration_s cpu_model cpu_cores os timestamp in_matrix"
@@ -33,7 +33,6 @@ def json_row(r: dict, in_matrix: bool) -> dict:
     return {
         **{k: v for k, v in r.items() if k != "measured"},
         "generator_family": generator_family(r),
-        "network": r.get("network"),
         "server_compute_ms": compute_ms(r),
         "ceiling_items_per_second": ceiling(r),
         "cpu_model": machine.get("cpu_model"),
