@@ -8,10 +8,9 @@ Without ``--deployment``: the one deployment whose manifest has a ``[reliability
 ``workload`` checks every answer; ``--workload`` overrides it).
 
 Servers run one at a time (never two at once), in alternating rounds (gate, direct, gate, ...)
-so that drift of a shared machine hits all; each round measures
-``duration`` seconds of verified requests (every answer checked) after ``warmup`` seconds, and
-the CPU seconds the gate's processes and tritonserver's (with its stubs) spent meanwhile, per
-request. The report (results/reliability/gate_cost.json) gives per-round and median throughput,
+so that drift of a shared machine hits both; each round measures ``duration`` seconds of
+verified requests (every answer checked) after ``warmup`` seconds, and the CPU seconds the
+gate's process and tritonserver's (with its stubs) spent meanwhile, per request. The report (results/reliability/gate_cost.json) gives per-round and median throughput,
 p50/p99, CPU milliseconds per request and each variant's throughput over direct's.
 """
 
