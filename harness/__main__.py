@@ -44,9 +44,7 @@ def _serve(args) -> int:
         return 1
     options = deployment.serving_options(args.mode, args.target, args.image)
     options.api_keys = list(args.api_key or []) + read_keys(args.api_key_file)  # the file: one key a line
-    launch = (
-        dict(ports=ports, host=args.host, gate_workers=args.gate_workers) if args.mode in ("local", "docker") else {}
-    )
+    launch = dict(ports=ports, host=args.host) if args.mode in ("local", "docker") else {}
     server = create_server(args.mode, options, url=args.server_url, **launch)
 
     def on_ready(server, seconds: float) -> None:
@@ -176,12 +174,6 @@ def _add_serve(sub) -> None:
         "default $HARNESS_API_KEY, else off)",
     )
     serve.add_argument("--api-key-file", default=None, help="API keys, one per line (as --api-key)")
-    serve.add_argument(
-        "--gate-workers",
-        type=int,
-        default=None,
-        help="front-gate processes sharing the ports (local and docker modes; default $TRITON_GATE_WORKERS, else one per 10 cores)",
-    )
     serve.set_defaults(func=_serve)
 
 

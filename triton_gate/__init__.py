@@ -1,16 +1,25 @@
 """The front gate in front of tritonserver: validation, bounded bodies, honest readiness (README.md)."""
 
+import ctypes
 import logging
+import signal
 import sys
 
 LOGGER = logging.getLogger("triton_gate")
 #: The logger of the gate's aiohttp servers: a request refused while aiohttp parses it is one line.
 HTTP_LOGGER = LOGGER.getChild("http")
+PR_SET_PDEATHSIG = 1
 
 
 def log(message: str) -> None:
     """One line of the gate's log (stderr; ``docker logs`` in the image)."""
     LOGGER.info(message)
+
+
+def sigterm_when_parent_dies() -> None:
+    """``preexec_fn`` of a child process (the gate, tritonserver): the kernel sends it SIGTERM when
+    its parent dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class OneLineRefusals(logging.Filter):

@@ -43,9 +43,8 @@ class GateConfig(BaseModel):
     admission_wait_s: PositiveFloat = 2.0
     monitor_interval_s: PositiveFloat = 0.5
     auto_reload: bool = True
-    #: Local launcher only: the inherited socket fds of each worker, whether to unshare namespaces.
-    fds: list[dict[str, NonNegativeInt]] = []
-    isolate: bool = False
+    #: Local launcher only: the inherited socket fds (``http``, optional ``grpc`` and ``metrics``).
+    fds: dict[str, NonNegativeInt] = {}
 
 
 def gate_config(

@@ -111,7 +111,7 @@ class GateBounds(Strict):
     max_body_bytes: dict[str, PositiveInt] = {}
     #: Largest dims per input of a model, batch dim excluded: ``{ model = { input = [3, 1280, 1280] } }``.
     max_dims: dict[str, dict[str, list[PositiveInt]]] = {}
-    #: Bytes of request bodies in flight to tritonserver per model and gate worker (else 4 bodies of
+    #: Bytes of request bodies in flight to tritonserver per model (else 4 bodies of
     #: its largest size; ``body.Admission``): past it a request waits, then gets 503 + Retry-After.
     max_bytes_in_flight: dict[str, PositiveInt] = {}
 

@@ -2,7 +2,7 @@
 
 ``python -m triton_gate serve [options] -- tritonserver ...`` (``--help``) binds the public ports,
 starts the command on private loopback ports (its address / port flags replaced) and serves as
-behind ``LocalTritonServer``, without unsharing namespaces (a container has its own). The admin
+behind ``LocalTritonServer``. The admin
 token comes from a file, never the command line; without one the restricted APIs are closed
 (images/cpu/README.md).
 """
@@ -87,8 +87,7 @@ def serve_command(triton: list[str], *gate_options: str) -> list[str]:
 
 def free_ports(count: int) -> tuple[int, ...]:
     """``count`` distinct TCP ports on 127.0.0.1 that are free right now. All are held at once while
-    chosen: ports taken one at a time can repeat, and two listeners with SO_REUSEPORT on one port
-    (the gate's HTTP and gRPC, say) would share its connections."""
+    chosen: ports taken one at a time can repeat."""
     socks = [socket.socket() for _ in range(count)]
     try:
         for sock in socks:
@@ -109,38 +108,34 @@ def restricted_apis(mode: str) -> list[str]:
     return list(RESTRICTED_APIS) + (["model-repository"] if mode == "none" else [])
 
 
-def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A listening (inheritable) socket; OSError ``... (while attempting to bind on address ...)``.
-    ``reuse_port``: one socket per gate worker on the same port, the kernel spreads connections."""
+def listen(host: str, port: int) -> socket.socket:
+    """A listening (inheritable) socket; OSError ``... (while attempting to bind on address ...)``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server(
-        (host, port), family=family, backlog=1024, reuse_port=reuse_port, dualstack_ipv6=family == socket.AF_INET6
-    )
+    sock = socket.create_server((host, port), family=family, backlog=1024, dualstack_ipv6=family == socket.AF_INET6)
     sock.set_inheritable(True)
     return sock
 
 
-def worker_sockets(host: str, ports: tuple[int, int, int], workers: int, grpc: bool, metrics: bool = True):
-    """Per gate worker its public sockets: HTTP (and gRPC) on the shared ports, metrics for the first."""
-    http, grpc_port, metrics_port = ports
-    socks: list[dict[str, socket.socket]] = [{} for _ in range(workers)]
+def public_sockets(
+    host: str, ports: tuple[int, int, int], grpc: bool, metrics: bool = True
+) -> dict[str, socket.socket]:
+    """The gate's public sockets by name: ``http``, and ``grpc`` and ``metrics`` when served."""
+    wanted = {"http": ports[0]}
+    wanted.update({"grpc": ports[1]} if grpc else {})
+    wanted.update({"metrics": ports[2]} if metrics else {})
+    socks: dict[str, socket.socket] = {}
     try:
-        for worker, mine in enumerate(socks):
-            mine["http"] = listen(host, http, reuse_port=True)
-            if grpc:
-                mine["grpc"] = listen(host, grpc_port, reuse_port=True)
-            if metrics and worker == 0:
-                mine["metrics"] = listen(host, metrics_port)
+        for name, port in wanted.items():
+            socks[name] = listen(host, port)
     except OSError:
         close_sockets(socks)
         raise
     return socks
 
 
-def close_sockets(socks: list[dict[str, socket.socket]]) -> None:
-    for mine in socks:
-        for sock in mine.values():
-            sock.close()
+def close_sockets(socks: dict[str, socket.socket]) -> None:
+    for sock in socks.values():
+        sock.close()
 
 
 def read_token(path: str | None) -> tuple[str, str]:
@@ -164,7 +159,6 @@ def serve_main(argv: list[str]) -> int:
     from triton_gate.config import gate_config
     from triton_gate.policy import GatePolicy
     from triton_gate.server import run_gate
-    from triton_gate.workers import default_workers
 
     args = serve_parser().parse_args(argv)
     command = args.command
@@ -172,8 +166,7 @@ def serve_main(argv: list[str]) -> int:
     grpc = (flags.allow_grpc or "true").lower() not in ("false", "0", "no")
     metrics = (flags.allow_metrics or "true").lower() not in ("false", "0", "no")
     token, token_note = read_token(args.admin_token_file)
-    workers = args.gate_workers or default_workers()
-    socks = worker_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), workers, grpc, metrics)
+    socks = public_sockets(args.host, (args.http_port, args.grpc_port, args.metrics_port), grpc, metrics)
     work_dir = tempfile.mkdtemp(prefix="triton-gate-")
     policy_text = Path(args.policy_file).read_text() if args.policy_file else "{}"
     config = gate_config(
@@ -189,8 +182,8 @@ def serve_main(argv: list[str]) -> int:
         f"serving {args.host}:{args.http_port} (HTTP)"
         + (f", :{args.grpc_port} (gRPC)" if grpc else "")
         + (f", :{args.metrics_port} (metrics)" if metrics else "")
-        + f"; {workers} gate worker(s); tritonserver on 127.0.0.1:{config.private_ports[0]}"
-        f" behind it; {token_note}; API keys {'on' if config.api_keys else 'off'}; not isolated by the gate (a container has its own network namespace and /dev/shm)"
+        + f"; tritonserver on 127.0.0.1:{config.private_ports[0]}"
+        f" behind it; {token_note}; API keys {'on' if config.api_keys else 'off'}"
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log(f"listening on {args.host}: no TLS; put TLS in front of the gate when the network is not trusted")
@@ -214,13 +207,6 @@ def serve_parser() -> argparse.ArgumentParser:
         default=os.environ.get("TRITON_GATE_API_KEY_FILE"),
         help="API keys, one per line: every route but the health probes then needs 'Authorization: Bearer <key>' "
         "(triton_gate.auth; default: off)",
-    )
-    parser.add_argument(
-        "--gate-workers",
-        type=int,
-        default=None,
-        help="gate processes serving the public ports (triton_gate.workers; default: $TRITON_GATE_WORKERS, "
-        "else one per 10 cores, at least 1)",
     )
     parser.add_argument(
         "--policy-file",

@@ -25,15 +25,33 @@ from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from yarl import URL
 
-from triton_gate import HTTP_LOGGER, log
+from triton_gate import HTTP_LOGGER, log, sigterm_when_parent_dies
 from triton_gate.body import Admission
 from triton_gate.config import GateConfig
 from triton_gate.http_front import HttpFront
-from triton_gate.isolation import die_with_parent, isolate, raise_priority
 from triton_gate.openai_api import OpenAIFront
 from triton_gate.stub_watch import StubWatch
 from triton_gate.validate import GateError
-from triton_gate.workers import fork_workers, shared_state, stop_workers
+
+#: The gate's nice value when it may raise its priority (root): it uses little CPU, but on a
+#: saturated machine every request waits for it twice; above the model it adds less latency.
+GATE_NICE = -5
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of tritonserver: SIGTERM when the gate dies, normal priority (the gate runs above it)."""
+    sigterm_when_parent_dies()
+    if os.geteuid() == 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
+def raise_priority() -> None:
+    """The gate's own process to ``GATE_NICE`` when it runs as root (else left as it is)."""
+    if os.geteuid() == 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, GATE_NICE)
+        except OSError:
+            pass
 
 
 class Gate(HttpFront, OpenAIFront, StubWatch):
@@ -41,7 +59,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
     routes and the stub watch come from ``HttpFront``, ``OpenAIFront`` and ``StubWatch``, gRPC
     from ``grpc_proxy``."""
 
-    def __init__(self, config: GateConfig, workers: int = 1):
+    def __init__(self, config: GateConfig):
         self.cfg = config
         self.policy = config.policy
         http_port, grpc_port, metrics_port = config.private_ports
@@ -51,13 +69,12 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         self.triton: subprocess.Popen | None = None
         self.session = None
         self.configs: dict[str, dict] = {}
-        #: Worker processes serving the public sockets (``workers``): 0 is the primary.
-        self.workers = workers
-        self.worker, self.worker_processes = 0, []
-        # Alike in every worker: model -> when its stub was seen dead; model -> True while the gate
-        # reloads it; model -> until when a client (un)load is in flight; the configs' epoch.
-        self.broken, self.reloading, self.changing, self.config_epoch = shared_state(self.workers, 4)
-        self.seen_config_epoch = None
+        #: Model -> when its stub was seen dead (not ready until its reload).
+        self.broken: dict[str, float] = {}
+        #: Model -> True while the gate reloads it.
+        self.reloading: dict[str, bool] = {}
+        #: Model -> until when a client (un)load is in flight (out of the stub watch meanwhile).
+        self.changing: dict[str, float] = {}
         self.draining = False
         self.in_flight = 0
 
@@ -79,15 +96,10 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         return {self.cfg.admin_header: self.cfg.internal_token}
 
     def forget_configs(self) -> None:
-        """Cached model configs are stale (a model was loaded or reloaded), in every worker."""
+        """Cached model configs are stale (a model was loaded or reloaded)."""
         self.configs.clear()
-        self.config_epoch["epoch"] = time.time_ns()
 
     async def model_config(self, model: str) -> ModelConfig | None:
-        epoch = self.config_epoch.get("epoch")
-        if epoch != self.seen_config_epoch:
-            self.configs.clear()
-            self.seen_config_epoch = epoch
         config = self.configs.get(model)
         if config is None:
             url = URL(f"{self.upstream_http}/v2/models/{quote(model, safe='')}/config", encoded=True)
@@ -158,23 +170,21 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, socks: dict[str, socket.socket]) -> int:
-        """Serve ``socks`` (``http``, optional ``grpc`` and ``metrics``) until SIGTERM; the primary
-        (worker 0) also watches tritonserver and stops it."""
+        """Serve ``socks`` (``http``, optional ``grpc`` and ``metrics``) until SIGTERM, watching
+        tritonserver meanwhile; then drain and stop it."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         runners, grpc_proxy = await self.start_servers(socks)
-        monitor = asyncio.create_task(self.monitor()) if self.worker == 0 else None
+        monitor = asyncio.create_task(self.monitor())
         await stop.wait()
         await self.drain(runners, grpc_proxy)
-        if monitor is None:
-            return 0
         monitor.cancel()
         return await self.stop_triton()
 
     async def start_servers(self, socks: dict[str, socket.socket]) -> tuple[list, tuple | None]:
-        """The upstream session and the servers of this worker's sockets: (aiohttp runners,
+        """The upstream session and the servers of the public sockets: (aiohttp runners,
         (gRPC server, its byte pump) or None)."""
         # A proxy keeps no cookies (and skips the jar's per-request filtering), and adds no
         # Accept-Encoding of its own: Triton gzips an inference response whenever one is sent.
@@ -208,12 +218,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         """Not ready, new inference refused; in-flight requests finish (up to the exit timeout), then
         the servers and the session close."""
         self.draining = True
-        if self.worker == 0:
-            loop = asyncio.get_running_loop()
-            self.stopped_workers = loop.run_in_executor(
-                None, stop_workers, self.worker_processes, self.cfg.exit_timeout_s + 5
-            )
-        log(f"worker {self.worker}: draining {self.in_flight} in-flight request(s)")
+        log(f"draining {self.in_flight} in-flight request(s)")
         deadline = time.monotonic() + self.cfg.exit_timeout_s
         while self.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -226,9 +231,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         await self.session.close()
 
     async def stop_triton(self) -> int:
-        """After the workers have stopped, SIGTERM to tritonserver (killed past its exit timeout);
-        1 when it had already exited by itself."""
-        await self.stopped_workers
+        """SIGTERM to tritonserver (killed past its exit timeout); 1 when it had already exited by itself."""
         code = 0 if self.triton.poll() is None else 1
         if code == 0:
             self.triton.send_signal(signal.SIGTERM)
@@ -240,24 +243,12 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         return code
 
 
-def run_gate(config: GateConfig, socks: list[dict[str, socket.socket]]) -> int:
-    """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM:
-    one worker process per entry (``workers``), each serving its own sockets."""
+def run_gate(config: GateConfig, socks: dict[str, socket.socket]) -> int:
+    """Start tritonserver behind a gate of ``config`` and serve the bound ``socks`` until SIGTERM."""
     raise_priority()
-    gate = Gate(config, workers=len(socks))
+    gate = Gate(config)
     gate.start_triton()
-
-    def serve(worker: int) -> int:
-        gate.worker = worker
-        for other in socks[:worker] + socks[worker + 1 :]:  # a worker that dies takes its sockets along
-            for sock in other.values():
-                sock.close()
-        return uvloop.run(gate.run(socks[worker]))
-
-    gate.worker_processes = fork_workers(gate.workers, serve)
-    if gate.workers > 1:
-        log(f"{gate.workers} workers: pids {[os.getpid(), *(worker.pid for worker in gate.worker_processes)]}")
-    return serve(0)
+    return uvloop.run(gate.run(socks))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,6 +257,4 @@ def main(argv: list[str] | None = None) -> int:
     config_path = Path(argv[0])
     config = GateConfig.model_validate_json(config_path.read_bytes())
     config_path.unlink()  # holds the admin token: gone once read
-    socks = [{name: socket.socket(fileno=fd) for name, fd in fds.items()} for fds in config.fds]
-    log(isolate() if config.isolate else "not isolated (isolate=False)")
-    return run_gate(config, socks)
+    return run_gate(config, {name: socket.socket(fileno=fd) for name, fd in config.fds.items()})

@@ -77,11 +77,6 @@ class StubWatch:
                     log(f"tritonserver exited with code {self.triton.returncode}; the gate exits too")
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
-            gone = [worker for worker in self.worker_processes if not worker.is_alive()]
-            if gone and not self.draining:
-                log(f"gate worker(s) {[worker.pid for worker in gone]} exited; the gate exits too")
-                self.worker_processes = [worker for worker in self.worker_processes if worker not in gone]
-                os.kill(os.getpid(), signal.SIGTERM)
             try:
                 known = await self.watch_stubs(known)
             except aiohttp.ClientConnectionError:

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.server, pytest.mark.timeout(300)]
 def server(tmp_path_factory):
     repo = make_gate_repository(tmp_path_factory.mktemp("bounds"))
     options = ServerOptions(str(repo), required_models=["sink", "echo"], gate_policy=POLICY)
-    server = LocalTritonServer(options, gate_workers=1, gate_options={"admission_wait_s": 0.5})
+    server = LocalTritonServer(options, gate_options={"admission_wait_s": 0.5})
     server.start()
     try:
         server.wait_ready(180)

@@ -20,7 +20,7 @@ def create_server(
     mode: str | None, options: ServerOptions, url: str | None = None, grpc_url: str | None = None, **launch
 ) -> TritonServer:
     """A server of the given mode (default: $TRITON_SERVER_MODE, else ``local``); ``launch``: the local
-    or docker launcher's own arguments (ports, host, gate workers)."""
+    or docker launcher's own arguments (ports, host)."""
     mode = mode or default_mode()
     if mode == "local":
         return LocalTritonServer(options, **launch)

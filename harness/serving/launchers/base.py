@@ -16,7 +16,6 @@ import tritonclient.http as httpclient
 
 from triton_gate.policy import GatePolicy
 from triton_gate.serve import ADMIN_HEADER
-from triton_gate.workers import default_workers
 
 #: Log lines that mean the server will never become ready (or is already broken).
 FAILURE_PATTERNS = [
@@ -305,14 +304,11 @@ class StartedTritonServer(TritonServer):
         host: str,
         ports: tuple[int, int, int],
         exit_timeout_s: int = 5,
-        gate_workers: int | None = None,
     ):
         super().__init__(options)
         self.host = host
         self.http_port, self.grpc_port, self.metrics_port = ports
         self.exit_timeout_s = exit_timeout_s
-        #: Gate processes serving the public ports (``triton_gate.workers``).
-        self.gate_workers = gate_workers or default_workers()
         #: Token of the restricted APIs; reaches the server in a file or a private flag, never a client.
         self.admin_token = uuid.uuid4().hex
 

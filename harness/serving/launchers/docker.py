@@ -55,9 +55,8 @@ class DockerTritonServer(StartedTritonServer):
         host: str = "127.0.0.1",
         ports: tuple[int, int, int] | None = None,
         exit_timeout_s: int = 5,
-        gate_workers: int | None = None,
     ):
-        super().__init__(options, host, ports or free_ports(3), exit_timeout_s, gate_workers)
+        super().__init__(options, host, ports or free_ports(3), exit_timeout_s)
         self.profile = profile or profile_for(options)
         self.options.allow_grpc = self.options.allow_grpc and self.profile.has_grpc
         self.container = None
@@ -83,12 +82,7 @@ class DockerTritonServer(StartedTritonServer):
         triton = self.triton_command("tritonserver", CONTAINER_MODEL_DIR)
         if not self.gate:
             return triton
-        gate_args = [
-            "--admin-token-file",
-            f"{CONTAINER_SECRET_DIR}/admin-token",
-            "--gate-workers",
-            str(self.gate_workers),
-        ]
+        gate_args = ["--admin-token-file", f"{CONTAINER_SECRET_DIR}/admin-token"]
         if self.options.gate_policy is not None:
             gate_args += ["--policy-file", f"{CONTAINER_SECRET_DIR}/{POLICY_FILE}"]
         if self.options.api_keys:

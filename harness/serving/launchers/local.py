@@ -29,10 +29,10 @@ from harness import PROJECT_ROOT
 from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import PackedEnvError, assert_repository, local_python, packed_repository
+from triton_gate import sigterm_when_parent_dies
 from triton_gate.config import GateConfig, gate_config
-from triton_gate.isolation import sigterm_when_parent_dies
 from triton_gate.policy import GatePolicy
-from triton_gate.serve import close_sockets, free_ports, listen_flags, restricted_apis, worker_sockets
+from triton_gate.serve import close_sockets, free_ports, listen_flags, public_sockets, restricted_apis
 
 #: Python-based backends copied into the local server's backend dir (they run in its stubs).
 HARNESS_BACKENDS = PROJECT_ROOT / "backends"
@@ -91,12 +91,10 @@ class LocalTritonServer(StartedTritonServer):
         host: str = "127.0.0.1",
         stub_python: str | None = None,
         gate: bool = True,
-        isolate: bool = True,
         gate_options: dict | None = None,
-        gate_workers: int | None = None,
     ):
-        chosen = free_ports(6)  # public and private ports distinct from each other (same namespace without isolation)
-        super().__init__(options, host, ports or chosen[:3], exit_timeout_s, gate_workers)
+        chosen = free_ports(6)  # public and private ports distinct from each other
+        super().__init__(options, host, ports or chosen[:3], exit_timeout_s)
         if host not in ("127.0.0.1", "localhost", "::1"):
             message = (
                 f"tritonserver will listen on {host}: its inference API is open to the network with no "
@@ -106,9 +104,8 @@ class LocalTritonServer(StartedTritonServer):
             print(f"WARNING: {message}", file=sys.stderr, flush=True)
         self.stub_python = stub_python
         self.gate = gate
-        self.isolate = isolate
         self.gate_options = dict(gate_options or {})
-        #: Where tritonserver itself listens when behind the gate (loopback of its private namespace).
+        #: Where tritonserver itself listens when behind the gate (private loopback ports).
         self.private_ports = chosen[3:] if gate else None
         #: Token of tritonserver's own restricted APIs behind the gate; never given to clients.
         self.internal_token = uuid.uuid4().hex
@@ -141,13 +138,13 @@ class LocalTritonServer(StartedTritonServer):
         """The full command line: tritonserver's (``local_triton_command``), then either the public
         ports or, behind the gate, what ``gated_command`` makes of it (the rewrite the container's gate uses too)."""
         if self.gate:
-            return self.gate_config([]).command
+            return self.gate_config({}).command
         ports = (self.http_port, self.grpc_port, self.metrics_port)
         return self.local_triton_command() + listen_flags(
             self.host, ports, self.restricted_apis(), self.admin_token, self.options.allow_grpc
         )
 
-    def gate_config(self, fds: list[dict[str, int]]) -> GateConfig:
+    def gate_config(self, fds: dict[str, int]) -> GateConfig:
         """What the gate process needs (written to a 0600 file the gate deletes once read)."""
         opts = self.options
         return gate_config(
@@ -160,7 +157,6 @@ class LocalTritonServer(StartedTritonServer):
             log_path=str(self.log_path),
             events_path=str(self.work_dir / "gate-events.jsonl"),
             fds=fds,
-            isolate=self.isolate,
             policy=opts.gate_policy or GatePolicy(),
             api_keys=list(opts.api_keys),
             **self.gate_options,
@@ -229,23 +225,23 @@ class LocalTritonServer(StartedTritonServer):
         )
 
     def _start_gate(self) -> None:
-        """The gate with its sockets bound here (``worker_sockets``), handed over as file descriptors."""
+        """The gate with its sockets bound here (``public_sockets``), handed over as file descriptors."""
         ports = (self.http_port, self.grpc_port, self.metrics_port)
         try:
-            socks = worker_sockets(self.host, ports, self.gate_workers, self.options.allow_grpc)
+            socks = public_sockets(self.host, ports, self.options.allow_grpc)
         except OSError as exc:
             raise ServerStartError(
                 f"{exc.strerror} (another server there? pick free ports with --http-port/--grpc-port/--metrics-port)"
             ) from None
         try:
-            fds = [{name: sock.fileno() for name, sock in mine.items()} for mine in socks]
+            fds = {name: sock.fileno() for name, sock in socks.items()}
             config_path = self.work_dir / "gate.json"
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(self.gate_config(fds).model_dump_json())
             self.process = self._spawn(
                 [sys.executable, "-m", "triton_gate", str(config_path)],
-                pass_fds=[fd for mine in fds for fd in mine.values()],
+                pass_fds=list(fds.values()),
             )
         finally:
             close_sockets(socks)
@@ -312,9 +308,5 @@ class LocalTritonServer(StartedTritonServer):
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def shm_regions(self) -> list[str]:
-        """This server's shared-memory regions as seen by its stubs (inside the gate's private
-        /dev/shm when isolated: reached through ``/proc/<gate pid>/root``); after stop, those left
-        behind on this host (none after a clean stop)."""
-        if self.gate and self.is_running():
-            return glob.glob(f"/proc/{self.process.pid}/root/dev/shm/{self.shm_prefix}*")
+        """This server's shared-memory regions in /dev/shm (its stubs'; none left after a clean stop)."""
         return glob.glob(f"/dev/shm/{self.shm_prefix}*")

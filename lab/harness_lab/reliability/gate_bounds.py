@@ -148,8 +148,8 @@ def _closed(sock) -> bool:
 
 
 def rss_by_process(root: psutil.Process) -> dict[str, int]:
-    """RSS of tritonserver and of its stubs under ``root``, by process name (the gate's processes
-    are not counted)."""
+    """RSS of tritonserver and of its stubs under ``root``, by process name (the gate's process
+    is not counted)."""
     found = {"tritonserver": 0, "triton_python_backend_stub": 0}
     for process in [root, *root.children(recursive=True)]:
         try:

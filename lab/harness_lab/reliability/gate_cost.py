@@ -3,16 +3,14 @@
     python -m harness gate-cost --deployment <d>    # the model of <d>'s [reliability] table, c=8
     python -m harness gate-cost --deployment <d> --model <entry model> --rounds 3 --duration 10
     python -m harness gate-cost --model echo --json results/reliability/gate_cost_echo.json   # worst case
-    python -m harness gate-cost --model echo --workers 1,2    # the gate with 1 and with 2 worker processes
 
 Without ``--deployment``: the one deployment whose manifest has a ``[reliability]`` table (its
 ``workload`` checks every answer; ``--workload`` overrides it).
 
-Servers run one at a time (never two at once), in alternating rounds (gate with each worker
-count, direct, gate, ...) so that drift of a shared machine hits all; each round measures
-``duration`` seconds of verified requests (every answer checked) after ``warmup`` seconds, and
-the CPU seconds the gate's processes and tritonserver's (with its stubs) spent meanwhile, per
-request. The report (results/reliability/gate_cost.json) gives per-round and median throughput,
+Servers run one at a time (never two at once), in alternating rounds (gate, direct, gate, ...)
+so that drift of a shared machine hits both; each round measures ``duration`` seconds of
+verified requests (every answer checked) after ``warmup`` seconds, and the CPU seconds the
+gate's process and tritonserver's (with its stubs) spent meanwhile, per request. The report (results/reliability/gate_cost.json) gives per-round and median throughput,
 p50/p99, CPU milliseconds per request and each variant's throughput over direct's.
 """
 
@@ -73,24 +71,20 @@ def run(
     duration_s: float,
     warmup_s: float,
     workload_reference: str | None = None,
-    workers: tuple[int, ...] = (1,),
 ) -> dict:
-    """Rounds of the gate with each of ``workers`` worker processes, then direct; the report. Its
-    ``gate`` is the first worker count's summary, ``gate_workers_<n>`` each one's."""
-    variants = [f"gate_workers_{n}" for n in workers] + ["direct"]
+    """Rounds of the gate, then direct; the report, with each variant's summary."""
+    variants = ["gate", "direct"]
     rows = []
     for index in range(rounds):
-        for variant, count in zip(variants, [*workers, 0]):
-            server = model_server(deployment, model, gate=count > 0)
-            if count:
-                server.gate_workers = count
+        for variant in variants:
+            server = model_server(deployment, model, gate=variant == "gate")
             started(server)
             try:
                 workload = checked_workload(deployment, model, server.http_url, workload_reference)
                 measured = measure(server, workload, concurrency, duration_s, warmup_s)
             finally:
                 stop_server(server)
-            row = {"round": index, "gate": count > 0, "variant": variant, **measured}
+            row = {"round": index, "gate": variant == "gate", "variant": variant, **measured}
             rows.append(row)
             print(row, flush=True)
     summary = {}
@@ -103,7 +97,6 @@ def run(
     direct = summary["direct"]["throughput_rps_median"]
     for variant in variants:
         summary[variant]["over_direct"] = round(summary[variant]["throughput_rps_median"] / direct, 3)
-    summary["gate"] = summary[variants[0]]
     return {
         "deployment": deployment,
         "model": model,
@@ -111,7 +104,6 @@ def run(
         "rounds": rounds,
         "duration_s": duration_s,
         "warmup_s": warmup_s,
-        "workers": list(workers),
         "rows": rows,
         **summary,
         "throughput_cost_pct": round(100 * (1 - summary["gate"]["over_direct"]), 1),
@@ -125,13 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--workers", default="1", help="gate worker counts to measure, comma-separated (e.g. 1,2)")
     args = parser.parse_args(argv)
     deployment, model = chosen_target(parser, args)
-    workers = tuple(int(n) for n in args.workers.split(","))
-    report = run(deployment, model, args.concurrency, args.rounds, args.duration, args.warmup, args.workload, workers)
+    report = run(deployment, model, args.concurrency, args.rounds, args.duration, args.warmup, args.workload)
     write_json(report, args.json)
-    for variant in [f"gate_workers_{n}" for n in workers] + ["direct"]:
+    for variant in ("gate", "direct"):
         print(f"{variant}: {report[variant]}")
     return 0
 
