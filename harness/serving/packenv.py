@@ -79,14 +79,6 @@ class PackEnvError(RuntimeError):
     """Packing cannot go on; the message says why and what to do."""
 
 
-class PackedEnvError(RuntimeError):
-    """A model repository references packed envs that cannot work on the given server."""
-
-
-class PythonEnvMismatch(PackedEnvError):
-    """A packed env's Python differs from the Python of the stub that would load it."""
-
-
 def local_python() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -576,11 +568,3 @@ def check_repository(
         elif numpy_problem(info.numpy, path.name):
             problems.append(f"{where}: packed env {numpy_problem(info.numpy, path.name)}")
     return problems
-
-
-def assert_repository(repository: str | Path, stub_python: str | None = None, **kwargs) -> None:
-    """``check_repository`` that raises: PythonEnvMismatch for version problems, PackedEnvError otherwise."""
-    problems = check_repository(repository, stub_python, **kwargs)
-    if problems:
-        kind = PythonEnvMismatch if any("backend stub is Python" in p for p in problems) else PackedEnvError
-        raise kind("packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems))

@@ -116,9 +116,8 @@ def test_env_of_another_python_is_refused_before_start_with_a_clear_message(tmp_
     message = str(refused.value)
     assert "is Python 3.6" in message and f"stub is Python {packenv.local_python()}" in message
     assert "make pack-env DEPLOYMENT=<name> TARGET=cpu" in message
-    # The pre-flight alone says it is a version mismatch by its type.
-    with pytest.raises(packenv.PythonEnvMismatch):
-        packenv.assert_repository(repo, packenv.local_python())
+    # The pre-flight alone finds the same problem, without a server.
+    assert packenv.check_repository(repo, packenv.local_python()) == [message.splitlines()[-1].strip()]
 
 
 def test_missing_python_is_a_clear_error_before_anything_is_built(tmp_path):
@@ -174,8 +173,6 @@ def test_preflight_names_each_known_failure(tmp_path):
             assert problems == [], problems
         else:
             assert len(problems) == 1 and expected in problems[0], (value, problems)
-    with pytest.raises(packenv.PythonEnvMismatch):
-        packenv.assert_repository(repo, local)
     config.write_text(base)
     assert packenv.check_repository(repo, local) == []
 

@@ -28,7 +28,7 @@ import psutil
 from harness import PROJECT_ROOT
 from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
-from harness.serving.packenv import PackedEnvError, assert_repository, local_python
+from harness.serving.packenv import check_repository, local_python
 from triton_gate.config import GateConfig, gate_config
 from triton_gate.isolation import sigterm_when_parent_dies
 from triton_gate.policy import GatePolicy
@@ -202,11 +202,15 @@ class LocalTritonServer(StartedTritonServer):
                 "project's venv; serve a packed env in docker mode (--mode docker)"
             )
         try:
-            assert_repository(
+            problems = check_repository(
                 self.repository, self.stub_python or local_python(), model_config_name=self.options.model_config_name
             )
-        except (PackedEnvError, RepositoryError) as exc:
+        except RepositoryError as exc:
             raise ServerStartError(str(exc)) from None
+        if problems:
+            raise ServerStartError(
+                "packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems)
+            )
         assemble_backend_dir(self.work_dir / "backends", self.stub_python)
         self._log_file = open(self.log_path, "ab")  # O_APPEND: the gate and tritonserver both write it
         if self.gate:
