@@ -126,7 +126,7 @@ format: install ## Apply ruff's formatting and safe fixes
 
 .PHONY: pack-env
 pack-env: install ## Pack DEPLOYMENT's Python-backend env for TARGET (cpu|ngc|npu) into deployments/<d>/envs/<target>.tar.gz
-	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS='--force --serve']"; exit 2; }
+	@test -n "$(DEPLOYMENT)" || { echo "usage: make pack-env DEPLOYMENT=<name> [TARGET=cpu|ngc|npu] [PACK_ENV_ARGS=--force]"; exit 2; }
 	$(PY) -m harness pack-env $(DEPLOYMENT) --target $(TARGET) $(PACK_ENV_ARGS)
 
 # --- reliability: soak, faults, hostile input (lab/harness_lab/reliability/soak.py, lab/harness_lab/reliability/faults.py) ---

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from harness.deployments import ManifestError, discover, get_deployment
 from harness.serving.launchers import MODES, LocalTritonServer, create_server, default_mode
 from harness.serving.launchers.base import ports_in_use, serve_in_foreground
+from harness.serving.packenv import TARGETS, PackEnvError, default_output, is_stale, load_recipe, pack, sidecar
 from triton_gate.auth import read_keys
 
 
@@ -105,10 +108,6 @@ def _bench(args) -> int:
 #: (its options are its own); ``"module:runner"`` declares its options with ``module.add_arguments(parser)``
 #: and runs ``module.runner(args)``.
 CORE_TOOLS = {
-    "pack-env": (
-        "harness.packed_serving:pack_command",
-        "pack a deployment's Python-backend env (EXECUTION_ENV_PATH); --serve to serve the deployment with it",
-    ),
     "new": ("harness.new:new_command", "copy a deployment as the template of a new one (NAME --from DEPLOYMENT)"),
     "rename": (
         "harness.rename:rename_command",
@@ -177,6 +176,59 @@ def _add_serve(sub) -> None:
     serve.set_defaults(func=_serve)
 
 
+def _pack_env(args) -> int:
+    """Pack the deployment's Python-backend env when missing or stale (docs/python-environments.md)."""
+    deployment = get_deployment(args.deployment)
+    try:
+        recipe = load_recipe(deployment.path)
+        tarball = Path(args.output or default_output(deployment.path, args.target)).resolve()
+        reason = "--force" if args.force else is_stale(tarball, recipe, args.target)
+        if not reason:
+            meta = json.loads(sidecar(tarball).read_text())
+            print(
+                f"{deployment.name}: {tarball} is current ({meta['tool']}, Python {meta['python']}, "
+                f"{meta['size_bytes'] / 1e6:.1f} MB); --force to repack"
+            )
+            return 0
+        print(f"{deployment.name}: packing for target {args.target} ({reason})")
+        pack(
+            recipe,
+            args.target,
+            tarball,
+            python=args.python,
+            python_prefix=args.python_prefix,
+            compile_bytecode=not args.no_compile,
+        )
+    except PackEnvError as exc:
+        print(f"pack-env: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_pack_env(sub) -> None:
+    pack_env = sub.add_parser("pack-env", help="pack a deployment's Python-backend env (EXECUTION_ENV_PATH)")
+    pack_env.add_argument("deployment", help="deployment name (folder under deployments/)")
+    pack_env.add_argument(
+        "--target", default="cpu", help=f"one of {', '.join(TARGETS)} (default cpu = the local server)"
+    )
+    pack_env.add_argument(
+        "--output", default=None, help="tarball path (default deployments/<name>/envs/<target>.tar.gz)"
+    )
+    pack_env.add_argument(
+        "--python", default=None, help="the Python to build the venv with (default python3.X on PATH, X the target's)"
+    )
+    pack_env.add_argument(
+        "--python-prefix",
+        default=None,
+        help="prefix of the base Python on the target server (e.g. /usr in the NGC image)",
+    )
+    pack_env.add_argument("--force", action="store_true", help="repack even when the tarball is current")
+    pack_env.add_argument(
+        "--no-compile", action="store_true", help="leave out .pyc files (smaller tarball, slower stub start-up)"
+    )
+    pack_env.set_defaults(func=_pack_env)
+
+
 def _parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description="Triton reference deployments harness")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -197,6 +249,8 @@ def _parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser:
     bench.add_argument("--concurrency", type=int, nargs="*", help="override the manifest's concurrency list")
     bench.add_argument("--only", nargs="+", metavar="BENCHMARK", help="benchmark ids to run (default: all)")
     bench.set_defaults(func=_bench)
+
+    _add_pack_env(sub)
 
     for name, (_, summary) in commands.items():
         sub.add_parser(name, help=f"{summary} (`{name} --help` for its options)")

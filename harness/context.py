@@ -1,5 +1,5 @@
 """What a deployment's checks and workloads get: the deployment, the running server, clients; and
-the checks run against it outside pytest (``run_checks``: tune's gate, a packed env's serve)."""
+the checks run against it outside pytest (``run_checks``: tune's gate)."""
 
 from __future__ import annotations
 

@@ -5,14 +5,12 @@ into a tarball with venv + venv-pack (``pack``, current unless ``is_stale``);
 ``packed_repository`` writes a repository copy whose Python configs use it, and ``check_repository``
 is the pre-flight of every ``EXECUTION_ENV_PATH`` against the stub's Python.
 
-    python -m harness pack-env <deployment>            # -> deployments/<deployment>/envs/cpu.tar.gz
-    python -m harness pack-env <deployment> --serve    # pack if needed, serve with it until Ctrl-C
+    python -m harness pack-env <deployment> [--target T]   # -> deployments/<deployment>/envs/<T>.tar.gz
 """
 
 from __future__ import annotations
 
 import fnmatch
-import glob
 import hashlib
 import json
 import os
@@ -79,14 +77,6 @@ VENV_EXCLUDES = [
 
 class PackEnvError(RuntimeError):
     """Packing cannot go on; the message says why and what to do."""
-
-
-class PackedEnvError(RuntimeError):
-    """A model repository references packed envs that cannot work on the given server."""
-
-
-class PythonEnvMismatch(PackedEnvError):
-    """A packed env's Python differs from the Python of the stub that would load it."""
 
 
 def local_python() -> str:
@@ -185,54 +175,33 @@ def load_recipe(path: str | Path) -> Recipe:
 # --------------------------------------------------------------------------- interpreters
 
 
-def _probe(executable: str) -> dict | None:
-    """Version, real executable and prefix of a Python, or None when it does not run."""
-    code = (
-        "import json, sys; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
-        "'executable': sys.executable, 'base_prefix': sys.base_prefix}))"
+def _python_needed(version: str, why: str, detail: str) -> PackEnvError:
+    """The error of a missing or wrong Python: the version needed, why, and both ways to give it."""
+    return PackEnvError(
+        f"Python {version} is needed for {why}: the packed env's Python must have the same minor version "
+        f"as the Triton stub that loads it. {detail}\n"
+        f"Pass --python /path/to/python{version}, or put python{version} on PATH "
+        f"(`pyenv install {version}`, or `apt-get install python{version}-venv` where the distribution has it)."
     )
+
+
+def _make_venv(python: str | None, version: str, prefix: Path, why: str, log) -> Path:
+    """A venv of Python ``version`` at ``prefix`` made by ``python`` (default ``python{version}`` on
+    PATH), without pip; returns the folder of its base interpreter (``home`` of ``pyvenv.cfg``)."""
+    executable = python or shutil.which(f"python{version}")
+    if not executable:
+        raise _python_needed(version, why, f"python{version} is not on PATH.")
     try:
-        out = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    try:
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return None
-
-
-def python_candidates(version: str) -> list[str]:
-    """Where a Python ``version`` is looked for, in order."""
-    candidates = []
-    if version == local_python():
-        candidates.append(getattr(sys, "_base_executable", None) or sys.executable)
-    candidates.append(shutil.which(f"python{version}") or "")
-    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates += sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True)
-    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
-    return [c for c in dict.fromkeys(candidates) if c]
-
-
-def find_python(version: str, explicit: str | None = None, why: str = "") -> dict:
-    """A runnable Python ``version`` (``X.Y``): ``explicit`` if given, else the candidates.
-
-    Raises PackEnvError naming the version, why it is needed and what was tried.
-    """
-    tried = []
-    for candidate in [explicit] if explicit else python_candidates(version):
-        info = _probe(candidate)
-        tried.append(f"{candidate} ({'Python ' + info['version'] if info else 'does not run'})")
-        if info and info["version"] == version:
-            return info
-    reason = f" for {why}" if why else ""
-    raise PackEnvError(
-        f"Python {version} is needed{reason}: the packed env's Python must have the same minor version "
-        f"as the Triton stub that loads it. None found; tried: {', '.join(tried) or 'nothing'}.\n"
-        f"Install it (`pyenv install {version}`, or `apt-get install python{version}-venv` where the "
-        f"distribution has it), or pass --python /path/to/python{version}."
-    )
+        _run([executable, "-m", "venv", "--without-pip", str(prefix)], log)
+    except (OSError, PackEnvError) as exc:
+        raise _python_needed(version, why, f"{executable} does not make a venv: {exc}") from None
+    config = {}
+    for line in (prefix / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        config[key.strip()] = value.strip()
+    if not config.get("version", "").startswith(version + "."):
+        raise _python_needed(version, why, f"{executable} is Python {config.get('version') or '(unknown)'}.")
+    return Path(config["home"])
 
 
 # --------------------------------------------------------------------------- packing
@@ -378,19 +347,23 @@ def _record(recipe: Recipe, target: str, output: Path, built_from, python_prefix
 
 def _build_venv(recipe, target, version, prefix, python, python_prefix, compile_bytecode, log) -> str:
     """A venv of the target's Python at ``prefix`` with the recipe's packages; returns that interpreter."""
-    why = TARGETS.get(target, (f"target {target}",))[0]
-    info = find_python(version, python, why=f"target {target}: {why}")
+    why = f"target {target}: " + TARGETS.get(target, (f"target {target}",))[0]
     python_prefix = python_prefix or TARGET_PYTHON_PREFIX.get(target)
-    log(f"packing {recipe.path} for target {target} with venv + venv-pack: Python {version} from {info['executable']}")
+    log(f"packing {recipe.path} for target {target} with venv + venv-pack: Python {version}")
+    home = _make_venv(python, version, prefix, why, log)
+    executable = str(home / f"python{version}")
+    if python_prefix is not None and _venv_base(executable, python_prefix) != executable:
+        # made again from <home>/python: the link venv-pack rewrites for --python-prefix (_venv_base)
+        shutil.rmtree(prefix)
+        _run([_venv_base(executable, python_prefix), "-m", "venv", "--without-pip", str(prefix)], log)
     if target != "cpu" and python_prefix is None:
         log(
-            f"  note: a venv-pack env is not self-contained: its python links to {info['base_prefix']}; "
+            f"  note: a venv-pack env is not self-contained: its python links to {home.parent}; "
             f"the {target} server must have Python {version} at that prefix, or pass --python-prefix "
             "(e.g. /usr for the NGC image)."
         )
     # No pip inside the env: the harness's own pip installs into it (pip --python), which
     # saves bootstrapping pip per env and keeps pip out of the tarball.
-    _run([_venv_base(info["executable"], python_prefix), "-m", "venv", "--without-pip", str(prefix)], log)
     pip = [sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install"]
     pip += ["--disable-pip-version-check", "--no-warn-script-location"]
     pip += [] if compile_bytecode else ["--no-compile"]
@@ -398,7 +371,7 @@ def _build_venv(recipe, target, version, prefix, python, python_prefix, compile_
         _run(pip + recipe.pip, log, cwd=recipe.path.parent)
     if recipe.pip_no_deps:
         _run(pip + ["--no-deps"] + recipe.pip_no_deps, log, cwd=recipe.path.parent)
-    return info["executable"]
+    return executable
 
 
 def _venv_pack(prefix: Path, partial: Path, python_prefix: str | None, compress_level: int) -> None:
@@ -595,11 +568,3 @@ def check_repository(
         elif numpy_problem(info.numpy, path.name):
             problems.append(f"{where}: packed env {numpy_problem(info.numpy, path.name)}")
     return problems
-
-
-def assert_repository(repository: str | Path, stub_python: str | None = None, **kwargs) -> None:
-    """``check_repository`` that raises: PythonEnvMismatch for version problems, PackedEnvError otherwise."""
-    problems = check_repository(repository, stub_python, **kwargs)
-    if problems:
-        kind = PythonEnvMismatch if any("backend stub is Python" in p for p in problems) else PackedEnvError
-        raise kind("packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems))

@@ -87,8 +87,8 @@ class ServerOptions:
     image: str | None = None
     device_ids: list[int] | None = None
     mounts: dict[str, str] = field(default_factory=dict)
-    #: Packed env tarball for the Python-backend models: served from a repository copy whose Python
-    #: configs name it (docker mode: ``docker_envs.attach_packed_env``; local: ``pack-env --serve``).
+    #: Packed env tarball for the Python-backend models, docker mode only: served from a repository
+    #: copy whose Python configs name it (``docker_envs.attach_packed_env``).
     python_env: str | None = None
     #: Python of the image's backend stub as the deployment's manifest states it (docker mode; an
     #: image label saying otherwise wins).
@@ -243,23 +243,20 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGINT, interrupt)
 
 
-def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, float], int | None]) -> int:
+def serve_in_foreground(server: TritonServer, on_ready: Callable[[TritonServer, float], None]) -> int:
     """Start ``server`` and hold it until Ctrl-C or SIGTERM (exit status 0) or until it exits by itself
     (1, its log tail on stderr).
 
-    ``on_ready(server, seconds_to_ready)`` tells the user what is served; when it returns a status
-    (``--once``, ``--check``) the run ends with it. A start failure prints the launcher's one-line
-    error and returns 1. The server is stopped whatever happens, and the call returns only when its
-    ports can be bound again.
+    ``on_ready(server, seconds_to_ready)`` tells the user what is served. A start failure prints the
+    launcher's one-line error and returns 1. The server is stopped whatever happens, and the call
+    returns only when its ports can be bound again.
     """
     interrupt_on_sigterm()
     began = time.monotonic()
     try:
         server.start()
         server.wait_ready()
-        status = on_ready(server, time.monotonic() - began)
-        if status is not None:
-            return status
+        on_ready(server, time.monotonic() - began)
         print("Ctrl-C to stop.", flush=True)
         while server.is_running():
             time.sleep(0.5)

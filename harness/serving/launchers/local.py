@@ -28,7 +28,7 @@ import psutil
 from harness import PROJECT_ROOT
 from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
-from harness.serving.packenv import PackedEnvError, assert_repository, local_python, packed_repository
+from harness.serving.packenv import check_repository, local_python
 from triton_gate import sigterm_when_parent_dies
 from triton_gate.config import GateConfig, gate_config
 from triton_gate.policy import GatePolicy
@@ -113,7 +113,7 @@ class LocalTritonServer(StartedTritonServer):
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="triton-harness-"))
         self.shm_prefix = f"harness_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.log_path = self.work_dir / "tritonserver.log"
-        #: The repository served: ``options.model_repository``, or its packed-env copy (``start``).
+        #: The repository served.
         self.repository = Path(options.model_repository)
         self.process: subprocess.Popen | None = None
         self._log_file = None
@@ -188,21 +188,25 @@ class LocalTritonServer(StartedTritonServer):
         return env
 
     def start(self) -> None:
-        """Write the packed-env copy (``options.python_env``: its Python models run in that env, as in
-        docker mode), check configs and packed envs against the stub's Python, assemble backends, start."""
-        env = self.options.python_env
-        try:
-            if env:
-                self.repository = packed_repository(self.options.model_repository, env, self.work_dir / "packed")
-            assert_repository(
-                self.repository,
-                self.stub_python or local_python(),
-                model_config_name=self.options.model_config_name,
-                deployment=Path(env).parent.parent.name if env else None,
-                target=Path(env).name.removesuffix(".tar.gz") if env else None,
+        """Check configs and packed envs against the stub's Python, assemble backends, start.
+
+        Python models run with the project's venv: a packed env (``options.python_env``) is
+        served in docker mode, in the image whose stub it was packed for."""
+        if self.options.python_env:
+            raise ServerStartError(
+                f"packed env {self.options.python_env}: the local server runs Python models with the "
+                "project's venv; serve a packed env in docker mode (--mode docker)"
             )
-        except (PackedEnvError, RepositoryError) as exc:
+        try:
+            problems = check_repository(
+                self.repository, self.stub_python or local_python(), model_config_name=self.options.model_config_name
+            )
+        except RepositoryError as exc:
             raise ServerStartError(str(exc)) from None
+        if problems:
+            raise ServerStartError(
+                "packed Python environment problem(s), the server was not started:\n  " + "\n  ".join(problems)
+            )
         assemble_backend_dir(self.work_dir / "backends", self.stub_python)
         self._log_file = open(self.log_path, "ab")  # O_APPEND: the gate and tritonserver both write it
         if self.gate:
