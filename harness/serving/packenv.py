@@ -186,9 +186,11 @@ def _python_needed(version: str, why: str, detail: str) -> PackEnvError:
 
 
 def _make_venv(python: str | None, version: str, prefix: Path, why: str, log) -> Path:
-    """A venv of Python ``version`` at ``prefix`` made by ``python`` (default ``python{version}`` on
-    PATH), without pip; returns the folder of its base interpreter (``home`` of ``pyvenv.cfg``)."""
-    executable = python or shutil.which(f"python{version}")
+    """A venv of Python ``version`` at ``prefix`` made by ``python`` (default: the harness's own
+    interpreter when it is that version, else ``python{version}`` on PATH), without pip; returns the
+    folder of its base interpreter (``home`` of ``pyvenv.cfg``)."""
+    own = os.path.realpath(sys.executable) if local_python() == version else None
+    executable = python or own or shutil.which(f"python{version}")
     if not executable:
         raise _python_needed(version, why, f"python{version} is not on PATH.")
     try:
