@@ -9,6 +9,7 @@ there and succeed. The server is a real tritonserver with the harness's echo mod
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -122,11 +123,10 @@ def test_pinning_puts_server_and_generator_on_their_cpus(echo_server, monkeypatc
             assert _affinities(process.pid) == {frozenset({server_cpu})}, process.cmdline()[:2]
         assert _affinities(os.getpid()) == {frozenset({generator_cpu})}
     finally:
-        for process in tree:
-            for task in __import__("pathlib").Path(f"/proc/{process.pid}/task").iterdir():
-                os.sched_setaffinity(int(task.name), everything)
-        for task in __import__("pathlib").Path(f"/proc/{os.getpid()}/task").iterdir():
-            os.sched_setaffinity(int(task.name), everything)
+        for pid in [p.pid for p in tree] + [os.getpid()]:
+            for task in __import__("pathlib").Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                    os.sched_setaffinity(int(task.name), everything)
 
 
 def _echo_checked(retry: Retry) -> Workload:
