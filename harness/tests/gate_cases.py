@@ -12,12 +12,12 @@ import numpy as np
 import requests
 import tritonclient.http as httpclient
 
-from harness.testing.hostile_requests import DEEP_DATA as DEEP_DATA
-from harness.testing.hostile_requests import DEEP_PARAMETERS as DEEP_PARAMETERS
-from harness.testing.hostile_requests import HUGE_SHAPE as HUGE_SHAPE
-from harness.testing.hostile_requests import nested as nested
-from harness.testing.hostile_requests import with_deep_parameters as with_deep_parameters
 from harness.testing.toy_models import ECHO_CONFIG, ECHO_MODEL, echo_config, model_config, write_model
+from harness.tests.hostile_requests import DEEP_DATA as DEEP_DATA
+from harness.tests.hostile_requests import DEEP_PARAMETERS as DEEP_PARAMETERS
+from harness.tests.hostile_requests import HUGE_SHAPE as HUGE_SHAPE
+from harness.tests.hostile_requests import nested as nested
+from harness.tests.hostile_requests import with_deep_parameters as with_deep_parameters
 from triton_gate.policy import GatePolicy
 
 SINK_CONFIG = model_config("sink", [("X", "FP32", (-1, -1))], [("N", "INT64", (1,))], max_batch_size=8)

@@ -15,7 +15,7 @@ from harness.deployments import discover_with_errors
 from harness.measuring.bench import run_benchmark
 from harness.repository import config_from_json
 from harness.session import variant_key
-from harness.testing.standard_checks import KINDS, bad_requests
+from harness.tests.standard_checks import KINDS, bad_requests
 from triton_gate.validate import DEFAULT_MAX_BODY, body_limit
 
 DEPLOYMENTS, BROKEN = discover_with_errors()
@@ -115,7 +115,7 @@ STANDARD = [
 
 @pytest.mark.parametrize(("deployment", "model", "kind"), STANDARD)
 def test_standard_bad_input(server_pool, deployment, model, kind, request):
-    """Empty, undecodable and oversized requests to every entry model (harness.testing.standard_checks):
+    """Empty, undecodable and oversized requests to every entry model (harness.tests.standard_checks):
     a 4xx that says what is wrong (``empty`` may also be answered), never a 5xx; the server stays ready."""
     ctx = _context(server_pool, deployment, request, _checked_config(deployment, request))
     with ctx.http_client() as client:

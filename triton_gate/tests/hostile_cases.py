@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from harness.testing.hostile_requests import nested, with_deep_parameters
+from harness.tests.hostile_requests import nested, with_deep_parameters
 
 #: Elements whose byte size exceeds this declare an allocation no machine here can make.
 MIN_DECLARED_BYTES = 1 << 40
