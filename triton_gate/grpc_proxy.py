@@ -2,16 +2,16 @@
 
 Calls go through as raw bytes; only ``ModelInfer`` / ``ModelStreamInfer`` requests are parsed (the
 HTTP side's checks) and ``ServerReady`` / ``ModelReady`` answered from the gate's own readiness;
-the restricted methods reach tritonserver with its internal token only for the admin header. The
-proxy listens on a private unix socket, joined to the public TCP socket by a byte pump (grpc
-cannot adopt a bound socket).
+the restricted methods reach tritonserver with its internal token only for the admin header. grpc
+cannot serve a socket it is handed, so the proxy binds the public address itself once the socket
+that held it is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
+import socket
+import time
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -167,41 +167,28 @@ class ProxyHandler(grpc.GenericRpcHandler):
         return call
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                break
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        try:
-            writer.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-async def start_grpc(gate, public_sock):
-    """Start the proxy on a private unix socket and pump the public TCP socket into it."""
-    private_dir = tempfile.mkdtemp(prefix="gate-grpc-", dir=gate.cfg.work_dir)
-    os.chmod(private_dir, 0o700)
-    path = os.path.join(private_dir, "grpc.sock")
+async def start_grpc(gate, public_sock: socket.socket) -> grpc.aio.Server:
+    """Start the proxy on the address of ``public_sock``, which held the port until now. The local
+    launcher closes its own copy right after starting the gate: a bind refused meanwhile is retried."""
+    host, port = public_sock.getsockname()[:2]
+    public_sock.close()
     limit = gate.cfg.max_body_bytes
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1)])
-    server.add_generic_rpc_handlers((ProxyHandler(gate),))
-    server.add_insecure_port(f"unix:{path}")
-    await server.start()
-
-    async def on_client(reader, writer):
+    options = [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ]
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    deadline = time.monotonic() + 10
+    while True:
+        server = grpc.aio.server(options=options)
+        server.add_generic_rpc_handlers((ProxyHandler(gate),))
         try:
-            up_reader, up_writer = await asyncio.open_unix_connection(path)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-
-    pump = await asyncio.start_server(on_client, sock=public_sock)
-    return server, pump
+            server.add_insecure_port(address)
+            break
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise OSError(f"gRPC could not bind {address}") from None
+            await asyncio.sleep(0.05)
+    await server.start()
+    return server

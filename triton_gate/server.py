@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
+import grpc
 import uvloop
 from aiohttp import web
 from google.protobuf import json_format
@@ -176,16 +177,15 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        runners, grpc_proxy = await self.start_servers(socks)
+        runners, grpc_server = await self.start_servers(socks)
         monitor = asyncio.create_task(self.monitor())
         await stop.wait()
-        await self.drain(runners, grpc_proxy)
+        await self.drain(runners, grpc_server)
         monitor.cancel()
         return await self.stop_triton()
 
-    async def start_servers(self, socks: dict[str, socket.socket]) -> tuple[list, tuple | None]:
-        """The upstream session and the servers of the public sockets: (aiohttp runners,
-        (gRPC server, its byte pump) or None)."""
+    async def start_servers(self, socks: dict[str, socket.socket]) -> tuple[list, grpc.aio.Server | None]:
+        """The upstream session and the servers of the public sockets: (aiohttp runners, gRPC server or None)."""
         # A proxy keeps no cookies (and skips the jar's per-request filtering), and adds no
         # Accept-Encoding of its own: Triton gzips an inference response whenever one is sent.
         self.session = aiohttp.ClientSession(
@@ -214,7 +214,7 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
 
         return list(runners.values()), await start_grpc(self, socks["grpc"])
 
-    async def drain(self, runners: list, grpc_proxy: tuple | None) -> None:
+    async def drain(self, runners: list, grpc_server: grpc.aio.Server | None) -> None:
         """Not ready, new inference refused; in-flight requests finish (up to the exit timeout), then
         the servers and the session close."""
         self.draining = True
@@ -222,10 +222,8 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
         deadline = time.monotonic() + self.cfg.exit_timeout_s
         while self.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if grpc_proxy is not None:
-            grpc_server, pump = grpc_proxy
+        if grpc_server is not None:
             await grpc_server.stop(grace=max(0.0, deadline - time.monotonic()))
-            pump.close()
         for runner in runners:
             await runner.cleanup()
         await self.session.close()
