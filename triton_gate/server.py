@@ -29,6 +29,7 @@ from yarl import URL
 from triton_gate import HTTP_LOGGER, log, sigterm_when_parent_dies
 from triton_gate.body import Admission
 from triton_gate.config import GateConfig
+from triton_gate.grpc_proxy import start_grpc
 from triton_gate.http_front import HttpFront
 from triton_gate.openai_api import OpenAIFront
 from triton_gate.stub_watch import StubWatch
@@ -210,8 +211,6 @@ class Gate(HttpFront, OpenAIFront, StubWatch):
             await web.SockSite(runner, socks[name]).start()
         if "grpc" not in socks:
             return list(runners.values()), None
-        from triton_gate.grpc_proxy import start_grpc
-
         return list(runners.values()), await start_grpc(self, socks["grpc"])
 
     async def drain(self, runners: list, grpc_server: grpc.aio.Server | None) -> None:
