@@ -8,7 +8,7 @@ folders go, and with them what uses them:
 
 - the manifest's benchmarks whose workload, ``models`` or ``config`` name a dropped model,
   its export outputs in dropped folders, its ``[gate]`` bounds and ``/v1`` models of dropped
-  models, and the ``[reliability]``, ``[scaleout]`` and ``[peers]`` tables that name one;
+  models;
 - the functions ``check_*``, ``workload_*`` and ``test_*`` of the deployment's Python files that
   name a dropped model, in a string of their own or through the module's constants and helper
   functions they use (a test module left with no test goes too); the dropped models are taken
@@ -33,8 +33,6 @@ __all__ = ["keep_models", "needed_models", "set_manifest_key"]
 
 _ALNUM = "A-Za-z0-9"
 PRUNED_PREFIXES = ("check_", "workload_", "test_")
-#: Tables dropped whole when they name a dropped model (each names one model's load or lab run).
-MODEL_TABLES = ("reliability", "scaleout", "peers")
 
 
 def needed_models(repository: Path, entries: list[str]) -> set[str]:
@@ -292,9 +290,6 @@ def prune_manifest(deployment: Deployment, entries: list[str], dropped: set[str]
         if kept != bounds:
             text = set_manifest_key(text, "gate", key, kept or None)
     text = _prune_openai(text, data.get("openai"), dropped, entries)
-    for table in MODEL_TABLES:
-        if table in data and _names_any(str(data[table]), dropped):
-            text = _drop_tables(text, table)
     path.write_text(text)
     return sorted(gone)
 

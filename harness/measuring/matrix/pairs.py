@@ -15,7 +15,7 @@ GOAL = 0.85
 PAIR_COMPARISON = "processing-pair"
 #: Farther apart than this, two records were taken under different loads of a shared machine: no pair.
 #: `make bench` then `make bench MODE=docker` measure the same cell 0.6-1.1 h apart on a quiet machine
-#: (the local run also holds the pairs, peers and network runs); each pair says how far apart it is.
+#: (the local run also holds the pair and peers runs); each pair says how far apart it is.
 MAX_HOURS_APART = 1.5
 #: The columns both processing tables start with (one cell, its two throughputs and their quotient).
 PAIR_HEADERS = "entry variant | model-only variant | server / target | c | entry items/s | model-only items/s | "
