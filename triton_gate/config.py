@@ -1,16 +1,16 @@
-"""The gate's start-up config: one typed object, made in one place (``gate_config``) by
+"""The gate's start-up config: one typed object, made in one place (``serve.gate_config``) by
 ``python -m triton_gate serve`` and by the harness's local launcher, read by field."""
 
 from __future__ import annotations
 
-import secrets
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveFloat, PositiveInt
 
 from triton_gate.policy import GatePolicy
-from triton_gate.serve import ADMIN_HEADER, free_ports, gated_command, read_flags, restricted_apis
 from triton_gate.validate import DEFAULT_MAX_BODY
+
+#: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults);
+#: the one definition, also used by the local launcher (the gate must import nothing else of the harness).
+ADMIN_HEADER = "x-triton-harness-admin"
 
 
 class GateConfig(BaseModel):
@@ -45,32 +45,3 @@ class GateConfig(BaseModel):
     auto_reload: bool = True
     #: Local launcher only: the inherited socket fds (``http``, optional ``grpc`` and ``metrics``).
     fds: dict[str, NonNegativeInt] = {}
-
-
-def gate_config(
-    triton_command: list[str],
-    *,
-    work_dir: str | Path,
-    admin_token: str,
-    grpc: bool,
-    private_ports: tuple[int, int, int] | None = None,
-    internal_token: str | None = None,
-    **fields,
-) -> GateConfig:
-    """The user's tritonserver command behind a gate: rewritten onto private loopback ports
-    (``gated_command``), its model-control mode and exit timeout read from it."""
-    flags, _ = read_flags(triton_command)
-    mode = flags.model_control_mode or "none"
-    restricted = restricted_apis(mode)
-    internal = internal_token or secrets.token_hex(16)
-    private = tuple(private_ports or free_ports(3))
-    return GateConfig(
-        command=gated_command(triton_command, private, internal, restricted, grpc),
-        work_dir=str(work_dir),
-        private_ports=private,
-        admin_token=admin_token,
-        internal_token=internal,
-        user_model_control_mode=mode,
-        exit_timeout_s=float(flags.exit_timeout_secs or 30),
-        **fields,
-    )

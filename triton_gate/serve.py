@@ -16,9 +16,8 @@ import socket
 import tempfile
 from pathlib import Path
 
-#: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults);
-#: the one definition, also used by the local launcher (the gate must import nothing else of the harness).
-ADMIN_HEADER = "x-triton-harness-admin"
+from triton_gate.config import ADMIN_HEADER, GateConfig
+
 #: APIs behind ADMIN_HEADER: shared-memory registration names /dev/shm objects from client input;
 #: trace/logging change server behaviour; model-repository is also closed unless explicit/poll mode was asked for.
 RESTRICTED_APIS = ("shared-memory", "trace", "logging")
@@ -108,6 +107,35 @@ def restricted_apis(mode: str) -> list[str]:
     return list(RESTRICTED_APIS) + (["model-repository"] if mode == "none" else [])
 
 
+def gate_config(
+    triton_command: list[str],
+    *,
+    work_dir: str | Path,
+    admin_token: str,
+    grpc: bool,
+    private_ports: tuple[int, int, int] | None = None,
+    internal_token: str | None = None,
+    **fields,
+) -> GateConfig:
+    """The user's tritonserver command behind a gate: rewritten onto private loopback ports
+    (``gated_command``), its model-control mode and exit timeout read from it."""
+    flags, _ = read_flags(triton_command)
+    mode = flags.model_control_mode or "none"
+    restricted = restricted_apis(mode)
+    internal = internal_token or secrets.token_hex(16)
+    private = tuple(private_ports or free_ports(3))
+    return GateConfig(
+        command=gated_command(triton_command, private, internal, restricted, grpc),
+        work_dir=str(work_dir),
+        private_ports=private,
+        admin_token=admin_token,
+        internal_token=internal,
+        user_model_control_mode=mode,
+        exit_timeout_s=float(flags.exit_timeout_secs or 30),
+        **fields,
+    )
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A listening (inheritable) socket; OSError ``... (while attempting to bind on address ...)``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -156,7 +184,6 @@ def read_token(path: str | None) -> tuple[str, str]:
 def serve_main(argv: list[str]) -> int:
     from triton_gate import log
     from triton_gate.auth import read_keys
-    from triton_gate.config import gate_config
     from triton_gate.policy import GatePolicy
     from triton_gate.server import run_gate
 

@@ -13,7 +13,7 @@ from harness.testing.toy_models import echo_repository
 from harness.tests.repositories import ready_server
 from harness_lab.reliability.faults import format_fault, kill_stub, restart_server, unload_reload
 from harness_lab.reliability.workloads import echo_workload
-from triton_gate.serve import ADMIN_HEADER
+from triton_gate.config import ADMIN_HEADER
 
 
 @pytest.fixture(scope="module")

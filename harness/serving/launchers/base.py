@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import tritonclient.http as httpclient
 
+from triton_gate.config import ADMIN_HEADER
 from triton_gate.policy import GatePolicy
-from triton_gate.serve import ADMIN_HEADER
 
 #: Log lines that mean the server will never become ready (or is already broken).
 FAILURE_PATTERNS = [

@@ -30,9 +30,9 @@ from harness.repository import RepositoryError
 from harness.serving.launchers.base import ServerOptions, ServerStartError, StartedTritonServer
 from harness.serving.packenv import check_repository, local_python
 from triton_gate import sigterm_when_parent_dies
-from triton_gate.config import GateConfig, gate_config
+from triton_gate.config import GateConfig
 from triton_gate.policy import GatePolicy
-from triton_gate.serve import close_sockets, free_ports, listen_flags, public_sockets, restricted_apis
+from triton_gate.serve import close_sockets, free_ports, gate_config, listen_flags, public_sockets, restricted_apis
 
 #: Python-based backends copied into the local server's backend dir (they run in its stubs).
 HARNESS_BACKENDS = PROJECT_ROOT / "backends"
