@@ -9,7 +9,7 @@ from triton_gate.policy import GatePolicy
 from triton_gate.validate import DEFAULT_MAX_BODY
 
 #: Header that unlocks the APIs a client of a harness-started server does not need (safe defaults);
-#: the one definition, also used by the local launcher (the gate must import nothing else of the harness).
+#: the one definition (the harness's launchers import it from here).
 ADMIN_HEADER = "x-triton-harness-admin"
 
 

@@ -16,7 +16,10 @@ import socket
 import tempfile
 from pathlib import Path
 
+from triton_gate import log
+from triton_gate.auth import read_keys
 from triton_gate.config import ADMIN_HEADER, GateConfig
+from triton_gate.policy import GatePolicy
 
 #: APIs behind ADMIN_HEADER: shared-memory registration names /dev/shm objects from client input;
 #: trace/logging change server behaviour; model-repository is also closed unless explicit/poll mode was asked for.
@@ -182,10 +185,7 @@ def read_token(path: str | None) -> tuple[str, str]:
 
 
 def serve_main(argv: list[str]) -> int:
-    from triton_gate import log
-    from triton_gate.auth import read_keys
-    from triton_gate.policy import GatePolicy
-    from triton_gate.server import run_gate
+    from triton_gate.server import run_gate  # aiohttp, grpc, uvloop: only the entry point needs them
 
     args = serve_parser().parse_args(argv)
     command = args.command

@@ -44,7 +44,7 @@ def test_copied_deployment_is_served_and_checked_with_no_harness_change(tmp_path
     """What a user does: copy a folder, keep the models they want, edit the manifest, run."""
     get_deployment("embedding_cpu").export()
     target = _copy_as(tmp_path, "my_embedding")
-    # keep two client-tokenized and text-in models, and the ensemble with its steps
+    # keep a client-tokenized model, a text-in model, and the ensemble with its steps
     keep = {"embedding_onnx", "embedding_onnx_text", "embedding_onnx_text_ensemble", "tokenize", "pool_embedding"}
     for model in (target / "model_repository").iterdir():
         if model.name not in keep:
